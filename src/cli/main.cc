@@ -1,0 +1,32 @@
+// `pagoda` executable: dispatches to the registered subcommands (cmd_*.cc).
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+
+namespace pagoda::cli {
+std::vector<CommandInfo>& command_registry() {
+  static std::vector<CommandInfo> registry;
+  return registry;
+}
+}  // namespace pagoda::cli
+
+int main(int argc, char** argv) {
+  using namespace pagoda::cli;
+  CLI::App app{"Pagoda: an inference engine and server for large language models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "pagoda 0.1.0");
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+  for (auto& cmd : command_registry()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);
+    actions.emplace_back(sub, cmd.setup(sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& [sub, action] : actions)
+    if (sub->parsed()) return action();
+  return 2;
+}

@@ -1,0 +1,59 @@
+// Element types, including quantized block formats (ggml's traits-table idea: a quantized format is
+// a dtype with a block size and a byte size per block; kernels for it live in quant/).
+//
+// Values of DType equal GGUF's ggml_type ids so the loader can map them 1:1.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace pagoda {
+
+enum class DType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
+};
+
+struct DTypeTraits {
+  DType dtype;
+  std::string_view name;    // "f32", "q4_k", ...
+  int64_t block_size;       // elements per block (1 for plain types)
+  int64_t block_bytes;      // bytes per block
+  bool quantized;
+  bool weight_supported;    // the engine can run matmuls with weights of this type
+};
+
+// Traits of a known dtype; nullopt for an id we do not know (e.g. a corrupt GGUF type field).
+std::optional<DTypeTraits> dtype_traits_of(uint32_t raw);
+const DTypeTraits& dtype_traits(DType t);
+inline std::string_view dtype_name(DType t) { return dtype_traits(t).name; }
+std::optional<DType> dtype_from_name(std::string_view name);  // "f16", "Q8_0", "bf16" (case-insensitive)
+
+// Bytes of a row of `n` elements; n must be a multiple of the block size.
+inline int64_t row_bytes(DType t, int64_t n) {
+  const auto& tr = dtype_traits(t);
+  return n / tr.block_size * tr.block_bytes;
+}
+inline bool is_quantized(DType t) { return dtype_traits(t).quantized; }
+
+}  // namespace pagoda

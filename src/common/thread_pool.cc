@@ -1,0 +1,61 @@
+#include "common/thread_pool.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
+
+namespace pagoda {
+namespace {
+// About 50-100 us of spinning before a worker sleeps.
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+int ThreadPool::default_num_threads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads > 0 ? num_threads : default_num_threads()) {
+  threads_.reserve(num_threads_ - 1);
+  for (int i = 1; i < num_threads_; ++i) threads_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  epoch_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::dispatch(Thunk thunk, void* ctx) {
+  thunk_ = thunk;
+  ctx_ = ctx;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  epoch_.fetch_add(1, std::memory_order_release);
+  epoch_.notify_all();
+  thunk(ctx, 0, num_threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+}
+
+void ThreadPool::worker_loop(int ith) {
+  uint32_t seen = epoch_.load(std::memory_order_acquire);
+  for (;;) {
+    int spins = 0;
+    uint32_t now;
+    while ((now = epoch_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        _mm_pause();
+      } else {
+        epoch_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_acquire)) return;
+    thunk_(ctx_, ith, num_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace pagoda

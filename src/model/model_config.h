@@ -1,0 +1,76 @@
+// Hyper-parameters of a decoder-only transformer, read from GGUF metadata or a Hugging Face
+// config.json. One struct describes every family we run; family differences are flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace pagoda {
+
+class GgufFile;
+
+// How rotary position embedding pairs up the dimensions of a head.
+enum class RopeLayout {
+  kInterleaved,  // pairs (2i, 2i+1): Meta/llama2.c checkpoints, GGUF from the llama converters
+  kHalfSplit,    // pairs (i, i + d/2): HF transformers checkpoints ("NeoX" style)
+};
+const char* rope_layout_name(RopeLayout l);
+
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
+  int64_t original_max_position = 8192;    // llama3
+};
+
+enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3 };
+const char* arch_family_name(ArchFamily a);
+
+struct ModelConfig {
+  ArchFamily family = ArchFamily::kLlama;
+  std::string arch_name;  // as the file spells it: "llama", "qwen2", "LlamaForCausalLM", ...
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;  // usually hidden_size / num_heads; Qwen3 sets it explicitly
+  int64_t max_position_embeddings = 0;  // trained context length
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int64_t rope_dim = 0;  // rotated dimensions per head (== head_dim for all supported families)
+  RopeScaling rope_scaling;
+  RopeLayout rope_layout = RopeLayout::kHalfSplit;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
+  int64_t sliding_window = 0;   // 0: full attention
+
+  int64_t q_size() const { return num_heads * head_dim; }
+  int64_t kv_size() const { return num_kv_heads * head_dim; }
+  // 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
+  int64_t kv_bytes_per_token(DType kv_dtype) const;
+  // Checks internal consistency (positive sizes, heads divide, GQA groups integral).
+  Status validate() const;
+  std::string summary() const;  // one line for logs
+  nlohmann::json to_json() const;
+};
+
+// From GGUF metadata ("<arch>.block_count", ...). vocab size from the token list or the
+// embedding tensor. Rope layout: interleaved for llama-family GGUF (the converters permute Q/K),
+// half-split for qwen2/qwen3.
+Result<ModelConfig> model_config_from_gguf(const GgufFile& gguf);
+
+// From a Hugging Face config.json object. Rope layout is half-split (HF checkpoints).
+Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& config);
+Result<ModelConfig> model_config_from_hf_file(const std::string& config_json_path);
+
+}  // namespace pagoda
