@@ -40,7 +40,9 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
 }
 
 void ThreadPool::worker_loop(int ith) {
-  uint32_t seen = epoch_.load(std::memory_order_acquire);
+  // Epoch 0 is the value at construction: a job dispatched before this thread first runs must
+  // still be seen as new (reading epoch_ here instead would miss it and deadlock dispatch()).
+  uint32_t seen = 0;
   for (;;) {
     int spins = 0;
     uint32_t now;
