@@ -102,6 +102,7 @@ TEST(Safetensors, EmptyHeaderAndScalarAndZeroSize) {
   auto z = (*f)->to_tensor(*(*f)->find_tensor("z"));
   ASSERT_TRUE(z.ok());
   EXPECT_EQ(z->numel(), 0);
+  EXPECT_EQ(z->nbytes(), 0);
 }
 
 TEST(Safetensors, HeaderPaddingWithSpacesIsAccepted) {
