@@ -65,6 +65,12 @@ Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, const void* data, s
 
 int64_t Tensor::numel() const { return product(shape_); }
 
+int64_t Tensor::rows() const {
+  int64_t r = 1;
+  for (int i = 0; i + 1 < ndim(); ++i) r *= shape_[i];
+  return r;
+}
+
 int64_t Tensor::row_bytes() const { return shape_.empty() ? pagoda::row_bytes(dtype_, 1) : pagoda::row_bytes(dtype_, shape_.back()); }
 
 std::string Tensor::shape_string() const { return fmt::format("[{}] {}", fmt::join(shape_, ", "), dtype_name(dtype_)); }

@@ -41,7 +41,7 @@ class Tensor {
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int64_t numel() const;
-  int64_t rows() const { return ndim() == 0 ? 1 : numel() / dim(-1); }  // product of outer dims
+  int64_t rows() const;       // product of the outer dims (1 for a scalar; well defined when a dim is 0)
   int64_t row_bytes() const;                                              // bytes of one innermost row
   int64_t nbytes() const { return rows() * row_bytes(); }
   std::string shape_string() const;  // "[32, 576] q4_1"
