@@ -12,9 +12,15 @@
 namespace pagoda {
 namespace {
 
+// The tensor if present (validate_tensor_table already vetted it), else nullptr.
+const Tensor* find_tensor(const TensorLookup& lookup, const std::string& name) {
+  if (name.empty()) return nullptr;
+  auto r = lookup(name);
+  return r.ok() ? *r : nullptr;
+}
+
 Tensor optional_f32(const TensorLookup& lookup, const std::string& name) {
-  if (name.empty()) return {};
-  const Tensor* t = lookup(name);
+  const Tensor* t = find_tensor(lookup, name);
   return t ? to_f32(*t) : Tensor();
 }
 
@@ -49,14 +55,14 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
   };
   auto linear_of = [&](const std::string& gguf_name) -> Result<std::shared_ptr<const LinearWeight>> {
     const std::string name = name_of(find_decl(gguf_name));
-    return prepare_linear(*lookup(name), name);
+    return prepare_linear(*find_tensor(lookup, name), name);
   };
 
   LlamaWeights w;
-  w.token_embd = *lookup(name_of(find_decl("token_embd.weight")));
+  w.token_embd = *find_tensor(lookup, name_of(find_decl("token_embd.weight")));
   w.output_norm = optional_f32(lookup, name_of(find_decl("output_norm.weight")));
   const std::string out_name = name_of(find_decl("output.weight"));
-  if (const Tensor* out = lookup(out_name)) {
+  if (const Tensor* out = find_tensor(lookup, out_name)) {
     PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(*out, out_name));
   } else {
     PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight"))));

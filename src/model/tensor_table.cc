@@ -44,11 +44,13 @@ Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming 
   for (const auto& d : table) {
     const std::string& name = decl_name(d, naming);
     if (name.empty()) continue;
-    const Tensor* t = lookup(name);
-    if (t == nullptr) {
+    auto found = lookup(name);
+    if (!found.ok()) {
+      if (found.status().code() != StatusCode::kNotFound) return found.status();
       if (d.required) return not_found("model is missing tensor '{}' (expected shape [{}])", name, fmt::join(d.shape, ", "));
       continue;
     }
+    const Tensor* t = *found;
     if (t->shape() != d.shape)
       return invalid_argument("tensor '{}' has shape {}, expected [{}]", name, t->shape_string(), fmt::join(d.shape, ", "));
     const auto& tr = dtype_traits(t->dtype());

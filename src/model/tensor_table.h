@@ -25,8 +25,9 @@ struct TensorDecl {
   int64_t layer = -1;           // -1 for global tensors
 };
 
-// Finds a tensor by its name in the checkpoint's own naming; nullptr if absent.
-using TensorLookup = std::function<const Tensor*(const std::string& name)>;
+// Finds a tensor by its name in the checkpoint's own naming: the tensor, kNotFound if absent, or
+// another error explaining why it is unusable (e.g. an unsupported dtype).
+using TensorLookup = std::function<Result<const Tensor*>(const std::string& name)>;
 
 // The table of the Llama family (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama);
 // optional entries follow the config's flags (biases, q/k norms, untied output, rope factors).
