@@ -4,7 +4,9 @@
 // budgets are the activation quantization error, ~1e-4; float paths are exact up to f32 rounding).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +53,8 @@ std::vector<double> reference(const Tensor& w, const std::vector<float>& x, int6
   return y;
 }
 
+double g_worst = 0;  // worst NMSE of the current dtype (printed)
+
 void check(const std::vector<float>& y, const std::vector<double>& ref, double budget, const std::string& what) {
   for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(std::isfinite(y[i])) << what << " non-finite at " << i;
   double e = 0, r = 0;
@@ -60,6 +64,7 @@ void check(const std::vector<float>& y, const std::vector<double>& ref, double b
   }
   ASSERT_GT(r, 0) << what;
   EXPECT_LE(e / r, budget) << what;
+  g_worst = std::max(g_worst, e / r);
 }
 
 class LinearTest : public ::testing::TestWithParam<Case> {};
@@ -71,6 +76,7 @@ TEST_P(LinearTest, AllIsaLevelsAndShapes) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, bs == 256 ? 256 : 96}, {19, 512}};
   const std::vector<int64_t> ms = {1, 2, 3, 7, 16, 33, 128, 512};
   ThreadPool pool1(1), pool2(2);
+  g_worst = 0;
   for (auto [n, k] : shapes) {
     const Tensor w = make_weight(c.t, n, k, static_cast<uint32_t>(n * 31 + k));
     const int64_t max_m = ms.back();
@@ -93,6 +99,7 @@ TEST_P(LinearTest, AllIsaLevelsAndShapes) {
       }
     }
   }
+  std::printf("%s: worst nmse %.3g (budget %.3g)\n", std::string(dtype_name(c.t)).c_str(), g_worst, c.nmse_budget);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearTest,
