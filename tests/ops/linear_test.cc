@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "backend/cpu/isa.h"
 #include "ops/linear.h"
 #include "quant/quant.h"
+#include "test_paths.h"
 
 namespace pagoda {
 namespace {
@@ -110,6 +113,34 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LinearTest,
                                            Case{DType::kQ4_K, 1e-4}, Case{DType::kQ5_K, 1e-4},
                                            Case{DType::kQ6_K, 1e-4}),
                          [](const auto& info) { return std::string(dtype_name(info.param.t)); });
+
+// Weights made by the gguf package (testdata/quant: legacy formats quantized by gguf, k-quants
+// random blocks, so every scale/min bit pattern occurs) through every level's packing and kernels.
+TEST(LinearGguf, FixtureWeightsAllLevels) {
+  ThreadPool pool(1);
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16"}) {
+    const DType t = *dtype_from_name(name);
+    std::ifstream f(test::testdata_dir() + "/quant/" + name + ".q", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const int64_t n = 8, k = 512;
+    ASSERT_EQ(static_cast<int64_t>(bytes.size()), n * row_bytes(t, k)) << name;
+    Tensor w = Tensor::empty(t, {n, k});
+    std::memcpy(w.data(), bytes.data(), bytes.size());
+    const int64_t m = 9;
+    const auto x = gaussian(m * k, 77);
+    const auto ref = reference(w, x, m);
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      auto lw = prepare_linear(w, name, isa);
+      ASSERT_TRUE(lw.ok());
+      for (int64_t mm : {int64_t{1}, m}) {
+        std::vector<float> y(mm * n, NAN);
+        linear(**lw, x.data(), mm, y.data(), pool);
+        check(y, std::vector<double>(ref.begin(), ref.begin() + mm * n), 1e-4,
+              std::string(name) + " fixture " + isa_level_name(isa) + " M=" + std::to_string(mm));
+      }
+    }
+  }
+}
 
 TEST(LinearFrontEnd, RejectsBadWeights) {
   EXPECT_FALSE(prepare_linear(Tensor(), "none").ok());

@@ -17,6 +17,15 @@
 //    128 (q8_0), 0 (q4_1/q5_1). The layout turns a 64-byte load into one dword per row, so the
 //    integer dot with a broadcast activation dword (vpdpbusd) accumulates 16 rows' dot products in
 //    the 16 lanes: no horizontal sums anywhere.
+//  * "qint k" family (q4_k, q5_k, q6_k): per row group and 256-element super-block, a header of
+//    f32 d[16] and (q4_k, q5_k) f32 dmin[16] (the rows' super-block scales, exact fp16 -> f32),
+//    then 8 records, one per 32-element sub-block j:
+//      q4_k/q5_k: sc[16] u8, m[16] u8 (6-bit scale and min of sub-block j of each row), the
+//                 4-bit code chunks as above, q5_k the 5th-bit masks as above.
+//                 Value: d[r] * sc[r] * code - dmin[r] * m[r].
+//      q6_k:      sc_lo[16] i8, sc_hi[16] i8 (the scales of elements 0..15 / 16..31), low-nibble
+//                 chunks as above, then two sets of 8 64-bit masks (bit 4, bit 5 of the code).
+//                 Value: d[r] * sc * (code - 32).
 //  * "float" family (f32, f16, bf16): group g holds [K][16] elements in the original type
 //    (k-major, 16 rows interleaved), so one vector load is one k for 16 rows.
 // Rows past N in the last group are zero.
@@ -32,10 +41,12 @@ namespace pagoda::cpu {
 constexpr int64_t kGroupRows = 16;
 constexpr int64_t kQBlock = 32;
 
-enum class PackKind { kNone, kQint, kFloat };
+enum class PackKind { kNone, kQint, kQintK, kFloat };
 
 // Bytes of one (group, block) record of a qint format.
 int64_t qint_record_bytes(DType t);
+// Bytes of one (group, super-block) of a qint k format (header + 8 records).
+int64_t qint_k_superblock_bytes(DType t);
 PackKind pack_kind(DType t);
 // Packed size of a [n, k] weight; 0 for kNone.
 int64_t packed_bytes(DType t, int64_t n, int64_t k);
@@ -43,13 +54,16 @@ int64_t packed_bytes(DType t, int64_t n, int64_t k);
 void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst);
 
 // Activations quantized for the qint kernels: per token row m, q[m * ldq + e] int8 (|q| <= 127),
-// per 32-block b: d[m * lds + b] = scale, s[m * lds + b] = d * sum of the block's q.
+// per 32-block b: d[m * lds + b] = scale, s[m * lds + b] = d * sum of the block's q; per 16
+// elements h: s16[m * lds16 + h] = d * sum of those q (the q6_k kernels' per-16 scales need it).
 struct ActQ8 {
   int8_t* q;
   int64_t ldq;
   float* d;
   float* s;
   int64_t lds;
+  float* s16;
+  int64_t lds16;
 };
 
 struct KernelTable {
@@ -62,6 +76,7 @@ struct KernelTable {
                 int64_t m1, float* y, int64_t ldy, int64_t n_total);
   void (*fgemm)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* x, int64_t ldx,
                 int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
+  bool qgemm_k;  // qgemm also takes the qint k family
 };
 
 // Per-ISA tables (null pointer members mean "not implemented at this level").

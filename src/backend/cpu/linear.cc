@@ -111,6 +111,7 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
   const KernelTable* kt = table_for(isa);
   const PackKind kind = pack_kind(w.dtype());
   const bool usable = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
+                                        (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
                                         (kind == PackKind::kFloat && kt->fgemm));
   if (usable) {
     lw->pack = kind;
@@ -133,15 +134,18 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
         kt->fgemm(w.dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, w.n, w.n);
       });
       return;
-    case PackKind::kQint: {
+    case PackKind::kQint:
+    case PackKind::kQintK: {
       thread_local std::vector<uint8_t> act_buf;
       const int64_t nb = w.k / kQBlock;
-      const int64_t ldq = (w.k + 63) / 64 * 64, lds = (nb + 15) / 16 * 16;
-      const size_t bytes = static_cast<size_t>(m * ldq + 2 * m * lds * sizeof(float) + 64);
+      const int64_t ldq = (w.k + 63) / 64 * 64, lds = (nb + 15) / 16 * 16, lds16 = 2 * lds;
+      const size_t bytes = static_cast<size_t>(m * ldq + 4 * m * lds * sizeof(float) + 64);
       uint8_t* base = scratch(act_buf, bytes);
       base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
-      ActQ8 a{reinterpret_cast<int8_t*>(base), ldq, reinterpret_cast<float*>(base + m * ldq), nullptr, lds};
+      ActQ8 a{reinterpret_cast<int8_t*>(base), ldq, reinterpret_cast<float*>(base + m * ldq), nullptr, lds, nullptr,
+              lds16};
       a.s = a.d + m * lds;
+      a.s16 = a.s + m * lds;
       if (m == 1) {
         kt->quantize_act(x, w.k, 0, 1, w.k, a);
       } else {

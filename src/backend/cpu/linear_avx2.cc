@@ -43,10 +43,12 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
       const __m256i p = _mm256_permutevar8x32_epi32(
           _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), perm);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), p);
-      const int sum = hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3])));
+      const int sum0 = hsum8_epi32(_mm256_add_epi32(qi[0], qi[1])), sum1 = hsum8_epi32(_mm256_add_epi32(qi[2], qi[3]));
       const float d = amax / 127.0f;
       a.d[m * a.lds + b] = d;
-      a.s[m * a.lds + b] = d * static_cast<float>(sum);
+      a.s[m * a.lds + b] = d * static_cast<float>(sum0 + sum1);
+      a.s16[m * a.lds16 + 2 * b] = d * static_cast<float>(sum0);
+      a.s16[m * a.lds16 + 2 * b + 1] = d * static_cast<float>(sum1);
     }
   }
 }
@@ -276,7 +278,7 @@ void fgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
 }  // namespace
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl};
+  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl, false};
   return &t;
 }
 

@@ -12,7 +12,7 @@ namespace pagoda::cpu::avx512 {
 #include "backend/cpu/linear_x86_512.inc"
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx512, quantize_act_impl, qgemm_impl, fgemm_impl};
+  static const KernelTable t{IsaLevel::kAvx512, quantize_act_impl, qgemm_impl, fgemm_impl, true};
   return &t;
 }
 

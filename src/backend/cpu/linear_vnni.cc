@@ -13,7 +13,7 @@ namespace pagoda::cpu::vnni {
 #include "backend/cpu/linear_x86_512.inc"
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx512Vnni, quantize_act_impl, qgemm_impl, fgemm_impl};
+  static const KernelTable t{IsaLevel::kAvx512Vnni, quantize_act_impl, qgemm_impl, fgemm_impl, true};
   return &t;
 }
 
