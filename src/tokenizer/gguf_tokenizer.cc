@@ -14,6 +14,8 @@
 // models' tokenizer.json use; an unknown `pre` name is refused rather than guessed.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "loader/gguf.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_data.h"
@@ -62,7 +64,7 @@ Result<PreFamily> build_gguf_pre_tokenizer(std::string_view pre, PreTokenizer* p
   } else if (pre == "deepseek-llm") {
     for (std::string_view pat : {
              R"([\r\n])",
-             R"(\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+)",
+             R"(\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-)" "\u1F7D" R"(ᾀ-ᾴᾶ-ᾼ)" "\u1FBE" R"(ῂ-ῄῆ-ῌῐ-)" "\u1FD3" R"(ῖ-)" "\u1FDB" R"(ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ)" "\u2126" R"(ℨ)" "\u212A" R"(-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+)",
              R"(\s?[!-/:-~！-／：-～‘-‟　-。]+)",
              R"(\s+$)",
              "[一-龥ࠀ-一가-퟿]+",
@@ -131,6 +133,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g)
   if (const GgufArray* s = g.get_array("tokenizer.ggml.scores")) {
     if (s->floats.size() != n) return data_loss("{}: tokenizer.ggml.scores has {} entries for {} tokens", where, s->size(), n);
     scores.assign(s->floats.begin(), s->floats.end());
+    for (size_t i = 0; i < n; ++i)
+      if (std::isnan(scores[i])) return data_loss("{}: tokenizer.ggml.scores[{}] is NaN", where, i);
   }
   auto id_key = [&](const char* key, int32_t fallback) -> int32_t {
     auto v = g.get_int(key);
