@@ -163,17 +163,29 @@ size_t llama3_match_at(std::string_view s, size_t i, int max_digits) {
   return space_tail(r, n);
 }
 
+// with_tail: the pattern ends in `|\s+`. Without it, a lone space unit before a non-space is not
+// a match but a gap (the same pieces under Isolated, different ones under other behaviours).
 class Gpt2Matcher final : public Matcher {
  public:
+  explicit Gpt2Matcher(bool with_tail) : with_tail_(with_tail) {}
   void find_all(std::string_view text, FunctionRef<void(size_t, size_t)> on_match) const override {
     size_t i = 0;
     while (i < text.size()) {
       const size_t e = gpt2_match_at(text, i);
-      on_match(i, e);
+      if (with_tail_ || !is_lone_space(text, i, e)) on_match(i, e);
       i = e;
     }
   }
   const char* engine() const override { return "gpt2"; }
+
+ private:
+  // [i, e) is a single space unit followed by a non-space: only `\s+` matches it.
+  static bool is_lone_space(std::string_view s, size_t i, size_t e) {
+    if (e >= s.size()) return false;
+    const Unit u = unit_at(s, i);
+    return (u.flags & kSpace) && i + u.len == e && !(unit_at(s, e).flags & kSpace);
+  }
+  bool with_tail_;
 };
 
 class Llama3Matcher final : public Matcher {
@@ -213,7 +225,8 @@ class LiteralMatcher final : public Matcher {
 }  // namespace
 
 Result<std::unique_ptr<Matcher>> make_regex_matcher(std::string_view pattern) {
-  if (pattern == kGpt2Pattern || pattern == kGpt2PatternNoTail) return std::unique_ptr<Matcher>(new Gpt2Matcher());
+  if (pattern == kGpt2Pattern) return std::unique_ptr<Matcher>(new Gpt2Matcher(true));
+  if (pattern == kGpt2PatternNoTail) return std::unique_ptr<Matcher>(new Gpt2Matcher(false));
   if (pattern == kLlama3Pattern) return std::unique_ptr<Matcher>(new Llama3Matcher(3));
   if (pattern == kQwen2Pattern) return std::unique_ptr<Matcher>(new Llama3Matcher(1));
   if (auto simple = make_simple_matcher(pattern)) return simple;

@@ -275,17 +275,33 @@ class SimpleMatcher final : public Matcher {
  public:
   explicit SimpleMatcher(Program prog) : prog_(std::move(prog)) {}
 
+  // When the first item is an unbounded run and matching from i fails, every start inside that
+  // run fails too (the rest of a match depends only on where the run ends, and a later start
+  // offers a subset of those ends), so the search resumes at the end of the run. This keeps
+  // patterns like `\s+$` linear on long runs of spaces.
   void find_all(std::string_view text, FunctionRef<void(size_t, size_t)> on_match) const override {
     std::vector<std::vector<size_t>> scratch(prog_.items.size());
+    const Item& first = prog_.items[0];
+    const bool skip_runs = first.max == std::numeric_limits<uint32_t>::max();
     size_t i = 0;
     while (i < text.size()) {
       size_t end = 0;
       if (match_here(text, 0, i, &end, scratch) && end > i) {
         on_match(i, end);
         i = end;
-      } else {
-        i += unicode::unit_length(text.substr(i));
+        continue;
       }
+      size_t next = i + unicode::unit_length(text.substr(i));
+      if (skip_runs) {
+        size_t p = i;
+        while (p < text.size()) {
+          Unit u = unit_at(text, p);
+          if (!first.cls.contains(u)) break;
+          p += u.len;
+        }
+        next = std::max(next, p);
+      }
+      i = next;
     }
   }
   const char* engine() const override { return "simple"; }
