@@ -194,15 +194,16 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g)
   if (!merges || merges->elem_type != GgufType::kString)
     return data_loss("{}: tokenizer.ggml.merges is missing or not an array of strings", where);
 
-  StringIdMap source_ids;  // vocabulary text -> id (first wins)
+  StringIdMap& source_ids = d->text_to_id;  // vocabulary text -> id (first wins), kept by make_tokenizer
   source_ids.reserve(n);
-  for (size_t i = 0; i < n; ++i) source_ids.emplace(d->token_text[i], static_cast<int32_t>(i));
+  for (size_t i = 0; i < n; ++i)
+    if (!d->token_text[i].empty()) source_ids.insert(d->token_text[i], static_cast<int32_t>(i));
   StringIdMap model_vocab;  // raw bytes -> id, for the tokens BPE can produce
   model_vocab.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const TokenType t = d->token_type[i];
     if (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown) continue;
-    if (auto bytes = byte_level::text_to_bytes(d->token_text[i])) model_vocab.emplace(std::move(*bytes), static_cast<int32_t>(i));
+    if (auto bytes = byte_level::text_to_bytes(d->token_text[i])) model_vocab.insert(*bytes, static_cast<int32_t>(i));
   }
   std::vector<BpeMerge> bpe_merges;
   bpe_merges.reserve(merges->strings.size());

@@ -73,7 +73,7 @@ Status read_vocab(const json& vocab, Vocab* v, StringIdMap* model_text) {
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id > kMaxId) return data_loss("vocab entry '{}' has id {} out of range", it.key(), id);
     v->put(id, it.key(), TokenType::kNormal);
-    model_text->emplace(it.key(), static_cast<int32_t>(id));
+    model_text->insert(it.key(), static_cast<int32_t>(id));
   }
   return Status();
 }
@@ -236,7 +236,7 @@ Result<std::shared_ptr<const Tokenizer>> finish_hf(std::unique_ptr<TokenizerData
                                                   bool byte_fallback_decoder, const json& cfg) {
   StringIdMap all_ids;
   for (size_t i = 0; i < v.text.size(); ++i)
-    if (!v.text[i].empty()) all_ids.emplace(v.text[i], static_cast<int32_t>(i));
+    if (!v.text[i].empty()) all_ids.insert(v.text[i], static_cast<int32_t>(i));
   if (!cfg.is_null()) apply_config(cfg, d.get(), &v, all_ids);
   if (bo.unk_id >= 0 && static_cast<size_t>(bo.unk_id) < v.type.size() && v.type[bo.unk_id] == TokenType::kNormal)
     v.type[bo.unk_id] = TokenType::kUnknown;
@@ -249,8 +249,9 @@ Result<std::shared_ptr<const Tokenizer>> finish_hf(std::unique_ptr<TokenizerData
   bo.byte_level = byte_level;
   StringIdMap model_vocab;
   if (byte_level) {
-    for (auto& [text, id] : model_text)
-      if (auto bytes = byte_level::text_to_bytes(text)) model_vocab.emplace(std::move(*bytes), id);
+    model_text.for_each([&](std::string_view text, int32_t id) {
+      if (auto bytes = byte_level::text_to_bytes(text)) model_vocab.insert(*bytes, id);
+    });
   } else {
     model_vocab = std::move(model_text);
   }
@@ -295,7 +296,7 @@ Result<std::shared_ptr<const Tokenizer>> from_tokenizer_json(const json& j, cons
 
   StringIdMap ids;
   for (size_t i = 0; i < v.text.size(); ++i)
-    if (!v.text[i].empty()) ids.emplace(v.text[i], static_cast<int32_t>(i));
+    if (!v.text[i].empty()) ids.insert(v.text[i], static_cast<int32_t>(i));
   PAGODA_RETURN_IF_ERROR(read_post_processor(j.value("post_processor", json()), d.get(), ids));
   return finish_hf(std::move(d), std::move(v), std::move(model_text), merges, bo, byte_level, dec_byte_fallback, cfg);
 }

@@ -20,19 +20,19 @@ SpmModel::SpmModel(const std::vector<std::string>& pieces, const std::vector<flo
       case TokenType::kControl:
       case TokenType::kUnknown:
       case TokenType::kByte:
-        reserved_.emplace(pieces[i], id);
+        reserved_.insert(pieces[i], id);
         break;
       case TokenType::kUnused:
         has_unused_ = true;
-        pieces_.emplace(pieces[i], id);
+        pieces_.insert(pieces[i], id);
         break;
       case TokenType::kUserDefined:
         if (options_.inline_user_defined && !pieces[i].empty())
           user_defined_[static_cast<uint8_t>(pieces[i][0])].push_back(pieces[i]);
-        pieces_.emplace(pieces[i], id);
+        pieces_.insert(pieces[i], id);
         break;
       default:
-        pieces_.emplace(pieces[i], id);
+        pieces_.insert(pieces[i], id);
         break;
     }
   }
@@ -102,11 +102,11 @@ void SpmModel::encode(std::string_view text, std::vector<int32_t>* out, SpmScrat
     if (left < 0 || right < 0 || syms[left].frozen || syms[right].frozen) return;
     const uint32_t size = syms[left].len + syms[right].len;
     const std::string_view piece = text.substr(syms[left].begin, size);
-    auto it = pieces_.find(piece);
-    if (it == pieces_.end()) return;
-    heap.push_back({scores_[static_cast<size_t>(it->second)], left, right, size});
+    const int32_t id = pieces_.find(piece);
+    if (id < 0) return;
+    heap.push_back({scores_[static_cast<size_t>(id)], left, right, size});
     std::push_heap(heap.begin(), heap.end(), worse);
-    if (has_unused_ && types_[static_cast<size_t>(it->second)] == TokenType::kUnused) {
+    if (has_unused_ && types_[static_cast<size_t>(id)] == TokenType::kUnused) {
       rev_merge[piece] = {text.substr(syms[left].begin, syms[left].len), text.substr(syms[right].begin, syms[right].len)};
     }
   };

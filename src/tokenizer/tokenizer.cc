@@ -92,9 +92,11 @@ Result<std::shared_ptr<const Tokenizer>> make_tokenizer(std::unique_ptr<Tokenize
   d->token_type.resize(n, TokenType::kNormal);
   for (int32_t* id : {&d->bos_id, &d->eos_id, &d->eot_id, &d->eom_id, &d->unk_id, &d->pad_id}) *id = valid_id_or_none(*id, n);
 
-  d->text_to_id.reserve(n);
-  for (size_t i = 0; i < n; ++i)
-    if (!d->token_text[i].empty()) d->text_to_id.emplace(d->token_text[i], static_cast<int32_t>(i));
+  if (d->text_to_id.size() == 0) {
+    d->text_to_id.reserve(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!d->token_text[i].empty()) d->text_to_id.insert(d->token_text[i], static_cast<int32_t>(i));
+  }
 
   if (d->eot_id < 0) {
     for (std::string_view t : kEotTexts) {

@@ -58,7 +58,7 @@ struct TokenizerData {
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false, add_eos = false;
 
-  // Filled by make_tokenizer().
+  // Filled by make_tokenizer() (text_to_id by the loader if it already built one).
   StringIdMap text_to_id;
   std::vector<std::string> token_bytes;        // per-token decoder output
   std::vector<std::string> token_bytes_first;  // same for the first token (metaspace rule only)

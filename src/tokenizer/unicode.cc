@@ -1,11 +1,12 @@
 #include "tokenizer/unicode.h"
 
 #include <utf8proc.h>
+#include <xxhash.h>
 
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -67,13 +68,21 @@ struct FlagTable {
   std::vector<uint8_t> blocks;   // 256 * number of distinct blocks
   FlagTable() {
     stage1.resize(0x110000 >> 8);
-    std::map<std::array<uint8_t, 256>, uint16_t> seen;
+    std::unordered_multimap<uint64_t, uint16_t> seen;  // block hash -> block index
     std::array<uint8_t, 256> block{};
     for (char32_t hi = 0; hi < (0x110000 >> 8); ++hi) {
       for (char32_t lo = 0; lo < 256; ++lo) block[lo] = flags_from_utf8proc((hi << 8) | lo);
-      auto [it, inserted] = seen.emplace(block, static_cast<uint16_t>(seen.size()));
-      if (inserted) blocks.insert(blocks.end(), block.begin(), block.end());
-      stage1[hi] = it->second;
+      const uint64_t h = XXH3_64bits(block.data(), block.size());
+      int found = -1;
+      auto [b, e] = seen.equal_range(h);
+      for (auto it = b; it != e && found < 0; ++it)
+        if (std::memcmp(&blocks[static_cast<size_t>(it->second) << 8], block.data(), 256) == 0) found = it->second;
+      if (found < 0) {
+        found = static_cast<int>(blocks.size() >> 8);
+        blocks.insert(blocks.end(), block.begin(), block.end());
+        seen.emplace(h, static_cast<uint16_t>(found));
+      }
+      stage1[hi] = static_cast<uint16_t>(found);
     }
   }
   uint8_t get(char32_t cp) const {

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "tokenizer/string_index.h"
+
 namespace pagoda {
 
 // Token types, numbered as GGUF's tokenizer.ggml.token_type (and SentencePiece's piece types).
@@ -27,12 +29,11 @@ struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return static_cast<size_t>(XXH3_64bits(s.data(), s.size())); }
 };
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-inline int32_t find_id(const StringIdMap& map, std::string_view key) {
-  auto it = map.find(key);
-  return it == map.end() ? -1 : it->second;
-}
+// Vocabulary text -> id.
+using StringIdMap = StringIndex;
+
+inline int32_t find_id(const StringIdMap& map, std::string_view key) { return map.find(key); }
 
 // "<0x0A>" -> 0x0A; -1 if `piece` is not a byte piece (upper-case hex, as SentencePiece writes).
 int byte_piece_value(std::string_view piece);
