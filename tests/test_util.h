@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "common/cpu_features.h"
 
 namespace pagoda::test {
@@ -34,12 +35,8 @@ inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.
   return v;
 }
 
-// Every ISA level this machine can run, scalar first.
-inline std::vector<IsaLevel> supported_isa_levels() {
-  std::vector<IsaLevel> out;
-  for (int l = 0; l <= static_cast<int>(detect_isa_level()); ++l) out.push_back(static_cast<IsaLevel>(l));
-  return out;
-}
+// Every ISA level this machine can run and this build has kernels for, scalar first.
+inline std::vector<IsaLevel> supported_isa_levels() { return cpu::supported_isa_levels(); }
 
 // Caps the ISA level for the scope of a test case.
 class ScopedIsaCap {

@@ -6,7 +6,7 @@
 //   y: [M, N] f32 output, written (not accumulated), contiguous.
 //
 // prepare_linear() runs once at load: it validates the weight, picks the kernels for the dtype and
-// the ISA level (this machine's best, capped by cpu::set_isa_level_cap or by `max_isa`) and may
+// the ISA level (this machine's best, capped by set_isa_level_cap of common/cpu_features.h or by `max_isa`) and may
 // repack the weight into the layout those kernels read (the prepared weight keeps the original
 // alive). linear() validates shapes and dispatches: GEMV schedule for M <= 8 tokens (threads split
 // the rows), tiled GEMM above.

@@ -1,9 +1,9 @@
 // ISA level selection for the CPU kernels.
 //
-// The level a kernel set is chosen for is min(detect_isa_level(), cap, kBestImplemented). The cap
-// is process-wide configuration (the config module sets it from PAGODA_ISA-style settings once at
-// start-up; tests lower it to run every level the machine supports against the references).
-// Thread-safety: the cap is an atomic; it only affects weights prepared after the change.
+// The level a kernel set is chosen for is min(pagoda::active_isa_level() (the hardware level under
+// the process-wide cap of common/cpu_features.h), kBestImplemented). Tests lower the cap to run
+// every level the machine supports against the references; the cap only affects weights
+// prepared after the change.
 #pragma once
 
 #include <vector>
@@ -15,8 +15,6 @@ namespace pagoda::cpu {
 // Highest level with kernels in this build (no AMX kernels yet: untestable on the dev machines).
 constexpr IsaLevel kBestImplementedIsa = IsaLevel::kAvx512Vnni;
 
-void set_isa_level_cap(IsaLevel cap);
-IsaLevel isa_level_cap();  // kAmx (no cap) unless set
 // min(hardware, cap, best implemented).
 IsaLevel active_isa_level();
 // Every level from kScalar to min(hardware, best implemented): what tests should iterate.

@@ -1,0 +1,23 @@
+#include "common/process_stats.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+
+namespace pagoda {
+
+int64_t peak_rss_bytes() {
+  struct rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+int64_t current_rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace pagoda

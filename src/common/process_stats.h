@@ -1,0 +1,13 @@
+// Process resource figures for reports.
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda {
+
+// Peak resident set size of this process, bytes (getrusage).
+int64_t peak_rss_bytes();
+// Current resident set size, bytes (/proc/self/statm).
+int64_t current_rss_bytes();
+
+}  // namespace pagoda
