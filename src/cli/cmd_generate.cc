@@ -1,0 +1,121 @@
+// `pagoda generate`: stream one continuation to stdout (text, or token ids with --ids); timing
+// statistics go to stderr. Runs through the same Engine as the server.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  int n = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  int64_t seed = -1;
+  bool ids = false;
+  bool chat = false;
+  bool ignore_eos = false;
+  int threads = 0;
+  std::string kv_dtype = "f16";
+  int64_t max_model_len = 0;
+};
+
+int run_generate(const GenerateOptions& o) {
+  EngineConfig cfg;
+  cfg.model = o.model;
+  cfg.threads = o.threads;
+  cfg.scheduler.max_num_seqs = 1;
+  cfg.max_model_len = o.max_model_len;
+  auto kv = dtype_from_name(o.kv_dtype);
+  if (!kv) {
+    std::cerr << "pagoda generate: unknown --kv-dtype '" << o.kv_dtype << "'\n";
+    return 2;
+  }
+  cfg.kv_dtype = *kv;
+  const auto t_load = std::chrono::steady_clock::now();
+  auto engine = Engine::create(cfg);
+  if (!engine.ok()) {
+    std::cerr << "pagoda generate: " << engine.status().to_string() << "\n";
+    return 1;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+
+  GenerateRequest req;
+  if (o.chat) {
+    std::cerr << "pagoda generate: --chat needs the chat template engine (not built in this version)\n";
+    return 2;
+  }
+  req.prompt = o.prompt;
+  req.sampling.temperature = o.temperature;
+  req.sampling.top_k = o.top_k;
+  req.sampling.top_p = o.top_p;
+  req.sampling.min_p = o.min_p;
+  req.sampling.repetition_penalty = o.repetition_penalty;
+  if (o.seed >= 0) req.sampling.seed = static_cast<uint64_t>(o.seed);
+  req.stop.max_tokens = o.n;
+  req.stop.ignore_eos = o.ignore_eos;
+  auto stream = (*engine)->submit(std::move(req));
+  if (!stream.ok()) {
+    std::cerr << "pagoda generate: " << stream.status().to_string() << "\n";
+    return 1;
+  }
+  bool first_id = true;
+  RequestOutput last;
+  while (auto out = (*stream)->next()) {
+    if (o.ids) {
+      for (const auto& t : out->tokens) {
+        std::printf(first_id ? "%d" : " %d", t.token);
+        first_id = false;
+      }
+    } else {
+      std::fwrite(out->text.data(), 1, out->text.size(), stdout);
+    }
+    std::fflush(stdout);
+    last = std::move(*out);
+  }
+  if (o.ids) std::printf("\n");
+  std::fflush(stdout);
+  if (last.finish_reason == "error") {
+    std::cerr << "pagoda generate: " << last.error << "\n";
+    return 1;
+  }
+  const double ttft = last.first_token_time - last.arrival_time;
+  const double decode_s = last.time - last.first_token_time;
+  const int decoded = std::max(0, last.num_output_tokens - 1);
+  std::cerr << fmt::format("\n[load {:.2f} s | prompt {} tokens in {:.1f} ms ({:.1f} tok/s) | generated {} tokens, {:.1f} tok/s | finish {}]\n",
+                           load_s, last.num_prompt_tokens, 1000 * ttft, last.num_prompt_tokens / std::max(ttft, 1e-9),
+                           last.num_output_tokens, decoded / std::max(decode_s, 1e-9), last.finish_reason);
+  return 0;
+}
+
+const CommandRegistration kGenerate("generate", "Generate a continuation of a prompt", [](CLI::App* app) {
+  auto o = std::make_shared<GenerateOptions>();
+  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("--prompt,-p", o->prompt, "Prompt text")->required();
+  app->add_option("-n,--max-tokens", o->n, "Tokens to generate");
+  app->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)");
+  app->add_option("--top-k", o->top_k, "Top-k (0: off)");
+  app->add_option("--top-p", o->top_p, "Top-p nucleus");
+  app->add_option("--min-p", o->min_p, "Min-p");
+  app->add_option("--repetition-penalty", o->repetition_penalty, "Repetition penalty (1: off)");
+  app->add_option("--seed", o->seed, "Sampling seed (same seed, same output)");
+  app->add_flag("--ids", o->ids, "Print generated token ids instead of text");
+  app->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
+  app->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
+  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
+  app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
+  return [o] { return run_generate(*o); };
+});
+
+}  // namespace
+}  // namespace pagoda::cli
