@@ -336,7 +336,6 @@ void EngineLoop::run() {
       // Should not happen (the core catches forward failures); keep serving.
       outs.clear();
     }
-    for (const auto& o : outs) emit(o);
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       const auto& sch = core_->scheduler();
@@ -353,6 +352,9 @@ void EngineLoop::run() {
       stats_.num_kv_blocks = kv.pool().num_usable_blocks();
       stats_.free_kv_blocks = kv.num_free_blocks();
     }
+    // Outputs go out after the stats are updated: a client that sees its final output also sees
+    // its blocks freed.
+    for (const auto& o : outs) emit(o);
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ && inbox_.empty() && !core_->has_unfinished() && tracked_.empty()) break;
   }

@@ -40,6 +40,17 @@ std::vector<TensorDecl> llama_family_tensor_table(const ModelConfig& c) {
   return t;
 }
 
+int64_t declared_parameter_count(const ModelConfig& config) {
+  int64_t n = 0;
+  for (const auto& d : llama_family_tensor_table(config)) {
+    if (!d.required) continue;
+    int64_t e = 1;
+    for (int64_t x : d.shape) e *= x;
+    n += e;
+  }
+  return n;
+}
+
 Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup) {
   for (const auto& d : table) {
     const std::string& name = decl_name(d, naming);

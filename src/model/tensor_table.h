@@ -37,6 +37,10 @@ inline const std::string& decl_name(const TensorDecl& d, WeightNaming naming) {
   return naming == WeightNaming::kGguf ? d.gguf_name : d.hf_name;
 }
 
+// Parameters the family declares for this config (required tensors plus the optional ones the
+// config's flags enable; an untied output counts): the parameter count a checkpoint will have.
+int64_t declared_parameter_count(const ModelConfig& config);
+
 // Checks presence, shape and dtype of every declared tensor. Errors name the tensor, the
 // expected and the found shape/dtype.
 Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup);

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/tensor_table.h"
+
 namespace pagoda {
 namespace {
 
@@ -23,9 +25,7 @@ int64_t workspace_bytes(const ModelConfig& c, int64_t tokens) {
   const int64_t rows = std::max<int64_t>(tokens, 16);
   // ForwardWorkspace: residual, hidden, proj, last_hidden [D]; q, attn [Q]; k, v [KV]; gate, up [F].
   const int64_t per_row = 4 * c.hidden_size + 2 * c.q_size() + 2 * c.kv_size() + 2 * c.intermediate_size;
-  // Linear kernels quantize activations once per call: at most a row of the widest input, ~1.1 B/elem.
-  const int64_t quant_scratch = rows * std::max(c.hidden_size, c.intermediate_size) * 2;
-  return rows * per_row * 4 + quant_scratch;
+  return rows * per_row * 4;
 }
 
 Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
@@ -52,13 +52,20 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
     p.budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.device_memory));
     kv_budget = p.budget - fixed;
     if (kv_budget <= 0) {
-      const char* biggest = p.weights >= p.workspace + p.logits ? "the weights" : "the activation workspace";
+      std::string advice;
+      if (p.weights >= p.workspace + p.logits) {
+        // Q4_K stores 4.5 bits per weight.
+        const double q4k = static_cast<double>(declared_parameter_count(in.config)) * 4.5 / 8.0;
+        advice = fmt::format("the weights are the largest term: 4-bit weights (q4_k) would take about {}, or use a smaller model",
+                             bytes_str(static_cast<int64_t>(q4k)));
+      } else {
+        advice = "the activation workspace is the largest term: lower --max-num-batched-tokens or --max-num-seqs";
+      }
       return resource_exhausted(
           "the model does not fit: weights {} + workspace {} + logits {} + overhead {} = {} exceed the budget {} "
-          "({:.0f}% of {}); {} is the largest term: use a smaller or more quantized model{}, or more memory",
+          "({:.0f}% of {}); {}; or give more memory",
           bytes_str(p.weights), bytes_str(p.workspace), bytes_str(p.logits), bytes_str(p.runtime_overhead), bytes_str(fixed),
-          bytes_str(p.budget), 100 * in.memory_utilization, bytes_str(in.device_memory), biggest,
-          p.workspace > p.weights / 4 ? ", a smaller --max-num-batched-tokens" : "");
+          bytes_str(p.budget), 100 * in.memory_utilization, bytes_str(in.device_memory), advice);
     }
   }
   // One extra block is the null block (padding in block tables).

@@ -25,6 +25,14 @@ void ModelRunner::copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStora
   }
 }
 
+int64_t ModelRunner::workspace_bytes() const {
+  int64_t b = logits_.defined() ? logits_.nbytes() : 0;
+  for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj, &ws_.gate, &ws_.up,
+                          &ws_.last_hidden})
+    if (t->defined()) b += t->nbytes();
+  return b;
+}
+
 RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   for (const auto& id : out.finished) reqs_.erase(id);
   for (const auto& id : out.preempted) reqs_.erase(id);

@@ -45,6 +45,8 @@ class ModelRunner {
   // against references; empty unless capture is on.
   void set_capture_all_logits(bool on) { capture_all_ = on; }
   const Tensor& last_logits() const { return logits_; }
+  // Bytes of activation workspace and logits currently allocated (for the memory-plan check).
+  int64_t workspace_bytes() const;
 
  private:
   struct ReqState {

@@ -1,0 +1,175 @@
+// `pagoda memplan`: the engine's memory plan for a model and a configuration, without loading
+// weights: from a GGUF header, a Hugging Face directory, or a config.json alone (weight bytes
+// then come from the declared tensor table and the config's torch_dtype).
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "loader/gguf.h"
+#include "model/model_loader.h"
+#include "model/tensor_table.h"
+#include "runtime/memory_plan.h"
+
+namespace pagoda::cli {
+namespace {
+
+struct MemplanOptions {
+  std::string model;
+  int64_t max_model_len = 0;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  std::string memory;          // device memory, e.g. "80GiB"; default: this host's
+  double memory_utilization = 0.9;
+  std::string kv_cache_memory;
+  std::string kv_dtype = "f16";
+  std::string weight_dtype;    // config.json alone: overrides torch_dtype
+  int32_t block_size = 16;
+  bool json = false;
+};
+
+// "80GiB", "24GB", "512MiB", "1e9", "1073741824" -> bytes; -1 if malformed.
+int64_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    return -1;
+  }
+  std::string unit = s.substr(pos);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit == "" || unit == "b") mul = 1;
+  else if (unit == "kb") mul = 1e3;
+  else if (unit == "mb") mul = 1e6;
+  else if (unit == "gb") mul = 1e9;
+  else if (unit == "tb") mul = 1e12;
+  else if (unit == "kib" || unit == "k") mul = 1024.0;
+  else if (unit == "mib" || unit == "m") mul = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "tib" || unit == "t") mul = 1024.0 * 1024 * 1024 * 1024;
+  else return -1;
+  if (!(v >= 0)) return -1;
+  return static_cast<int64_t>(v * mul);
+}
+
+struct ModelFacts {
+  ModelConfig config;
+  int64_t weight_bytes = 0;
+  std::string weight_source;
+};
+
+Result<ModelFacts> model_facts(const MemplanOptions& o) {
+  namespace fs = std::filesystem;
+  ModelFacts f;
+  std::error_code ec;
+  std::string config_path;
+  if (fs::is_directory(o.model, ec)) config_path = o.model + "/config.json";
+  else if (o.model.size() >= 5 && o.model.substr(o.model.size() - 5) == ".json") config_path = o.model;
+  if (config_path.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(o.model));
+    PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_gguf(*gguf));
+    for (const auto& t : gguf->tensors()) f.weight_bytes += static_cast<int64_t>(t.nbytes);
+    f.weight_source = "GGUF tensor table";
+    return f;
+  }
+  std::ifstream in(config_path);
+  if (!in) return io_error("cannot open '{}'", config_path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return invalid_argument("'{}' is not valid JSON", config_path);
+  PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_hf_json(j));
+  std::string dt = o.weight_dtype;
+  if (dt.empty()) dt = j.value("torch_dtype", j.value("dtype", std::string("bfloat16")));
+  if (dt == "bfloat16") dt = "bf16";
+  if (dt == "float16") dt = "f16";
+  if (dt == "float32") dt = "f32";
+  auto wdt = dtype_from_name(dt);
+  if (!wdt) return invalid_argument("unknown weight dtype '{}'", dt);
+  const int64_t params = declared_parameter_count(f.config);
+  // Quantized dtypes: bytes per element from the block layout.
+  const auto& tr = dtype_traits(*wdt);
+  f.weight_bytes = params / tr.block_size * tr.block_bytes;
+  f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
+  return f;
+}
+
+int run_memplan(const MemplanOptions& o) {
+  auto facts = model_facts(o);
+  if (!facts.ok()) {
+    std::cerr << "pagoda memplan: " << facts.status().to_string() << "\n";
+    return 1;
+  }
+  MemoryPlanInput in;
+  in.config = facts->config;
+  in.weight_bytes = facts->weight_bytes;
+  in.max_model_len = o.max_model_len;
+  in.max_num_seqs = o.max_num_seqs;
+  in.max_num_batched_tokens = o.max_num_batched_tokens;
+  in.block_size = o.block_size;
+  in.memory_utilization = o.memory_utilization;
+  auto kv = dtype_from_name(o.kv_dtype);
+  if (!kv || (*kv != DType::kF32 && *kv != DType::kF16 && *kv != DType::kBF16)) {
+    std::cerr << "pagoda memplan: --kv-dtype must be f32, f16 or bf16\n";
+    return 2;
+  }
+  in.kv_dtype = *kv;
+  in.device_memory = o.memory.empty() ? host_memory_bytes() : parse_bytes(o.memory);
+  if (in.device_memory < 0) {
+    std::cerr << "pagoda memplan: cannot read --memory '" << o.memory << "' (e.g. 80GiB, 24GB, 1073741824)\n";
+    return 2;
+  }
+  if (!o.kv_cache_memory.empty()) {
+    in.kv_cache_memory = parse_bytes(o.kv_cache_memory);
+    if (in.kv_cache_memory < 0) {
+      std::cerr << "pagoda memplan: cannot read --kv-cache-memory '" << o.kv_cache_memory << "'\n";
+      return 2;
+    }
+  }
+  auto plan = plan_memory(in);
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["config"] = facts->config.to_json();
+    j["weights_from"] = facts->weight_source;
+    j["fits"] = plan.ok();
+    if (plan.ok()) j["plan"] = plan->to_json();
+    else j["error"] = plan.status().message();
+    std::cout << j.dump(2) << "\n";
+    return plan.ok() ? 0 : 3;
+  }
+  std::cout << facts->config.summary() << "\n";
+  std::cout << fmt::format("weights: {} bytes ({})\n", facts->weight_bytes, facts->weight_source);
+  if (!plan.ok()) {
+    std::cout << "does not fit: " << plan.status().message() << "\n";
+    return 3;
+  }
+  std::cout << plan->to_string() << "\n";
+  if (plan->max_concurrency < o.max_num_seqs)
+    std::cout << fmt::format("note: at full length only {:.1f} of --max-num-seqs {} sequences fit at once; shorter "
+                             "sequences share the cache (blocks are allocated as tokens arrive)\n",
+                             plan->max_concurrency, o.max_num_seqs);
+  return 0;
+}
+
+const CommandRegistration kMemplan("memplan", "Print the memory plan for a model and configuration without loading weights", [](CLI::App* app) {
+  auto o = std::make_shared<MemplanOptions>();
+  app->add_option("--model,-m", o->model, "GGUF file, Hugging Face directory or config.json")->required();
+  app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
+  app->add_option("--max-num-seqs", o->max_num_seqs, "Maximum concurrent sequences");
+  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step");
+  app->add_option("--memory", o->memory, "Device memory, e.g. 80GiB (default: this host's RAM)");
+  app->add_option("--memory-utilization", o->memory_utilization, "Fraction of the device memory to use");
+  app->add_option("--kv-cache-memory", o->kv_cache_memory, "Exact KV cache size (overrides the fraction)");
+  app->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16, bf16, f32");
+  app->add_option("--weight-dtype", o->weight_dtype, "Weights dtype when planning from config.json (default: torch_dtype)");
+  app->add_option("--block-size", o->block_size, "KV block size in tokens");
+  app->add_flag("--json", o->json, "Print JSON");
+  return [o] { return run_memplan(*o); };
+});
+
+}  // namespace
+}  // namespace pagoda::cli

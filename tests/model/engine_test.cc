@@ -1,0 +1,265 @@
+// The serving engine on real models: batch equivalence (concurrent greedy requests give exactly
+// the tokens each gives alone), preemption under a tiny KV cache, cancellation freeing blocks,
+// n > 1 sharing the prompt's blocks, seeds, stop strings, admission errors, planned vs actual memory.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/process_stats.h"
+#include "engine/engine.h"
+#include "engine/engine_core.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+namespace {
+
+std::string smollm2_or_skip() {
+  std::string p = test::smollm2_path();
+  return p;
+}
+
+// Collects every output of a stream: tokens and text per sample index.
+struct Collected {
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+  std::map<int, int32_t> cached;
+};
+Collected collect(RequestStream& s) {
+  Collected c;
+  while (auto o = s.next()) {
+    for (const auto& t : o->tokens) c.tokens[o->index].push_back(t.token);
+    c.text[o->index] += o->text;
+    if (o->finished) {
+      c.finish[o->index] = o->finish_reason;
+      c.cached[o->index] = o->num_cached_tokens;
+    }
+  }
+  return c;
+}
+
+EngineConfig base_config(const std::string& model) {
+  EngineConfig c;
+  c.model = model;
+  c.threads = 2;
+  c.max_model_len = 512;
+  c.kv_cache_memory = int64_t{64} << 20;
+  c.scheduler.max_num_seqs = 64;
+  c.scheduler.max_num_batched_tokens = 512;
+  return c;
+}
+
+std::vector<int32_t> mixed_prompt(int i, int64_t vocab) {
+  std::vector<int32_t> p;
+  const int len = 1 + (i * 37) % 60;
+  for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>((i * 7919 + k * 104729) % (vocab - 10) + 5));
+  return p;
+}
+
+TEST(Engine, ConcurrentGreedyRequestsMatchSoloRuns) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty()) << "models/SmolLM2-135M-Instruct.Q4_1.gguf missing: run scripts/setup.sh";
+  auto engine = Engine::create(base_config(model));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const int kRequests = 64, kTokens = 8;
+  const int64_t vocab = (*engine)->model_config().vocab_size;
+  auto make = [&](int i) {
+    GenerateRequest g;
+    g.prompt_ids = mixed_prompt(i, vocab);
+    g.sampling.temperature = 0;
+    g.stop.max_tokens = kTokens;
+    g.stop.ignore_eos = true;
+    return g;
+  };
+  // Solo: one at a time.
+  std::vector<std::vector<int32_t>> solo(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    auto s = (*engine)->submit(make(i));
+    ASSERT_TRUE(s.ok());
+    solo[i] = collect(**s).tokens[0];
+    ASSERT_EQ(solo[i].size(), static_cast<size_t>(kTokens));
+  }
+  // Concurrent: all at once (continuous batching, chunked prefill mixed with decodes).
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < kRequests; ++i) streams.push_back(*(*engine)->submit(make(i)));
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
+  const EngineStats st = (*engine)->stats();
+  EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);  // everything released
+}
+
+TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  EngineConfig c = base_config(model);
+  c.max_model_len = 128;
+  c.block_size = 16;
+  // KV for ~3 sequences of 128 tokens: 16 requests must preempt each other.
+  Result<ModelConfig> mc = load_model_config(model);
+  ASSERT_TRUE(mc.ok());
+  c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 26;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    EngineConfig cm = c;
+    if (mode == PreemptionMode::kSwap) cm.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
+    auto engine = Engine::create(cm);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const int64_t vocab = mc->vocab_size;
+    auto make = [&](int i) {
+      GenerateRequest g;
+      g.prompt_ids = mixed_prompt(i + 3, vocab);
+      g.prompt_ids.resize(std::min<size_t>(g.prompt_ids.size(), 60));
+      g.sampling.temperature = 0;
+      g.stop.max_tokens = 40;
+      g.stop.ignore_eos = true;
+      return g;
+    };
+    std::vector<std::vector<int32_t>> solo;
+    for (int i = 0; i < 16; ++i) solo.push_back(collect(**(*engine)->submit(make(i))).tokens[0]);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 16; ++i) streams.push_back(*(*engine)->submit(make(i)));
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
+    const EngineStats st = (*engine)->stats();
+    EXPECT_GT(st.num_preemptions, 0) << (mode == PreemptionMode::kSwap ? "swap" : "recompute");
+    EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+  }
+}
+
+TEST(Engine, SeedsReproduceAndParallelSamplesShareThePrompt) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  auto engine = Engine::create(base_config(model));
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest g;
+  g.prompt = "Write a short poem about the sea. The sea is";
+  g.sampling.temperature = 0.9f;
+  g.sampling.top_p = 0.95f;
+  g.sampling.seed = 1234;
+  g.stop.max_tokens = 16;
+  g.stop.ignore_eos = true;
+  g.n = 4;
+  Collected a = collect(**(*engine)->submit(g));
+  Collected b = collect(**(*engine)->submit(g));
+  EXPECT_EQ(a.tokens, b.tokens);  // same seed, same outputs (all four samples)
+  ASSERT_EQ(a.tokens.size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& [i, t] : a.tokens) distinct.insert(t);
+  EXPECT_GT(distinct.size(), 1u);  // samples differ from each other
+  // Samples 1..3 reused the leader's full prompt blocks from the prefix cache.
+  const int64_t prompt_len = static_cast<int64_t>((*engine)->tokenizer().encode(g.prompt).size());
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(b.cached[i], prompt_len / 16 * 16) << "sample " << i;
+  g.sampling.seed = 99;
+  Collected c = collect(**(*engine)->submit(g));
+  EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST(Engine, StopStringsAcrossTokensAreNotEmitted) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  auto engine = Engine::create(base_config(model));
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest g;
+  g.prompt = "The capital of France is";
+  g.sampling.temperature = 0;
+  g.stop.max_tokens = 30;
+  Collected full = collect(**(*engine)->submit(g));
+  const std::string text = full.text[0];
+  ASSERT_GT(text.size(), 8u) << text;
+  // A stop string that starts mid-token and spans several tokens: take characters 3..9.
+  const std::string stop = text.substr(3, 6);
+  g.stop.stop = {stop};
+  Collected cut = collect(**(*engine)->submit(g));
+  EXPECT_EQ(cut.text[0], text.substr(0, text.find(stop)));
+  EXPECT_EQ(cut.finish[0], "stop");
+  g.stop.include_stop_str_in_output = true;
+  Collected with = collect(**(*engine)->submit(g));
+  EXPECT_EQ(with.text[0], text.substr(0, text.find(stop) + stop.size()));
+}
+
+TEST(Engine, AdmissionErrorsNameTheNumbers) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  auto engine = Engine::create(base_config(model));
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest g;
+  g.prompt_ids.assign(600, 5);
+  auto r = (*engine)->submit(g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("600"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("512"), std::string::npos);
+  g.prompt_ids.assign(100, 5);
+  g.stop.max_tokens = 500;
+  r = (*engine)->submit(g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("600"), std::string::npos) << r.status().message();
+  g.stop.max_tokens = 5;
+  g.sampling.top_p = 2;
+  r = (*engine)->submit(g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("top_p"), std::string::npos);
+  g.sampling.top_p = 1;
+  g.prompt_ids = {-1};
+  EXPECT_FALSE((*engine)->submit(g).ok());
+}
+
+TEST(Engine, CancelFreesBlocksAndFinishesWithAbort) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  auto engine = Engine::create(base_config(model));
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest g;
+  g.prompt = "Tell me a long story.";
+  g.sampling.temperature = 0;
+  g.stop.max_tokens = 400;
+  g.stop.ignore_eos = true;
+  auto s = (*engine)->submit(g);
+  ASSERT_TRUE(s.ok());
+  auto first = (*s)->next();
+  ASSERT_TRUE(first.has_value());
+  (*engine)->cancel((*s)->id());
+  std::string reason;
+  while (auto o = (*s)->next())
+    if (o->finished) reason = o->finish_reason;
+  EXPECT_EQ(reason, "abort");
+  for (int i = 0; i < 100 && (*engine)->stats().free_kv_blocks != (*engine)->stats().num_kv_blocks; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ((*engine)->stats().free_kv_blocks, (*engine)->stats().num_kv_blocks);
+}
+
+TEST(Engine, PlannedMemoryMatchesActualWithinTwoPercent) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  EngineConfig c = base_config(model);
+  ThreadPool pool(2);
+  auto loaded = load_model(model, {c.max_model_len});
+  ASSERT_TRUE(loaded.ok());
+  auto core = EngineCore::create(c, std::move(*loaded), pool);
+  ASSERT_TRUE(core.ok()) << core.status().to_string();
+  const MemoryPlan& plan = (*core)->memory_plan();
+  // KV: what the storage actually allocated.
+  const int64_t kv_actual = KvCacheStorage::block_bytes((*core)->model_config(), c.block_size, c.kv_dtype) *
+                            ((*core)->kv_manager().pool().num_blocks());
+  EXPECT_NEAR(static_cast<double>(kv_actual), static_cast<double>(plan.kv_cache), 0.02 * plan.kv_cache);
+  // Weights: the bytes of every tensor the model reads.
+  int64_t weights = 0;
+  for (const auto& n : (*core)->model().weights->names())
+    if (const Tensor* t = (*core)->model().weights->find(n)) weights += t->nbytes();
+  EXPECT_NEAR(static_cast<double>(weights), static_cast<double>(plan.weights), 0.02 * plan.weights);
+  // Workspace and logits at the planned maximum: 64 sequences x 8 tokens = the 512-token budget.
+  for (int i = 0; i < 64; ++i) {
+    auto r = std::make_unique<Request>();
+    r->id = "w" + std::to_string(i);
+    r->prompt.assign(8, 100 + i);
+    r->stop.max_tokens = 1;
+    ASSERT_TRUE((*core)->add_request(std::move(r)).ok());
+  }
+  (*core)->step();
+  EXPECT_EQ((*core)->stats().last_step_tokens, 512);
+  const double ws_actual = static_cast<double>((*core)->runner().workspace_bytes());
+  EXPECT_NEAR(ws_actual, static_cast<double>(plan.workspace + plan.logits), 0.02 * (plan.workspace + plan.logits));
+}
+
+}  // namespace
+}  // namespace pagoda

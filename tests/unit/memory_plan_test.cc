@@ -1,0 +1,86 @@
+// Memory planner on real model shapes (testdata/configs) against the formula, and its errors.
+#include <gtest/gtest.h>
+
+#include "model/model_config.h"
+#include "model/tensor_table.h"
+#include "runtime/memory_plan.h"
+#include "test_paths.h"
+
+namespace pagoda {
+namespace {
+
+ModelConfig config(const std::string& name) {
+  auto c = model_config_from_hf_file(test::testdata_dir() + "/configs/" + name + ".json");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return *c;
+}
+
+TEST(MemoryPlan, KvBytesPerTokenOfPublishedShapes) {
+  // 2 x layers x kv_heads x head_dim x 2 bytes (f16).
+  EXPECT_EQ(config("llama-3-8b").kv_bytes_per_token(DType::kF16), 2 * 32 * 8 * 128 * 2);    // 128 KiB
+  EXPECT_EQ(config("llama-3-70b").kv_bytes_per_token(DType::kF16), 2 * 80 * 8 * 128 * 2);   // 320 KiB
+  EXPECT_EQ(config("qwen2.5-7b").kv_bytes_per_token(DType::kF16), 2 * 28 * 4 * 128 * 2);    // 56 KiB
+  EXPECT_EQ(config("llama-3-8b").kv_bytes_per_token(DType::kF32), 2 * 32 * 8 * 128 * 4);
+}
+
+TEST(MemoryPlan, ParameterCountsOfPublishedShapes) {
+  EXPECT_EQ(declared_parameter_count(config("llama-3-8b")), 8030261248);
+  EXPECT_EQ(declared_parameter_count(config("llama-3-70b")), 70553706496);
+  EXPECT_EQ(declared_parameter_count(config("qwen2.5-7b")), 7615616512);
+}
+
+TEST(MemoryPlan, Llama3_8bOn80GiBFollowsTheFormula) {
+  MemoryPlanInput in;
+  in.config = config("llama-3-8b");
+  in.weight_bytes = declared_parameter_count(in.config) * 2;
+  in.device_memory = int64_t{80} << 30;
+  in.memory_utilization = 0.9;
+  in.max_num_seqs = 256;
+  in.max_num_batched_tokens = 8192;
+  auto p = plan_memory(in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const int64_t budget = static_cast<int64_t>(0.9 * (int64_t{80} << 30));
+  const int64_t ws = workspace_bytes(in.config, 8192);
+  const int64_t logits = int64_t{256} * 128256 * 4;
+  const int64_t block = 2 * 32 * 8 * 128 * 2 * 16;
+  const int64_t kv_budget = budget - in.weight_bytes - ws - logits - p->runtime_overhead;
+  EXPECT_EQ(p->num_blocks, kv_budget / block - 1);
+  EXPECT_EQ(p->kv_tokens, p->num_blocks * 16);
+  EXPECT_LE(p->total, budget);
+  EXPECT_GT(p->total, budget - block);  // uses the whole budget, less than one block of slack
+  EXPECT_NEAR(p->max_concurrency, static_cast<double>(p->kv_tokens) / 8192, 1e-9);
+  // Workspace: the activations of 8192 tokens (f32): residual/hidden/proj/last [D], q/attn [Q],
+  // k/v [KV], gate/up [F].
+  EXPECT_EQ(ws, int64_t{8192} * (4 * 4096 + 2 * 4096 + 2 * 1024 + 2 * 14336) * 4);
+}
+
+TEST(MemoryPlan, SeventyBOn80GiBNamesTheWeights) {
+  MemoryPlanInput in;
+  in.config = config("llama-3-70b");
+  in.weight_bytes = declared_parameter_count(in.config) * 2;
+  in.device_memory = int64_t{80} << 30;
+  auto p = plan_memory(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(p.status().message().find("weights are the largest term"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("q4_k"), std::string::npos);
+}
+
+TEST(MemoryPlan, ContextThatCannotFitSaysWhatFits) {
+  MemoryPlanInput in;
+  in.config = config("qwen2.5-7b");
+  in.weight_bytes = declared_parameter_count(in.config) * 2;
+  in.kv_cache_memory = int64_t{1} << 30;  // 1 GiB of KV: 1170 blocks of 896 KiB, one is the null block
+  auto p = plan_memory(in);
+  ASSERT_FALSE(p.ok());
+  const std::string m = p.status().message();
+  EXPECT_NE(m.find("max_model_len 32768"), std::string::npos) << m;
+  EXPECT_NE(m.find("--max-model-len 18704"), std::string::npos) << m;  // (1 GiB / 896 KiB - 1) blocks x 16
+  in.max_model_len = 16384;
+  auto ok = plan_memory(in);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->kv_tokens, 18704);
+}
+
+}  // namespace
+}  // namespace pagoda
