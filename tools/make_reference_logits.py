@@ -68,6 +68,20 @@ TOLERANCE_RULE = (
     "greedy_must_match_prefix ids of a 32-token greedy continuation equal greedy.ids.")
 
 
+KEY_ORDER = ["format", "reference_set", "prompt", "prompt_text", "prompt_ids", "num_positions", "vocab_size",
+             "logits_file", "logits_dtype", "logits_byte_order", "logits_shape", "logits_positions", "logit_range",
+             "top1", "top1_margin", "topk", "greedy", "tolerance_rule", "tolerance",
+             "tolerance_quantized_activations", "checkpoints", "versions", "computation"]
+
+
+def dump_prompt_json(path, doc):
+    ordered = {k: doc[k] for k in KEY_ORDER if k in doc}
+    ordered.update({k: v for k, v in doc.items() if k not in ordered})
+    with open(path, "w") as f:
+        json.dump(ordered, f, indent=1)
+        f.write("\n")
+
+
 def retolerance():
     """Recomputes the tolerance blocks of every committed JSON from its stored margins (no model runs)."""
     with open(os.path.join(REF, "index.json")) as f:
@@ -84,10 +98,12 @@ def retolerance():
             doc["tolerance_rule"] = TOLERANCE_RULE
             doc.update(tolerances(set_name, entry["weights"], doc["logit_range"], doc["top1_margin"],
                                   doc["greedy"]["margins"]))
-            with open(path, "w") as f:
-                json.dump(doc, f, indent=1)
-                f.write("\n")
+            dump_prompt_json(path, doc)
             n += 1
+        index["sets"][set_name] = {k: entry[k] for k in ("weights", "checkpoints", "prompts")}
+    with open(os.path.join(REF, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+        f.write("\n")
     log(f"rewrote the tolerances of {n} prompt files")
 
 
@@ -310,9 +326,7 @@ def write_prompt(set_dir, set_name, prompt, logits, greedy_ids, greedy_margins, 
         doc["topk"] = {"k": k, "ids": ids.tolist(),
                        "logits": [[float(x) for x in row] for row in np.take_along_axis(logits, ids, 1)]}
     doc.update(common)
-    with open(os.path.join(set_dir, f"{prompt['name']}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    dump_prompt_json(os.path.join(set_dir, f"{prompt['name']}.json"), doc)
     t = tols["tolerance"]
     return {"name": prompt["name"], "length": T, "exempt": len(t["top1_exempt_positions"]),
             "greedy_prefix": t["greedy_must_match_prefix"],
