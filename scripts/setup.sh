@@ -18,7 +18,7 @@ done
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang lld libclang-rt-14-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libutf8proc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libutf8proc-dev libicu-dev
   python3-venv python3-sentencepiece unzip
 )
 missing=()

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -122,6 +123,28 @@ IsaLevel detect_isa_level() {
   if (avx512) return IsaLevel::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return IsaLevel::kAvx2;
   return IsaLevel::kScalar;
+}
+
+namespace {
+std::atomic<int> g_isa_cap{static_cast<int>(IsaLevel::kAmx)};
+}  // namespace
+
+IsaLevel active_isa_level() {
+  static const IsaLevel detected = detect_isa_level();
+  const int cap = g_isa_cap.load(std::memory_order_relaxed);
+  return static_cast<int>(detected) < cap ? detected : static_cast<IsaLevel>(cap);
+}
+
+void set_isa_level_cap(IsaLevel cap) { g_isa_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
+
+bool parse_isa_level(const std::string& name, IsaLevel* out) {
+  for (int l = 0; l <= static_cast<int>(IsaLevel::kAmx); ++l) {
+    if (name == isa_level_name(static_cast<IsaLevel>(l))) {
+      *out = static_cast<IsaLevel>(l);
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace pagoda

@@ -35,5 +35,12 @@ enum class IsaLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx
 const char* isa_level_name(IsaLevel level);
 // Best level this machine supports.
 IsaLevel detect_isa_level();
+// The level kernels dispatch to: detect_isa_level(), lowered by the cap. The cap is process-wide
+// configuration (set once at start-up from --isa, or by tests that compare levels); it must not
+// change while kernels run.
+IsaLevel active_isa_level();
+void set_isa_level_cap(IsaLevel cap);
+// "scalar", "avx2", "avx512", "avx512-vnni", "amx" -> level.
+bool parse_isa_level(const std::string& name, IsaLevel* out);
 
 }  // namespace pagoda

@@ -1,5 +1,7 @@
 #include "common/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +12,13 @@
 namespace pagoda {
 
 std::shared_ptr<void> aligned_host_alloc(size_t bytes, bool zero) {
+  // Large zeroed buffers (the KV cache) come straight from the kernel: zero and committed page by
+  // page on first touch, so an idle cache costs no resident memory.
+  if (zero && bytes >= (size_t{1} << 20)) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); });
+  }
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (p == nullptr) throw std::bad_alloc();

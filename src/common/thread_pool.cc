@@ -1,7 +1,10 @@
 #include "common/thread_pool.h"
 
 #include <immintrin.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -9,6 +12,13 @@ namespace pagoda {
 namespace {
 // About 50-100 us of spinning before a worker sleeps.
 constexpr int kSpinIterations = 20000;
+
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
 }  // namespace
 
 int ThreadPool::default_num_threads() {
@@ -24,8 +34,8 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads > 0 ? num_thr
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
-  epoch_.notify_all();
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&epoch_);
   for (auto& t : threads_) t.join();
 }
 
@@ -33,14 +43,16 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
   thunk_ = thunk;
   ctx_ = ctx;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  epoch_.fetch_add(1, std::memory_order_release);
-  epoch_.notify_all();
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&epoch_);
   thunk(ctx, 0, num_threads_);
   while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
 }
 
 void ThreadPool::worker_loop(int ith) {
-  uint32_t seen = epoch_.load(std::memory_order_acquire);
+  // Epoch 0 is the value at construction: a job dispatched before this thread first runs must
+  // still be seen as new (reading epoch_ here instead would miss it and deadlock dispatch()).
+  uint32_t seen = 0;
   for (;;) {
     int spins = 0;
     uint32_t now;
@@ -48,7 +60,9 @@ void ThreadPool::worker_loop(int ith) {
       if (++spins < kSpinIterations) {
         _mm_pause();
       } else {
-        epoch_.wait(seen, std::memory_order_acquire);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        if (epoch_.load(std::memory_order_seq_cst) == seen) futex_wait(&epoch_, seen);
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       }
     }
     seen = now;

@@ -3,7 +3,10 @@
 // The calling thread is worker 0; `num_threads - 1` background threads are the rest. `run(fn)`
 // calls fn(ith, nth) on every worker and returns when all have finished. Workers spin briefly
 // between jobs (decode issues hundreds of small jobs per token, so a futex wake per job would
-// dominate), then sleep on an atomic wait.
+// dominate), then sleep on a futex. A sleeping worker announces itself in `sleepers_` before its
+// last look at the epoch; dispatch() bumps the epoch then wakes only if someone sleeps (both
+// seq_cst, so a wake-up cannot be lost; libstdc++ 12's atomic::wait/notify_all lost wake-ups here
+// and hung the pool under load).
 //
 // Thread-safety: run() must not be called concurrently or re-entrantly (one forward pass owns the
 // pool at a time). Exceptions must not escape fn.
@@ -65,6 +68,7 @@ class ThreadPool {
   std::vector<std::thread> threads_;
   alignas(64) std::atomic<uint32_t> epoch_{0};
   alignas(64) std::atomic<int> pending_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
   alignas(64) Thunk thunk_ = nullptr;
   void* ctx_ = nullptr;
   std::atomic<bool> stop_{false};

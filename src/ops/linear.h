@@ -1,18 +1,23 @@
-// Linear layer front end: y = x W^T (+ bias), the matmul every projection uses.
+// Linear layer front end: y = x W^T, the matmul every projection uses.
 //
 //   w: [N, K] weight in any weight dtype (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
 //      q5_k, q6_k); row n holds the K inputs of output n.
-//   x: [M, K] f32 activations (M tokens).
-//   y: [M, N] f32 output, written (not accumulated).
+//   x: [M, K] f32 activations (M tokens), contiguous.
+//   y: [M, N] f32 output, written (not accumulated), contiguous.
 //
-// prepare_linear() runs once at load: it validates the weight and may repack it into a layout
-// the CPU kernels prefer (the prepared weight keeps the original alive). linear() validates
-// shapes and dispatches to the best kernel for the dtype, M and the ISA level of this machine.
-// Thread-safety: linear() uses all workers of `pool`; a LinearWeight is immutable after prepare.
+// prepare_linear() runs once at load: it validates the weight, picks the kernels for the dtype and
+// the ISA level (this machine's best, capped by cpu::set_isa_level_cap or by `max_isa`) and may
+// repack the weight into the layout those kernels read (the prepared weight keeps the original
+// alive). linear() validates shapes and dispatches: GEMV schedule for M <= 8 tokens (threads split
+// the rows), tiled GEMM above.
+// Thread-safety: linear() uses all workers of `pool`; a LinearWeight is immutable after prepare and
+// may be used by several pools at once.
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "common/cpu_features.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
@@ -22,8 +27,15 @@ namespace pagoda {
 struct LinearWeight;  // opaque: defined by the CPU backend
 
 Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name);
+// Same, with the ISA level capped at max_isa (tests and benchmarks compare levels).
+Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name,
+                                                           IsaLevel max_isa);
 const Tensor& linear_weight_tensor(const LinearWeight& w);  // the original [N, K] tensor
+IsaLevel linear_weight_isa(const LinearWeight& w);          // level its kernels were chosen for
 
 void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool);
+
+// Raw form for callers that manage their own buffers: x [m, K] f32, y [m, N] f32, contiguous.
+void linear(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool);
 
 }  // namespace pagoda

@@ -1,0 +1,87 @@
+// Interface between the linear-layer dispatcher (backend/cpu/linear.cc) and the per-ISA kernel
+// files (*_avx2.cc, *_avx512.cc, *_vnni.cc). Everything here is plain data and function pointers
+// so the ISA files need no STL (see the ODR note in src/CMakeLists.txt).
+//
+// Packed weight layouts (built once by pack.cc, the same bytes for every SIMD level):
+//
+//  * "qint" family (q4_0, q4_1, q5_0, q5_1, q8_0): rows are grouped by kGroupRows = 16. For row
+//    group g and 32-element block b one record holds, in order:
+//      d[16]  fp16 block scales of the 16 rows
+//      m[16]  fp16 block mins (q4_1, q5_1 only)
+//      codes  unsigned codes: 4-bit formats 4 chunks of 64 bytes; in chunk c, bytes 4r..4r+3
+//             hold row r's elements 4c..4c+3 in the low nibbles and 16+4c..16+4c+3 in the high
+//             nibbles (exactly GGUF's qs[4c..4c+3]); q8_0 8 vectors of 64 bytes, vector v bytes
+//             4r..4r+3 = row r's elements 4v..4v+3 plus 128 (so they are unsigned).
+//      qh[8]  (q5_0, q5_1) 64-bit masks, mask v bit 4r+i = 5th bit of row r's element 4v+i.
+//    Value of row r, element e: d[r] * (code - offset) (+ m[r]); offset 8 (q4_0), 16 (q5_0),
+//    128 (q8_0), 0 (q4_1/q5_1). The layout turns a 64-byte load into one dword per row, so the
+//    integer dot with a broadcast activation dword (vpdpbusd) accumulates 16 rows' dot products in
+//    the 16 lanes: no horizontal sums anywhere.
+//  * "qint k" family (q4_k, q5_k, q6_k): per row group and 256-element super-block, a header of
+//    f32 d[16] and (q4_k, q5_k) f32 dmin[16] (the rows' super-block scales, exact fp16 -> f32),
+//    then 8 records, one per 32-element sub-block j:
+//      q4_k/q5_k: sc[16] u8, m[16] u8 (6-bit scale and min of sub-block j of each row), the
+//                 4-bit code chunks as above, q5_k the 5th-bit masks as above.
+//                 Value: d[r] * sc[r] * code - dmin[r] * m[r].
+//      q6_k:      sc_lo[16] i8, sc_hi[16] i8 (the scales of elements 0..15 / 16..31), low-nibble
+//                 chunks as above, then two sets of 8 64-bit masks (bit 4, bit 5 of the code).
+//                 Value: d[r] * sc * (code - 32).
+//  * "float" family (f32, f16, bf16): group g holds [K][16] elements in the original type
+//    (k-major, 16 rows interleaved), so one vector load is one k for 16 rows.
+// Rows past N in the last group are zero.
+#pragma once
+
+#include <cstdint>
+
+#include "common/cpu_features.h"
+#include "common/dtype.h"
+
+namespace pagoda::cpu {
+
+constexpr int64_t kGroupRows = 16;
+constexpr int64_t kQBlock = 32;
+
+enum class PackKind { kNone, kQint, kQintK, kFloat };
+
+// Bytes of one (group, block) record of a qint format.
+int64_t qint_record_bytes(DType t);
+// Bytes of one (group, super-block) of a qint k format (header + 8 records).
+int64_t qint_k_superblock_bytes(DType t);
+PackKind pack_kind(DType t);
+// Packed size of a [n, k] weight; 0 for kNone.
+int64_t packed_bytes(DType t, int64_t n, int64_t k);
+// w: [n, k] rows in GGUF layout -> dst (packed_bytes(t, n, k) bytes).
+void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst);
+
+// Activations quantized for the qint kernels: per token row m, q[m * ldq + e] int8 (|q| <= 127),
+// per 32-block b: d[m * lds + b] = scale, s[m * lds + b] = d * sum of the block's q; per 16
+// elements h: s16[m * lds16 + h] = d * sum of those q (the q6_k kernels' per-16 scales need it).
+struct ActQ8 {
+  int8_t* q;
+  int64_t ldq;
+  float* d;
+  float* s;
+  int64_t lds;
+  float* s16;
+  int64_t lds16;
+};
+
+struct KernelTable {
+  IsaLevel isa;
+  // x: [m, k] f32 (row stride ldx) -> a, rows [m0, m1). k a multiple of 32.
+  void (*quantize_act)(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k, const ActQ8& a);
+  // y[m * ldy + n] = sum_k W[n][k] x[m][k] for row groups [g0, g1) (rows >= n_total skipped) and
+  // tokens [m0, m1). `packed` is the whole packed weight.
+  void (*qgemm)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const ActQ8& a, int64_t m0,
+                int64_t m1, float* y, int64_t ldy, int64_t n_total);
+  void (*fgemm)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* x, int64_t ldx,
+                int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
+  bool qgemm_k;  // qgemm also takes the qint k family
+};
+
+// Per-ISA tables (null pointer members mean "not implemented at this level").
+namespace avx2 { const KernelTable* kernel_table(); }
+namespace avx512 { const KernelTable* kernel_table(); }
+namespace vnni { const KernelTable* kernel_table(); }
+
+}  // namespace pagoda::cpu

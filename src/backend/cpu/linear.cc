@@ -1,0 +1,166 @@
+// Linear layer dispatch on the CPU: picks the kernel table for the weight's packed family and the
+// ISA level once at prepare time, then per call quantizes the activations (qint family) and splits
+// the output rows (and, for many tokens, the tokens) over the thread pool.
+//
+// Generic path (scalar level, or formats without packed kernels): each thread dequantizes its rows
+// with the reference to_float and, where an f32 kernel exists, runs it on a 16-row f32 panel;
+// otherwise plain dot products.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/linear_cpu.h"
+#include "quant/quant.h"
+
+namespace pagoda::cpu {
+namespace {
+
+const KernelTable* table_for(IsaLevel isa) {
+  switch (isa) {
+    case IsaLevel::kAmx:
+    case IsaLevel::kAvx512Vnni: return vnni::kernel_table();
+    case IsaLevel::kAvx512: return avx512::kernel_table();
+    case IsaLevel::kAvx2: return avx2::kernel_table();
+    case IsaLevel::kScalar: return nullptr;
+  }
+  return nullptr;
+}
+
+// Grows-only per-thread scratch.
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Splits [0, total) into nth near-equal contiguous parts; part ith.
+inline void split(int64_t total, int ith, int nth, int64_t* b, int64_t* e) {
+  *b = total * ith / nth;
+  *e = total * (ith + 1) / nth;
+}
+
+void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  const int64_t n = w.n, k = w.k;
+  const quant::QuantOps* ops = quant::quant_ops(w.dtype);
+  const KernelTable* kt = table_for(w.isa);
+  const bool panel = kt != nullptr && kt->fgemm != nullptr;
+  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
+  pool.run([&](int ith, int nth) {
+    thread_local std::vector<float> row_buf, panel_buf;
+    int64_t g0, g1;
+    split(groups, ith, nth, &g0, &g1);
+    float* row = scratch(row_buf, static_cast<size_t>(k));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t r0 = g * kGroupRows, r1 = std::min(n, r0 + kGroupRows);
+      if (panel) {
+        float* p = scratch(panel_buf, static_cast<size_t>(k * kGroupRows));
+        std::memset(p, 0, sizeof(float) * k * kGroupRows);
+        for (int64_t r = r0; r < r1; ++r) {
+          ops->to_float(w.weight.row_ptr(r), row, k);
+          for (int64_t e = 0; e < k; ++e) p[e * kGroupRows + (r - r0)] = row[e];
+        }
+        // the panel is one packed f32 group: call the kernel with g = 0 and rows offset by r0
+        kt->fgemm(DType::kF32, reinterpret_cast<const uint8_t*>(p), k, 0, 1, x, k, 0, m, y + r0, n, r1 - r0);
+        continue;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        ops->to_float(w.weight.row_ptr(r), row, k);
+        for (int64_t t = 0; t < m; ++t) {
+          const float* xt = x + t * k;
+          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          int64_t e = 0;
+          for (; e + 8 <= k; e += 8)
+            for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
+          for (; e < k; ++e) acc[0] += row[e] * xt[e];
+          y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        }
+      }
+    }
+  });
+}
+
+// Work split for the packed kernels: GEMV-sized calls split the row groups only; larger calls
+// split row groups into chunks and, if there are too few groups per thread, the tokens as well.
+template <class Fn>  // fn(g0, g1, m0, m1)
+void run_split(ThreadPool& pool, int64_t groups, int64_t m, Fn&& fn) {
+  pool.run([&](int ith, int nth) {
+    int64_t g0, g1, m0 = 0, m1 = m;
+    if (m > kGemvMaxTokens && groups < 4 * nth && nth > 1) {
+      // 2-D: threads over tokens (groups too few to balance)
+      split(m, ith, nth, &m0, &m1);
+      g0 = 0;
+      g1 = groups;
+    } else {
+      split(groups, ith, nth, &g0, &g1);
+    }
+    if (g0 < g1 && m0 < m1) fn(g0, g1, m0, m1);
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa) {
+  auto lw = std::make_shared<LinearWeight>();
+  lw->weight = w;
+  lw->name = name;
+  lw->dtype = w.dtype();
+  lw->n = w.dim(0);
+  lw->k = w.dim(1);
+  lw->isa = isa;
+  const KernelTable* kt = table_for(isa);
+  const PackKind kind = pack_kind(w.dtype());
+  const bool usable = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
+                                        (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
+                                        (kind == PackKind::kFloat && kt->fgemm));
+  if (usable) {
+    lw->pack = kind;
+    lw->kernels = kt;
+    lw->packed = aligned_host_alloc(static_cast<size_t>(packed_bytes(lw->dtype, lw->n, lw->k)), false);
+    pack_weight(lw->dtype, w.data(), lw->n, lw->k, lw->packed.get());
+  }
+  return lw;
+}
+
+void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  if (m <= 0) return;
+  const KernelTable* kt = w.kernels;
+  const int64_t groups = (w.n + kGroupRows - 1) / kGroupRows;
+  const auto* packed = static_cast<const uint8_t*>(w.packed.get());
+  switch (w.pack) {
+    case PackKind::kNone: linear_generic(w, x, m, y, pool); return;
+    case PackKind::kFloat:
+      run_split(pool, groups, m, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+        kt->fgemm(w.dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, w.n, w.n);
+      });
+      return;
+    case PackKind::kQint:
+    case PackKind::kQintK: {
+      thread_local std::vector<uint8_t> act_buf;
+      const int64_t nb = w.k / kQBlock;
+      const int64_t ldq = (w.k + 63) / 64 * 64, lds = (nb + 15) / 16 * 16, lds16 = 2 * lds;
+      const size_t bytes = static_cast<size_t>(m * ldq + 4 * m * lds * sizeof(float) + 64);
+      uint8_t* base = scratch(act_buf, bytes);
+      base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
+      ActQ8 a{reinterpret_cast<int8_t*>(base), ldq, reinterpret_cast<float*>(base + m * ldq), nullptr, lds, nullptr,
+              lds16};
+      a.s = a.d + m * lds;
+      a.s16 = a.s + m * lds;
+      if (m == 1) {
+        kt->quantize_act(x, w.k, 0, 1, w.k, a);
+      } else {
+        pool.run([&](int ith, int nth) {
+          int64_t m0, m1;
+          split(m, ith, nth, &m0, &m1);
+          if (m0 < m1) kt->quantize_act(x, w.k, m0, m1, w.k, a);
+        });
+      }
+      run_split(pool, groups, m, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+        kt->qgemm(w.dtype, packed, w.k, g0, g1, a, m0, m1, y, w.n, w.n);
+      });
+      return;
+    }
+  }
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,259 @@
+// Weight repacking for the CPU kernels (layouts documented in kernels.h). Runs once per weight at
+// load time; plain scalar code, parallelism is the loader's business.
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "common/check.h"
+#include "common/half.h"
+#include "quant/blocks.h"
+
+namespace pagoda::cpu {
+namespace {
+
+using namespace quant;
+
+bool has_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
+bool has_qh(DType t) { return t == DType::kQ5_0 || t == DType::kQ5_1; }
+
+// Per-row accessors of one GGUF block of a legacy format.
+struct LegacyBlock {
+  uint16_t d = 0, m = 0;
+  const uint8_t* qs = nullptr;  // 16 bytes of nibbles, or 32 int8 for q8_0
+  uint32_t qh = 0;
+};
+
+LegacyBlock read_block(DType t, const uint8_t* p) {
+  LegacyBlock b;
+  switch (t) {
+    case DType::kQ4_0: {
+      auto* q = reinterpret_cast<const BlockQ4_0*>(p);
+      b.d = q->d;
+      b.qs = q->qs;
+      break;
+    }
+    case DType::kQ4_1: {
+      auto* q = reinterpret_cast<const BlockQ4_1*>(p);
+      b.d = q->d;
+      b.m = q->m;
+      b.qs = q->qs;
+      break;
+    }
+    case DType::kQ5_0: {
+      auto* q = reinterpret_cast<const BlockQ5_0*>(p);
+      b.d = q->d;
+      b.qs = q->qs;
+      std::memcpy(&b.qh, q->qh, 4);
+      break;
+    }
+    case DType::kQ5_1: {
+      auto* q = reinterpret_cast<const BlockQ5_1*>(p);
+      b.d = q->d;
+      b.m = q->m;
+      b.qs = q->qs;
+      std::memcpy(&b.qh, q->qh, 4);
+      break;
+    }
+    case DType::kQ8_0: {
+      auto* q = reinterpret_cast<const BlockQ8_0*>(p);
+      b.d = q->d;
+      b.qs = reinterpret_cast<const uint8_t*>(q->qs);
+      break;
+    }
+    default: PAGODA_CHECK(false, "not a qint format: {}", dtype_name(t));
+  }
+  return b;
+}
+
+void pack_qint(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t nb = k / kQBlock, groups = (n + kGroupRows - 1) / kGroupRows;
+  const int64_t rec = qint_record_bytes(t), bb = dtype_traits(t).block_bytes, rb = nb * bb;
+  std::memset(dst, 0, groups * nb * rec);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* r = dst + (g * nb + b) * rec;
+      auto* d = reinterpret_cast<uint16_t*>(r);
+      uint16_t* m = has_min(t) ? d + 16 : nullptr;
+      uint8_t* codes = r + (has_min(t) ? 64 : 32);
+      uint8_t* qh = codes + 256;
+      for (int64_t row = 0; row < kGroupRows; ++row) {
+        const int64_t src_row = g * kGroupRows + row;
+        if (src_row >= n) break;
+        const LegacyBlock blk = read_block(t, w + src_row * rb + b * bb);
+        d[row] = blk.d;
+        if (m) m[row] = blk.m;
+        if (t == DType::kQ8_0) {
+          for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i) codes[64 * v + 4 * row + i] = blk.qs[4 * v + i] ^ 0x80;
+        } else {
+          for (int c = 0; c < 4; ++c) std::memcpy(codes + 64 * c + 4 * row, blk.qs + 4 * c, 4);
+        }
+        if (has_qh(t)) {
+          for (int v = 0; v < 8; ++v) {
+            uint64_t mask;
+            std::memcpy(&mask, qh + 8 * v, 8);
+            for (int i = 0; i < 4; ++i) mask |= static_cast<uint64_t>((blk.qh >> (4 * v + i)) & 1) << (4 * row + i);
+            std::memcpy(qh + 8 * v, &mask, 8);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Per row and super-block: codes[256] and sub-block scales of a k-quant block.
+struct KBlock {
+  float d = 0, dmin = 0;
+  uint8_t codes[256];
+  uint8_t sc[8], m[8];  // q4_k/q5_k per 32
+  int8_t sc16[16];      // q6_k per 16
+};
+
+KBlock read_k_block(DType t, const uint8_t* p) {
+  KBlock k;
+  if (t == DType::kQ4_K || t == DType::kQ5_K) {
+    const uint16_t* dd = reinterpret_cast<const uint16_t*>(p);
+    k.d = fp16_to_f32(dd[0]);
+    k.dmin = fp16_to_f32(dd[1]);
+    const uint8_t* scales = p + 4;
+    for (int j = 0; j < 8; ++j) get_scale_min_k4(j, scales, &k.sc[j], &k.m[j]);
+    const uint8_t* qs = t == DType::kQ4_K ? reinterpret_cast<const BlockQ4_K*>(p)->qs : reinterpret_cast<const BlockQ5_K*>(p)->qs;
+    for (int j = 0; j < 8; ++j)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = qs[32 * (j / 2) + l];
+        int q = (j % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+        if (t == DType::kQ5_K) q |= ((reinterpret_cast<const BlockQ5_K*>(p)->qh[l] >> j) & 1) << 4;
+        k.codes[32 * j + l] = static_cast<uint8_t>(q);
+      }
+  } else {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(p);
+    k.d = fp16_to_f32(b->d);
+    for (int s = 0; s < 16; ++s) k.sc16[s] = b->scales[s];
+    for (int h = 0; h < 2; ++h)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t* ql = b->ql + 64 * h;
+        const uint8_t qh = b->qh[32 * h + l];
+        k.codes[128 * h + l] = static_cast<uint8_t>((ql[l] & 0xF) | (((qh >> 0) & 3) << 4));
+        k.codes[128 * h + l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4));
+        k.codes[128 * h + l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh >> 4) & 3) << 4));
+        k.codes[128 * h + l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4));
+      }
+  }
+  return k;
+}
+
+// Sets bit 4r+i of mask v (8 masks at p) for element 4v+i of row r when `bit` of code is set.
+void set_mask_bits(uint8_t* p, int row, const uint8_t* codes32, int bit) {
+  for (int v = 0; v < 8; ++v) {
+    uint64_t mask;
+    std::memcpy(&mask, p + 8 * v, 8);
+    for (int i = 0; i < 4; ++i) mask |= static_cast<uint64_t>((codes32[4 * v + i] >> bit) & 1) << (4 * row + i);
+    std::memcpy(p + 8 * v, &mask, 8);
+  }
+}
+
+void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t ns = k / 256, groups = (n + kGroupRows - 1) / kGroupRows;
+  const int64_t sbb = qint_k_superblock_bytes(t), bb = dtype_traits(t).block_bytes, rb = ns * bb;
+  const bool q6 = t == DType::kQ6_K;
+  const int64_t header = q6 ? 64 : 128, rec = (sbb - header) / 8;
+  std::memset(dst, 0, groups * ns * sbb);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t s = 0; s < ns; ++s) {
+      uint8_t* sb = dst + (g * ns + s) * sbb;
+      for (int64_t row = 0; row < kGroupRows && g * kGroupRows + row < n; ++row) {
+        const KBlock kb = read_k_block(t, w + (g * kGroupRows + row) * rb + s * bb);
+        std::memcpy(sb + 4 * row, &kb.d, 4);
+        if (!q6) std::memcpy(sb + 64 + 4 * row, &kb.dmin, 4);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* r = sb + header + j * rec;
+          const uint8_t* c32 = kb.codes + 32 * j;
+          if (q6) {
+            r[row] = static_cast<uint8_t>(kb.sc16[2 * j]);
+            r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1]);
+          } else {
+            r[row] = kb.sc[j];
+            r[16 + row] = kb.m[j];
+          }
+          uint8_t* codes = r + 32;
+          for (int c = 0; c < 4; ++c)
+            for (int i = 0; i < 4; ++i)
+              codes[64 * c + 4 * row + i] = static_cast<uint8_t>((c32[4 * c + i] & 0xF) | ((c32[16 + 4 * c + i] & 0xF) << 4));
+          if (t == DType::kQ5_K || q6) set_mask_bits(codes + 256, static_cast<int>(row), c32, 4);
+          if (q6) set_mask_bits(codes + 320, static_cast<int>(row), c32, 5);
+        }
+      }
+    }
+}
+
+void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t es = dtype_traits(t).block_bytes, groups = (n + kGroupRows - 1) / kGroupRows;
+  std::memset(dst, 0, groups * kGroupRows * k * es);
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t g = row / kGroupRows, r = row % kGroupRows;
+    uint8_t* base = dst + g * kGroupRows * k * es;
+    for (int64_t e = 0; e < k; ++e) std::memcpy(base + (e * kGroupRows + r) * es, w + (row * k + e) * es, es);
+  }
+}
+
+}  // namespace
+
+PackKind pack_kind(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ8_0: return PackKind::kQint;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return PackKind::kQintK;
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return PackKind::kFloat;
+    default: return PackKind::kNone;
+  }
+}
+
+int64_t qint_record_bytes(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return 32 + 256;
+    case DType::kQ4_1: return 64 + 256;
+    case DType::kQ5_0: return 32 + 256 + 64;
+    case DType::kQ5_1: return 64 + 256 + 64;
+    case DType::kQ8_0: return 32 + 512;
+    default: return 0;
+  }
+}
+
+int64_t qint_k_superblock_bytes(DType t) {
+  switch (t) {
+    case DType::kQ4_K: return 128 + 8 * (32 + 256);
+    case DType::kQ5_K: return 128 + 8 * (32 + 256 + 64);
+    case DType::kQ6_K: return 64 + 8 * (32 + 256 + 128);
+    default: return 0;
+  }
+}
+
+int64_t packed_bytes(DType t, int64_t n, int64_t k) {
+  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
+  switch (pack_kind(t)) {
+    case PackKind::kQint: return groups * (k / kQBlock) * qint_record_bytes(t);
+    case PackKind::kQintK: return groups * (k / 256) * qint_k_superblock_bytes(t);
+    case PackKind::kFloat: return groups * kGroupRows * k * dtype_traits(t).block_bytes;
+    case PackKind::kNone: return 0;
+  }
+  return 0;
+}
+
+void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst) {
+  const auto* src = static_cast<const uint8_t*>(w);
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (pack_kind(t)) {
+    case PackKind::kQint: pack_qint(t, src, n, k, out); break;
+    case PackKind::kQintK: pack_qint_k(t, src, n, k, out); break;
+    case PackKind::kFloat: pack_float(t, src, n, k, out); break;
+    case PackKind::kNone: PAGODA_CHECK(false, "{} has no packed layout", dtype_name(t));
+  }
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,127 @@
+// `pagoda info --model PATH [--json]`: what a checkpoint is, without running it.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "loader/gguf.h"
+#include "loader/hf_model_dir.h"
+#include "loader/weight_source.h"
+#include "model/model_loader.h"
+
+namespace pagoda::cli {
+namespace {
+
+struct TokenizerFacts {
+  std::string kind = "none";
+  bool chat_template = false;
+};
+
+TokenizerFacts tokenizer_facts(const WeightSource& src) {
+  TokenizerFacts f;
+  if (const GgufFile* g = src.gguf()) {
+    const auto model = g->get_string("tokenizer.ggml.model").value_or("");
+    if (model == "llama") f.kind = "sentencepiece-bpe";
+    else if (model == "gpt2") f.kind = "byte-level-bpe";
+    else if (!model.empty()) f.kind = model;
+    f.chat_template = g->get_string("tokenizer.chat_template").has_value();
+    return f;
+  }
+  const std::string dir = src.hf_dir() ? src.hf_dir()->dir() : std::filesystem::path(src.path()).parent_path().string();
+  auto read_json = [&](const char* name) {
+    std::ifstream in(dir + "/" + name);
+    return in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  };
+  nlohmann::json tok = read_json("tokenizer.json");
+  if (tok.is_object() && tok.contains("model") && tok["model"].is_object()) {
+    const auto& m = tok["model"];
+    const std::string type = m.value("type", "");
+    bool byte_level = false;
+    if (tok.contains("pre_tokenizer") && tok["pre_tokenizer"].is_object()) byte_level = tok["pre_tokenizer"].dump().find("ByteLevel") != std::string::npos;
+    f.kind = type == "BPE" ? (byte_level ? "byte-level-bpe" : "sentencepiece-bpe") : (type.empty() ? "unknown" : type);
+  } else if (std::filesystem::exists(dir + "/vocab.json") && std::filesystem::exists(dir + "/merges.txt")) {
+    f.kind = "byte-level-bpe";
+  } else if (std::filesystem::exists(dir + "/tokenizer.model")) {
+    f.kind = "sentencepiece-bpe";
+  }
+  nlohmann::json cfg = read_json("tokenizer_config.json");
+  f.chat_template = (cfg.is_object() && cfg.contains("chat_template")) || std::filesystem::exists(dir + "/chat_template.jinja");
+  return f;
+}
+
+int run_info(const std::string& path, bool as_json) {
+  auto src = load_weight_source(path);
+  if (!src.ok()) {
+    std::cerr << "pagoda info: " << src.status().to_string() << "\n";
+    return 1;
+  }
+  auto cfg = model_config_from_source(**src);
+  if (!cfg.ok()) {
+    std::cerr << "pagoda info: " << cfg.status().to_string() << "\n";
+    return 1;
+  }
+  int64_t params = 0;
+  std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // dtype -> (tensors, bytes)
+  for (const auto& name : (*src)->names()) {
+    const Tensor* t = (*src)->find(name);
+    if (!t) continue;
+    params += t->numel();
+    auto& e = by_dtype[std::string(dtype_name(t->dtype()))];
+    e.first += 1;
+    e.second += t->nbytes();
+  }
+  int64_t total_bytes = 0;
+  for (const auto& [_, e] : by_dtype) total_bytes += e.second;
+  const TokenizerFacts tok = tokenizer_facts(**src);
+  nlohmann::json j;
+  j["path"] = path;
+  j["format"] = weight_format_name((*src)->format());
+  j["config"] = cfg->to_json();
+  j["parameters"] = params;
+  j["weight_bytes"] = total_bytes;
+  for (const auto& [dt, e] : by_dtype) j["weight_bytes_by_dtype"][dt] = {{"tensors", e.first}, {"bytes", e.second}};
+  j["kv_bytes_per_token"] = {{"f16", cfg->kv_bytes_per_token(DType::kF16)}, {"f32", cfg->kv_bytes_per_token(DType::kF32)}};
+  j["context_length"] = cfg->max_position_embeddings;
+  j["tokenizer"] = tok.kind;
+  j["chat_template"] = tok.chat_template;
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20)); };
+  std::cout << fmt::format("model         {}\n", path);
+  std::cout << fmt::format("format        {}\n", weight_format_name((*src)->format()));
+  std::cout << fmt::format("architecture  {} ({})\n", arch_family_name(cfg->family), cfg->arch_name);
+  std::cout << fmt::format("parameters    {} ({:.1f} M)\n", params, static_cast<double>(params) / 1e6);
+  std::cout << fmt::format("weights       {}\n", mib(total_bytes));
+  for (const auto& [dt, e] : by_dtype) std::cout << fmt::format("  {:<6} {:>4} tensors  {}\n", dt, e.first, mib(e.second));
+  std::cout << fmt::format("hidden        {}  ffn {}  layers {}  vocab {}\n", cfg->hidden_size, cfg->intermediate_size,
+                           cfg->num_layers, cfg->vocab_size);
+  std::cout << fmt::format("attention     {} heads, {} kv heads, head_dim {}{}{}\n", cfg->num_heads, cfg->num_kv_heads,
+                           cfg->head_dim, cfg->attention_bias ? ", qkv bias" : "", cfg->qk_norm ? ", q/k norm" : "");
+  std::cout << fmt::format("rope          theta {}  {}  dims {}{}\n", cfg->rope_theta, rope_layout_name(cfg->rope_layout),
+                           cfg->rope_dim,
+                           cfg->rope_scaling.kind == RopeScaling::Kind::kLlama3 ? fmt::format("  llama3 x{}", cfg->rope_scaling.factor) : "");
+  std::cout << fmt::format("rms_norm_eps  {}\n", cfg->rms_norm_eps);
+  std::cout << fmt::format("tied embed    {}\n", cfg->tie_word_embeddings ? "yes" : "no");
+  std::cout << fmt::format("context       {} tokens\n", cfg->max_position_embeddings);
+  std::cout << fmt::format("kv per token  {} bytes (f16), {} bytes (f32)\n", cfg->kv_bytes_per_token(DType::kF16),
+                           cfg->kv_bytes_per_token(DType::kF32));
+  std::cout << fmt::format("tokenizer     {}\n", tok.kind);
+  std::cout << fmt::format("chat template {}\n", tok.chat_template ? "present" : "absent");
+  return 0;
+}
+
+const CommandRegistration kInfo("info", "Describe a model (architecture, sizes, tokenizer) without running it", [](CLI::App* app) {
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  app->add_option("--model,-m", *path, "GGUF file or Hugging Face model directory")->required();
+  app->add_flag("--json", *json, "Print JSON");
+  return [path, json] { return run_info(*path, *json); };
+});
+
+}  // namespace
+}  // namespace pagoda::cli

@@ -1,0 +1,391 @@
+#include "engine/engine.h"
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/engine_core.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+// ---- RequestStream ----
+
+void RequestStream::push(RequestOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+}
+
+std::optional<RequestOutput> RequestStream::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || remaining_ == 0; });
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finished) --remaining_;
+  return out;
+}
+
+std::optional<RequestOutput> RequestStream::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || remaining_ == 0; })) return std::nullopt;
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finished) --remaining_;
+  return out;
+}
+
+bool RequestStream::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return remaining_ == 0 && queue_.empty();
+}
+
+std::string EngineConfig::to_string() const {
+  return fmt::format(
+      "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
+      "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us",
+      model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
+      enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
+      scheduler.policy, max_queue_delay_us);
+}
+
+// ---- EngineLoop: the engine thread and text output ----
+
+class EngineLoop {
+ public:
+  EngineLoop(EngineConfig config, std::unique_ptr<ThreadPool> pool, std::unique_ptr<EngineCore> core,
+             std::shared_ptr<const Tokenizer> tok)
+      : config_(std::move(config)), pool_(std::move(pool)), core_(std::move(core)), tok_(std::move(tok)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~EngineLoop() { shutdown(); }
+
+  Result<std::shared_ptr<RequestStream>> submit(GenerateRequest g);
+  void cancel(const std::string& id);
+  EngineStats stats() const;
+  void shutdown();
+
+  const EngineConfig& config() const { return config_; }
+  const EngineCore& core() const { return *core_; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  std::shared_ptr<const Tokenizer> tokenizer_ptr() const { return tok_; }
+
+ private:
+  // Per sample (child request) output state; touched only by the loop thread.
+  struct Tracked {
+    std::shared_ptr<RequestStream> stream;
+    std::string parent_id;
+    int32_t index = 0;
+    int32_t logprobs = -1;
+    std::unique_ptr<StreamingDetokenizer> detok;
+    std::unique_ptr<StopMatcher> stop;
+    double arrival = 0, first_token = 0;
+    bool done = false;
+  };
+  struct Incoming {
+    std::unique_ptr<Request> req;
+    Tracked tracked;
+  };
+
+  void run();
+  void drain_inbox();
+  void emit(const CoreOutput& o);
+
+  EngineConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<EngineCore> core_;
+  std::shared_ptr<const Tokenizer> tok_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Incoming> inbox_;
+  std::vector<std::string> cancels_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 0;
+  uint64_t next_seq_ = 0;
+  std::unordered_map<std::string, std::vector<std::string>> children_;  // parent id -> child ids (under mu_)
+  std::unordered_map<std::string, Tracked> tracked_;                    // loop thread only
+  std::mt19937_64 seed_rng_{std::random_device{}()};
+
+  std::atomic<int64_t> pending_{0};
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+Result<std::shared_ptr<RequestStream>> EngineLoop::submit(GenerateRequest g) {
+  if (g.n < 1 || g.n > 128) return invalid_argument("n must be in [1, 128], got {}", g.n);
+  PAGODA_RETURN_IF_ERROR(g.sampling.validate());
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (prompt.empty()) {
+    EncodeOptions eo;
+    eo.add_special = g.add_special_tokens;
+    prompt = tok_->encode(g.prompt, eo);
+  }
+  const int64_t max_len = core_->max_model_len();
+  const int64_t vocab = core_->model_config().vocab_size;
+  // Validate here too (the core re-checks): errors must reach the caller synchronously.
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= vocab) return invalid_argument("prompt token id {} is outside the vocabulary [0, {})", t, vocab);
+  const int64_t plen = static_cast<int64_t>(prompt.size());
+  if (plen >= max_len)
+    return out_of_range("the prompt has {} tokens, but this model's maximum length is {} tokens (prompt plus at least one generated token)", plen, max_len);
+  if (g.stop.max_tokens > 0 && plen + g.stop.max_tokens > max_len)
+    return out_of_range("this model's maximum length is {} tokens, but {} were requested ({} in the prompt, {} to generate)",
+                        max_len, plen + g.stop.max_tokens, plen, g.stop.max_tokens);
+  if (g.stop.max_tokens == 0) return invalid_argument("max_tokens must be at least 1");
+  if (g.stop.min_tokens < 0 || (g.stop.max_tokens > 0 && g.stop.min_tokens > g.stop.max_tokens))
+    return invalid_argument("min_tokens must be in [0, max_tokens], got {}", g.stop.min_tokens);
+  for (int32_t t : g.stop.stop_token_ids)
+    if (t < 0 || t >= vocab) return invalid_argument("stop token id {} is outside the vocabulary", t);
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return make_status(StatusCode::kCancelled, "the engine is shutting down");
+  std::string id = g.request_id.empty() ? fmt::format("req-{}", next_id_++) : g.request_id;
+  if (children_.count(id)) return invalid_argument("request id '{}' is already in use", id);
+  auto stream = std::make_shared<RequestStream>(id, g.n);
+  const uint64_t base_seed = g.sampling.seed ? *g.sampling.seed : seed_rng_();
+  std::vector<int32_t> eos = tok_->stop_ids();
+  std::vector<std::string> child_ids;
+  for (int32_t i = 0; i < g.n; ++i) {
+    auto r = std::make_unique<Request>();
+    r->id = g.n == 1 ? id : fmt::format("{}#{}", id, i);
+    r->prompt = prompt;
+    r->sampling = g.sampling;
+    r->stop = g.stop;
+    r->eos_token_ids = eos;
+    r->priority = g.priority;
+    r->arrival_seq = next_seq_++;
+    r->seed = base_seed + static_cast<uint64_t>(i);
+    if (i > 0) r->prefill_leader = fmt::format("{}#0", id);
+    Tracked t;
+    t.stream = stream;
+    t.parent_id = id;
+    t.index = i;
+    t.logprobs = g.sampling.logprobs;
+    t.detok = std::make_unique<StreamingDetokenizer>(tok_, g.skip_special_tokens);
+    t.stop = std::make_unique<StopMatcher>(g.stop.stop, g.stop.include_stop_str_in_output);
+    child_ids.push_back(r->id);
+    inbox_.push_back({std::move(r), std::move(t)});
+  }
+  children_[id] = std::move(child_ids);
+  pending_ += g.n;
+  lock.unlock();
+  cv_.notify_all();
+  return stream;
+}
+
+void EngineLoop::cancel(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+EngineStats EngineLoop::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void EngineLoop::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::drain_inbox() {
+  std::vector<Incoming> inbox;
+  std::vector<std::string> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+    if (stopping_) {
+      // Cancel everything still in flight.
+      for (const auto& [parent, kids] : children_) cancels.push_back(parent);
+    }
+  }
+  const double now = core_->now();
+  for (auto& in : inbox) {
+    in.req->arrival_time = now;
+    in.tracked.arrival = now;
+    const std::string id = in.req->id;
+    Status st = core_->add_request(std::move(in.req));
+    tracked_[id] = std::move(in.tracked);
+    if (!st.ok()) {
+      CoreOutput o;
+      o.id = id;
+      o.finished = true;
+      o.status = RequestStatus::kFinishedError;
+      o.error = st.message();
+      emit(o);
+    }
+  }
+  for (const auto& parent : cancels) {
+    std::vector<std::string> kids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = children_.find(parent);
+      if (it != children_.end()) kids = it->second;
+    }
+    for (const auto& k : kids) core_->finish(k, RequestStatus::kFinishedAborted);
+  }
+}
+
+void EngineLoop::emit(const CoreOutput& o) {
+  auto it = tracked_.find(o.id);
+  if (it == tracked_.end() || it->second.done) return;
+  Tracked& t = it->second;
+  RequestOutput out;
+  out.request_id = t.parent_id;
+  out.index = t.index;
+  out.num_prompt_tokens = o.num_prompt_tokens;
+  out.num_cached_tokens = o.num_cached_tokens;
+  out.num_output_tokens = o.num_output_tokens;
+  out.arrival_time = t.arrival;
+  out.first_scheduled_time = o.first_scheduled_time;
+  out.time = core_->now();
+  bool stopped_by_string = false;
+  if (o.has_token) {
+    if (t.first_token == 0) t.first_token = out.time;
+    TokenOutput tok;
+    tok.token = o.sample.token;
+    tok.logprob = o.sample.logprob;
+    tok.top = o.sample.top;
+    out.tokens.push_back(std::move(tok));
+    try {
+      StopMatcher::Step s = t.stop->push(t.detok->push(o.sample.token));
+      out.text = std::move(s.emit);
+      if (s.stopped && !o.finished) {
+        stopped_by_string = true;
+        out.stop_reason = s.matched;
+        core_->finish(o.id, RequestStatus::kFinishedStopped);
+      } else if (s.stopped) {
+        stopped_by_string = true;
+        out.stop_reason = s.matched;
+      }
+    } catch (const std::exception& e) {
+      core_->finish(o.id, RequestStatus::kFinishedError, e.what());
+      out.finished = true;
+      out.finish_reason = "error";
+      out.error = fmt::format("output processing failed: {}", e.what());
+    }
+  }
+  out.first_token_time = t.first_token;
+  if (!out.finished) {
+    if (stopped_by_string) {
+      out.finished = true;
+      out.finish_reason = "stop";
+    } else if (o.finished) {
+      out.finished = true;
+      out.finish_reason = finish_reason_name(o.status);
+      out.error = o.error;
+      if (o.status != RequestStatus::kFinishedError && o.status != RequestStatus::kFinishedAborted)
+        out.text += t.stop->push(t.detok->flush()).emit + t.stop->flush();
+    }
+  }
+  if (out.finished) {
+    t.done = true;
+    --pending_;
+  }
+  auto stream = t.stream;
+  if (out.finished) {
+    const std::string parent = t.parent_id;
+    tracked_.erase(it);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto c = children_.find(parent);
+    if (c != children_.end()) {
+      std::erase(c->second, o.id);
+      if (c->second.empty()) children_.erase(c);
+    }
+  }
+  stream->push(std::move(out));
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const bool idle = !core_->has_unfinished();
+      if (idle && inbox_.empty() && cancels_.empty() && !stopping_) {
+        cv_.wait(lock, [&] { return !inbox_.empty() || !cancels_.empty() || stopping_; });
+        if (config_.max_queue_delay_us > 0 && !stopping_) {
+          // Dynamic batching delay: gather more arrivals before the first step.
+          cv_.wait_for(lock, std::chrono::microseconds(config_.max_queue_delay_us), [&] { return stopping_; });
+        }
+      }
+    }
+    drain_inbox();
+    std::vector<CoreOutput> outs;
+    try {
+      outs = core_->step();
+    } catch (const std::exception&) {
+      // Should not happen (the core catches forward failures); keep serving.
+      outs.clear();
+    }
+    for (const auto& o : outs) emit(o);
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      const auto& sch = core_->scheduler();
+      const auto& kv = core_->kv_manager();
+      stats_.num_running = static_cast<int64_t>(sch.num_running());
+      stats_.num_waiting = static_cast<int64_t>(sch.num_waiting());
+      stats_.kv_cache_usage = kv.usage();
+      stats_.prefix_cache_queries = kv.prefix_stats().queries;
+      stats_.prefix_cache_hits = kv.prefix_stats().hits;
+      stats_.num_preemptions = sch.num_preemptions();
+      stats_.prompt_tokens_total = core_->stats().prompt_tokens;
+      stats_.generation_tokens_total = core_->stats().generation_tokens;
+      stats_.steps = core_->stats().steps;
+      stats_.num_kv_blocks = kv.pool().num_usable_blocks();
+      stats_.free_kv_blocks = kv.num_free_blocks();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && inbox_.empty() && !core_->has_unfinished() && tracked_.empty()) break;
+  }
+}
+
+// ---- Engine ----
+
+Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
+Engine::~Engine() { shutdown(); }
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  ModelLoadOptions lo;
+  lo.max_model_len = config.max_model_len;
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel model, load_model(config.model, lo));
+  PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
+  if (tok->vocab_size() > model.config.vocab_size)
+    return invalid_argument("tokenizer has {} tokens but the model's vocabulary is {}", tok->vocab_size(), model.config.vocab_size);
+  auto pool = std::make_unique<ThreadPool>(config.threads);
+  PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool));
+  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok))));
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerateRequest request) { return loop_->submit(std::move(request)); }
+void Engine::cancel(const std::string& request_id) { loop_->cancel(request_id); }
+EngineStats Engine::stats() const { return loop_->stats(); }
+const ModelConfig& Engine::model_config() const { return loop_->core().model_config(); }
+const Tokenizer& Engine::tokenizer() const { return loop_->tokenizer(); }
+std::shared_ptr<const Tokenizer> Engine::tokenizer_ptr() const { return loop_->tokenizer_ptr(); }
+const MemoryPlan& Engine::memory_plan() const { return loop_->core().memory_plan(); }
+const EngineConfig& Engine::config() const { return loop_->config(); }
+int64_t Engine::max_model_len() const { return loop_->core().max_model_len(); }
+void Engine::shutdown() {
+  if (loop_) loop_->shutdown();
+}
+
+}  // namespace pagoda

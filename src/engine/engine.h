@@ -1,0 +1,128 @@
+// The engine's public interface: the one header the service layer (server/) and the command line
+// include. Thread-safe: submit(), cancel() and stats() may be called from any thread; outputs are
+// delivered through per-request streams.
+//
+//   auto engine = Engine::create(config);            // loads the model, plans memory, starts the loop
+//   auto stream = engine->submit(request);           // validation errors are returned here
+//   while (auto out = stream->next()) { ... }        // incremental: token ids, text delta, logprobs
+//
+// A background loop runs step() = schedule -> batch -> forward -> sample -> update -> emit. A
+// failure inside one request finishes that request with an error; the loop goes on.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine_config.h"
+#include "model/model_config.h"
+#include "runtime/memory_plan.h"
+#include "runtime/sampler.h"
+#include "sched/request.h"
+
+namespace pagoda {
+
+class Tokenizer;
+class EngineLoop;
+
+struct GenerateRequest {
+  std::string request_id;              // empty: the engine assigns "req-N"
+  std::vector<int32_t> prompt_ids;     // used if non-empty ...
+  std::string prompt;                  // ... else this text is tokenized
+  bool add_special_tokens = true;      // BOS for text prompts, as the model's tokenizer says
+  SamplingParams sampling;
+  StopParams stop;                     // max_tokens < 0 (default -1 here): up to the model length
+  int32_t n = 1;                       // parallel samples sharing the prompt's KV blocks
+  int32_t priority = 0;
+  bool skip_special_tokens = true;     // in the returned text
+};
+
+struct TokenOutput {
+  int32_t token = 0;
+  float logprob = 0;                   // if requested
+  std::vector<TokenLogprob> top;       // top-N, if requested
+};
+
+struct RequestOutput {
+  std::string request_id;
+  int32_t index = 0;                   // sample index (n > 1)
+  std::vector<TokenOutput> tokens;     // tokens generated since the previous output
+  std::string text;                    // text since the previous output (UTF-8, never split)
+  bool finished = false;
+  std::string finish_reason;           // "stop", "length", "abort", "error"
+  std::string error;                   // message when finish_reason == "error"
+  std::string stop_reason;             // the matched stop string, if any
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;       // prompt tokens served by the prefix cache
+  int32_t num_output_tokens = 0;       // generated so far
+  // Engine-clock timestamps (seconds): arrival, first scheduled, first token, this output.
+  double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0, time = 0;
+};
+
+// Outputs of one submitted request (all its n samples), in order.
+class RequestStream {
+ public:
+  explicit RequestStream(std::string id, int32_t n) : id_(std::move(id)), remaining_(n) {}
+  const std::string& id() const { return id_; }
+  // Blocks for the next output; nullopt once every sample has finished and all were read.
+  std::optional<RequestOutput> next();
+  // As next(), waiting at most `timeout`; nullopt on timeout too (check done()).
+  std::optional<RequestOutput> next_for(std::chrono::milliseconds timeout);
+  bool done() const;
+
+  // Engine side.
+  void push(RequestOutput out);
+
+ private:
+  std::string id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  int32_t remaining_;  // samples not yet finished
+};
+
+struct EngineStats {
+  int64_t num_running = 0, num_waiting = 0;
+  double kv_cache_usage = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  int64_t steps = 0;
+  int64_t num_kv_blocks = 0, free_kv_blocks = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  ~Engine();
+
+  // Validates (parameters, prompt length against the model and the KV cache), tokenizes and
+  // queues the request. Errors: kInvalidArgument / kOutOfRange with the numbers.
+  Result<std::shared_ptr<RequestStream>> submit(GenerateRequest request);
+  // Cancels a request (all its samples); its KV blocks are freed at the next step boundary.
+  void cancel(const std::string& request_id);
+  EngineStats stats() const;
+
+  const ModelConfig& model_config() const;
+  const Tokenizer& tokenizer() const;
+  std::shared_ptr<const Tokenizer> tokenizer_ptr() const;
+  const MemoryPlan& memory_plan() const;
+  const EngineConfig& config() const;
+  int64_t max_model_len() const;
+
+  // Stops accepting, cancels everything in flight, joins the loop.
+  void shutdown();
+
+ private:
+  explicit Engine(std::unique_ptr<EngineLoop> loop);
+  std::unique_ptr<EngineLoop> loop_;
+};
+
+}  // namespace pagoda

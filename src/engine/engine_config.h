@@ -1,0 +1,30 @@
+// Engine configuration: one struct, filled once (from the command line or a test), printed at
+// start-up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+
+struct EngineConfig {
+  std::string model;                 // .gguf file or Hugging Face directory
+  std::string tokenizer;             // empty: the model's own
+  int threads = 0;                   // 0: one per core
+  int64_t max_model_len = 0;         // 0: the model's context length (capped to what the KV cache holds? no: an error)
+  int32_t block_size = 16;
+  DType kv_dtype = DType::kF16;
+  int64_t kv_cache_memory = 0;       // bytes; 0: from memory_utilization (GPU) or the CPU default
+  double memory_utilization = 0.0;   // 0: CPU default (kv_cache_memory or 2 GiB of KV)
+  int64_t swap_space = 0;            // bytes of host memory for swap preemption (0: recompute only)
+  bool enable_prefix_caching = true;
+  int64_t max_queue_delay_us = 0;    // when idle, wait this long for more arrivals before the first step
+  SchedulerConfig scheduler;
+
+  std::string to_string() const;
+};
+
+}  // namespace pagoda

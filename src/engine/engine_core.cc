@@ -1,0 +1,171 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace pagoda {
+namespace {
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+constexpr int64_t kCpuDefaultKvMemory = int64_t{2} << 30;
+}  // namespace
+
+double EngineCore::now() const { return steady_seconds() - t0_; }
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config, LoadedModel model, ThreadPool& pool) {
+  std::unique_ptr<EngineCore> core(new EngineCore());
+  core->t0_ = steady_seconds();
+  core->config_ = config;
+  core->pool_ = &pool;
+  const ModelConfig& mc = model.config;
+
+  MemoryPlanInput in;
+  in.config = mc;
+  for (const auto& name : model.weights->names())
+    if (const Tensor* t = model.weights->find(name)) in.weight_bytes += t->nbytes();
+  in.max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings;
+  in.max_num_seqs = config.scheduler.max_num_seqs;
+  in.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+  in.block_size = config.block_size;
+  in.kv_dtype = config.kv_dtype;
+  in.device_memory = host_memory_bytes();
+  in.memory_utilization = config.memory_utilization;
+  in.kv_cache_memory = config.kv_cache_memory;
+  if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
+    // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
+    const int64_t want = (in.max_model_len + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
+    in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
+  }
+  PAGODA_ASSIGN_OR_RETURN(core->plan_, plan_memory(in));
+  core->max_model_len_ = core->plan_.max_model_len;
+  if (core->max_model_len_ > model.max_model_len)
+    return invalid_argument("max_model_len {} exceeds the RoPE table the model was loaded with ({})", core->max_model_len_,
+                            model.max_model_len);
+
+  const int64_t num_blocks = core->plan_.num_blocks + 1;  // + null block
+  core->kv_storage_ = std::make_unique<KvCacheStorage>(mc, num_blocks, config.block_size, config.kv_dtype);
+  int32_t host_blocks = 0;
+  if (config.swap_space > 0) {
+    host_blocks = static_cast<int32_t>(config.swap_space / core->plan_.block_bytes);
+    if (host_blocks > 0) core->host_swap_ = std::make_unique<KvCacheStorage>(mc, host_blocks + 1, config.block_size, config.kv_dtype);
+  }
+  core->kv_manager_ = std::make_unique<KvCacheManager>(static_cast<int32_t>(num_blocks), config.block_size,
+                                                       config.enable_prefix_caching, host_blocks);
+  SchedulerConfig sc = config.scheduler;
+  sc.max_model_len = static_cast<int32_t>(core->max_model_len_);
+  if (config.swap_space > 0) sc.preemption = PreemptionMode::kSwap;
+  core->scheduler_ = std::make_unique<Scheduler>(sc, *core->kv_manager_);
+  core->model_ = std::move(model);
+  core->runner_ = std::make_unique<ModelRunner>(*core->model_.model, *core->kv_storage_, core->host_swap_.get(), pool);
+  return core;
+}
+
+Status EngineCore::add_request(std::unique_ptr<Request> r) {
+  const int64_t vocab = model_.config.vocab_size;
+  if (r->prompt.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t t : r->prompt)
+    if (t < 0 || t >= vocab) return invalid_argument("prompt token id {} is outside the vocabulary [0, {})", t, vocab);
+  const int64_t plen = r->num_prompt_tokens();
+  if (plen >= max_model_len_)
+    return out_of_range("the prompt has {} tokens, but this model's maximum length is {} tokens (prompt plus at least one "
+                        "generated token)", plen, max_model_len_);
+  if (r->stop.max_tokens < 0) {
+    r->stop.max_tokens = static_cast<int32_t>(max_model_len_ - plen);
+  } else if (plen + r->stop.max_tokens > max_model_len_) {
+    return out_of_range("this model's maximum length is {} tokens, but {} were requested ({} in the prompt, {} to generate)",
+                        max_model_len_, plen + r->stop.max_tokens, plen, r->stop.max_tokens);
+  }
+  if (r->stop.max_tokens == 0) return invalid_argument("max_tokens must be at least 1");
+  if (r->stop.min_tokens < 0 || r->stop.min_tokens > r->stop.max_tokens)
+    return invalid_argument("min_tokens must be in [0, max_tokens={}], got {}", r->stop.max_tokens, r->stop.min_tokens);
+  for (int32_t t : r->stop.stop_token_ids)
+    if (t < 0 || t >= vocab) return invalid_argument("stop token id {} is outside the vocabulary", t);
+  PAGODA_RETURN_IF_ERROR(r->sampling.validate());
+  if (requests_.count(r->id)) return invalid_argument("request id '{}' is already in use", r->id);
+  r->arrival_time = r->arrival_time > 0 ? r->arrival_time : now();
+  Request* raw = r.get();
+  requests_[r->id] = std::move(r);
+  scheduler_->add_request(raw);
+  return {};
+}
+
+const Request* EngineCore::find(const std::string& id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+CoreOutput EngineCore::snapshot(const Request& r) const {
+  CoreOutput o;
+  o.id = r.id;
+  o.status = r.status;
+  o.finished = r.finished();
+  o.num_prompt_tokens = r.num_prompt_tokens();
+  o.num_cached_tokens = r.num_cached_prompt_tokens;
+  o.num_output_tokens = static_cast<int32_t>(r.output.size());
+  auto it = first_scheduled_.find(r.id);
+  o.first_scheduled_time = it == first_scheduled_.end() ? 0 : it->second;
+  return o;
+}
+
+void EngineCore::finish(const std::string& id, RequestStatus status, std::string error) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  scheduler_->finish_request(id, status);
+  it->second->status = status;
+  CoreOutput o = snapshot(*it->second);
+  o.error = std::move(error);
+  pending_finished_.push_back(std::move(o));
+  first_scheduled_.erase(id);
+  requests_.erase(it);
+}
+
+std::vector<CoreOutput> EngineCore::step() {
+  std::vector<CoreOutput> outputs = std::move(pending_finished_);
+  pending_finished_.clear();
+  SchedulerOutput sched = scheduler_->schedule();
+  if (sched.empty() && sched.finished.empty() && sched.preempted.empty() && sched.swap_out.empty()) return outputs;
+  const double t = now();
+  for (const auto& st : sched.num_scheduled_tokens) first_scheduled_.try_emplace(st.id, t);
+  for (const auto& st : sched.num_scheduled_tokens) {
+    const Request* r = find(st.id);
+    // Tokens below the prompt length are prompt tokens being computed (prefill).
+    const int32_t before = r->num_computed_tokens - st.num_tokens;
+    stats_.prompt_tokens += std::max(0, std::min(r->num_prompt_tokens(), before + st.num_tokens) - before);
+  }
+  RunnerOutput ran;
+  try {
+    ran = runner_->execute(sched);
+  } catch (const std::exception& e) {
+    // The batch failed as a whole: fail its requests, keep the engine alive. Blocks registered in
+    // the prefix cache this step may hold garbage: drop the cache.
+    kv_manager_->reset_prefix_cache();
+    for (const auto& st : sched.num_scheduled_tokens) finish(st.id, RequestStatus::kFinishedError, fmt::format("forward pass failed: {}", e.what()));
+    auto failed = std::move(pending_finished_);
+    pending_finished_.clear();
+    outputs.insert(outputs.end(), failed.begin(), failed.end());
+    return outputs;
+  }
+  ++stats_.steps;
+  stats_.last_step_tokens = ran.num_tokens;
+  std::vector<SampledToken> sampled;
+  sampled.reserve(ran.samples.size());
+  for (const auto& s : ran.samples) sampled.push_back({s.id, s.result.token});
+  stats_.generation_tokens += static_cast<int64_t>(sampled.size());
+  StepUpdate update = scheduler_->update_from_output(sched, sampled);
+  for (size_t i = 0; i < ran.samples.size(); ++i) {
+    auto it = requests_.find(ran.samples[i].id);
+    if (it == requests_.end()) continue;
+    CoreOutput o = snapshot(*it->second);
+    o.has_token = true;
+    o.sample = std::move(ran.samples[i].result);
+    outputs.push_back(std::move(o));
+  }
+  for (Request* r : update.finished) {
+    first_scheduled_.erase(r->id);
+    requests_.erase(r->id);
+  }
+  return outputs;
+}
+
+}  // namespace pagoda

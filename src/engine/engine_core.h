@@ -1,0 +1,90 @@
+// EngineCore: the single-threaded heart of the engine. step() = schedule -> run the model ->
+// sample -> update requests -> report. Owns the scheduler, the KV cache manager and storage, and
+// the model runner. Engine (engine.h) wraps it with a thread, tokenization and text output;
+// tests drive it directly.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "kv/kv_cache_manager.h"
+#include "model/model_loader.h"
+#include "runtime/memory_plan.h"
+#include "runtime/model_runner.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+
+struct CoreOutput {
+  std::string id;
+  bool has_token = false;
+  SampleResult sample;              // the new token (if has_token)
+  bool finished = false;
+  RequestStatus status = RequestStatus::kRunning;
+  std::string error;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;
+  int32_t num_output_tokens = 0;
+  double first_scheduled_time = 0;  // engine clock; 0 until scheduled
+};
+
+struct CoreStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;      // prompt tokens computed (prefix hits excluded)
+  int64_t generation_tokens = 0;  // tokens sampled
+  int64_t last_step_tokens = 0;   // tokens in the last forward batch
+};
+
+class EngineCore {
+ public:
+  // Plans memory, allocates the KV cache and builds the scheduler and runner over `model`.
+  static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config, LoadedModel model, ThreadPool& pool);
+
+  // Admission: validates lengths and ids, clamps max_tokens. The request starts waiting.
+  Status add_request(std::unique_ptr<Request> r);
+  // Finishes a request (abort by default); no-op for unknown ids.
+  void finish(const std::string& id, RequestStatus status = RequestStatus::kFinishedAborted, std::string error = {});
+  // One engine iteration; returns outputs of requests that got a token or finished (including
+  // those finished through finish() since the last step).
+  std::vector<CoreOutput> step();
+
+  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const KvCacheManager& kv_manager() const { return *kv_manager_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  const ModelConfig& model_config() const { return model_.config; }
+  const LoadedModel& model() const { return model_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  const CoreStats& stats() const { return stats_; }
+  ModelRunner& runner() { return *runner_; }
+  const Request* find(const std::string& id) const;
+  size_t num_requests() const { return requests_.size(); }
+
+  // Seconds since the core was created (the engine clock).
+  double now() const;
+
+ private:
+  EngineCore() = default;
+  CoreOutput snapshot(const Request& r) const;
+
+  EngineConfig config_;
+  LoadedModel model_;
+  MemoryPlan plan_;
+  int64_t max_model_len_ = 0;
+  ThreadPool* pool_ = nullptr;
+  std::unique_ptr<KvCacheStorage> kv_storage_;
+  std::unique_ptr<KvCacheStorage> host_swap_;
+  std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::unordered_map<std::string, double> first_scheduled_;
+  std::vector<CoreOutput> pending_finished_;  // finished outside step(), reported by the next step
+  CoreStats stats_;
+  double t0_ = 0;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,141 @@
+#include "kv/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace pagoda {
+
+KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching, int32_t num_host_blocks)
+    : pool_(num_blocks, block_size, enable_prefix_caching) {
+  if (num_host_blocks > 0) host_ = std::make_unique<BlockPool>(num_host_blocks + 1, block_size, false);
+}
+
+void KvCacheManager::extend_hashes(Request& r) const {
+  const int32_t bs = pool_.block_size();
+  const int32_t full = r.num_tokens() / bs;
+  std::vector<int32_t> tokens(bs);
+  while (static_cast<int32_t>(r.block_hashes.size()) < full) {
+    const int32_t b = static_cast<int32_t>(r.block_hashes.size());
+    for (int32_t i = 0; i < bs; ++i) tokens[i] = r.token_at(b * bs + i);
+    const BlockHash parent = b == 0 ? kRootHash : r.block_hashes[b - 1];
+    r.block_hashes.push_back(hash_block_tokens(parent, tokens));
+  }
+}
+
+ComputedBlocks KvCacheManager::find_computed_blocks(Request& r) {
+  ComputedBlocks out;
+  if (!pool_.prefix_caching()) return out;
+  extend_hashes(r);
+  const int32_t bs = pool_.block_size();
+  // The last token must be computed to get logits, so at most num_tokens - 1 tokens can hit.
+  const int32_t max_blocks = (r.num_tokens() - 1) / bs;
+  std::vector<int32_t> tokens(bs);
+  for (int32_t b = 0; b < max_blocks; ++b) {
+    for (int32_t i = 0; i < bs; ++i) tokens[i] = r.token_at(b * bs + i);
+    auto hit = pool_.find_cached(r.block_hashes[b], tokens);
+    if (!hit) break;
+    out.blocks.push_back(*hit);
+  }
+  out.num_tokens = static_cast<int32_t>(out.blocks.size()) * bs;
+  stats_.queries += r.num_tokens();
+  stats_.hits += out.num_tokens;
+  return out;
+}
+
+void KvCacheManager::cache_full_blocks(Request& r, Table& t, int32_t num_tokens) {
+  if (!pool_.prefix_caching()) return;
+  const int32_t bs = pool_.block_size();
+  const int32_t full = std::min(num_tokens, r.num_tokens()) / bs;
+  if (full <= t.num_hashed_blocks) return;
+  extend_hashes(r);
+  std::vector<int32_t> tokens(bs);
+  for (int32_t b = t.num_hashed_blocks; b < full; ++b) {
+    for (int32_t i = 0; i < bs; ++i) tokens[i] = r.token_at(b * bs + i);
+    pool_.cache_block(t.blocks[b], r.block_hashes[b], tokens);
+  }
+  t.num_hashed_blocks = full;
+}
+
+std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(Request& r, int32_t num_new_tokens,
+                                                                   const ComputedBlocks& new_computed) {
+  PAGODA_CHECK(num_new_tokens >= 0, "allocate_slots({})", num_new_tokens);
+  Table& t = tables_[r.id];
+  PAGODA_CHECK(!t.on_host, "allocate_slots for swapped-out request {}", r.id);
+  PAGODA_CHECK(new_computed.blocks.empty() || t.blocks.empty(), "prefix hit for a request that already has blocks");
+  const int32_t bs = pool_.block_size();
+  const int32_t total = r.num_computed_tokens + new_computed.num_tokens + num_new_tokens;
+  const int32_t have = static_cast<int32_t>(t.blocks.size() + new_computed.blocks.size());
+  const int32_t need = std::max(0, (total + bs - 1) / bs - have);
+  // Computed blocks with no other user are in the free queue; touching them consumes free slots.
+  int32_t evictable_hits = 0;
+  for (BlockId b : new_computed.blocks) evictable_hits += pool_.ref_count(b) == 0;
+  if (need > pool_.num_free_blocks() - evictable_hits) {
+    if (t.blocks.empty()) tables_.erase(r.id);
+    return std::nullopt;
+  }
+  std::vector<BlockId> added(new_computed.blocks);
+  pool_.touch(new_computed.blocks);
+  t.blocks.insert(t.blocks.end(), new_computed.blocks.begin(), new_computed.blocks.end());
+  if (!new_computed.blocks.empty()) t.num_hashed_blocks = static_cast<int32_t>(new_computed.blocks.size());
+  std::vector<BlockId> fresh = pool_.allocate(need);
+  t.blocks.insert(t.blocks.end(), fresh.begin(), fresh.end());
+  added.insert(added.end(), fresh.begin(), fresh.end());
+  // Blocks that will be full once this step's tokens are computed become findable now: a later
+  // request in the same batch reads them only after this step writes them (K/V are written
+  // layer by layer before attention reads them).
+  cache_full_blocks(r, t, total);
+  return added;
+}
+
+void KvCacheManager::free(const Request& r) {
+  auto it = tables_.find(r.id);
+  if (it == tables_.end()) return;
+  std::vector<BlockId> rev(it->second.blocks.rbegin(), it->second.blocks.rend());
+  (it->second.on_host ? *host_ : pool_).release(rev);
+  tables_.erase(it);
+}
+
+std::span<const BlockId> KvCacheManager::block_table(const std::string& request_id) const {
+  auto it = tables_.find(request_id);
+  if (it == tables_.end()) return {};
+  return it->second.blocks;
+}
+
+std::optional<std::vector<BlockCopy>> KvCacheManager::swap_out(Request& r) {
+  PAGODA_CHECK(host_ != nullptr, "swap_out without host blocks");
+  auto it = tables_.find(r.id);
+  PAGODA_CHECK(it != tables_.end() && !it->second.on_host, "swap_out of request {} without device blocks", r.id);
+  Table& t = it->second;
+  const int32_t n = static_cast<int32_t>(t.blocks.size());
+  if (n > host_->num_free_blocks()) return std::nullopt;
+  std::vector<BlockId> host_blocks = host_->allocate(n);
+  std::vector<BlockCopy> copies;
+  for (int32_t i = 0; i < n; ++i) copies.emplace_back(t.blocks[i], host_blocks[i]);
+  std::vector<BlockId> rev(t.blocks.rbegin(), t.blocks.rend());
+  pool_.release(rev);
+  t.blocks = std::move(host_blocks);
+  t.on_host = true;
+  r.swapped_out = true;
+  return copies;
+}
+
+std::optional<std::vector<BlockCopy>> KvCacheManager::swap_in(Request& r) {
+  auto it = tables_.find(r.id);
+  PAGODA_CHECK(it != tables_.end() && it->second.on_host, "swap_in of request {} not on host", r.id);
+  Table& t = it->second;
+  const int32_t n = static_cast<int32_t>(t.blocks.size());
+  if (n > pool_.num_free_blocks()) return std::nullopt;
+  std::vector<BlockId> dev = pool_.allocate(n);
+  std::vector<BlockCopy> copies;
+  for (int32_t i = 0; i < n; ++i) copies.emplace_back(t.blocks[i], dev[i]);
+  host_->release(t.blocks);
+  t.blocks = std::move(dev);
+  t.on_host = false;
+  t.num_hashed_blocks = 0;  // re-register below (the device blocks are new)
+  r.swapped_out = false;
+  cache_full_blocks(r, t, r.num_computed_tokens);
+  return copies;
+}
+
+}  // namespace pagoda

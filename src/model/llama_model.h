@@ -1,0 +1,79 @@
+// The Llama family forward pass (Llama 1/2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama):
+// pre-norm decoder layers of GQA attention with RoPE and a SwiGLU MLP. Family differences are
+// config flags: QKV biases (Qwen2), per-head q/k RMSNorm (Qwen3), tied embeddings, RoPE layout
+// and scaling, sliding window.
+//
+// forward() takes a flat batch of tokens from many sequences (ForwardBatch), writes their K/V
+// into the paged cache and returns logits for the requested rows only.
+// Thread-safety: a LlamaModel is immutable after load; forward() calls must be serialised per
+// workspace and KV storage (the runner owns both).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/tensor.h"
+#include "common/thread_pool.h"
+#include "model/model_config.h"
+#include "model/tensor_table.h"
+#include "ops/linear.h"
+#include "ops/rope.h"
+#include "runtime/forward_batch.h"
+#include "runtime/kv_cache_storage.h"
+
+namespace pagoda {
+
+struct LlamaLayerWeights {
+  Tensor attn_norm;                                    // [D] f32
+  std::shared_ptr<const LinearWeight> wq, wk, wv, wo;  // [Q, D], [KV, D], [KV, D], [D, Q]
+  Tensor bq, bk, bv;                                   // optional [Q], [KV], [KV] f32
+  Tensor q_norm, k_norm;                               // optional [head_dim] f32
+  Tensor ffn_norm;                                     // [D] f32
+  std::shared_ptr<const LinearWeight> w_gate, w_up, w_down;  // [F, D], [F, D], [D, F]
+};
+
+struct LlamaWeights {
+  Tensor token_embd;                           // [V, D] any weight dtype
+  Tensor output_norm;                          // [D] f32
+  std::shared_ptr<const LinearWeight> output;  // [V, D] (the embedding when tied)
+  std::vector<float> rope_freqs;               // optional per-frequency divisors
+  std::vector<LlamaLayerWeights> layers;
+};
+
+// Scratch activations, grown on demand to the largest batch seen.
+struct ForwardWorkspace {
+  Tensor residual, hidden, q, k, v, attn, proj, gate, up, last_hidden;
+  int64_t capacity = 0;
+};
+
+class LlamaModel {
+ public:
+  // Validates the checkpoint against the family's tensor table and prepares every weight.
+  // `max_positions` bounds the RoPE table (the maximum model length the engine will use).
+  static Result<std::unique_ptr<LlamaModel>> load(const ModelConfig& config, WeightNaming naming,
+                                                  const TensorLookup& lookup, int64_t max_positions);
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  const RopeTable& rope() const { return rope_; }
+
+  // logits: [batch.logits_rows.size(), vocab] f32, resized if needed.
+  void forward(const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits, ThreadPool& pool) const;
+
+  // Hidden state hook for per-layer debugging (layer dumps): called after each layer with the
+  // residual stream [T, D] (nullptr: off).
+  using LayerHook = void (*)(void* ctx, int64_t layer, const Tensor& residual);
+  void set_layer_hook(LayerHook hook, void* ctx) { hook_ = hook; hook_ctx_ = ctx; }
+
+ private:
+  LlamaModel(ModelConfig config, LlamaWeights weights, RopeTable rope)
+      : config_(std::move(config)), weights_(std::move(weights)), rope_(std::move(rope)) {}
+
+  ModelConfig config_;
+  LlamaWeights weights_;
+  RopeTable rope_;
+  LayerHook hook_ = nullptr;
+  void* hook_ctx_ = nullptr;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,37 @@
+#include "model/model_loader.h"
+
+#include <filesystem>
+
+#include "loader/gguf.h"
+#include "loader/hf_model_dir.h"
+
+namespace pagoda {
+
+Result<ModelConfig> model_config_from_source(const WeightSource& source) {
+  if (const GgufFile* g = source.gguf()) return model_config_from_gguf(*g);
+  if (const HfModelDir* d = source.hf_dir()) return model_config_from_hf_json(d->config());
+  return invalid_argument("'{}': a lone .safetensors file has no config; pass its directory (with config.json)", source.path());
+}
+
+Result<ModelConfig> load_model_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return model_config_from_hf_file(path + "/" + HfModelDir::kConfigFile);
+  PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
+  return model_config_from_gguf(*gguf);
+}
+
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
+  LoadedModel m;
+  PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
+  PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
+  m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
+  const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
+  const WeightSource* source = m.weights.get();
+  auto lookup = [source](const std::string& name) { return source->get(name); };
+  auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len);
+  if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
+  m.model = std::move(model).value();
+  return m;
+}
+
+}  // namespace pagoda

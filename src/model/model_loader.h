@@ -1,0 +1,35 @@
+// Loading a model from a path: a .gguf file or a Hugging Face directory (config.json +
+// safetensors). Reads the hyper-parameters, opens the weights (memory-mapped, never copied unless a
+// kernel asks for a repacked layout) and builds the family's forward model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loader/weight_source.h"
+#include "model/llama_model.h"
+#include "model/model_config.h"
+
+namespace pagoda {
+
+struct ModelLoadOptions {
+  // Longest sequence the engine will run (RoPE table size); 0: the model's trained context.
+  int64_t max_model_len = 0;
+};
+
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;  // keeps the mapped files alive
+  std::unique_ptr<LlamaModel> model;
+  int64_t max_model_len = 0;
+};
+
+// Hyper-parameters of the checkpoint at `source` (GGUF metadata or config.json).
+Result<ModelConfig> model_config_from_source(const WeightSource& source);
+
+// Only the configuration (no weights are validated or prepared): for `info` and memory plans.
+Result<ModelConfig> load_model_config(const std::string& path);
+
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {});
+
+}  // namespace pagoda

@@ -1,0 +1,44 @@
+// Declared tensor tables: what a model family expects to find in a checkpoint, under which name
+// in each format, with which shape. Loading validates the checkpoint against this table first,
+// so a missing tensor or a wrong shape is a clear error before any compute is set up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "model/model_config.h"
+
+namespace pagoda {
+
+enum class WeightNaming { kGguf, kHuggingFace };
+
+struct TensorDecl {
+  std::string gguf_name;        // "blk.3.attn_q.weight"
+  std::string hf_name;          // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;   // outermost first, as torch: linear weights are [out, in]
+  bool required = true;
+  bool linear = false;          // used as a matmul weight (any weight dtype); else converted to f32
+  int64_t layer = -1;           // -1 for global tensors
+};
+
+// Finds a tensor by its name in the checkpoint's own naming: the tensor, kNotFound if absent, or
+// another error explaining why it is unusable (e.g. an unsupported dtype).
+using TensorLookup = std::function<Result<const Tensor*>(const std::string& name)>;
+
+// The table of the Llama family (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama);
+// optional entries follow the config's flags (biases, q/k norms, untied output, rope factors).
+std::vector<TensorDecl> llama_family_tensor_table(const ModelConfig& config);
+
+inline const std::string& decl_name(const TensorDecl& d, WeightNaming naming) {
+  return naming == WeightNaming::kGguf ? d.gguf_name : d.hf_name;
+}
+
+// Checks presence, shape and dtype of every declared tensor. Errors name the tensor, the
+// expected and the found shape/dtype.
+Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup);
+
+}  // namespace pagoda

@@ -1,0 +1,12 @@
+// Gated activations.
+#pragma once
+
+#include "common/tensor.h"
+#include "common/thread_pool.h"
+
+namespace pagoda {
+
+// SwiGLU: out[t, i] = silu(gate[t, i]) * up[t, i]. gate, up, out: [T, F] f32; out may alias gate.
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool& pool);
+
+}  // namespace pagoda

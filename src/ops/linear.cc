@@ -1,0 +1,50 @@
+// Linear layer front end: validation, then the CPU backend (backend/cpu/linear.cc).
+#include "ops/linear.h"
+
+#include <algorithm>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/linear_cpu.h"
+#include "quant/quant.h"
+
+namespace pagoda {
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name) {
+  return prepare_linear(w, name, IsaLevel::kAmx);
+}
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name,
+                                                           IsaLevel max_isa) {
+  if (!w.defined()) return invalid_argument("linear weight '{}' is undefined", name);
+  if (w.device() != Device::kCpu) return invalid_argument("linear weight '{}' is not on the CPU", name);
+  if (w.ndim() != 2) return invalid_argument("linear weight '{}' must be 2-d, got {}", name, w.shape_string());
+  const auto& tr = dtype_traits(w.dtype());
+  const quant::QuantOps* ops = quant::quant_ops(w.dtype());
+  if (!tr.weight_supported || ops == nullptr || ops->vec_dot == nullptr)
+    return unimplemented("linear weight '{}': dtype {} is not supported for matmuls", name, tr.name);
+  if (w.dim(1) % tr.block_size != 0 || w.dim(0) <= 0 || w.dim(1) <= 0)
+    return invalid_argument("linear weight '{}' {}: K must be a positive multiple of {}", name, w.shape_string(),
+                            tr.block_size);
+  IsaLevel isa = cpu::active_isa_level();
+  if (static_cast<int>(max_isa) < static_cast<int>(isa)) isa = max_isa;
+  std::shared_ptr<const LinearWeight> lw = cpu::prepare_linear_cpu(w, name, isa);
+  return lw;
+}
+
+const Tensor& linear_weight_tensor(const LinearWeight& w) { return w.weight; }
+IsaLevel linear_weight_isa(const LinearWeight& w) { return w.isa; }
+
+void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool) {
+  PAGODA_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32, "linear '{}': x and y must be f32", w.name);
+  PAGODA_CHECK(x.ndim() >= 1 && x.dim(-1) == w.k, "linear '{}': x {} does not match K = {}", w.name, x.shape_string(),
+               w.k);
+  PAGODA_CHECK(y.ndim() >= 1 && y.dim(-1) == w.n && y.rows() == x.rows(), "linear '{}': y {} for x {} and N = {}",
+               w.name, y.shape_string(), x.shape_string(), w.n);
+  linear(w, x.data_as<const float>(), x.rows(), y.data_as<float>(), pool);
+}
+
+void linear(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  cpu::linear_cpu(w, x, m, y, pool);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,56 @@
+// The traits table of the weight and activation formats, and the row-conversion front end.
+#include "quant/quant.h"
+
+#include <array>
+
+#include "common/check.h"
+#include "quant/formats.h"
+
+namespace pagoda::quant {
+namespace {
+
+using namespace ref;
+
+constexpr std::array kOps = {
+    QuantOps{DType::kF32, 1, 4, dequantize_row_f32, quantize_row_f32, DType::kF32, vec_dot_f32_f32},
+    QuantOps{DType::kF16, 1, 2, dequantize_row_f16, quantize_row_f16, DType::kF32, vec_dot_f16_f32},
+    QuantOps{DType::kBF16, 1, 2, dequantize_row_bf16, quantize_row_bf16, DType::kF32, vec_dot_bf16_f32},
+    QuantOps{DType::kQ4_0, 32, 18, dequantize_row_q4_0, quantize_row_q4_0, DType::kQ8_0, vec_dot_q4_0_q8_0},
+    QuantOps{DType::kQ4_1, 32, 20, dequantize_row_q4_1, quantize_row_q4_1, DType::kQ8_1, vec_dot_q4_1_q8_1},
+    QuantOps{DType::kQ5_0, 32, 22, dequantize_row_q5_0, quantize_row_q5_0, DType::kQ8_0, vec_dot_q5_0_q8_0},
+    QuantOps{DType::kQ5_1, 32, 24, dequantize_row_q5_1, quantize_row_q5_1, DType::kQ8_1, vec_dot_q5_1_q8_1},
+    QuantOps{DType::kQ8_0, 32, 34, dequantize_row_q8_0, quantize_row_q8_0, DType::kQ8_0, vec_dot_q8_0_q8_0},
+    QuantOps{DType::kQ8_1, 32, 36, dequantize_row_q8_1, quantize_row_q8_1, DType::kQ8_1, nullptr},
+    QuantOps{DType::kQ4_K, 256, 144, dequantize_row_q4_k, quantize_row_q4_k, DType::kQ8_K, vec_dot_q4_k_q8_k},
+    QuantOps{DType::kQ5_K, 256, 176, dequantize_row_q5_k, quantize_row_q5_k, DType::kQ8_K, vec_dot_q5_k_q8_k},
+    QuantOps{DType::kQ6_K, 256, 210, dequantize_row_q6_k, quantize_row_q6_k, DType::kQ8_K, vec_dot_q6_k_q8_k},
+    QuantOps{DType::kQ8_K, 256, 292, dequantize_row_q8_k, quantize_row_q8_k, DType::kQ8_K, nullptr},
+};
+
+}  // namespace
+
+const QuantOps* quant_ops(DType t) {
+  for (const auto& o : kOps)
+    if (o.dtype == t) return &o;
+  return nullptr;
+}
+
+static const QuantOps& ops_or_die(DType t, int64_t n) {
+  const QuantOps* o = quant_ops(t);
+  PAGODA_CHECK(o != nullptr, "no conversions for dtype {}", dtype_name(t));
+  PAGODA_CHECK(n % o->block_size == 0, "row of {} elements is not a multiple of {}'s block size {}", n,
+               dtype_name(t), o->block_size);
+  PAGODA_CHECK(o->block_bytes == dtype_traits(t).block_bytes, "traits disagree on {}", dtype_name(t));
+  return *o;
+}
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) { ops_or_die(t, n).to_float(src, dst, n); }
+void quantize_row(DType t, const float* src, void* dst, int64_t n) { ops_or_die(t, n).from_float(src, dst, n); }
+
+float vec_dot(DType t, const void* w, const void* a, int64_t n) {
+  const QuantOps& o = ops_or_die(t, n);
+  PAGODA_CHECK(o.vec_dot != nullptr, "{} is not a weight format", dtype_name(t));
+  return o.vec_dot(w, a, n);
+}
+
+}  // namespace pagoda::quant

@@ -1,0 +1,110 @@
+#include "runtime/memory_plan.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace pagoda {
+namespace {
+
+constexpr int64_t kRuntimeOverhead = int64_t{64} << 20;
+
+std::string bytes_str(int64_t b) {
+  const double v = static_cast<double>(b);
+  if (b >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", v / (1 << 30));
+  if (b >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", v / (1 << 20));
+  return fmt::format("{:.1f} KiB", v / 1024);
+}
+
+}  // namespace
+
+int64_t workspace_bytes(const ModelConfig& c, int64_t tokens) {
+  const int64_t rows = std::max<int64_t>(tokens, 16);
+  // ForwardWorkspace: residual, hidden, proj, last_hidden [D]; q, attn [Q]; k, v [KV]; gate, up [F].
+  const int64_t per_row = 4 * c.hidden_size + 2 * c.q_size() + 2 * c.kv_size() + 2 * c.intermediate_size;
+  // Linear kernels quantize activations once per call: at most a row of the widest input, ~1.1 B/elem.
+  const int64_t quant_scratch = rows * std::max(c.hidden_size, c.intermediate_size) * 2;
+  return rows * per_row * 4 + quant_scratch;
+}
+
+Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
+  PAGODA_RETURN_IF_ERROR(in.config.validate());
+  if (in.block_size <= 0) return invalid_argument("block size must be positive");
+  if (in.max_num_seqs <= 0 || in.max_num_batched_tokens <= 0) return invalid_argument("max_num_seqs and max_num_batched_tokens must be positive");
+  MemoryPlan p;
+  p.max_model_len = in.max_model_len > 0 ? in.max_model_len : in.config.max_position_embeddings;
+  p.weights = in.weight_bytes;
+  p.workspace = workspace_bytes(in.config, in.max_num_batched_tokens);
+  p.logits = static_cast<int64_t>(std::min(in.max_num_seqs, in.max_num_batched_tokens)) * in.config.vocab_size * 4;
+  p.runtime_overhead = kRuntimeOverhead;
+  p.kv_bytes_per_token = in.config.kv_bytes_per_token(in.kv_dtype);
+  p.block_bytes = p.kv_bytes_per_token * in.block_size;
+  const int64_t fixed = p.weights + p.workspace + p.logits + p.runtime_overhead;
+  int64_t kv_budget;
+  if (in.kv_cache_memory > 0) {
+    kv_budget = in.kv_cache_memory;
+    p.budget = fixed + kv_budget;
+  } else {
+    if (in.device_memory <= 0) return invalid_argument("no device memory size and no --kv-cache-memory");
+    if (!(in.memory_utilization > 0 && in.memory_utilization <= 1))
+      return invalid_argument("--memory-utilization must be in (0, 1], got {}", in.memory_utilization);
+    p.budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.device_memory));
+    kv_budget = p.budget - fixed;
+    if (kv_budget <= 0) {
+      const char* biggest = p.weights >= p.workspace + p.logits ? "the weights" : "the activation workspace";
+      return resource_exhausted(
+          "the model does not fit: weights {} + workspace {} + logits {} + overhead {} = {} exceed the budget {} "
+          "({:.0f}% of {}); {} is the largest term: use a smaller or more quantized model{}, or more memory",
+          bytes_str(p.weights), bytes_str(p.workspace), bytes_str(p.logits), bytes_str(p.runtime_overhead), bytes_str(fixed),
+          bytes_str(p.budget), 100 * in.memory_utilization, bytes_str(in.device_memory), biggest,
+          p.workspace > p.weights / 4 ? ", a smaller --max-num-batched-tokens" : "");
+    }
+  }
+  // One extra block is the null block (padding in block tables).
+  p.num_blocks = kv_budget / p.block_bytes - 1;
+  p.kv_tokens = std::max<int64_t>(0, p.num_blocks) * in.block_size;
+  p.kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * p.block_bytes;
+  p.total = fixed + p.kv_cache;
+  p.max_concurrency = static_cast<double>(p.kv_tokens) / static_cast<double>(p.max_model_len);
+  if (p.kv_tokens < p.max_model_len) {
+    const int64_t need = (p.max_model_len + in.block_size - 1) / in.block_size * p.block_bytes + p.block_bytes;
+    return resource_exhausted(
+        "KV cache too small: {} of KV memory holds {} tokens ({} bytes per token in {}), but one sequence of "
+        "max_model_len {} needs {}; use --max-model-len {} or less, a smaller KV dtype (--kv-dtype), a more quantized "
+        "model, or more memory (KV memory >= {})",
+        bytes_str(kv_budget), p.kv_tokens, p.kv_bytes_per_token, dtype_name(in.kv_dtype), p.max_model_len,
+        bytes_str(need), std::max<int64_t>(0, p.kv_tokens), bytes_str(need));
+  }
+  return p;
+}
+
+std::string MemoryPlan::to_string() const {
+  std::ostringstream os;
+  os << fmt::format("memory plan: weights {} + workspace {} + logits {} + overhead {} + KV cache {} = {} (budget {})\n",
+                    bytes_str(weights), bytes_str(workspace), bytes_str(logits), bytes_str(runtime_overhead),
+                    bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
+  os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
+                    num_blocks, bytes_str(block_bytes), kv_tokens, kv_bytes_per_token, max_model_len, max_concurrency);
+  return os.str();
+}
+
+nlohmann::json MemoryPlan::to_json() const {
+  return {{"weights", weights},     {"workspace", workspace},       {"logits", logits},
+          {"runtime_overhead", runtime_overhead}, {"kv_cache", kv_cache}, {"total", total},
+          {"budget", budget},       {"kv_bytes_per_token", kv_bytes_per_token}, {"block_bytes", block_bytes},
+          {"num_blocks", num_blocks}, {"kv_tokens", kv_tokens},     {"max_model_len", max_model_len},
+          {"max_concurrency", max_concurrency}};
+}
+
+int64_t host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemTotal:") return kb * 1024;
+  return 0;
+}
+
+}  // namespace pagoda

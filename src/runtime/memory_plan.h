@@ -1,0 +1,65 @@
+// Memory planner: predicts the engine's memory before anything is allocated, sizes the KV cache
+// from a budget, and explains a configuration that cannot fit.
+//
+//   total = weights + activation workspace (grows with max_num_batched_tokens) + logits
+//           + runtime overhead + KV blocks
+//   KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element
+//
+// The budget is either an explicit KV size (--kv-cache-memory) or a fraction of the device's
+// memory (--memory-utilization x total) from which everything else is subtracted first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "model/model_config.h"
+
+namespace pagoda {
+
+struct MemoryPlanInput {
+  ModelConfig config;
+  int64_t weight_bytes = 0;          // bytes of every tensor the model reads (mmapped or loaded)
+  int64_t max_model_len = 0;         // 0: the model's context length
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t block_size = 16;
+  DType kv_dtype = DType::kF16;
+  int64_t device_memory = 0;         // total memory of the device (bytes)
+  double memory_utilization = 0.9;   // fraction of device_memory the engine may use
+  int64_t kv_cache_memory = 0;       // > 0: exact KV budget, overrides the fraction
+};
+
+struct MemoryPlan {
+  int64_t weights = 0;
+  int64_t workspace = 0;          // activations for max_num_batched_tokens tokens
+  int64_t logits = 0;             // [max rows, vocab] f32
+  int64_t runtime_overhead = 0;   // fixed allowance: tokenizer, code, allocator slack
+  int64_t kv_cache = 0;           // num_blocks x block_bytes
+  int64_t total = 0;
+  int64_t budget = 0;             // memory the plan had to fit in
+  int64_t kv_bytes_per_token = 0;
+  int64_t block_bytes = 0;
+  int64_t num_blocks = 0;         // usable KV blocks (the null block is extra, included in kv_cache)
+  int64_t kv_tokens = 0;          // tokens the KV cache holds
+  int64_t max_model_len = 0;
+  double max_concurrency = 0;     // sequences of max_model_len that fit at once
+
+  std::string to_string() const;  // the start-up printout
+  nlohmann::json to_json() const;
+};
+
+// Activation workspace of one forward pass over `tokens` tokens (what ForwardWorkspace and the
+// linear kernels' activation scratch hold).
+int64_t workspace_bytes(const ModelConfig& c, int64_t tokens);
+
+// A plan, or kResourceExhausted naming the term that does not fit and what to change.
+Result<MemoryPlan> plan_memory(const MemoryPlanInput& in);
+
+// Total physical memory of this host (MemTotal), bytes.
+int64_t host_memory_bytes();
+
+}  // namespace pagoda

@@ -1,0 +1,110 @@
+#include "runtime/model_runner.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace pagoda {
+
+Rng token_rng(uint64_t seed, int64_t index) {
+  return Rng(seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(index + 1)));
+}
+
+ModelRunner::ModelRunner(const LlamaModel& model, KvCacheStorage& kv, KvCacheStorage* host_swap, ThreadPool& pool)
+    : model_(model), kv_(kv), host_swap_(host_swap), pool_(pool), samplers_(pool.size()) {}
+
+void ModelRunner::copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStorage& from, KvCacheStorage& to) {
+  const int64_t layers = model_.config().num_layers;
+  for (int64_t l = 0; l < layers; ++l) {
+    const KvLayerView src = from.layer(l), dst = to.layer(l);
+    const int64_t bytes = src.block_elems() * src.elem_bytes();
+    for (const auto& [s, d] : copies) {
+      std::memcpy(static_cast<uint8_t*>(dst.k) + d * bytes, static_cast<const uint8_t*>(src.k) + s * bytes, bytes);
+      std::memcpy(static_cast<uint8_t*>(dst.v) + d * bytes, static_cast<const uint8_t*>(src.v) + s * bytes, bytes);
+    }
+  }
+}
+
+RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
+  for (const auto& id : out.finished) reqs_.erase(id);
+  for (const auto& id : out.preempted) reqs_.erase(id);
+  if (!out.swap_out.empty()) {
+    PAGODA_CHECK(host_swap_ != nullptr, "swap-out without host swap space");
+    copy_blocks(out.swap_out, kv_, *host_swap_);
+  }
+  if (!out.swap_in.empty()) {
+    PAGODA_CHECK(host_swap_ != nullptr, "swap-in without host swap space");
+    copy_blocks(out.swap_in, *host_swap_, kv_);
+  }
+  for (const auto& n : out.new_requests) {
+    ReqState s;
+    s.tokens = n.tokens;
+    s.num_prompt = n.num_prompt_tokens;
+    s.sampling = n.sampling;
+    s.seed = n.seed;
+    s.block_table = n.block_ids;
+    s.num_computed = n.num_computed_tokens;
+    s.min_tokens = n.min_tokens;
+    s.min_tokens_blocked_ids = n.min_tokens_blocked_ids;
+    reqs_[n.id] = std::move(s);
+  }
+  for (const auto& c : out.cached_requests) {
+    auto it = reqs_.find(c.id);
+    PAGODA_CHECK(it != reqs_.end(), "cached request {} unknown to the runner", c.id);
+    if (c.replace_block_table) it->second.block_table = c.new_block_ids;
+    else it->second.block_table.insert(it->second.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
+    it->second.num_computed = c.num_computed_tokens;
+  }
+
+  RunnerOutput result;
+  if (out.num_scheduled_tokens.empty()) return result;
+  batch_.clear();
+  std::vector<ReqState*> to_sample;
+  std::vector<const std::string*> sample_ids;
+  std::vector<int64_t> rows;  // logits row of each sampled request
+  const int64_t bs = kv_.block_size();
+  std::vector<int32_t> ids;
+  for (const auto& st : out.num_scheduled_tokens) {
+    ReqState& s = reqs_.at(st.id);
+    const int32_t begin = s.num_computed, end = s.num_computed + st.num_tokens;
+    PAGODA_CHECK(end <= static_cast<int32_t>(s.tokens.size()), "request {}: scheduled up to token {} of {}", st.id, end, s.tokens.size());
+    ids.assign(s.tokens.begin() + begin, s.tokens.begin() + end);
+    const bool sample = end == static_cast<int32_t>(s.tokens.size());
+    batch_.add_sequence(ids, end, s.block_table, bs, sample, capture_all_);
+    s.num_computed = end;
+    if (sample) {
+      to_sample.push_back(&s);
+      sample_ids.push_back(&st.id);
+      rows.push_back(static_cast<int64_t>(batch_.logits_rows.size()) - 1);
+    }
+  }
+  result.num_tokens = static_cast<int32_t>(batch_.num_tokens());
+  model_.forward(batch_, kv_, ws_, logits_, pool_);
+
+  result.samples.resize(to_sample.size());
+  const int64_t vocab = logits_.dim(1);
+  const int64_t n_samples = static_cast<int64_t>(to_sample.size());
+  pool_.run([&](int ith, int nth) {
+    std::vector<float> masked;
+    Sampler& sampler = samplers_[ith];  // per-thread scratch
+    for (int64_t i = n_samples * ith / nth; i < n_samples * (ith + 1) / nth; ++i) {
+      ReqState& s = *to_sample[i];
+      const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
+      std::span<const float> row(logits_.data_as<float>() + rows[i] * vocab, static_cast<size_t>(vocab));
+      if (n_out < s.min_tokens && !s.min_tokens_blocked_ids.empty()) {
+        masked.assign(row.begin(), row.end());
+        for (int32_t t : s.min_tokens_blocked_ids)
+          if (t >= 0 && t < vocab) masked[t] = -std::numeric_limits<float>::infinity();
+        row = masked;
+      }
+      Rng rng = token_rng(s.seed, n_out);
+      TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
+                        std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
+      result.samples[i] = {*sample_ids[i], sampler.sample(row, s.sampling, hist, rng)};
+    }
+  });
+  for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);
+  return result;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,77 @@
+// ModelRunner: SchedulerOutput -> ForwardBatch -> logits -> sampled tokens.
+//
+// Keeps a persistent batch (per-request token ids, block table, sampling state) patched by each
+// SchedulerOutput's diffs, performs swap copies, runs one forward pass over all scheduled tokens
+// and samples for the requests whose known tokens are now all computed (a prefill chunk that
+// stops short of the end samples nothing).
+//
+// Sampling randomness is stateless per token: the draw for a request's k-th generated token uses
+// an Rng seeded from (request seed, k), so a seed gives the same tokens whatever the batch
+// composition, chunking or preemption history.
+// Thread-safety: execute() calls are serialised by the engine-core thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "runtime/kv_cache_storage.h"
+#include "runtime/sampler.h"
+#include "sched/scheduler_output.h"
+
+namespace pagoda {
+
+struct RunnerSample {
+  std::string id;
+  SampleResult result;
+};
+
+struct RunnerOutput {
+  std::vector<RunnerSample> samples;
+  int32_t num_tokens = 0;  // tokens in the forward batch
+};
+
+class ModelRunner {
+ public:
+  // `host_swap` may be null (no swap preemption).
+  ModelRunner(const LlamaModel& model, KvCacheStorage& kv, KvCacheStorage* host_swap, ThreadPool& pool);
+
+  RunnerOutput execute(const SchedulerOutput& out);
+  size_t num_tracked_requests() const { return reqs_.size(); }
+
+  // All-token logits of the last execute() (rows in batch order), for tests that compare
+  // against references; empty unless capture is on.
+  void set_capture_all_logits(bool on) { capture_all_ = on; }
+  const Tensor& last_logits() const { return logits_; }
+
+ private:
+  struct ReqState {
+    std::vector<int32_t> tokens;  // prompt + generated
+    int32_t num_prompt = 0;
+    SamplingParams sampling;
+    uint64_t seed = 0;
+    std::vector<int32_t> block_table;
+    int32_t num_computed = 0;
+    int32_t min_tokens = 0;
+    std::vector<int32_t> min_tokens_blocked_ids;
+  };
+  void copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStorage& from, KvCacheStorage& to);
+
+  const LlamaModel& model_;
+  KvCacheStorage& kv_;
+  KvCacheStorage* host_swap_;
+  ThreadPool& pool_;
+  std::unordered_map<std::string, ReqState> reqs_;
+  ForwardBatch batch_;
+  ForwardWorkspace ws_;
+  Tensor logits_;
+  std::vector<Sampler> samplers_;  // one per pool thread
+  bool capture_all_ = false;
+};
+
+// The Rng for a request's k-th generated token.
+Rng token_rng(uint64_t seed, int64_t index);
+
+}  // namespace pagoda

@@ -1,0 +1,63 @@
+// Token sampling from one row of logits.
+//
+// Order (vLLM v1): penalties (repetition over prompt + output, presence/frequency over output) ->
+// greedy if temperature == 0 -> temperature -> min-p -> top-k -> top-p -> draw. Logprobs are of
+// the model's raw distribution (log-softmax of the unmodified logits), as vLLM reports them.
+//
+// Exact and allocation-light: top-k and top-p use partial selection (nth_element on growing
+// prefixes), not a full sort of the vocabulary. Determinism: the draw uses only the request's
+// Rng, so the same seed and inputs give the same tokens on every run and batch composition.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/sampling_params.h"
+
+namespace pagoda {
+
+// xoshiro256** seeded through splitmix64: small, fast, reproducible across platforms.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0x9e3779b97f4a7c15ull);
+  uint64_t next();
+  double uniform();  // [0, 1) with 53 random bits
+ private:
+  uint64_t s_[4];
+};
+
+// What the penalties need to know about a request's tokens.
+struct TokenHistory {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;               // of `token` under the raw distribution (if requested)
+  std::vector<TokenLogprob> top;      // top-N raw logprobs, descending (if requested)
+};
+
+class Sampler {
+ public:
+  // logits: [vocab] f32 (not modified). Scratch buffers are reused between calls; a Sampler is
+  // not thread-safe (one per thread).
+  SampleResult sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng);
+
+ private:
+  std::vector<float> work_;
+  std::vector<int32_t> idx_;
+  std::unordered_map<int32_t, int32_t> counts_;
+};
+
+// log-softmax helpers (exposed for tests and logprob reporting).
+float log_sum_exp(std::span<const float> logits);
+
+}  // namespace pagoda

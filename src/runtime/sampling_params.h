@@ -1,0 +1,27 @@
+// Per-request sampling parameters (OpenAI / vLLM semantics).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/status.h"
+
+namespace pagoda {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // (0, 1]
+  float min_p = 0.0f;               // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1: off. Prompt and output tokens (HF/vLLM rule)
+  float presence_penalty = 0.0f;    // [-2, 2]; output tokens (OpenAI rule)
+  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens
+  std::optional<uint64_t> seed;     // same seed, same output
+  int32_t logprobs = -1;            // -1: none; 0: the chosen token's; N: also the top N
+
+  bool greedy() const { return temperature < 1e-5f; }
+  // Range checks; the message names the parameter.
+  Status validate() const;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,256 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace pagoda {
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv)
+    : config_(std::move(config)), kv_(kv), policy_(make_policy(config_.policy)) {
+  PAGODA_CHECK(policy_ != nullptr, "unknown scheduling policy '{}'", config_.policy);
+  PAGODA_CHECK(config_.max_num_batched_tokens > 0 && config_.max_num_seqs > 0, "scheduler limits must be positive");
+}
+
+void Scheduler::insert_waiting(Request* r) {
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const Request* w) { return policy_->before(*r, *w); });
+  waiting_.insert(pos, r);
+}
+
+void Scheduler::add_request(Request* r) {
+  PAGODA_CHECK(by_id_.emplace(r->id, r).second, "duplicate request id {}", r->id);
+  r->status = RequestStatus::kWaiting;
+  insert_waiting(r);
+}
+
+void Scheduler::finish_request(const std::string& id, RequestStatus status) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;
+  Request* r = it->second;
+  std::erase(running_, r);
+  std::erase(waiting_, r);
+  kv_.free(*r);
+  r->status = status;
+  by_id_.erase(it);
+  auto known = known_to_runner_.find(id);
+  if (known != known_to_runner_.end()) {
+    if (known->second) finished_since_last_step_.push_back(id);
+    known_to_runner_.erase(known);
+  }
+}
+
+bool Scheduler::admissible(const Request& r) const {
+  if (r.prefill_leader.empty() || !kv_.pool().prefix_caching()) return true;
+  auto it = by_id_.find(r.prefill_leader);
+  if (it == by_id_.end()) return true;  // leader finished
+  return it->second->num_computed_tokens >= it->second->num_prompt_tokens();
+}
+
+int32_t Scheduler::tokens_wanted(const Request& r, int32_t budget) const {
+  int32_t n = r.num_tokens() - r.num_computed_tokens;
+  if (config_.long_prefill_token_threshold > 0 && r.num_computed_tokens < r.num_prompt_tokens())
+    n = std::min(n, config_.long_prefill_token_threshold);
+  return std::min(n, budget);
+}
+
+void Scheduler::preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t& budget, SchedulerOutput& out) {
+  Request* v = running_[index];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  auto s = std::find_if(scheduled.begin(), scheduled.end(), [&](const Scheduled& x) { return x.req == v; });
+  if (s != scheduled.end()) {
+    budget += s->num_tokens;
+    // A swap-in this step is undone by swapping out again below; drop its copies.
+    if (s->swapped_in)
+      std::erase_if(out.swap_in, [&](const BlockCopy& c) {
+        return std::find(s->new_blocks.begin(), s->new_blocks.end(), c.second) != s->new_blocks.end();
+      });
+    scheduled.erase(s);
+  }
+  bool swapped = false;
+  if (config_.preemption == PreemptionMode::kSwap && kv_.swap_enabled()) {
+    if (auto copies = kv_.swap_out(*v)) {
+      out.swap_out.insert(out.swap_out.end(), copies->begin(), copies->end());
+      swapped = true;
+    }
+  }
+  if (!swapped) {
+    kv_.free(*v);
+    v->num_computed_tokens = 0;
+    if (known_to_runner_[v->id]) out.preempted.push_back(v->id);
+    known_to_runner_[v->id] = false;
+  }
+  v->status = RequestStatus::kPreempted;
+  ++v->num_preemptions;
+  ++num_preemptions_;
+  insert_waiting(v);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  out.finished = std::move(finished_since_last_step_);
+  finished_since_last_step_.clear();
+  int32_t budget = config_.max_num_batched_tokens;
+  std::vector<Scheduled> scheduled;
+  const int64_t preemptions_before = num_preemptions_;
+
+  // Phase 1: running requests, in admission order.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int32_t n = tokens_wanted(*r, budget);
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    std::optional<std::vector<BlockId>> blocks;
+    bool self_preempted = false;
+    for (;;) {
+      blocks = kv_.allocate_slots(*r, n);
+      if (blocks) break;
+      const size_t v = policy_->pick_victim(running_);
+      const bool is_self = running_[v] == r;
+      preempt(v, scheduled, budget, out);
+      if (is_self) {
+        self_preempted = true;
+        break;
+      }
+      if (v < i) --i;
+    }
+    if (self_preempted) continue;  // running_[i] is now the next request
+    scheduled.push_back({r, n, std::move(*blocks), !known_to_runner_[r->id], false});
+    budget -= n;
+    ++i;
+  }
+
+  // Phase 2: waiting requests in policy order, unless this step already had to preempt.
+  if (num_preemptions_ == preemptions_before) {
+    size_t w = 0;
+    while (w < waiting_.size() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+      Request* r = waiting_[w];
+      if (!admissible(*r)) {
+        ++w;
+        continue;
+      }
+      int32_t n = 0;
+      std::vector<BlockId> new_blocks;
+      bool swapped_in = false;
+      if (r->swapped_out) {
+        const int32_t held = static_cast<int32_t>(kv_.block_table(r->id).size());
+        if (kv_.num_free_blocks() < held + 1) break;
+        auto copies = kv_.swap_in(*r);
+        if (!copies) break;
+        out.swap_in.insert(out.swap_in.end(), copies->begin(), copies->end());
+        swapped_in = true;
+        const auto table = kv_.block_table(r->id);
+        new_blocks.assign(table.begin(), table.end());
+        n = tokens_wanted(*r, budget);
+        if (auto more = kv_.allocate_slots(*r, n)) {
+          new_blocks.insert(new_blocks.end(), more->begin(), more->end());
+        } else {
+          n = 0;  // holds its blocks again; it gets tokens next step
+        }
+      } else {
+        ComputedBlocks hit;
+        if (r->num_computed_tokens == 0) hit = kv_.find_computed_blocks(*r);
+        n = r->num_tokens() - r->num_computed_tokens - hit.num_tokens;
+        if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+        if (!config_.chunked_prefill && n > budget) break;
+        n = std::min(n, budget);
+        auto blocks = kv_.allocate_slots(*r, n, hit);
+        if (!blocks) {
+          if (!running_.empty()) {
+            const size_t v = policy_->pick_victim(running_);
+            if (policy_->may_preempt_for(*r, *running_[v])) {
+              preempt(v, scheduled, budget, out);
+              w = static_cast<size_t>(std::find(waiting_.begin(), waiting_.end(), r) - waiting_.begin());
+              continue;
+            }
+          }
+          break;
+        }
+        if (r->num_computed_tokens == 0 && r->num_preemptions == 0) r->num_cached_prompt_tokens = hit.num_tokens;
+        r->num_computed_tokens += hit.num_tokens;
+        new_blocks = std::move(*blocks);
+      }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
+      running_.push_back(r);
+      r->status = RequestStatus::kRunning;
+      scheduled.push_back({r, n, std::move(new_blocks), !known_to_runner_[r->id], swapped_in});
+      budget -= n;
+    }
+  }
+
+  for (auto& s : scheduled) {
+    Request* r = s.req;
+    if (s.is_new) {
+      NewRequestData d;
+      d.id = r->id;
+      d.tokens = r->all_tokens();
+      d.num_prompt_tokens = r->num_prompt_tokens();
+      d.sampling = r->sampling;
+      d.seed = r->seed;
+      const auto table = kv_.block_table(r->id);
+      d.block_ids.assign(table.begin(), table.end());
+      d.num_computed_tokens = r->num_computed_tokens;
+      d.min_tokens = r->stop.min_tokens;
+      if (d.min_tokens > 0) {
+        if (!r->stop.ignore_eos) d.min_tokens_blocked_ids = r->eos_token_ids;
+        d.min_tokens_blocked_ids.insert(d.min_tokens_blocked_ids.end(), r->stop.stop_token_ids.begin(), r->stop.stop_token_ids.end());
+      }
+      out.new_requests.push_back(std::move(d));
+    } else {
+      CachedRequestData d;
+      d.id = r->id;
+      d.new_block_ids = std::move(s.new_blocks);
+      d.num_computed_tokens = r->num_computed_tokens;
+      d.replace_block_table = s.swapped_in;
+      out.cached_requests.push_back(std::move(d));
+    }
+    known_to_runner_[r->id] = true;
+    if (s.num_tokens > 0) out.num_scheduled_tokens.push_back({r->id, s.num_tokens});
+    out.total_num_scheduled_tokens += s.num_tokens;
+    r->num_computed_tokens += s.num_tokens;
+  }
+  return out;
+}
+
+StepUpdate Scheduler::update_from_output(const SchedulerOutput&, const std::vector<SampledToken>& sampled) {
+  StepUpdate update;
+  for (const auto& s : sampled) {
+    auto it = by_id_.find(s.id);
+    if (it == by_id_.end()) continue;  // finished meanwhile (abort)
+    Request* r = it->second;
+    r->output.push_back(s.token);
+    update.new_tokens.push_back(r);
+    const int32_t n_out = static_cast<int32_t>(r->output.size());
+    const bool may_stop = n_out >= r->stop.min_tokens;
+    RequestStatus status = RequestStatus::kRunning;
+    if (may_stop && !r->stop.ignore_eos &&
+        std::find(r->eos_token_ids.begin(), r->eos_token_ids.end(), s.token) != r->eos_token_ids.end()) {
+      status = RequestStatus::kFinishedStopped;
+    } else if (may_stop && std::find(r->stop.stop_token_ids.begin(), r->stop.stop_token_ids.end(), s.token) !=
+                               r->stop.stop_token_ids.end()) {
+      status = RequestStatus::kFinishedStopped;
+    } else if (n_out >= r->stop.max_tokens || r->num_tokens() >= config_.max_model_len) {
+      status = RequestStatus::kFinishedLength;
+    }
+    if (status != RequestStatus::kRunning) {
+      finish_request(r->id, status);
+      update.finished.push_back(r);
+    }
+  }
+  return update;
+}
+
+std::vector<std::string> Scheduler::running_ids() const {
+  std::vector<std::string> ids;
+  for (const Request* r : running_) ids.push_back(r->id);
+  return ids;
+}
+
+std::vector<std::string> Scheduler::waiting_ids() const {
+  std::vector<std::string> ids;
+  for (const Request* r : waiting_) ids.push_back(r->id);
+  return ids;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,164 @@
+// Tier 2 (ops): linear() for every weight dtype x every ISA level this machine supports x token
+// counts x odd N, against a double-precision reference on the dequantized weights. NaN/Inf first,
+// then an NMSE budget per dtype (the integer paths quantize the activations to 8 bits, so their
+// budgets are the activation quantization error, ~1e-4; float paths are exact up to f32 rounding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/isa.h"
+#include "ops/linear.h"
+#include "quant/quant.h"
+#include "test_paths.h"
+
+namespace pagoda {
+namespace {
+
+struct Case {
+  DType t;
+  double nmse_budget;
+};
+
+std::vector<float> gaussian(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor make_weight(DType t, int64_t n, int64_t k, uint32_t seed) {
+  Tensor w = Tensor::empty(t, {n, k});
+  const auto src = gaussian(n * k, seed, 0.05f);
+  for (int64_t r = 0; r < n; ++r) quant::quantize_row(t, src.data() + r * k, w.row_ptr(r), k);
+  return w;
+}
+
+// y_ref[m][n] = sum_k dequant(W)[n][k] * x[m][k] in double.
+std::vector<double> reference(const Tensor& w, const std::vector<float>& x, int64_t m) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  std::vector<float> wd(n * k);
+  for (int64_t r = 0; r < n; ++r) quant::dequantize_row(w.dtype(), w.row_ptr(r), wd.data() + r * k, k);
+  std::vector<double> y(m * n);
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += static_cast<double>(wd[r * k + e]) * x[t * k + e];
+      y[t * n + r] = s;
+    }
+  return y;
+}
+
+double g_worst = 0;  // worst NMSE of the current dtype (printed)
+
+void check(const std::vector<float>& y, const std::vector<double>& ref, double budget, const std::string& what) {
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(std::isfinite(y[i])) << what << " non-finite at " << i;
+  double e = 0, r = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    e += (y[i] - ref[i]) * (y[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  ASSERT_GT(r, 0) << what;
+  EXPECT_LE(e / r, budget) << what;
+  g_worst = std::max(g_worst, e / r);
+}
+
+class LinearTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LinearTest, AllIsaLevelsAndShapes) {
+  const Case c = GetParam();
+  const int64_t bs = dtype_traits(c.t).block_size;
+  // odd N (partial row groups); K = a few blocks (256 multiples for the k-quants)
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, bs == 256 ? 256 : 96}, {19, 512}};
+  const std::vector<int64_t> ms = {1, 2, 3, 7, 16, 33, 128, 512};
+  ThreadPool pool1(1), pool2(2);
+  g_worst = 0;
+  for (auto [n, k] : shapes) {
+    const Tensor w = make_weight(c.t, n, k, static_cast<uint32_t>(n * 31 + k));
+    const int64_t max_m = ms.back();
+    const auto x = gaussian(max_m * k, static_cast<uint32_t>(k), 1.0f);
+    const auto ref_all = reference(w, x, max_m);
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      auto lw = prepare_linear(w, "w", isa);
+      ASSERT_TRUE(lw.ok()) << lw.status().to_string();
+      EXPECT_EQ(linear_weight_isa(**lw), isa);
+      for (int64_t m : ms) {
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          if (pool == &pool2 && m != 1 && m != 7 && m != 128) continue;  // threads: a few sizes
+          std::vector<float> y(m * n, NAN);
+          linear(**lw, x.data(), m, y.data(), *pool);
+          const std::vector<double> ref(ref_all.begin(), ref_all.begin() + m * n);
+          check(y, ref, c.nmse_budget,
+                std::string(dtype_name(c.t)) + " " + isa_level_name(isa) + " M=" + std::to_string(m) +
+                    " N=" + std::to_string(n) + " K=" + std::to_string(k) + " threads=" + std::to_string(pool->size()));
+        }
+      }
+    }
+  }
+  std::printf("%s: worst nmse %.3g (budget %.3g)\n", std::string(dtype_name(c.t)).c_str(), g_worst, c.nmse_budget);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LinearTest,
+                         ::testing::Values(Case{DType::kF32, 1e-11}, Case{DType::kF16, 1e-11},
+                                           Case{DType::kBF16, 1e-11}, Case{DType::kQ4_0, 1e-4},
+                                           Case{DType::kQ4_1, 1e-4}, Case{DType::kQ5_0, 1e-4},
+                                           Case{DType::kQ5_1, 1e-4}, Case{DType::kQ8_0, 1e-4},
+                                           Case{DType::kQ4_K, 1e-4}, Case{DType::kQ5_K, 1e-4},
+                                           Case{DType::kQ6_K, 1e-4}),
+                         [](const auto& info) { return std::string(dtype_name(info.param.t)); });
+
+// Weights made by the gguf package (testdata/quant: legacy formats quantized by gguf, k-quants
+// random blocks, so every scale/min bit pattern occurs) through every level's packing and kernels.
+TEST(LinearGguf, FixtureWeightsAllLevels) {
+  ThreadPool pool(1);
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16"}) {
+    const DType t = *dtype_from_name(name);
+    std::ifstream f(test::testdata_dir() + "/quant/" + name + ".q", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const int64_t n = 8, k = 512;
+    ASSERT_EQ(static_cast<int64_t>(bytes.size()), n * row_bytes(t, k)) << name;
+    Tensor w = Tensor::empty(t, {n, k});
+    std::memcpy(w.data(), bytes.data(), bytes.size());
+    const int64_t m = 9;
+    const auto x = gaussian(m * k, 77);
+    const auto ref = reference(w, x, m);
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      auto lw = prepare_linear(w, name, isa);
+      ASSERT_TRUE(lw.ok());
+      for (int64_t mm : {int64_t{1}, m}) {
+        std::vector<float> y(mm * n, NAN);
+        linear(**lw, x.data(), mm, y.data(), pool);
+        check(y, std::vector<double>(ref.begin(), ref.begin() + mm * n), 1e-4,
+              std::string(name) + " fixture " + isa_level_name(isa) + " M=" + std::to_string(mm));
+      }
+    }
+  }
+}
+
+TEST(LinearFrontEnd, RejectsBadWeights) {
+  EXPECT_FALSE(prepare_linear(Tensor(), "none").ok());
+  EXPECT_FALSE(prepare_linear(Tensor::zeros(DType::kF32, {4}), "1d").ok());
+  EXPECT_FALSE(prepare_linear(Tensor::zeros(DType::kI32, {4, 4}), "i32").ok());
+}
+
+TEST(LinearFrontEnd, TensorFormAndWeightAccess) {
+  const Tensor w = make_weight(DType::kQ8_0, 5, 64, 3);
+  auto lw = prepare_linear(w, "w");
+  ASSERT_TRUE(lw.ok());
+  EXPECT_EQ(linear_weight_tensor(**lw).data(), w.data());
+  Tensor x = Tensor::zeros(DType::kF32, {2, 64});
+  Tensor y = Tensor::empty(DType::kF32, {2, 5});
+  ThreadPool pool(1);
+  linear(**lw, x, y, pool);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(y.data_as<float>()[i], 0.0f);
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,51 @@
+// Shared helpers for the op tests: random data, NMSE, ISA-level iteration.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cpu_features.h"
+
+namespace pagoda::test {
+
+// nmse = mse(out, ref) / mse(ref, 0); returns +inf if out has a NaN/Inf (checked first).
+inline double nmse(const float* out, const float* ref, int64_t n) {
+  double err = 0, pow = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    const double d = static_cast<double>(out[i]) - ref[i];
+    err += d * d;
+    pow += static_cast<double>(ref[i]) * ref[i];
+  }
+  return pow == 0 ? (err == 0 ? 0 : INFINITY) : err / pow;
+}
+inline double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
+  return nmse(out.data(), ref.data(), static_cast<int64_t>(std::min(out.size(), ref.size())));
+}
+
+inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Every ISA level this machine can run, scalar first.
+inline std::vector<IsaLevel> supported_isa_levels() {
+  std::vector<IsaLevel> out;
+  for (int l = 0; l <= static_cast<int>(detect_isa_level()); ++l) out.push_back(static_cast<IsaLevel>(l));
+  return out;
+}
+
+// Caps the ISA level for the scope of a test case.
+class ScopedIsaCap {
+ public:
+  explicit ScopedIsaCap(IsaLevel level) { set_isa_level_cap(level); }
+  ~ScopedIsaCap() { set_isa_level_cap(IsaLevel::kAmx); }
+};
+
+}  // namespace pagoda::test
