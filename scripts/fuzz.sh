@@ -29,7 +29,7 @@ if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cc" -o "$probe/p" 2>"
   exit 77
 fi
 
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPAGODA_FUZZ=ON \
   -DPAGODA_BUILD_TESTS=OFF -DPAGODA_BUILD_BENCHMARKS=OFF -DPAGODA_CUDA=OFF >/dev/null
 cmake --build "$build" --target fuzzers -j "$jobs"
 python3 fuzz/make_seeds.py "$build/seeds" --shared "$root/../shared"

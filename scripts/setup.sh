@@ -34,6 +34,7 @@ fi
 if [ "$want_python" = 1 ]; then
   bash scripts/setup_python.sh
   bash scripts/fetch_models.sh
+  bash scripts/make_test_models.sh
 fi
 if [ "$want_peer" = 1 ]; then
   bash scripts/setup_peer.sh
