@@ -103,7 +103,11 @@ void BM_Linear(benchmark::State& state, DType t, int64_t n, int64_t k) {
   state.counters["GFLOP/s_cpu"] = flops * s / 1e9 / cpu_s * threads;
   state.counters["bw_GB/s"] = c.bw_gbs;
   const bool int_path = pagoda::is_quantized(t);
-  state.counters["peak_G/s"] = int_path ? c.vnni_gops : c.fma_gflops;
+  const double peak = int_path ? c.vnni_gops : c.fma_gflops;
+  state.counters["peak_G/s"] = peak;
+  // ratios use real time on both sides (the ceilings are measured the same way, just before)
+  state.counters["bw_ratio"] = benchmark::Counter(bytes * s / 1e9 / c.bw_gbs, benchmark::Counter::kIsRate);
+  if (peak > 0) state.counters["peak_ratio"] = benchmark::Counter(flops * s / 1e9 / peak, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(pagoda::dtype_name(t)) + " " + isa_level_name(pagoda::linear_weight_isa(*p.lw)));
 }
 
