@@ -142,6 +142,26 @@ TEST(LinearGguf, FixtureWeightsAllLevels) {
   }
 }
 
+TEST(LinearFused, MatchesSeparateCalls) {
+  ThreadPool pool(2);
+  const Tensor gate = make_weight(DType::kQ4_1, 40, 64, 1), up = make_weight(DType::kQ4_1, 24, 64, 2);
+  auto fused = prepare_linear_fused({gate, up}, "gate_up");
+  ASSERT_TRUE(fused.ok());
+  auto g = prepare_linear(gate, "gate");
+  auto u = prepare_linear(up, "up");
+  const int64_t m = 3;
+  const auto x = gaussian(m * 64, 5);
+  std::vector<float> yf(m * 64), yg(m * 40), yu(m * 24);
+  linear(**fused, x.data(), m, yf.data(), pool);
+  linear(**g, x.data(), m, yg.data(), pool);
+  linear(**u, x.data(), m, yu.data(), pool);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(yf[t * 64 + i], yg[t * 40 + i]);
+    for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(yf[t * 64 + 40 + i], yu[t * 24 + i]);
+  }
+  EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ8_0, 8, 64, 3)}, "mixed").ok());
+}
+
 TEST(LinearFrontEnd, RejectsBadWeights) {
   EXPECT_FALSE(prepare_linear(Tensor(), "none").ok());
   EXPECT_FALSE(prepare_linear(Tensor::zeros(DType::kF32, {4}), "1d").ok());
