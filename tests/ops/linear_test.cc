@@ -162,6 +162,16 @@ TEST(LinearFused, MatchesSeparateCalls) {
   EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ8_0, 8, 64, 3)}, "mixed").ok());
 }
 
+TEST(LinearIsa, CapLimitsPreparedLevel) {
+  const Tensor w = make_weight(DType::kQ8_0, 16, 64, 9);
+  const IsaLevel best = cpu::supported_isa_levels().back();
+  EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), best);
+  cpu::set_isa_level_cap(IsaLevel::kScalar);
+  EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), IsaLevel::kScalar);
+  cpu::set_isa_level_cap(IsaLevel::kAmx);
+  EXPECT_EQ(cpu::active_isa_level(), best);
+}
+
 TEST(LinearFrontEnd, RejectsBadWeights) {
   EXPECT_FALSE(prepare_linear(Tensor(), "none").ok());
   EXPECT_FALSE(prepare_linear(Tensor::zeros(DType::kF32, {4}), "1d").ok());
