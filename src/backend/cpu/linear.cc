@@ -6,6 +6,7 @@
 // with the reference to_float and, where an f32 kernel exists, runs it on a 16-row f32 panel;
 // otherwise plain dot products.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -80,21 +81,33 @@ void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, 
   });
 }
 
-// Work split for the packed kernels: GEMV-sized calls split the row groups only; larger calls
-// split row groups into chunks and, if there are too few groups per thread, the tokens as well.
+// Work split for the packed kernels: GEMV-sized calls split the row groups; larger calls split the
+// row groups too unless there are too few of them per thread, then the tokens. Chunks are claimed
+// dynamically (about 4 per thread), so a worker that is scheduled late (an oversubscribed machine)
+// finds the work done by the others instead of stalling the call by its whole static share.
 template <class Fn>  // fn(g0, g1, m0, m1)
 void run_split(ThreadPool& pool, int64_t groups, int64_t m, Fn&& fn) {
-  pool.run([&](int ith, int nth) {
-    int64_t g0, g1, m0 = 0, m1 = m;
-    if (m > kGemvMaxTokens && groups < 4 * nth && nth > 1) {
-      // 2-D: threads over tokens (groups too few to balance)
-      split(m, ith, nth, &m0, &m1);
-      g0 = 0;
-      g1 = groups;
-    } else {
-      split(groups, ith, nth, &g0, &g1);
+  const int nth = pool.size();
+  if (nth == 1) {
+    fn(int64_t{0}, groups, int64_t{0}, m);
+    return;
+  }
+  const bool split_m = m > kGemvMaxTokens && groups < 4 * nth;
+  const int64_t total = split_m ? m : groups;
+  int64_t chunk = std::max<int64_t>(1, total / (4 * nth));
+  if (split_m) chunk = (chunk + 7) / 8 * 8;  // whole token tiles
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (;;) {
+      const int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (b >= total) break;
+      const int64_t e = std::min(total, b + chunk);
+      if (split_m) {
+        fn(int64_t{0}, groups, b, e);
+      } else {
+        fn(b, e, int64_t{0}, m);
+      }
     }
-    if (g0 < g1 && m0 < m1) fn(g0, g1, m0, m1);
   });
 }
 
