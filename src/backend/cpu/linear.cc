@@ -151,14 +151,14 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
     case PackKind::kQintK: {
       thread_local std::vector<uint8_t> act_buf;
       const int64_t nb = w.k / kQBlock;
-      const int64_t ldq = (w.k + 63) / 64 * 64, lds = (nb + 15) / 16 * 16, lds16 = 2 * lds;
-      const size_t bytes = static_cast<size_t>(m * ldq + 4 * m * lds * sizeof(float) + 64);
+      const int64_t slots = (m + kActTile - 1) / kActTile * kActTile * nb;  // (token, block) pairs
+      const size_t bytes = static_cast<size_t>(slots * 32 + slots * 4 * sizeof(float) + 64);
       uint8_t* base = scratch(act_buf, bytes);
       base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
-      ActQ8 a{reinterpret_cast<int8_t*>(base), ldq, reinterpret_cast<float*>(base + m * ldq), nullptr, lds, nullptr,
-              lds16};
-      a.s = a.d + m * lds;
-      a.s16 = a.s + m * lds;
+      ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nb};
+      a.d = reinterpret_cast<float*>(base + slots * 32);
+      a.s = a.d + slots;
+      a.s16 = a.s + slots;
       if (m == 1) {
         kt->quantize_act(x, w.k, 0, 1, w.k, a);
       } else {

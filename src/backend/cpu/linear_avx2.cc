@@ -30,8 +30,8 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t m = m0; m < m1; ++m) {
     const float* xr = x + m * ldx;
-    int8_t* q = a.q + m * a.ldq;
     for (int64_t b = 0; b < k / 32; ++b) {
+      const int64_t i = act_index(a, m, b);
       __m256 v[4];
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xr + 32 * b + 8 * i);
       const __m256 am = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
@@ -42,13 +42,13 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
       for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
       const __m256i p = _mm256_permutevar8x32_epi32(
           _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), perm);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), p);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.q + 32 * i), p);
       const int sum0 = hsum8_epi32(_mm256_add_epi32(qi[0], qi[1])), sum1 = hsum8_epi32(_mm256_add_epi32(qi[2], qi[3]));
       const float d = amax / 127.0f;
-      a.d[m * a.lds + b] = d;
-      a.s[m * a.lds + b] = d * static_cast<float>(sum0 + sum1);
-      a.s16[m * a.lds16 + 2 * b] = d * static_cast<float>(sum0);
-      a.s16[m * a.lds16 + 2 * b + 1] = d * static_cast<float>(sum1);
+      a.d[i] = d;
+      a.s[i] = d * static_cast<float>(sum0 + sum1);
+      a.s16[2 * i] = d * static_cast<float>(sum0);
+      a.s16[2 * i + 1] = d * static_cast<float>(sum1);
     }
   }
 }
@@ -84,7 +84,11 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
   using F = QFmt<T>;
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int t = 0; t < MT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord) {
+  const int64_t i0 = act_index(a, t0, 0);
+  const int8_t* xq = a.q + 32 * i0;
+  const float* xd = a.d + i0;
+  const float* xs = a.s + i0;
+  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord, xq += 32 * kActTile, xd += kActTile, xs += kActTile) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
     const uint8_t* cp = rec + F::kCodesAt;
     __m256i isum[MT];
@@ -95,7 +99,7 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
                                            _mm256_set1_epi8(static_cast<char>(0x80)));
         const __m256i aw = _mm256_abs_epi8(w);
         for (int t = 0; t < MT; ++t) {
-          const __m256i xv = bcast_x(a.q + (t0 + t) * a.ldq + 32 * b + 4 * v);
+          const __m256i xv = bcast_x(xq + 32 * t + 4 * v);
           isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones));
         }
       }
@@ -112,7 +116,7 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
           hi = _mm256_or_si256(hi, expand_bits16(mhi));
         }
         for (int t = 0; t < MT; ++t) {
-          const int8_t* xb = a.q + (t0 + t) * a.ldq + 32 * b;
+          const int8_t* xb = xq + 32 * t;
           const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast_x(xb + 4 * c)),
                                                _mm256_maddubs_epi16(hi, bcast_x(xb + 16 + 4 * c)));
           isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, ones));
@@ -122,8 +126,8 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
     __m256 mw = _mm256_setzero_ps();
     if constexpr (F::kMin) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * h)));
     for (int t = 0; t < MT; ++t) {
-      const float dx = a.d[(t0 + t) * a.lds + b];
-      const float sx = a.s[(t0 + t) * a.lds + b];
+      const float dx = xd[t];
+      const float sx = xs[t];
       const __m256 fs = _mm256_cvtepi32_ps(isum[t]);
       if constexpr (F::kMin) {
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), fs, acc[t]);
@@ -201,13 +205,17 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
   using F = KFmt<T>;
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int t = 0; t < MT; ++t) acc[t] = _mm256_setzero_ps();
+  const int64_t i0 = act_index(a, t0, 0);
+  const int8_t* xq = a.q + 32 * i0;
+  const float* xd = a.d + i0;
+  const float* xs = a.s + i0;
+  const float* xs16 = a.s16 + 2 * i0;
   for (int64_t s = 0; s < ns; ++s, sb += F::kSuper) {
     const __m256 dsup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb) + 8 * h);
     __m256 msup = _mm256_setzero_ps();
     if constexpr (!F::kQ6) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r = sb + F::kHeader + j * F::kRecord;
-      const int64_t b = 8 * s + j;
       const __m256 d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
       const __m256 d1 = _mm256_mul_ps(F::kQ6 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
       const uint8_t* cp = r + 32;
@@ -232,25 +240,28 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
           hi = _mm256_or_si256(hi, expand_bits(mhi, 32));
         }
         for (int t = 0; t < MT; ++t) {
-          const int8_t* xb = a.q + (t0 + t) * a.ldq + 32 * b;
+          const int8_t* xb = xq + 32 * t;
           // one vpmaddubsw per int16 sum: codes <= 63 keep 2 * 63 * 127 in range
           ilo[t] = _mm256_add_epi32(ilo[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast_x(xb + 4 * c)), ones));
           ihi[t] = _mm256_add_epi32(ihi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast_x(xb + 16 + 4 * c)), ones));
         }
       }
       for (int t = 0; t < MT; ++t) {
-        const int64_t row = t0 + t;
-        const __m256 dx = _mm256_set1_ps(a.d[row * a.lds + b]);
+        const __m256 dx = _mm256_set1_ps(xd[t]);
         if constexpr (F::kQ6) {
-          const float slo = a.s16[row * a.lds16 + 2 * b], shi = a.s16[row * a.lds16 + 2 * b + 1];
+          const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
           acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(-32.f * slo)), acc[t]);
           acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(-32.f * shi)), acc[t]);
         } else {
           const __m256 fs = _mm256_cvtepi32_ps(_mm256_add_epi32(ilo[t], ihi[t]));
           acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), fs, acc[t]);
-          acc[t] = _mm256_fnmadd_ps(d1, _mm256_set1_ps(a.s[row * a.lds + b]), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(d1, _mm256_set1_ps(xs[t]), acc[t]);
         }
       }
+      xq += 32 * kActTile;
+      xd += kActTile;
+      xs += kActTile;
+      xs16 += 2 * kActTile;
     }
   }
 }
