@@ -2,9 +2,8 @@
 // ISA level once at prepare time, then per call quantizes the activations (qint family) and splits
 // the output rows (and, for many tokens, the tokens) over the thread pool.
 //
-// Generic path (scalar level, or formats without packed kernels): each thread dequantizes its rows
-// with the reference to_float and, where an f32 kernel exists, runs it on a 16-row f32 panel;
-// otherwise plain dot products.
+// Generic path (scalar level, or a format without packed kernels at this level): each thread
+// dequantizes its rows with the reference to_float and takes plain f32 dot products.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -44,38 +43,21 @@ inline void split(int64_t total, int ith, int nth, int64_t* b, int64_t* e) {
 void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   const int64_t n = w.n, k = w.k;
   const quant::QuantOps* ops = quant::quant_ops(w.dtype);
-  const KernelTable* kt = table_for(w.isa);
-  const bool panel = kt != nullptr && kt->fgemm != nullptr;
-  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
   pool.run([&](int ith, int nth) {
-    thread_local std::vector<float> row_buf, panel_buf;
-    int64_t g0, g1;
-    split(groups, ith, nth, &g0, &g1);
+    thread_local std::vector<float> row_buf;
+    int64_t r0, r1;
+    split(n, ith, nth, &r0, &r1);
     float* row = scratch(row_buf, static_cast<size_t>(k));
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t r0 = g * kGroupRows, r1 = std::min(n, r0 + kGroupRows);
-      if (panel) {
-        float* p = scratch(panel_buf, static_cast<size_t>(k * kGroupRows));
-        std::memset(p, 0, sizeof(float) * k * kGroupRows);
-        for (int64_t r = r0; r < r1; ++r) {
-          ops->to_float(w.weight.row_ptr(r), row, k);
-          for (int64_t e = 0; e < k; ++e) p[e * kGroupRows + (r - r0)] = row[e];
-        }
-        // the panel is one packed f32 group: call the kernel with g = 0 and rows offset by r0
-        kt->fgemm(DType::kF32, reinterpret_cast<const uint8_t*>(p), k, 0, 1, x, k, 0, m, y + r0, n, r1 - r0);
-        continue;
-      }
-      for (int64_t r = r0; r < r1; ++r) {
-        ops->to_float(w.weight.row_ptr(r), row, k);
-        for (int64_t t = 0; t < m; ++t) {
-          const float* xt = x + t * k;
-          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          int64_t e = 0;
-          for (; e + 8 <= k; e += 8)
-            for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
-          for (; e < k; ++e) acc[0] += row[e] * xt[e];
-          y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        }
+    for (int64_t r = r0; r < r1; ++r) {
+      ops->to_float(w.weight.row_ptr(r), row, k);
+      for (int64_t t = 0; t < m; ++t) {
+        const float* xt = x + t * k;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t e = 0;
+        for (; e + 8 <= k; e += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
+        for (; e < k; ++e) acc[0] += row[e] * xt[e];
+        y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
       }
     }
   });
