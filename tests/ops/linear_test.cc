@@ -163,6 +163,24 @@ TEST(LinearFused, MatchesSeparateCalls) {
   EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ8_0, 8, 64, 3)}, "mixed").ok());
 }
 
+// Enough row groups that 2 threads split the groups (not the tokens) for a GEMM-sized M, with a
+// partial last group; every level.
+TEST(LinearThreads, GroupSplitMatchesReference) {
+  ThreadPool pool(2);
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    const int64_t n = 301, k = 256, m = 33;
+    const Tensor w = make_weight(t, n, k, 11);
+    const auto x = gaussian(m * k, 12);
+    const auto ref = reference(w, x, m);
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      std::vector<float> y(m * n, NAN);
+      linear(**prepare_linear(w, "w", isa), x.data(), m, y.data(), pool);
+      check(y, ref, t == DType::kF16 ? 1e-11 : 1e-4,
+            std::string(dtype_name(t)) + " group split " + isa_level_name(isa));
+    }
+  }
+}
+
 TEST(LinearIsa, CapLimitsPreparedLevel) {
   const Tensor w = make_weight(DType::kQ8_0, 16, 64, 9);
   const IsaLevel best = cpu::supported_isa_levels().back();
