@@ -103,7 +103,11 @@ void BM_Linear(benchmark::State& state, DType t, int64_t n, int64_t k) {
   state.counters["GFLOP/s_cpu"] = flops * s / 1e9 / cpu_s * threads;
   state.counters["bw_GB/s"] = c.bw_gbs;
   const bool int_path = pagoda::is_quantized(t);
-  state.counters["peak_G/s"] = int_path ? c.vnni_gops : c.fma_gflops;
+  const double peak = int_path ? c.vnni_gops : c.fma_gflops;
+  state.counters["peak_G/s"] = peak;
+  // ratios use real time on both sides (the ceilings are measured the same way, just before)
+  state.counters["bw_ratio"] = benchmark::Counter(bytes * s / 1e9 / c.bw_gbs, benchmark::Counter::kIsRate);
+  if (peak > 0) state.counters["peak_ratio"] = benchmark::Counter(flops * s / 1e9 / peak, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(pagoda::dtype_name(t)) + " " + isa_level_name(pagoda::linear_weight_isa(*p.lw)));
 }
 
@@ -141,5 +145,60 @@ int register_all() {
   return 0;
 }
 const int registered = register_all();
+
+}  // namespace
+
+namespace {
+
+// Every projection of one SmolLM2-135M-Instruct Q4_1 forward step (30 layers x q, k, v, o, gate,
+// up, down in q4_1 + the tied q8_0 output head, as in the GGUF the project runs), M tokens: the
+// matmul share of a decode (M = 1) or prefill (M = 512) step, comparable with llama.cpp's tg / pp
+// on the same model (its figures include attention, norms, sampling: a few % at this size).
+void BM_SmolLM2StepMatmuls(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  struct W {
+    int64_t n, k;
+    DType t;
+  };
+  const std::vector<W> layer = {{576, 576, DType::kQ4_1},  {192, 576, DType::kQ4_1},  {192, 576, DType::kQ4_1},
+                                {576, 576, DType::kQ4_1},  {1536, 576, DType::kQ4_1}, {1536, 576, DType::kQ4_1},
+                                {576, 1536, DType::kQ4_1}};
+  static std::vector<Prepared> weights;
+  static double total_bytes = 0;
+  if (weights.empty()) {
+    for (int l = 0; l < 30; ++l)
+      for (const W& w : layer) {
+        Prepared p;
+        p.w = make_weight(w.t, w.n, w.k);
+        p.lw = *pagoda::prepare_linear(p.w, "layer");
+        total_bytes += static_cast<double>(p.w.nbytes());
+        weights.push_back(std::move(p));
+      }
+    Prepared head;
+    head.w = make_weight(DType::kQ8_0, 49152, 576);
+    head.lw = *pagoda::prepare_linear(head.w, "output");
+    total_bytes += static_cast<double>(head.w.nbytes());
+    weights.push_back(std::move(head));
+  }
+  pagoda::ThreadPool pool(threads);
+  std::vector<float> x(m * 1536, 0.5f), y(m * 49152);
+  for (auto _ : state) {
+    for (size_t i = 0; i + 1 < weights.size(); ++i) pagoda::linear(*weights[i].lw, x.data(), m, y.data(), pool);
+    // the output head only on the last token (what a forward pass does)
+    pagoda::linear(*weights.back().lw, x.data(), 1, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(m) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(total_bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SmolLM2StepMatmuls)
+    ->ArgNames({"M", "threads"})
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/linear_cpu.h"
@@ -29,6 +30,25 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
   if (static_cast<int>(max_isa) < static_cast<int>(isa)) isa = max_isa;
   std::shared_ptr<const LinearWeight> lw = cpu::prepare_linear_cpu(w, name, isa);
   return lw;
+}
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name) {
+  if (ws.empty()) return invalid_argument("fused linear '{}': no weights", name);
+  int64_t n = 0;
+  for (const Tensor& w : ws) {
+    if (!w.defined() || w.ndim() != 2 || w.dtype() != ws[0].dtype() || w.dim(1) != ws[0].dim(1))
+      return invalid_argument("fused linear '{}': weights must be 2-d with one dtype and K, got {} and {}", name,
+                              w.shape_string(), ws[0].shape_string());
+    n += w.dim(0);
+  }
+  Tensor cat = Tensor::empty(ws[0].dtype(), {n, ws[0].dim(1)});
+  int64_t row = 0;
+  for (const Tensor& w : ws) {
+    std::memcpy(cat.row_ptr(row), w.data(), static_cast<size_t>(w.nbytes()));
+    row += w.dim(0);
+  }
+  return prepare_linear(cat, name);
 }
 
 const Tensor& linear_weight_tensor(const LinearWeight& w) { return w.weight; }

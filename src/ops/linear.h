@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/cpu_features.h"
 #include "common/status.h"
@@ -30,6 +31,13 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
 // Same, with the ISA level capped at max_isa (tests and benchmarks compare levels).
 Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name,
                                                            IsaLevel max_isa);
+// Fused projections that share their input (q/k/v, gate/up): the weights [N_i, K] (same dtype and
+// K) are concatenated along N into one [sum N_i, K] weight, so one linear() call (one activation
+// quantization, one pass over the threads) writes y[M, sum N_i] with weight i's outputs at
+// columns [sum_{j<i} N_j, ...). The concatenated copy is owned by the prepared weight.
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name);
+
 const Tensor& linear_weight_tensor(const LinearWeight& w);  // the original [N, K] tensor
 IsaLevel linear_weight_isa(const LinearWeight& w);          // level its kernels were chosen for
 

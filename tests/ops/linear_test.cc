@@ -76,7 +76,8 @@ TEST_P(LinearTest, AllIsaLevelsAndShapes) {
   const Case c = GetParam();
   const int64_t bs = dtype_traits(c.t).block_size;
   // odd N (partial row groups); K = a few blocks (256 multiples for the k-quants)
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, bs == 256 ? 256 : 96}, {19, 512}};
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{37, bs == 256 ? 256 : 96}, {19, 512}};
+  if (bs == 1) shapes.push_back({5, 37});  // float weights: K need not be a multiple of anything
   const std::vector<int64_t> ms = {1, 2, 3, 7, 16, 33, 128, 512};
   ThreadPool pool1(1), pool2(2);
   g_worst = 0;
@@ -140,6 +141,54 @@ TEST(LinearGguf, FixtureWeightsAllLevels) {
       }
     }
   }
+}
+
+TEST(LinearFused, MatchesSeparateCalls) {
+  ThreadPool pool(2);
+  const Tensor gate = make_weight(DType::kQ4_1, 40, 64, 1), up = make_weight(DType::kQ4_1, 24, 64, 2);
+  auto fused = prepare_linear_fused({gate, up}, "gate_up");
+  ASSERT_TRUE(fused.ok());
+  auto g = prepare_linear(gate, "gate");
+  auto u = prepare_linear(up, "up");
+  const int64_t m = 3;
+  const auto x = gaussian(m * 64, 5);
+  std::vector<float> yf(m * 64), yg(m * 40), yu(m * 24);
+  linear(**fused, x.data(), m, yf.data(), pool);
+  linear(**g, x.data(), m, yg.data(), pool);
+  linear(**u, x.data(), m, yu.data(), pool);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(yf[t * 64 + i], yg[t * 40 + i]);
+    for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(yf[t * 64 + 40 + i], yu[t * 24 + i]);
+  }
+  EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ8_0, 8, 64, 3)}, "mixed").ok());
+}
+
+// Enough row groups that 2 threads split the groups (not the tokens) for a GEMM-sized M, with a
+// partial last group; every level.
+TEST(LinearThreads, GroupSplitMatchesReference) {
+  ThreadPool pool(2);
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    const int64_t n = 301, k = 256, m = 33;
+    const Tensor w = make_weight(t, n, k, 11);
+    const auto x = gaussian(m * k, 12);
+    const auto ref = reference(w, x, m);
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      std::vector<float> y(m * n, NAN);
+      linear(**prepare_linear(w, "w", isa), x.data(), m, y.data(), pool);
+      check(y, ref, t == DType::kF16 ? 1e-11 : 1e-4,
+            std::string(dtype_name(t)) + " group split " + isa_level_name(isa));
+    }
+  }
+}
+
+TEST(LinearIsa, CapLimitsPreparedLevel) {
+  const Tensor w = make_weight(DType::kQ8_0, 16, 64, 9);
+  const IsaLevel best = cpu::supported_isa_levels().back();
+  EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), best);
+  cpu::set_isa_level_cap(IsaLevel::kScalar);
+  EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), IsaLevel::kScalar);
+  cpu::set_isa_level_cap(IsaLevel::kAmx);
+  EXPECT_EQ(cpu::active_isa_level(), best);
 }
 
 TEST(LinearFrontEnd, RejectsBadWeights) {

@@ -53,18 +53,23 @@ int64_t packed_bytes(DType t, int64_t n, int64_t k);
 // w: [n, k] rows in GGUF layout -> dst (packed_bytes(t, n, k) bytes).
 void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst);
 
-// Activations quantized for the qint kernels: per token row m, q[m * ldq + e] int8 (|q| <= 127),
-// per 32-block b: d[m * lds + b] = scale, s[m * lds + b] = d * sum of the block's q; per 16
-// elements h: s16[m * lds16 + h] = d * sum of those q (the q6_k kernels' per-16 scales need it).
+// Activations quantized for the integer kernels, tiled by kActTile tokens so a kernel's per-token
+// offsets are compile-time constants (no per-token address arithmetic in the inner loops): for
+// token m and 32-block b, i = act_index(a, m, b) = ((m / 8) * nb + b) * 8 + m % 8 and
+//   q[32 i .. 32 i + 31]   int8 codes (|q| <= 127) of the block
+//   d[i]                   scale, s[i] = d * sum of the block's q
+//   s16[2 i], s16[2 i + 1] d * sum of the first / second 16 q (the q6_k kernels' per-16 scales).
+constexpr int64_t kActTile = 8;
 struct ActQ8 {
   int8_t* q;
-  int64_t ldq;
   float* d;
   float* s;
-  int64_t lds;
   float* s16;
-  int64_t lds16;
+  int64_t nb;  // blocks per token row (K / 32)
 };
+inline int64_t act_index(const ActQ8& a, int64_t m, int64_t b) {
+  return ((m / kActTile) * a.nb + b) * kActTile + m % kActTile;
+}
 
 struct KernelTable {
   IsaLevel isa;

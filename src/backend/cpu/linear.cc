@@ -2,10 +2,10 @@
 // ISA level once at prepare time, then per call quantizes the activations (qint family) and splits
 // the output rows (and, for many tokens, the tokens) over the thread pool.
 //
-// Generic path (scalar level, or formats without packed kernels): each thread dequantizes its rows
-// with the reference to_float and, where an f32 kernel exists, runs it on a 16-row f32 panel;
-// otherwise plain dot products.
+// Generic path (scalar level, or a format without packed kernels at this level): each thread
+// dequantizes its rows with the reference to_float and takes plain f32 dot products.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -43,58 +43,53 @@ inline void split(int64_t total, int ith, int nth, int64_t* b, int64_t* e) {
 void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   const int64_t n = w.n, k = w.k;
   const quant::QuantOps* ops = quant::quant_ops(w.dtype);
-  const KernelTable* kt = table_for(w.isa);
-  const bool panel = kt != nullptr && kt->fgemm != nullptr;
-  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
   pool.run([&](int ith, int nth) {
-    thread_local std::vector<float> row_buf, panel_buf;
-    int64_t g0, g1;
-    split(groups, ith, nth, &g0, &g1);
+    thread_local std::vector<float> row_buf;
+    int64_t r0, r1;
+    split(n, ith, nth, &r0, &r1);
     float* row = scratch(row_buf, static_cast<size_t>(k));
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t r0 = g * kGroupRows, r1 = std::min(n, r0 + kGroupRows);
-      if (panel) {
-        float* p = scratch(panel_buf, static_cast<size_t>(k * kGroupRows));
-        std::memset(p, 0, sizeof(float) * k * kGroupRows);
-        for (int64_t r = r0; r < r1; ++r) {
-          ops->to_float(w.weight.row_ptr(r), row, k);
-          for (int64_t e = 0; e < k; ++e) p[e * kGroupRows + (r - r0)] = row[e];
-        }
-        // the panel is one packed f32 group: call the kernel with g = 0 and rows offset by r0
-        kt->fgemm(DType::kF32, reinterpret_cast<const uint8_t*>(p), k, 0, 1, x, k, 0, m, y + r0, n, r1 - r0);
-        continue;
-      }
-      for (int64_t r = r0; r < r1; ++r) {
-        ops->to_float(w.weight.row_ptr(r), row, k);
-        for (int64_t t = 0; t < m; ++t) {
-          const float* xt = x + t * k;
-          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          int64_t e = 0;
-          for (; e + 8 <= k; e += 8)
-            for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
-          for (; e < k; ++e) acc[0] += row[e] * xt[e];
-          y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        }
+    for (int64_t r = r0; r < r1; ++r) {
+      ops->to_float(w.weight.row_ptr(r), row, k);
+      for (int64_t t = 0; t < m; ++t) {
+        const float* xt = x + t * k;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t e = 0;
+        for (; e + 8 <= k; e += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
+        for (; e < k; ++e) acc[0] += row[e] * xt[e];
+        y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
       }
     }
   });
 }
 
-// Work split for the packed kernels: GEMV-sized calls split the row groups only; larger calls
-// split row groups into chunks and, if there are too few groups per thread, the tokens as well.
+// Work split for the packed kernels: GEMV-sized calls split the row groups; larger calls split the
+// row groups too unless there are too few of them per thread, then the tokens. Chunks are claimed
+// dynamically (about 4 per thread), so a worker that is scheduled late (an oversubscribed machine)
+// finds the work done by the others instead of stalling the call by its whole static share.
 template <class Fn>  // fn(g0, g1, m0, m1)
 void run_split(ThreadPool& pool, int64_t groups, int64_t m, Fn&& fn) {
-  pool.run([&](int ith, int nth) {
-    int64_t g0, g1, m0 = 0, m1 = m;
-    if (m > kGemvMaxTokens && groups < 4 * nth && nth > 1) {
-      // 2-D: threads over tokens (groups too few to balance)
-      split(m, ith, nth, &m0, &m1);
-      g0 = 0;
-      g1 = groups;
-    } else {
-      split(groups, ith, nth, &g0, &g1);
+  const int nth = pool.size();
+  if (nth == 1) {
+    fn(int64_t{0}, groups, int64_t{0}, m);
+    return;
+  }
+  const bool split_m = m > kGemvMaxTokens && groups < 4 * nth;
+  const int64_t total = split_m ? m : groups;
+  int64_t chunk = std::max<int64_t>(1, total / (4 * nth));
+  if (split_m) chunk = (chunk + 7) / 8 * 8;  // whole token tiles
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (;;) {
+      const int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (b >= total) break;
+      const int64_t e = std::min(total, b + chunk);
+      if (split_m) {
+        fn(int64_t{0}, groups, b, e);
+      } else {
+        fn(b, e, int64_t{0}, m);
+      }
     }
-    if (g0 < g1 && m0 < m1) fn(g0, g1, m0, m1);
   });
 }
 
@@ -138,14 +133,14 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
     case PackKind::kQintK: {
       thread_local std::vector<uint8_t> act_buf;
       const int64_t nb = w.k / kQBlock;
-      const int64_t ldq = (w.k + 63) / 64 * 64, lds = (nb + 15) / 16 * 16, lds16 = 2 * lds;
-      const size_t bytes = static_cast<size_t>(m * ldq + 4 * m * lds * sizeof(float) + 64);
+      const int64_t slots = (m + kActTile - 1) / kActTile * kActTile * nb;  // (token, block) pairs
+      const size_t bytes = static_cast<size_t>(slots * 32 + slots * 4 * sizeof(float) + 64);
       uint8_t* base = scratch(act_buf, bytes);
       base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
-      ActQ8 a{reinterpret_cast<int8_t*>(base), ldq, reinterpret_cast<float*>(base + m * ldq), nullptr, lds, nullptr,
-              lds16};
-      a.s = a.d + m * lds;
-      a.s16 = a.s + m * lds;
+      ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nb};
+      a.d = reinterpret_cast<float*>(base + slots * 32);
+      a.s = a.d + slots;
+      a.s16 = a.s + slots;
       if (m == 1) {
         kt->quantize_act(x, w.k, 0, 1, w.k, a);
       } else {

@@ -30,8 +30,8 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t m = m0; m < m1; ++m) {
     const float* xr = x + m * ldx;
-    int8_t* q = a.q + m * a.ldq;
     for (int64_t b = 0; b < k / 32; ++b) {
+      const int64_t i = act_index(a, m, b);
       __m256 v[4];
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xr + 32 * b + 8 * i);
       const __m256 am = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
@@ -42,13 +42,13 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
       for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
       const __m256i p = _mm256_permutevar8x32_epi32(
           _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), perm);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), p);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.q + 32 * i), p);
       const int sum0 = hsum8_epi32(_mm256_add_epi32(qi[0], qi[1])), sum1 = hsum8_epi32(_mm256_add_epi32(qi[2], qi[3]));
       const float d = amax / 127.0f;
-      a.d[m * a.lds + b] = d;
-      a.s[m * a.lds + b] = d * static_cast<float>(sum0 + sum1);
-      a.s16[m * a.lds16 + 2 * b] = d * static_cast<float>(sum0);
-      a.s16[m * a.lds16 + 2 * b + 1] = d * static_cast<float>(sum1);
+      a.d[i] = d;
+      a.s[i] = d * static_cast<float>(sum0 + sum1);
+      a.s16[2 * i] = d * static_cast<float>(sum0);
+      a.s16[2 * i + 1] = d * static_cast<float>(sum1);
     }
   }
 }
@@ -59,14 +59,15 @@ inline __m256i bcast_x(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// 32 bits of a 5th-bit mask -> bytes of 16 (bit set) or 0.
-inline __m256i expand_bits16(uint32_t bits) {
+// 32 bits of a code-bit mask -> bytes of `value` (bit set) or 0.
+inline __m256i expand_bits(uint32_t bits, char value) {
   const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
                                           _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
                                                              0x0303030303030303LL));
   const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, sel), sel), _mm256_set1_epi8(16));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, sel), sel), _mm256_set1_epi8(value));
 }
+inline __m256i expand_bits16(uint32_t bits) { return expand_bits(bits, 16); }
 
 template <DType T>
 struct QFmt {
@@ -83,7 +84,11 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
   using F = QFmt<T>;
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int t = 0; t < MT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord) {
+  const int64_t i0 = act_index(a, t0, 0);
+  const int8_t* xq = a.q + 32 * i0;
+  const float* xd = a.d + i0;
+  const float* xs = a.s + i0;
+  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord, xq += 32 * kActTile, xd += kActTile, xs += kActTile) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
     const uint8_t* cp = rec + F::kCodesAt;
     __m256i isum[MT];
@@ -94,7 +99,7 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
                                            _mm256_set1_epi8(static_cast<char>(0x80)));
         const __m256i aw = _mm256_abs_epi8(w);
         for (int t = 0; t < MT; ++t) {
-          const __m256i xv = bcast_x(a.q + (t0 + t) * a.ldq + 32 * b + 4 * v);
+          const __m256i xv = bcast_x(xq + 32 * t + 4 * v);
           isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones));
         }
       }
@@ -111,7 +116,7 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
           hi = _mm256_or_si256(hi, expand_bits16(mhi));
         }
         for (int t = 0; t < MT; ++t) {
-          const int8_t* xb = a.q + (t0 + t) * a.ldq + 32 * b;
+          const int8_t* xb = xq + 32 * t;
           const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast_x(xb + 4 * c)),
                                                _mm256_maddubs_epi16(hi, bcast_x(xb + 16 + 4 * c)));
           isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, ones));
@@ -121,8 +126,8 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
     __m256 mw = _mm256_setzero_ps();
     if constexpr (F::kMin) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * h)));
     for (int t = 0; t < MT; ++t) {
-      const float dx = a.d[(t0 + t) * a.lds + b];
-      const float sx = a.s[(t0 + t) * a.lds + b];
+      const float dx = xd[t];
+      const float sx = xs[t];
       const __m256 fs = _mm256_cvtepi32_ps(isum[t]);
       if constexpr (F::kMin) {
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), fs, acc[t]);
@@ -180,6 +185,115 @@ void qgemm_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const Act
   }
 }
 
+// ---- k-quants (layout in kernels.h), one half (8 rows) at a time ----
+template <DType T>
+struct KFmt {
+  static constexpr bool kQ6 = T == DType::kQ6_K;
+  static constexpr bool kHigh = T == DType::kQ5_K;
+  static constexpr int64_t kHeader = kQ6 ? 64 : 128;
+  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
+  static constexpr int64_t kSuper = kHeader + 8 * kRecord;
+};
+
+inline __m256 widen8(const uint8_t* p, bool is_signed) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+}
+
+template <DType T, int MT>
+inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t0, int h, __m256* acc) {
+  using F = KFmt<T>;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < MT; ++t) acc[t] = _mm256_setzero_ps();
+  const int64_t i0 = act_index(a, t0, 0);
+  const int8_t* xq = a.q + 32 * i0;
+  const float* xd = a.d + i0;
+  const float* xs = a.s + i0;
+  const float* xs16 = a.s16 + 2 * i0;
+  for (int64_t s = 0; s < ns; ++s, sb += F::kSuper) {
+    const __m256 dsup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb) + 8 * h);
+    __m256 msup = _mm256_setzero_ps();
+    if constexpr (!F::kQ6) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* r = sb + F::kHeader + j * F::kRecord;
+      const __m256 d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
+      const __m256 d1 = _mm256_mul_ps(F::kQ6 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
+      const uint8_t* cp = r + 32;
+      __m256i ilo[MT], ihi[MT];
+      for (int t = 0; t < MT; ++t) ilo[t] = ihi[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 * c + 32 * h));
+        __m256i lo = _mm256_and_si256(raw, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (F::kHigh || F::kQ6) {
+          uint32_t mlo, mhi;
+          __builtin_memcpy(&mlo, cp + 256 + 8 * c + 4 * h, 4);
+          __builtin_memcpy(&mhi, cp + 256 + 8 * (c + 4) + 4 * h, 4);
+          lo = _mm256_or_si256(lo, expand_bits(mlo, 16));
+          hi = _mm256_or_si256(hi, expand_bits(mhi, 16));
+        }
+        if constexpr (F::kQ6) {
+          uint32_t mlo, mhi;
+          __builtin_memcpy(&mlo, cp + 320 + 8 * c + 4 * h, 4);
+          __builtin_memcpy(&mhi, cp + 320 + 8 * (c + 4) + 4 * h, 4);
+          lo = _mm256_or_si256(lo, expand_bits(mlo, 32));
+          hi = _mm256_or_si256(hi, expand_bits(mhi, 32));
+        }
+        for (int t = 0; t < MT; ++t) {
+          const int8_t* xb = xq + 32 * t;
+          // one vpmaddubsw per int16 sum: codes <= 63 keep 2 * 63 * 127 in range
+          ilo[t] = _mm256_add_epi32(ilo[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast_x(xb + 4 * c)), ones));
+          ihi[t] = _mm256_add_epi32(ihi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast_x(xb + 16 + 4 * c)), ones));
+        }
+      }
+      for (int t = 0; t < MT; ++t) {
+        const __m256 dx = _mm256_set1_ps(xd[t]);
+        if constexpr (F::kQ6) {
+          const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
+          acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(-32.f * slo)), acc[t]);
+          acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(-32.f * shi)), acc[t]);
+        } else {
+          const __m256 fs = _mm256_cvtepi32_ps(_mm256_add_epi32(ilo[t], ihi[t]));
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), fs, acc[t]);
+          acc[t] = _mm256_fnmadd_ps(d1, _mm256_set1_ps(xs[t]), acc[t]);
+        }
+      }
+      xq += 32 * kActTile;
+      xd += kActTile;
+      xs += kActTile;
+      xs16 += 2 * kActTile;
+    }
+  }
+}
+
+template <DType T>
+void qgemm_k_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const ActQ8& a, int64_t m0, int64_t m1,
+               float* y, int64_t ldy, int64_t n_total) {
+  using F = KFmt<T>;
+  const int64_t ns = k / 256, mc = token_chunk(k, 1);
+  __m256 acc[kMaxTile];
+  for (int64_t mb = m0; mb < m1; mb += mc) {
+    const int64_t me = mb + mc < m1 ? mb + mc : m1;
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* sb = packed + g * ns * F::kSuper;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t rows = n_total - 16 * g - 8 * h;
+        if (rows <= 0) break;
+        for (int64_t t0 = mb; t0 < me; t0 += kMaxTile) {
+          const int mt = static_cast<int>(me - t0 < kMaxTile ? me - t0 : kMaxTile);
+          switch (mt) {
+            case 1: qint_k_tile<T, 1>(sb, ns, a, t0, h, acc); break;
+            case 2: qint_k_tile<T, 2>(sb, ns, a, t0, h, acc); break;
+            case 3: qint_k_tile<T, 3>(sb, ns, a, t0, h, acc); break;
+            default: qint_k_tile<T, 4>(sb, ns, a, t0, h, acc); break;
+          }
+          for (int t = 0; t < mt; ++t) store_rows(y + (t0 + t) * ldy + 16 * g + 8 * h, acc[t], rows);
+        }
+      }
+    }
+  }
+}
+
 void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const ActQ8& a, int64_t m0,
                 int64_t m1, float* y, int64_t ldy, int64_t n_total) {
   switch (t) {
@@ -188,9 +302,13 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ5_0: qgemm_t<DType::kQ5_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_1: qgemm_t<DType::kQ5_1>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ8_0: qgemm_t<DType::kQ8_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ4_K: qgemm_k_t<DType::kQ4_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ5_K: qgemm_k_t<DType::kQ5_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ6_K: qgemm_k_t<DType::kQ6_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     default: __builtin_trap();
   }
 }
+
 
 // ---- float family: one group (2 vectors of 8 rows) x MT <= 4 tokens ----
 template <DType T>
@@ -278,7 +396,7 @@ void fgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
 }  // namespace
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl, false};
+  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl, true};
   return &t;
 }
 

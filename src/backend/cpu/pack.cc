@@ -185,13 +185,23 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
     }
 }
 
+template <class E>
+void pack_float_t(const E* w, int64_t n, int64_t k, E* dst) {
+  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    E* out = dst + g * kGroupRows * k;
+    const E* rows[kGroupRows];
+    for (int64_t r = 0; r < kGroupRows; ++r) rows[r] = g * kGroupRows + r < n ? w + (g * kGroupRows + r) * k : nullptr;
+    for (int64_t e = 0; e < k; ++e)
+      for (int64_t r = 0; r < kGroupRows; ++r) out[e * kGroupRows + r] = rows[r] ? rows[r][e] : E{0};
+  }
+}
+
 void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
-  const int64_t es = dtype_traits(t).block_bytes, groups = (n + kGroupRows - 1) / kGroupRows;
-  std::memset(dst, 0, groups * kGroupRows * k * es);
-  for (int64_t row = 0; row < n; ++row) {
-    const int64_t g = row / kGroupRows, r = row % kGroupRows;
-    uint8_t* base = dst + g * kGroupRows * k * es;
-    for (int64_t e = 0; e < k; ++e) std::memcpy(base + (e * kGroupRows + r) * es, w + (row * k + e) * es, es);
+  if (t == DType::kF32) {
+    pack_float_t(reinterpret_cast<const uint32_t*>(w), n, k, reinterpret_cast<uint32_t*>(dst));
+  } else {
+    pack_float_t(reinterpret_cast<const uint16_t*>(w), n, k, reinterpret_cast<uint16_t*>(dst));
   }
 }
 
