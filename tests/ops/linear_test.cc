@@ -185,9 +185,9 @@ TEST(LinearIsa, CapLimitsPreparedLevel) {
   const Tensor w = make_weight(DType::kQ8_0, 16, 64, 9);
   const IsaLevel best = cpu::supported_isa_levels().back();
   EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), best);
-  cpu::set_isa_level_cap(IsaLevel::kScalar);
+  set_isa_level_cap(IsaLevel::kScalar);
   EXPECT_EQ(linear_weight_isa(**prepare_linear(w, "w")), IsaLevel::kScalar);
-  cpu::set_isa_level_cap(IsaLevel::kAmx);
+  set_isa_level_cap(IsaLevel::kAmx);
   EXPECT_EQ(cpu::active_isa_level(), best);
 }
 
