@@ -651,7 +651,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make(ExprKind::kCall, cur().pos);
+    auto e = make(ExprKind::kCall, callee->pos);  // errors point at what is called
     e->children.push_back(std::move(callee));
     parse_call_args(e.get());
     return e;
