@@ -27,28 +27,54 @@ Status to_status(const tmpl::TemplateException& e) {
   return Status(e.code, fmt::format("chat template error at {}:{}: {}", e.pos.line, e.pos.column, e.message));
 }
 
-// Jinja resolves filter and test names when it compiles a template, so an unknown one is an error
-// even on a branch that never runs.
-void check_names(const Expr* e) {
+// Jinja resolves filter and test names when it compiles a template: an unknown one is an error
+// right away, except inside an `if` statement or an inline if-expression (a "soft" frame), where
+// it fails only if evaluated. Loops, macros, call/filter blocks and block sets open non-soft frames.
+void check_names(const Expr* e, bool soft) {
   if (!e) return;
-  if (e->kind == ExprKind::kFilter && !tmpl::find_filter(e->name))
+  if (e->kind == ExprKind::kCond) soft = true;
+  if (!soft && e->kind == ExprKind::kFilter && !tmpl::find_filter(e->name))
     tmpl::throw_error_at(e->pos, fmt::format("no filter named '{}'", e->name));
-  if (e->kind == ExprKind::kTest && !tmpl::find_test(e->name))
+  if (!soft && e->kind == ExprKind::kTest && !tmpl::find_test(e->name))
     tmpl::throw_error_at(e->pos, fmt::format("no test named '{}'", e->name));
-  for (const auto& c : e->children) check_names(c.get());
-  for (const auto& kv : e->kwargs) check_names(kv.second.get());
+  for (const auto& c : e->children) check_names(c.get(), soft);
+  for (const auto& kv : e->kwargs) check_names(kv.second.get(), soft);
 }
 
-void check_names(const Body& body) {
+void check_names(const Body& body, bool soft) {
+  using tmpl::StmtKind;
   for (const auto& s : body) {
-    check_names(s->expr.get());
-    check_names(s->filter.get());
-    for (const auto& c : s->conds) check_names(c.get());
-    for (const auto& c : s->values) check_names(c.get());
-    for (const auto& c : s->defaults) check_names(c.get());
-    for (const auto& b : s->bodies) check_names(b);
-    check_names(s->body);
-    check_names(s->else_body);
+    switch (s->kind) {
+      case StmtKind::kIf:
+        for (const auto& c : s->conds) check_names(c.get(), true);
+        for (const auto& b : s->bodies) check_names(b, true);
+        check_names(s->else_body, true);
+        break;
+      case StmtKind::kFor:
+        check_names(s->expr.get(), soft);
+        check_names(s->filter.get(), false);
+        check_names(s->body, false);
+        check_names(s->else_body, false);
+        break;
+      case StmtKind::kPrint:
+      case StmtKind::kSet:
+        check_names(s->expr.get(), soft);
+        break;
+      case StmtKind::kCallBlock:
+        check_names(s->expr.get(), soft);
+        for (const auto& c : s->defaults) check_names(c.get(), false);
+        check_names(s->body, false);
+        break;
+      case StmtKind::kWith:
+        for (const auto& c : s->values) check_names(c.get(), false);
+        check_names(s->body, false);
+        break;
+      default:
+        check_names(s->filter.get(), false);
+        for (const auto& c : s->defaults) check_names(c.get(), false);
+        check_names(s->body, false);
+        break;
+    }
   }
 }
 
@@ -123,7 +149,7 @@ Result<ChatTemplate> ChatTemplate::parse(std::string source) {
   try {
     auto impl = std::make_shared<Impl>();
     impl->body = tmpl::parse_template(source);
-    check_names(impl->body);
+    check_names(impl->body, false);
     impl->source = std::move(source);
     return ChatTemplate(std::move(impl));
   } catch (const tmpl::TemplateException& e) {

@@ -113,11 +113,11 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(*r.get(1));
     out.push_back(Value::list(std::move(cur)));
   }
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kGenerator);
 }
 Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "capitalize", {});
-  return Value::string(py_capitalize(to_str(v)));
+  return string_like(v, py_capitalize(to_str(v)));
 }
 Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
   ArgReader r(a, "center", {"width"});
@@ -149,18 +149,8 @@ Value f_dictsort(Interpreter&, const Value& v, CallArgs& a) {
 }
 Value f_escape(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "escape", {});
-  std::string out;
-  for (char c : to_str(v)) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return Value::string(std::move(out));
+  if (v.is_markup()) return v;
+  return Value::markup(html_escape(to_str(v)));
 }
 Value f_first(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "first", {});
@@ -170,6 +160,7 @@ Value f_first(Interpreter&, const Value& v, CallArgs& a) {
 }
 Value f_last(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "last", {});
+  if (v.is_lazy()) throw_error(fmt::format("'{}' object is not reversible", type_name(v)));
   auto items = iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -312,7 +303,7 @@ Value f_items(Interpreter&, const Value& v, CallArgs& a) {
   if (!v.is_dict() || v.is_namespace()) throw_error("Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::list({k, x}, true));
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kGenerator);
 }
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
   ArgReader r(a, "join", {"d", "attribute"});
@@ -339,14 +330,15 @@ Value f_list(Interpreter&, const Value& v, CallArgs& a) {
 }
 Value f_lower(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "lower", {});
-  return Value::string(py_lower(to_str(v)));
+  return string_like(v, py_lower(to_str(v)));
 }
 Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "upper", {});
-  return Value::string(py_upper(to_str(v)));
+  return string_like(v, py_upper(to_str(v)));
 }
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return Value::sequence({}, SeqKind::kGenerator);  // Jinja: `if value:` first
   bool by_attr = false;
   Value attribute, dflt = Value::undefined();
   bool has_default = false;
@@ -366,7 +358,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
       Value got = get_path(in, item, attribute);
       out.push_back(got.is_undefined() && has_default ? dflt : got);
     }
-    return Value::list(std::move(out));
+    return Value::sequence(std::move(out), SeqKind::kGenerator);
   }
   if (a.args.empty()) throw_error("map requires a filter argument");
   const std::string& name = expect_string(a.args[0], "map filter name");
@@ -376,7 +368,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
     b.kwargs = a.kwargs;
     out.push_back(in.apply_filter(name, item, b, a.pos));
   }
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kGenerator);
 }
 Value min_max(Interpreter& in, const Value& v, CallArgs& a, bool want_max) {
   ArgReader r(a, want_max ? "max" : "min", {"case_sensitive", "attribute"});
@@ -403,6 +395,7 @@ Value f_min(Interpreter& in, const Value& v, CallArgs& a) { return min_max(in, v
 
 // select / reject / selectattr / rejectattr
 Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bool keep) {
+  if (!truthy(v)) return Value::sequence({}, SeqKind::kGenerator);  // Jinja: `if value:` first
   for (auto& [k, x] : a.kwargs) throw_error(fmt::format("unexpected keyword argument '{}'", k));
   size_t i = 0;
   Value attribute;
@@ -425,7 +418,7 @@ Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bo
     }
     if (ok == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kGenerator);
 }
 Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
 Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, false); }
@@ -449,7 +442,9 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
   }
   auto items = iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  // reversed() of a list, tuple or dict is an iterator; other iterables become a list.
+  bool reversible = v.is_sequence() || (v.is_dict() && !v.is_namespace()) || (v.is_list() && !v.is_lazy());
+  return reversible ? Value::sequence(std::move(items), SeqKind::kReverseIterator) : Value::list(std::move(items));
 }
 Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "round", {"precision", "method"});
@@ -477,7 +472,7 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
 }
 Value f_safe(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "safe", {});
-  return v;
+  return Value::markup(to_str(v));
 }
 Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
   ArgReader r(a, "sort", {"reverse", "case_sensitive", "attribute"});
@@ -498,7 +493,7 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
 }
 Value f_string(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "string", {});
-  return Value::string(to_str(v));
+  return string_like(v, to_str(v));
 }
 Value f_sum(Interpreter& in, const Value& v, CallArgs& a) {
   ArgReader r(a, "sum", {"attribute", "start"});
@@ -509,7 +504,7 @@ Value f_sum(Interpreter& in, const Value& v, CallArgs& a) {
 }
 Value f_title(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "title", {});
-  return Value::string(jinja_title(to_str(v)));
+  return string_like(v, jinja_title(to_str(v)));
 }
 Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
@@ -541,7 +536,7 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_trim(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "trim", {"chars"});
   const std::string* chars = r.get(0) && !r.get(0)->is_none() ? &expect_string(*r.get(0), "trim chars") : nullptr;
-  return Value::string(py_strip(to_str(v), chars, true, true));
+  return string_like(v, py_strip(to_str(v), chars, true, true));
 }
 Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
   ArgReader r(a, "unique", {"case_sensitive", "attribute"});
@@ -556,7 +551,7 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
     seen.push_back(k);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kGenerator);
 }
 Value f_wordcount(Interpreter&, const Value& v, CallArgs& a) {
   ArgReader r(a, "wordcount", {});

@@ -335,7 +335,7 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
     const Value* v = obj.as_dict().find(key);
     return v ? *v : missing();
   }
-  if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+  if ((obj.is_sequence() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.to_int();
     if (obj.is_list()) {
       int64_t n = static_cast<int64_t>(obj.items().size());
@@ -483,7 +483,7 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       Value parts[3];
       for (int i = 0; i < 3; ++i) parts[i] = e.children[i + 1] ? eval(*e.children[i + 1], scope) : Value::none();
       if (obj.is_undefined()) throw_error(obj.undefined_hint());
-      if (obj.is_list()) {
+      if (obj.is_sequence()) {
         auto idx = slice_indices(static_cast<int64_t>(obj.items().size()), parts[0], parts[1], parts[2]);
         std::vector<Value> out;
         out.reserve(idx.size());

@@ -31,7 +31,7 @@ bool t_iterable(Interpreter&, const Value& v, CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
 }
 bool t_sequence(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+  return v.is_string() || v.is_sequence() || (v.is_dict() && !v.is_namespace());
 }
 bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_function(); }
 bool t_escaped(Interpreter&, const Value&, CallArgs&) { return false; }

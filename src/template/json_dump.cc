@@ -77,6 +77,7 @@ void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out)
     case Value::Kind::kFloat: *out += float_json(v.as_float()); return;
     case Value::Kind::kString: dump_string(v.as_string(), o.ensure_ascii, out); return;
     case Value::Kind::kList: {
+      if (!v.is_sequence()) break;
       const auto& items = v.items();
       if (items.empty()) {
         *out += "[]";

@@ -45,15 +45,15 @@ bool affix_match(const Value& self, CallArgs& args, bool prefix) {
 
 Value m_strip(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "strip", {"chars"});
-  return Value::string(py_strip(self.as_string(), opt_string(r.get(0), "strip arg"), true, true));
+  return string_like(self, py_strip(self.as_string(), opt_string(r.get(0), "strip arg"), true, true));
 }
 Value m_lstrip(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "lstrip", {"chars"});
-  return Value::string(py_strip(self.as_string(), opt_string(r.get(0), "lstrip arg"), true, false));
+  return string_like(self, py_strip(self.as_string(), opt_string(r.get(0), "lstrip arg"), true, false));
 }
 Value m_rstrip(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "rstrip", {"chars"});
-  return Value::string(py_strip(self.as_string(), opt_string(r.get(0), "rstrip arg"), false, true));
+  return string_like(self, py_strip(self.as_string(), opt_string(r.get(0), "rstrip arg"), false, true));
 }
 Value split_impl(Interpreter& in, const Value& self, CallArgs& a, bool right) {
   ArgReader r(a, right ? "rsplit" : "split", {"sep", "maxsplit"});
@@ -77,11 +77,11 @@ Value m_startswith(Interpreter&, const Value& self, CallArgs& a) { return Value:
 Value m_endswith(Interpreter&, const Value& self, CallArgs& a) { return Value::boolean(affix_match(self, a, false)); }
 Value m_upper(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "upper", {});
-  return Value::string(py_upper(self.as_string()));
+  return string_like(self, py_upper(self.as_string()));
 }
 Value m_lower(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "lower", {});
-  return Value::string(py_lower(self.as_string()));
+  return string_like(self, py_lower(self.as_string()));
 }
 Value m_title(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "title", {});
@@ -215,17 +215,17 @@ Value d_items(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "items", {});
   std::vector<Value> out;
   for (const auto& [k, v] : self.as_dict().items) out.push_back(Value::list({k, v}, true));
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kDictItems);
 }
 Value d_keys(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "keys", {});
-  return Value::list(iterate(self));
+  return Value::sequence(iterate(self), SeqKind::kDictKeys);
 }
 Value d_values(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "values", {});
   std::vector<Value> out;
   for (const auto& kv : self.as_dict().items) out.push_back(kv.second);
-  return Value::list(std::move(out));
+  return Value::sequence(std::move(out), SeqKind::kDictValues);
 }
 Value d_get(Interpreter&, const Value& self, CallArgs& a) {
   ArgReader r(a, "get", {"key", "default"});
@@ -312,7 +312,7 @@ std::optional<Value> find_method(const Value& obj, const std::string& name) {
     if (auto m = lookup(kDictMethods, obj, name)) return m;
     return unsafe(kUnsafeDict, obj, name);
   }
-  if (obj.is_list()) {
+  if (obj.is_sequence()) {
     if (auto m = lookup(kListMethods, obj, name)) return m;
     if (!obj.is_tuple()) return unsafe(kUnsafeList, obj, name);
   }

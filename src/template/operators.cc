@@ -29,7 +29,7 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += s;
-    return Value::string(std::move(out));
+    return string_like(seq, std::move(out));
   }
   const auto& items = seq.items();
   if (!items.empty() && static_cast<uint64_t>(n) > in.limits().max_items / items.size())
@@ -64,15 +64,21 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     if (nums) return Value::number(a.to_double() + b.to_double());
     if (a.is_string() && b.is_string()) {
       in.check_string_size(a.as_string().size() + b.as_string().size());
+      if (a.is_markup() || b.is_markup()) {  // Markup.__add__ / __radd__ escape the plain side
+        std::string l = a.is_markup() ? a.as_string() : html_escape(a.as_string());
+        std::string r = b.is_markup() ? b.as_string() : html_escape(b.as_string());
+        in.check_string_size(l.size() + r.size());
+        return Value::markup(l + r);
+      }
       return Value::string(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_sequence() && b.is_sequence() && a.is_tuple() == b.is_tuple()) {
       in.check_items(a.items().size() + b.items().size());
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(out), a.is_tuple());
     }
-    if (a.is_string() || a.is_list())
+    if (a.is_string() || a.is_sequence())
       throw_error(fmt::format("can only concatenate {} (not \"{}\") to {}", type_name(a), type_name(b), type_name(a)));
     unsupported(op, a, b);
   }
@@ -92,8 +98,8 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
       return Value::integer(checked(overflow, r));
     }
     if (nums) return Value::number(a.to_double() * b.to_double());
-    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(in, a, b.to_int());
-    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(in, b, a.to_int());
+    if ((a.is_string() || a.is_sequence()) && (b.is_int() || b.is_bool())) return repeat(in, a, b.to_int());
+    if ((b.is_string() || b.is_sequence()) && (a.is_int() || a.is_bool())) return repeat(in, b, a.to_int());
     unsupported(op, a, b);
   }
   if (op == "/") {

@@ -27,6 +27,10 @@ void check_depth(int depth) {
 }  // namespace
 
 Value Value::list(std::vector<Value> items, bool tuple) {
+  return sequence(std::move(items), tuple ? SeqKind::kTuple : SeqKind::kList);
+}
+
+Value Value::sequence(std::vector<Value> items, SeqKind kind) {
   auto obj = std::make_shared<ListObj>();
   int depth = 0;
   bool ns = false;
@@ -36,7 +40,7 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   }
   check_depth(depth + 1);
   obj->items = std::move(items);
-  obj->is_tuple = tuple;
+  obj->kind = kind;
   obj->depth = depth + 1;
   obj->has_namespace = ns;
   return Value(ListPtr(std::move(obj)));
@@ -63,7 +67,8 @@ Value Value::function(std::string name, NativeFn fn) {
 }
 
 bool Value::is_namespace() const { return is_dict() && as_dict().is_namespace; }
-bool Value::is_tuple() const { return is_list() && as_list().is_tuple; }
+bool Value::is_tuple() const { return is_list() && as_list().kind == SeqKind::kTuple; }
+SeqKind Value::seq_kind() const { return as_list().kind; }
 const std::vector<Value>& Value::items() const { return is_list() ? as_list().items : kEmptyItems; }
 
 double Value::to_double() const {
@@ -147,7 +152,7 @@ bool truthy(const Value& v) {
     case Value::Kind::kInt: return v.as_int() != 0;
     case Value::Kind::kFloat: return v.as_float() != 0.0;
     case Value::Kind::kString: return !v.as_string().empty();
-    case Value::Kind::kList: return !v.items().empty();
+    case Value::Kind::kList: return v.is_lazy() || !v.items().empty();
     case Value::Kind::kDict: return v.is_namespace() || v.as_dict().size() > 0;
     case Value::Kind::kFunction: return true;
   }
@@ -162,7 +167,17 @@ std::string type_name(const Value& v) {
     case Value::Kind::kInt: return "int";
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return v.is_tuple() ? "tuple" : "list";
+    case Value::Kind::kList:
+      switch (v.seq_kind()) {
+        case SeqKind::kList: return "list";
+        case SeqKind::kTuple: return "tuple";
+        case SeqKind::kGenerator: return "generator";
+        case SeqKind::kReverseIterator: return "list_reverseiterator";
+        case SeqKind::kDictItems: return "dict_items";
+        case SeqKind::kDictKeys: return "dict_keys";
+        case SeqKind::kDictValues: return "dict_values";
+      }
+      return "list";
     case Value::Kind::kDict: return v.is_namespace() ? "Namespace" : "dict";
     case Value::Kind::kFunction: return "function";
   }
@@ -247,6 +262,22 @@ std::string py_string_repr(const std::string& s) {
   return out;
 }
 
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 namespace {
 void repr_into(const Value& v, std::string* out) {
   switch (v.kind()) {
@@ -255,8 +286,18 @@ void repr_into(const Value& v, std::string* out) {
     case Value::Kind::kBool: *out += v.as_bool() ? "True" : "False"; return;
     case Value::Kind::kInt: *out += std::to_string(v.as_int()); return;
     case Value::Kind::kFloat: *out += py_float_repr(v.as_float()); return;
-    case Value::Kind::kString: *out += py_string_repr(v.as_string()); return;
+    case Value::Kind::kString:
+      if (v.is_markup()) *out += "Markup(";
+      *out += py_string_repr(v.as_string());
+      if (v.is_markup()) *out += ")";
+      return;
     case Value::Kind::kList: {
+      if (v.is_lazy()) {
+        *out += "<" + type_name(v) + " object>";
+        return;
+      }
+      bool view = !v.is_sequence();
+      if (view) *out += type_name(v) + "(";
       bool tuple = v.is_tuple();
       *out += tuple ? '(' : '[';
       const auto& items = v.items();
@@ -266,6 +307,7 @@ void repr_into(const Value& v, std::string* out) {
       }
       if (tuple && items.size() == 1) *out += ',';
       *out += tuple ? ')' : ']';
+      if (view) *out += ')';
       return;
     }
     case Value::Kind::kDict: {
@@ -314,7 +356,8 @@ bool values_equal(const Value& a, const Value& b) {
     case K::kNone: return true;
     case K::kString: return a.as_string() == b.as_string();
     case K::kList: {
-      if (a.is_tuple() != b.is_tuple()) return false;
+      if (a.seq_kind() != b.seq_kind()) return false;
+      if (a.is_lazy()) return &a.as_list() == &b.as_list();
       const auto &x = a.items(), &y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
@@ -349,7 +392,7 @@ int compare_values(const Value& a, const Value& b, const char* op) {
     int c = a.as_string().compare(b.as_string());
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_sequence() && b.is_sequence() && a.is_tuple() == b.is_tuple()) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (values_equal(x[i], y[i])) continue;
@@ -393,7 +436,9 @@ int64_t length_of(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.as_string()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.items().size());
+    case Value::Kind::kList:
+      if (v.is_lazy()) break;
+      return static_cast<int64_t>(v.items().size());
     case Value::Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.as_dict().size());
       break;

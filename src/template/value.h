@@ -48,6 +48,11 @@ struct TemplateException {
 class Value;
 class Interpreter;
 
+// What a list-like value is in Python. Jinja's map/select/... filters return generators, reverse
+// returns an iterator and dict methods return views: iterable, but without len() (generators),
+// indexing or JSON serialisation, and always truthy (generators).
+enum class SeqKind : uint8_t { kList, kTuple, kGenerator, kReverseIterator, kDictItems, kDictKeys, kDictValues };
+
 struct CallArgs {
   std::vector<Value> args;
   std::vector<std::pair<std::string, Value>> kwargs;
@@ -78,7 +83,15 @@ class Value {
   static Value integer(int64_t i) { return Value(i); }
   static Value number(double d) { return Value(d); }
   static Value string(std::string s) { return Value(std::move(s)); }
+  // markupsafe.Markup (from |safe and |escape): concatenating a plain string to it with `+`
+  // HTML-escapes the plain string, as Python does.
+  static Value markup(std::string s) {
+    Value v(std::move(s));
+    v.markup_ = true;
+    return v;
+  }
   static Value list(std::vector<Value> items, bool tuple = false);
+  static Value sequence(std::vector<Value> items, SeqKind kind);
   // Keys are deduplicated as Python dicts do (last value wins, first position kept).
   static Value dict(std::vector<std::pair<Value, Value>> items);
   static Value new_namespace();
@@ -92,11 +105,16 @@ class Value {
   bool is_float() const { return kind() == Kind::kFloat; }
   bool is_number() const { return is_int() || is_float() || is_bool(); }  // Python: bool is an int
   bool is_string() const { return kind() == Kind::kString; }
+  bool is_markup() const { return markup_ && is_string(); }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_function() const { return kind() == Kind::kFunction; }
   bool is_namespace() const;
   bool is_tuple() const;
+  SeqKind seq_kind() const;
+  // A real list or tuple (indexable, sized, JSON-serialisable), not a generator or view.
+  bool is_sequence() const { return is_list() && (seq_kind() == SeqKind::kList || seq_kind() == SeqKind::kTuple); }
+  bool is_lazy() const { return is_list() && (seq_kind() == SeqKind::kGenerator || seq_kind() == SeqKind::kReverseIterator); }
 
   const std::string& undefined_hint() const { return std::get<Undefined>(v_).hint; }
   bool as_bool() const { return std::get<bool>(v_); }
@@ -121,11 +139,12 @@ class Value {
   template <class T>
   explicit Value(T v) : v_(std::move(v)) {}
   std::variant<Undefined, NoneT, bool, int64_t, double, std::string, ListPtr, DictPtr, FunctionPtr> v_;
+  bool markup_ = false;
 };
 
 struct ListObj {
   std::vector<Value> items;
-  bool is_tuple = false;
+  SeqKind kind = SeqKind::kList;
   int depth = 1;
   bool has_namespace = false;
 };
@@ -159,6 +178,11 @@ std::string to_str(const Value& v);         // str(v); undefined -> ""
 std::string repr(const Value& v);           // repr(v)
 std::string py_float_repr(double d);        // repr(float): shortest round-trip digits
 std::string py_string_repr(const std::string& s);
+std::string html_escape(const std::string& s);  // markupsafe.escape: & < > " '
+// Same string kind as `like` (a Markup stays a Markup through str methods and filters).
+inline Value string_like(const Value& like, std::string s) {
+  return like.is_markup() ? Value::markup(std::move(s)) : Value::string(std::move(s));
+}
 bool values_equal(const Value& a, const Value& b);
 // <0, 0, >0; throws TypeError for unorderable types (Python's '<' rules).
 int compare_values(const Value& a, const Value& b, const char* op = "<");
