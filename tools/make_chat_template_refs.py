@@ -62,6 +62,16 @@ TEMPLATES = {
     "granite-3.3-2b-instruct": ("<|end_of_text|>", "<|end_of_text|>"),
     "functionary-medium-v3.2": ("<|begin_of_text|>", "<|eot_id|>"),
     "gpt-oss-120b": ("<|startoftext|>", "<|return|>"),
+    # More real templates, for breadth (Markup via |safe, generators, macros, namespaces, ...)
+    "functionary-medium-v3.1": ("<|begin_of_text|>", "<|eot_id|>"),
+    "deepseek-v3.1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "qwq-32b": (None, "<|im_end|>"),
+    "command-r7b-12-2024-tool_use": ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
+    "kimi-k2": ("[BOS]", "[EOS]"),
+    "glm-4.6": (None, "<|endoftext|>"),
+    "nemotron-nano-v2": ("<s>", "</s>"),
+    "mistral-small-3.2-24b-instruct-2506": ("<s>", "</s>"),
+    "llama-cpp-deepseek-r1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 
 TOOLS = [
