@@ -76,8 +76,8 @@ class Value {
  public:
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
 
-  Value() : v_(Undefined{}) {}
-  static Value undefined(std::string hint = {}) { return Value(Undefined{std::move(hint)}); }
+  Value() : v_(Undefined{"undefined value"}) {}
+  static Value undefined(std::string hint = "undefined value") { return Value(Undefined{std::move(hint)}); }
   static Value none() { return Value(NoneT{}); }
   static Value boolean(bool b) { return Value(b); }
   static Value integer(int64_t i) { return Value(i); }

@@ -196,6 +196,28 @@ TEST(chat_template_refs, SmolLM2GgufCarriesItsTemplate) {
   }
 }
 
+TEST(chat_template_refs, AcceptsUnorderedJson) {
+  // nlohmann::json (sorted keys) works too when key order does not matter to the template.
+  for (const auto& entry : load_json("models.json")["templates"]) {
+    if (entry["name"] != "qwen2.5-7b-instruct") continue;
+    auto t = ChatTemplate::parse(read_file(refs_dir() + "/" + entry["file"].get<std::string>()));
+    ASSERT_TRUE(t.ok());
+    for (const auto& c : entry["cases"]) {
+      if (c["name"] != "multi_turn+gen") continue;
+      ChatTemplateOptions opts;
+      opts.add_generation_prompt = true;
+      opts.eos_token = "<|im_end|>";
+      opts.extra_context = nlohmann::json::object();
+      nlohmann::json unordered = nlohmann::json::parse(c["messages"].dump());
+      auto r = t->render(unordered, opts);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(*r, c["expected"].get<std::string>());
+      return;
+    }
+  }
+  FAIL() << "qwen2.5 multi_turn+gen reference not found";
+}
+
 TEST(chat_template_refs, RendersConcurrently) {
   const Json& refs = load_json("models.json");
   ASSERT_TRUE(refs.is_object());
