@@ -291,7 +291,8 @@ std::optional<Value> lookup(const MethodEntry (&table)[N], const Value& self, co
   for (const auto& m : table) {
     if (name != m.name) continue;
     Method fn = m.fn;
-    return Value::function(name, [self, fn](Interpreter& in, CallArgs& args) { return fn(in, self, args); });
+    return Value::function(
+        name, [self, fn](Interpreter& in, CallArgs& args) { return fn(in, self, args); }, self.has_namespace());
   }
   return std::nullopt;
 }

@@ -59,10 +59,11 @@ Value Value::new_namespace() {
   return Value(DictPtr(std::move(obj)));
 }
 
-Value Value::function(std::string name, NativeFn fn) {
+Value Value::function(std::string name, NativeFn fn, bool holds_namespace) {
   auto obj = std::make_shared<FunctionObj>();
   obj->name = std::move(name);
   obj->fn = std::move(fn);
+  obj->holds_namespace = holds_namespace;
   return Value(FunctionPtr(std::move(obj)));
 }
 
@@ -92,6 +93,7 @@ int Value::depth() const {
 bool Value::has_namespace() const {
   if (is_list()) return as_list().has_namespace;
   if (is_dict()) return as_dict().has_namespace;
+  if (is_function()) return as_function().holds_namespace;
   return false;
 }
 

@@ -95,7 +95,9 @@ class Value {
   // Keys are deduplicated as Python dicts do (last value wins, first position kept).
   static Value dict(std::vector<std::pair<Value, Value>> items);
   static Value new_namespace();
-  static Value function(std::string name, NativeFn fn);
+  // `holds_namespace`: the function keeps a namespace alive (a bound method of a list holding
+  // one), so storing it in a namespace could form a reference cycle.
+  static Value function(std::string name, NativeFn fn, bool holds_namespace = false);
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }
   bool is_undefined() const { return kind() == Kind::kUndefined; }
@@ -168,6 +170,7 @@ struct DictObj {
 struct FunctionObj {
   std::string name;
   NativeFn fn;
+  bool holds_namespace = false;
 };
 
 // Python semantics.

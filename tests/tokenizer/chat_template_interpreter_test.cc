@@ -124,6 +124,15 @@ TEST(chat_template_limits, RunawayTemplatesStop) {
   r = render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  // A namespace cannot be stored inside itself, directly or through a list or a bound method
+  // (it would be a reference cycle).
+  for (const char* cyc : {"{% set ns = namespace() %}{% set ns.me = ns %}",
+                          "{% set ns = namespace() %}{% set ns.l = [1, [ns]] %}",
+                          "{% set ns = namespace() %}{% set ns.f = [ns].count %}",
+                          "{% set ns = namespace() %}{% set ns2 = namespace(inner=ns) %}"}) {
+    r = render(cyc, o);
+    EXPECT_FALSE(r.ok()) << cyc;
+  }
   // Integer overflow is an error (Python would use a big integer).
   r = render("{{ 2 ** 64 }}", o);
   EXPECT_FALSE(r.ok());
