@@ -153,10 +153,7 @@ class Lexer {
     i += ws_run(i);
     if (!starts_with(i, "raw")) return std::string::npos;
     i += 3;
-    if (i < src_.size() && (isalnum(static_cast<unsigned char>(src_[i])) || src_[i] == '_')) {
-      // `raw` followed by whitespace is required unless the tag ends right away.
-    }
-    i += ws_run(i);
+    i += ws_run(i);  // then the tag must end: "rawx %}" is not a raw block
     if (starts_with(i, "-%}")) return i + 3 + ws_run(i + 3);
     if (starts_with(i, "%}")) return i + 2;
     return std::string::npos;

@@ -361,13 +361,9 @@ std::string py_replace(std::string_view s, std::string_view from, std::string_vi
       size_t b = i;
       utf8_next(s, &i);
       out.append(s.substr(b, i - b));
-      if (i < s.size() || true) {
-        if (count < 0 || done < count) {
-          if (i <= s.size()) {
-            out += to;
-            ++done;
-          }
-        }
+      if (count < 0 || done < count) {
+        out += to;
+        ++done;
       }
     }
     return out;
