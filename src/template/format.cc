@@ -42,7 +42,8 @@ std::string pad(const std::string& s, const Spec& sp, bool numeric) {
 std::string c_format_double(double d, int precision, char type, bool alt) {
   std::string f = "%";
   if (alt) f += '#';
-  f += "." + std::to_string(precision < 0 ? 6 : precision);
+  f += '.';
+  f += std::to_string(precision < 0 ? 6 : precision);
   f += type;
   char buf[512];
   std::snprintf(buf, sizeof(buf), f.c_str(), d);

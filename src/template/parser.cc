@@ -664,7 +664,10 @@ class Parser {
       inline_start = false;
       SourcePos pos = cur().pos;
       std::string name = expect_name();
-      while (skip_op(".")) name += "." + expect_name();
+      while (skip_op(".")) {
+        name += '.';
+        name += expect_name();
+      }
       auto e = make(ExprKind::kFilter, pos);
       e->name = std::move(name);
       e->children.push_back(std::move(node));
@@ -679,7 +682,10 @@ class Parser {
     next();  // 'is'
     bool negated = skip_name("not");
     std::string name = expect_name();
-    while (skip_op(".")) name += "." + expect_name();
+    while (skip_op(".")) {
+        name += '.';
+        name += expect_name();
+      }
     auto e = make(ExprKind::kTest, pos);
     e->name = std::move(name);
     e->children.push_back(std::move(node));

@@ -123,15 +123,19 @@ void DictObj::set(const Value& key, Value value) {
 }
 
 std::string hash_key(const Value& v) {
+  auto tagged = [](char tag, std::string s) {
+    s.insert(s.begin(), tag);
+    return s;
+  };
   switch (v.kind()) {
     case Value::Kind::kString: return "s" + v.as_string();
     case Value::Kind::kBool:
-    case Value::Kind::kInt: return "i" + std::to_string(v.to_int());
+    case Value::Kind::kInt: return tagged('i', std::to_string(v.to_int()));
     case Value::Kind::kFloat: {
       double d = v.as_float();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18)
-        return "i" + std::to_string(static_cast<int64_t>(d));
-      return "f" + py_float_repr(d);
+        return tagged('i', std::to_string(static_cast<int64_t>(d)));
+      return tagged('f', py_float_repr(d));
     }
     case Value::Kind::kNone: return "n";
     case Value::Kind::kList:

@@ -261,7 +261,7 @@ std::vector<uint8_t> make_gguf(bool with_template) {
     u64(s.size());
     b.insert(b.end(), s.begin(), s.end());
   };
-  b.insert(b.end(), {'G', 'G', 'U', 'F'});
+  for (char c : std::string("GGUF")) b.push_back(static_cast<uint8_t>(c));
   u32(3);
   u64(0);                      // tensors
   u64(with_template ? 4 : 3);  // metadata entries
