@@ -228,7 +228,10 @@ std::string py_float_repr(double d) {
     return out;
   }
   out += digits.substr(0, 1);
-  if (nd > 1) out += "." + digits.substr(1);
+  if (nd > 1) {
+    out += '.';
+    out.append(digits, 1, std::string::npos);
+  }
   out += exp < 0 ? "e-" : "e+";
   int ae = exp < 0 ? -exp : exp;
   if (ae < 10) out += "0";
@@ -299,7 +302,9 @@ void repr_into(const Value& v, std::string* out) {
       return;
     case Value::Kind::kList: {
       if (v.is_lazy()) {
-        *out += "<" + type_name(v) + " object>";
+        *out += '<';
+        *out += type_name(v);
+        *out += " object>";
         return;
       }
       bool view = !v.is_sequence();
