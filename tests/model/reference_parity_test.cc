@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -76,9 +77,10 @@ RunResult run(const LoadedModel& m, const std::vector<int32_t>& prompt, int step
   const int64_t total = static_cast<int64_t>(prompt.size()) + steps;
   const int64_t nblocks = (total + bs - 1) / bs + 1;
   KvCacheStorage kv(m.config, nblocks + 3, bs, DType::kF32);
-  // A scrambled block table: blocks need not be contiguous or in order.
+  // A scrambled block table (distinct blocks, descending, skipping some): blocks need not be
+  // contiguous or in order.
   std::vector<int32_t> table;
-  for (int64_t b = 0; b < nblocks; ++b) table.push_back(static_cast<int32_t>((b * 7 + 3) % (nblocks + 3)));
+  for (int64_t b = 0; b < nblocks; ++b) table.push_back(static_cast<int32_t>(nblocks + 2 - b));
   ForwardWorkspace ws;
   Tensor logits;
   ForwardBatch batch;
@@ -137,15 +139,17 @@ TEST(ReferenceParity, EveryArchitectureMatchesTransformers) {
           worst = std::max(worst, std::abs(static_cast<double>(got.logits[positions[r] * V + v]) - ref_logits[r * V + v]));
       EXPECT_LE(worst, max_abs) << "max |logit diff| " << worst << " (bound " << max_abs << ", range "
                                 << ref["logit_range"].get<double>() << ")";
-      int flips = 0;
       for (size_t p = 0; p < top1.size(); ++p) {
         if (std::find(exempt.begin(), exempt.end(), static_cast<int64_t>(p)) != exempt.end()) continue;
-        const int32_t mine = argmax(got.logits.data() + p * V, V);
-        if (mine != top1[p]) ++flips;
-        EXPECT_EQ(mine, top1[p]) << "top-1 differs at position " << p;
+        EXPECT_EQ(argmax(got.logits.data() + p * V, V), top1[p]) << "top-1 differs at position " << p;
       }
-      for (int64_t i = 0; i < greedy_prefix && i < static_cast<int64_t>(greedy_ref.size()); ++i)
-        ASSERT_EQ(got.greedy[i], greedy_ref[i]) << "greedy token " << i << " differs";
+      std::printf("[parity] %-16s %-8s %-7s max|diff| %.2e = %.2e x range (bound %.1e x range)\n", cp.set.c_str(),
+                  prompt_name.get<std::string>().c_str(), cp.path.substr(cp.path.size() - 5).c_str(), worst,
+                  worst / ref["logit_range"].get<double>(), max_abs / ref["logit_range"].get<double>());
+      for (int64_t i = 0; i < greedy_prefix && i < static_cast<int64_t>(greedy_ref.size()); ++i) {
+        EXPECT_EQ(got.greedy[i], greedy_ref[i]) << "greedy token " << i << " differs";
+        if (got.greedy[i] != greedy_ref[i]) break;
+      }
       ++checked;
     }
   }
