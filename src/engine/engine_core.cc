@@ -44,12 +44,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                             model.max_model_len);
 
   const int64_t num_blocks = core->plan_.num_blocks + 1;  // + null block
-  core->kv_storage_ = std::make_unique<KvCacheStorage>(mc, num_blocks, config.block_size, config.kv_dtype);
   int32_t host_blocks = 0;
-  if (config.swap_space > 0) {
-    host_blocks = static_cast<int32_t>(config.swap_space / core->plan_.block_bytes);
-    if (host_blocks > 0) core->host_swap_ = std::make_unique<KvCacheStorage>(mc, host_blocks + 1, config.block_size, config.kv_dtype);
-  }
+  if (config.swap_space > 0) host_blocks = static_cast<int32_t>(config.swap_space / core->plan_.block_bytes);
   core->kv_manager_ = std::make_unique<KvCacheManager>(static_cast<int32_t>(num_blocks), config.block_size,
                                                        config.enable_prefix_caching, host_blocks);
   SchedulerConfig sc = config.scheduler;
@@ -57,7 +53,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   if (config.swap_space > 0) sc.preemption = PreemptionMode::kSwap;
   core->scheduler_ = std::make_unique<Scheduler>(sc, *core->kv_manager_);
   core->model_ = std::move(model);
-  core->runner_ = std::make_unique<ModelRunner>(*core->model_.model, *core->kv_storage_, core->host_swap_.get(), pool);
+  KvCacheSpec spec;
+  spec.num_blocks = num_blocks;
+  spec.block_size = config.block_size;
+  spec.dtype = config.kv_dtype;
+  spec.num_host_blocks = host_blocks > 0 ? host_blocks + 1 : 0;
+  core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
+  core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   return core;
 }
 

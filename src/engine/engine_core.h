@@ -60,6 +60,7 @@ class EngineCore {
   int64_t max_model_len() const { return max_model_len_; }
   const CoreStats& stats() const { return stats_; }
   ModelRunner& runner() { return *runner_; }
+  ModelExecutor& executor() { return *executor_; }
   const Request* find(const std::string& id) const;
   size_t num_requests() const { return requests_.size(); }
 
@@ -75,8 +76,7 @@ class EngineCore {
   MemoryPlan plan_;
   int64_t max_model_len_ = 0;
   ThreadPool* pool_ = nullptr;
-  std::unique_ptr<KvCacheStorage> kv_storage_;
-  std::unique_ptr<KvCacheStorage> host_swap_;
+  std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

@@ -10,40 +10,14 @@ Rng token_rng(uint64_t seed, int64_t index) {
   return Rng(seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(index + 1)));
 }
 
-ModelRunner::ModelRunner(const LlamaModel& model, KvCacheStorage& kv, KvCacheStorage* host_swap, ThreadPool& pool)
-    : model_(model), kv_(kv), host_swap_(host_swap), pool_(pool), samplers_(pool.size()) {}
-
-void ModelRunner::copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStorage& from, KvCacheStorage& to) {
-  const int64_t layers = model_.config().num_layers;
-  for (int64_t l = 0; l < layers; ++l) {
-    const KvLayerView src = from.layer(l), dst = to.layer(l);
-    const int64_t bytes = src.block_elems() * src.elem_bytes();
-    for (const auto& [s, d] : copies) {
-      std::memcpy(static_cast<uint8_t*>(dst.k) + d * bytes, static_cast<const uint8_t*>(src.k) + s * bytes, bytes);
-      std::memcpy(static_cast<uint8_t*>(dst.v) + d * bytes, static_cast<const uint8_t*>(src.v) + s * bytes, bytes);
-    }
-  }
-}
-
-int64_t ModelRunner::workspace_bytes() const {
-  int64_t b = logits_.defined() ? logits_.nbytes() : 0;
-  for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj, &ws_.gate, &ws_.up,
-                          &ws_.last_hidden})
-    if (t->defined()) b += t->nbytes();
-  return b;
-}
+ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
+    : executor_(executor), block_size_(block_size), pool_(pool), samplers_(pool.size()) {}
 
 RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   for (const auto& id : out.finished) reqs_.erase(id);
   for (const auto& id : out.preempted) reqs_.erase(id);
-  if (!out.swap_out.empty()) {
-    PAGODA_CHECK(host_swap_ != nullptr, "swap-out without host swap space");
-    copy_blocks(out.swap_out, kv_, *host_swap_);
-  }
-  if (!out.swap_in.empty()) {
-    PAGODA_CHECK(host_swap_ != nullptr, "swap-in without host swap space");
-    copy_blocks(out.swap_in, *host_swap_, kv_);
-  }
+  if (!out.swap_out.empty()) executor_.swap_out(out.swap_out);
+  if (!out.swap_in.empty()) executor_.swap_in(out.swap_in);
   for (const auto& n : out.new_requests) {
     ReqState s;
     s.tokens = n.tokens;
@@ -70,7 +44,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   std::vector<ReqState*> to_sample;
   std::vector<const std::string*> sample_ids;
   std::vector<int64_t> rows;  // logits row of each sampled request
-  const int64_t bs = kv_.block_size();
+  const int64_t bs = block_size_;
   std::vector<int32_t> ids;
   for (const auto& st : out.num_scheduled_tokens) {
     ReqState& s = reqs_.at(st.id);
@@ -78,7 +52,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     PAGODA_CHECK(end <= static_cast<int32_t>(s.tokens.size()), "request {}: scheduled up to token {} of {}", st.id, end, s.tokens.size());
     ids.assign(s.tokens.begin() + begin, s.tokens.begin() + end);
     const bool sample = end == static_cast<int32_t>(s.tokens.size());
-    batch_.add_sequence(ids, end, s.block_table, bs, sample, capture_all_);
+    batch_.add_sequence(ids, end, s.block_table, bs, sample);
     s.num_computed = end;
     if (sample) {
       to_sample.push_back(&s);
@@ -87,10 +61,10 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     }
   }
   result.num_tokens = static_cast<int32_t>(batch_.num_tokens());
-  model_.forward(batch_, kv_, ws_, logits_, pool_);
+  const Tensor& logits = executor_.forward(batch_);
 
   result.samples.resize(to_sample.size());
-  const int64_t vocab = logits_.dim(1);
+  const int64_t vocab = logits.dim(1);
   const int64_t n_samples = static_cast<int64_t>(to_sample.size());
   pool_.run([&](int ith, int nth) {
     std::vector<float> masked;
@@ -98,7 +72,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     for (int64_t i = n_samples * ith / nth; i < n_samples * (ith + 1) / nth; ++i) {
       ReqState& s = *to_sample[i];
       const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
-      std::span<const float> row(logits_.data_as<float>() + rows[i] * vocab, static_cast<size_t>(vocab));
+      std::span<const float> row(logits.data_as<float>() + rows[i] * vocab, static_cast<size_t>(vocab));
       if (n_out < s.min_tokens && !s.min_tokens_blocked_ids.empty()) {
         masked.assign(row.begin(), row.end());
         for (int32_t t : s.min_tokens_blocked_ids)

@@ -16,8 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/llama_model.h"
-#include "runtime/kv_cache_storage.h"
+#include "runtime/model_executor.h"
 #include "runtime/sampler.h"
 #include "sched/scheduler_output.h"
 
@@ -35,18 +34,13 @@ struct RunnerOutput {
 
 class ModelRunner {
  public:
-  // `host_swap` may be null (no swap preemption).
-  ModelRunner(const LlamaModel& model, KvCacheStorage& kv, KvCacheStorage* host_swap, ThreadPool& pool);
+  // `pool` runs the CPU-side sampling (one sampler per worker).
+  ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool);
 
   RunnerOutput execute(const SchedulerOutput& out);
   size_t num_tracked_requests() const { return reqs_.size(); }
 
-  // All-token logits of the last execute() (rows in batch order), for tests that compare
-  // against references; empty unless capture is on.
-  void set_capture_all_logits(bool on) { capture_all_ = on; }
-  const Tensor& last_logits() const { return logits_; }
-  // Bytes of activation workspace and logits currently allocated (for the memory-plan check).
-  int64_t workspace_bytes() const;
+  ModelExecutor& executor() { return executor_; }
 
  private:
   struct ReqState {
@@ -59,18 +53,12 @@ class ModelRunner {
     int32_t min_tokens = 0;
     std::vector<int32_t> min_tokens_blocked_ids;
   };
-  void copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStorage& from, KvCacheStorage& to);
-
-  const LlamaModel& model_;
-  KvCacheStorage& kv_;
-  KvCacheStorage* host_swap_;
+  ModelExecutor& executor_;
+  int64_t block_size_;
   ThreadPool& pool_;
   std::unordered_map<std::string, ReqState> reqs_;
   ForwardBatch batch_;
-  ForwardWorkspace ws_;
-  Tensor logits_;
   std::vector<Sampler> samplers_;  // one per pool thread
-  bool capture_all_ = false;
 };
 
 // The Rng for a request's k-th generated token.

@@ -239,8 +239,7 @@ TEST(Engine, PlannedMemoryMatchesActualWithinTwoPercent) {
   ASSERT_TRUE(core.ok()) << core.status().to_string();
   const MemoryPlan& plan = (*core)->memory_plan();
   // KV: what the storage actually allocated.
-  const int64_t kv_actual = KvCacheStorage::block_bytes((*core)->model_config(), c.block_size, c.kv_dtype) *
-                            ((*core)->kv_manager().pool().num_blocks());
+  const int64_t kv_actual = (*core)->executor().kv_cache_bytes();
   EXPECT_NEAR(static_cast<double>(kv_actual), static_cast<double>(plan.kv_cache), 0.02 * plan.kv_cache);
   // Weights: the bytes of every tensor the model reads.
   int64_t weights = 0;
@@ -257,7 +256,7 @@ TEST(Engine, PlannedMemoryMatchesActualWithinTwoPercent) {
   }
   (*core)->step();
   EXPECT_EQ((*core)->stats().last_step_tokens, 512);
-  const double ws_actual = static_cast<double>((*core)->runner().workspace_bytes());
+  const double ws_actual = static_cast<double>((*core)->executor().workspace_bytes());
   EXPECT_NEAR(ws_actual, static_cast<double>(plan.workspace + plan.logits), 0.02 * (plan.workspace + plan.logits));
 }
 

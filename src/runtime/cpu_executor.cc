@@ -1,0 +1,68 @@
+#include <cstring>
+
+#include "runtime/kv_cache_storage.h"
+#include "runtime/model_executor.h"
+
+namespace pagoda {
+namespace {
+
+class CpuExecutor final : public ModelExecutor {
+ public:
+  CpuExecutor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool)
+      : model_(model), pool_(pool), kv_(model.config(), spec.num_blocks, spec.block_size, spec.dtype) {
+    if (spec.num_host_blocks > 0)
+      host_ = std::make_unique<KvCacheStorage>(model.config(), spec.num_host_blocks, spec.block_size, spec.dtype);
+  }
+
+  std::string device_name() const override { return "cpu"; }
+
+  const Tensor& forward(const ForwardBatch& batch) override {
+    model_.forward(batch, kv_, ws_, logits_, pool_);
+    return logits_;
+  }
+
+  void swap_out(const std::vector<BlockCopy>& copies) override {
+    PAGODA_CHECK(host_ != nullptr, "swap-out without host swap space");
+    copy_blocks(copies, kv_, *host_);
+  }
+  void swap_in(const std::vector<BlockCopy>& copies) override {
+    PAGODA_CHECK(host_ != nullptr, "swap-in without host swap space");
+    copy_blocks(copies, *host_, kv_);
+  }
+
+  int64_t workspace_bytes() const override {
+    int64_t b = logits_.defined() ? logits_.nbytes() : 0;
+    for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj, &ws_.gate, &ws_.up,
+                            &ws_.last_hidden})
+      if (t->defined()) b += t->nbytes();
+    return b;
+  }
+  int64_t kv_cache_bytes() const override { return kv_.bytes(); }
+
+ private:
+  void copy_blocks(const std::vector<BlockCopy>& copies, KvCacheStorage& from, KvCacheStorage& to) {
+    for (int64_t l = 0; l < model_.config().num_layers; ++l) {
+      const KvLayerView src = from.layer(l), dst = to.layer(l);
+      const int64_t bytes = src.block_elems() * src.elem_bytes();
+      for (const auto& [s, d] : copies) {
+        std::memcpy(static_cast<uint8_t*>(dst.k) + d * bytes, static_cast<const uint8_t*>(src.k) + s * bytes, bytes);
+        std::memcpy(static_cast<uint8_t*>(dst.v) + d * bytes, static_cast<const uint8_t*>(src.v) + s * bytes, bytes);
+      }
+    }
+  }
+
+  const LlamaModel& model_;
+  ThreadPool& pool_;
+  KvCacheStorage kv_;
+  std::unique_ptr<KvCacheStorage> host_;
+  ForwardWorkspace ws_;
+  Tensor logits_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelExecutor> make_cpu_executor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool) {
+  return std::make_unique<CpuExecutor>(model, spec, pool);
+}
+
+}  // namespace pagoda
