@@ -163,6 +163,7 @@ void Tokenizer::encode_append(std::string_view text, const EncodeOptions& option
   if (options.add_special && d.add_bos && d.bos_id >= 0) out->push_back(d.bos_id);
   EncodeState st;
   st.use_cache = d.bpe != nullptr && !d.pre_tokenizer.empty() && text.size() >= kCacheMinText;
+  st.spm.use_cache = d.spm != nullptr && text.size() >= kCacheMinText;
 
   auto encode_piece = [&](std::string_view piece, bool) {
     if (!st.use_cache || piece.size() > kCacheMaxPiece) {
