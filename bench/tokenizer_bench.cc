@@ -96,8 +96,9 @@ const std::string& mixed_text() {
         if (i == 0 && spaced && w[0] >= 'a' && w[0] <= 'z') w[0] = static_cast<char>(w[0] - 32);
         s += w;
         const uint32_t extra = rng() % 20;
-        if (extra == 0) s += " " + std::to_string(rng() % 100000);
-        if (extra == 1) s += " " + emoji[rng() % emoji.size()];
+        if (extra == 0 || extra == 1) s += ' ';
+        if (extra == 0) s += std::to_string(rng() % 100000);
+        if (extra == 1) s += emoji[rng() % emoji.size()];
         if (extra == 2) s += ",";
       }
       s += rng() % 3 == 0 ? ".\n" : (rng() % 2 ? ". " : "!  ");

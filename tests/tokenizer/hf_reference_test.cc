@@ -57,7 +57,9 @@ TEST_P(HfReferenceTest, MatchesTokenizersLibrary) {
   const HfCase& c = GetParam();
   auto tok = Tokenizer::load(hf_testdata() + "/" + c.dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  if (!c.engine.empty()) EXPECT_NE((*tok)->describe().find(c.engine), std::string::npos) << (*tok)->describe();
+  if (!c.engine.empty()) {
+    EXPECT_NE((*tok)->describe().find(c.engine), std::string::npos) << (*tok)->describe();
+  }
   auto expected = nlohmann::json::parse(read_file_or_empty(hf_testdata() + "/" + c.expected + "/expected.json"));
   check_against(**tok, expected, c.dir);
 }
