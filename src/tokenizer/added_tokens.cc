@@ -8,12 +8,15 @@ namespace pagoda {
 
 void AddedTokenMatcher::add(AddedToken token) {
   if (token.content.empty() || token.id < 0) return;
-  const uint32_t index = static_cast<uint32_t>(tokens_.size());
-  auto& bucket = by_first_byte_[static_cast<uint8_t>(token.content[0])];
   tokens_.push_back(std::move(token));
-  bucket.push_back(index);
-  std::stable_sort(bucket.begin(), bucket.end(),
-                   [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
+}
+
+void AddedTokenMatcher::finish() {
+  for (auto& bucket : by_first_byte_) bucket.clear();
+  for (uint32_t i = 0; i < tokens_.size(); ++i) by_first_byte_[static_cast<uint8_t>(tokens_[i].content[0])].push_back(i);
+  for (auto& bucket : by_first_byte_)
+    std::stable_sort(bucket.begin(), bucket.end(),
+                     [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
 }
 
 namespace {

@@ -34,7 +34,9 @@ struct TextSegment {
 
 class AddedTokenMatcher {
  public:
+  // Collects a token; call finish() after the last one, before split().
   void add(AddedToken token);
+  void finish();
   bool empty() const { return tokens_.empty(); }
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 

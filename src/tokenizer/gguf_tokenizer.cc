@@ -145,6 +145,14 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g)
   d->eom_id = id_key("tokenizer.ggml.eom_token_id", -1);
   d->pad_id = id_key("tokenizer.ggml.padding_token_id", -1);
 
+  if (*model == "llama" && !g.get_array("tokenizer.ggml.token_type")) {
+    // No types: infer the ones the model and decoder rely on, as SentencePiece would have them.
+    for (size_t i = 0; i < n; ++i)
+      if (byte_piece_value(d->token_text[i]) >= 0) d->token_type[i] = TokenType::kByte;
+    for (int32_t id : {id_key("tokenizer.ggml.bos_token_id", 1), id_key("tokenizer.ggml.eos_token_id", 2)})
+      if (id >= 0) d->token_type[static_cast<size_t>(id)] = TokenType::kControl;
+    if (int32_t unk = id_key("tokenizer.ggml.unknown_token_id", 0); unk >= 0) d->token_type[static_cast<size_t>(unk)] = TokenType::kUnknown;
+  }
   const std::string arch = g.get_string("general.architecture").value_or("");
   for (size_t i = 0; i < n; ++i) {
     const TokenType t = d->token_type[i];

@@ -36,6 +36,20 @@ SpmModel::SpmModel(const std::vector<std::string>& pieces, const std::vector<flo
         break;
     }
   }
+  // Chunking is exact if no piece a chunk cut could split exists: none holds "▁" right after
+  // another character (user-defined pieces included, since they are matched inline).
+  constexpr std::string_view kSpace = "\xE2\x96\x81";
+  chunk_at_spaces_ = true;
+  for (size_t i = 0; i < pieces.size() && chunk_at_spaces_; ++i) {
+    if (types_[i] == TokenType::kControl || types_[i] == TokenType::kUnknown || types_[i] == TokenType::kByte) continue;
+    const std::string& p = pieces[i];
+    for (size_t k = p.find(kSpace, 1); k != std::string::npos; k = p.find(kSpace, k + 1)) {
+      if (k < kSpace.size() || std::string_view(p).substr(k - kSpace.size(), kSpace.size()) != kSpace) {
+        chunk_at_spaces_ = false;
+        break;
+      }
+    }
+  }
   for (auto& bucket : user_defined_)
     std::stable_sort(bucket.begin(), bucket.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (int b = 0; b < 256; ++b) byte_piece_[b] = piece_to_id(fmt::format("<0x{:02X}>", b));
@@ -75,6 +89,39 @@ void SpmModel::emit(std::string_view piece, std::vector<int32_t>* out) const {
 
 void SpmModel::encode(std::string_view text, std::vector<int32_t>* out, SpmScratch* s) const {
   if (text.empty()) return;
+  if (!chunk_at_spaces_) {
+    encode_chunk(text, out, s);
+    return;
+  }
+  constexpr std::string_view kSpace = "\xE2\x96\x81";
+  auto emit_chunk = [&](std::string_view chunk) {
+    if (!s->use_cache || chunk.size() > 64) {
+      encode_chunk(chunk, out, s);
+      return;
+    }
+    auto it = s->cache.find(chunk);
+    if (it != s->cache.end()) {
+      out->insert(out->end(), s->cache_ids.begin() + it->second.first,
+                  s->cache_ids.begin() + it->second.first + it->second.second);
+      return;
+    }
+    const size_t before = out->size();
+    encode_chunk(chunk, out, s);
+    const uint32_t offset = static_cast<uint32_t>(s->cache_ids.size());
+    s->cache_ids.insert(s->cache_ids.end(), out->begin() + static_cast<ptrdiff_t>(before), out->end());
+    s->cache.emplace(std::string(chunk), std::make_pair(offset, static_cast<uint32_t>(out->size() - before)));
+  };
+  // Cut before every "▁" that follows something other than "▁".
+  size_t start = 0;
+  for (size_t k = text.find(kSpace, 1); k != std::string_view::npos; k = text.find(kSpace, k + 1)) {
+    if (k >= kSpace.size() && text.substr(k - kSpace.size(), kSpace.size()) == kSpace) continue;
+    emit_chunk(text.substr(start, k - start));
+    start = k;
+  }
+  emit_chunk(text.substr(start));
+}
+
+void SpmModel::encode_chunk(std::string_view text, std::vector<int32_t>* out, SpmScratch* s) const {
   auto& syms = s->syms;
   auto& heap = s->heap;
   syms.clear();

@@ -11,6 +11,14 @@
 // the normalized text (longest match) and never merged, as SentencePiece does. GGUF and HF
 // vocabularies split them out of the raw text beforehand instead (added tokens).
 //
+// Chunking: when no piece holds "▁" right after another character (true of vocabularies trained
+// with split_by_whitespace, e.g. Llama 2, Phi-3, Baichuan, TinyStories; checked at load), no merge
+// can cross the start of a run of "▁" that follows another character, and the merges inside each
+// chunk happen in the same relative order as on the whole text; so the text is cut there and
+// each chunk (roughly a word with its leading spaces) is encoded alone. This keeps the heap small
+// and lets a per-call cache reuse the ids of repeated chunks. Vocabularies without the property
+// are encoded in one piece.
+//
 // Thread safety: immutable; encode() keeps its state in a per-call SpmScratch.
 #pragma once
 
@@ -18,6 +26,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/vocab.h"
@@ -43,6 +52,10 @@ struct SpmScratch {
     uint32_t size;
   };
   std::vector<Cand> heap;
+  // Per-call chunk cache (Tokenizer turns it on for long texts): chunk -> ids in cache_ids.
+  bool use_cache = false;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> cache;
+  std::vector<int32_t> cache_ids;
 };
 
 class SpmModel {
@@ -54,6 +67,7 @@ class SpmModel {
   void encode(std::string_view normalized, std::vector<int32_t>* out, SpmScratch* scratch) const;
 
  private:
+  void encode_chunk(std::string_view text, std::vector<int32_t>* out, SpmScratch* scratch) const;
   int32_t piece_to_id(std::string_view piece) const;
   void emit(std::string_view piece, std::vector<int32_t>* out) const;
   size_t match_user_defined(std::string_view text) const;
@@ -66,6 +80,7 @@ class SpmModel {
   std::array<int32_t, 256> byte_piece_;
   std::array<std::vector<std::string>, 256> user_defined_;  // by first byte, longest first
   bool has_unused_ = false;
+  bool chunk_at_spaces_ = false;  // see "Chunking" above
 };
 
 }  // namespace pagoda

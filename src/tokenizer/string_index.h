@@ -4,6 +4,9 @@
 // The first value inserted for a key wins. Build once, then read from any number of threads.
 #pragma once
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL  // hashing short keys: inline, no call through the shared library
+#endif
 #include <xxhash.h>
 
 #include <cstdint>

@@ -90,6 +90,7 @@ Result<std::shared_ptr<const Tokenizer>> make_tokenizer(std::unique_ptr<Tokenize
   if (n > static_cast<size_t>(INT32_MAX)) return invalid_argument("tokenizer: vocabulary too large ({})", n);
   if ((d->bpe == nullptr) == (d->spm == nullptr)) return make_status(StatusCode::kInternal, "tokenizer: no model");
   d->token_type.resize(n, TokenType::kNormal);
+  d->added.finish();
   for (int32_t* id : {&d->bos_id, &d->eos_id, &d->eot_id, &d->eom_id, &d->unk_id, &d->pad_id}) *id = valid_id_or_none(*id, n);
 
   if (d->text_to_id.size() == 0) {
@@ -163,6 +164,7 @@ void Tokenizer::encode_append(std::string_view text, const EncodeOptions& option
   if (options.add_special && d.add_bos && d.bos_id >= 0) out->push_back(d.bos_id);
   EncodeState st;
   st.use_cache = d.bpe != nullptr && !d.pre_tokenizer.empty() && text.size() >= kCacheMinText;
+  st.spm.use_cache = d.spm != nullptr && text.size() >= kCacheMinText;
 
   auto encode_piece = [&](std::string_view piece, bool) {
     if (!st.use_cache || piece.size() > kCacheMaxPiece) {
@@ -297,7 +299,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& mode
   const fs::path path(model_path);
   if (fs::is_directory(path, ec)) return from_hf_dir(model_path);
   if (!fs::exists(path, ec)) return not_found("tokenizer: no such file or directory: {}", model_path);
-  if (path.filename() == "tokenizer.json" || path.filename() == "vocab.json") return from_hf_dir(path.parent_path().string());
+  if (path.filename() == "tokenizer.json" || path.filename() == "vocab.json")
+    return from_hf_dir(path.has_parent_path() ? path.parent_path().string() : std::string("."));
   char magic[4] = {};
   {
     std::ifstream f(path, std::ios::binary);

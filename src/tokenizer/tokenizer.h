@@ -24,9 +24,11 @@
 // the encoder's dummy prefix added is removed as HF's decoders do (Strip after Fuse, or Metaspace's
 // first-token rule); the bytes are then made valid UTF-8, each maximal malformed subsequence
 // becoming U+FFFD (as String::from_utf8_lossy). With these rules decode(encode(text)) == text
-// for any valid UTF-8 text on byte-level BPE vocabularies, and on SentencePiece-style vocabularies
-// with byte fallback and no normalization beyond the space handling (e.g. Llama 2, Phi-3; not
-// stories260K's tok512.model, which removes extra spaces).
+// for any valid UTF-8 text on byte-level BPE vocabularies (unless their ByteLevel pre-tokenizer
+// adds a prefix space), and on SentencePiece-style vocabularies with byte fallback and no
+// normalization beyond the space handling (Llama 1/2, Mistral, Phi-3, TinyLlama), except that a
+// literal "▁" in the text decodes as a space; not on stories260K's tok512.model, which removes
+// extra spaces. Details and the differences from HF / llama.cpp: docs/tokenizer.md.
 //
 // Thread safety: a Tokenizer is immutable after load; every method may be called from any number
 // of threads at once (per-call state only). Share it as std::shared_ptr<const Tokenizer>.

@@ -2,6 +2,9 @@
 // string -> id hash map with heterogeneous (string_view) lookup.
 #pragma once
 
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL  // hashing short keys: inline, no call through the shared library
+#endif
 #include <xxhash.h>
 
 #include <cstdint>
