@@ -5,7 +5,10 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include <nlohmann/json.hpp>
+
 #include "engine/engine.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
@@ -50,11 +53,26 @@ int run_generate(const GenerateOptions& o) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
   GenerateRequest req;
-  if (o.chat) {
-    std::cerr << "pagoda generate: --chat needs the chat template engine (not built in this version)\n";
-    return 2;
-  }
   req.prompt = o.prompt;
+  if (o.chat) {
+    // The model's chat template around one user message; the rendered text already holds the
+    // special tokens it needs (BOS, role markers), so none are added and they are parsed.
+    auto tmpl = load_chat_template(o.model);
+    if (!tmpl.ok()) {
+      std::cerr << "pagoda generate: --chat: " << tmpl.status().to_string() << "\n";
+      return 1;
+    }
+    ChatTemplateOptions opts;
+    opts.add_generation_prompt = true;
+    auto rendered = tmpl->render(nlohmann::json::array({{{"role", "user"}, {"content", o.prompt}}}), opts);
+    if (!rendered.ok()) {
+      std::cerr << "pagoda generate: --chat: " << rendered.status().to_string() << "\n";
+      return 1;
+    }
+    req.prompt = *rendered;
+    req.add_special_tokens = false;
+    req.parse_special_tokens = true;
+  }
   req.sampling.temperature = o.temperature;
   req.sampling.top_k = o.top_k;
   req.sampling.top_p = o.top_p;

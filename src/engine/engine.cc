@@ -127,6 +127,7 @@ Result<std::shared_ptr<RequestStream>> EngineLoop::submit(GenerateRequest g) {
   if (prompt.empty()) {
     EncodeOptions eo;
     eo.add_special = g.add_special_tokens;
+    eo.parse_special = g.parse_special_tokens;
     prompt = tok_->encode(g.prompt, eo);
   }
   const int64_t max_len = core_->max_model_len();

@@ -37,6 +37,7 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;     // used if non-empty ...
   std::string prompt;                  // ... else this text is tokenized
   bool add_special_tokens = true;      // BOS for text prompts, as the model's tokenizer says
+  bool parse_special_tokens = false;   // recognise special tokens written in the text (chat prompts)
   SamplingParams sampling;
   StopParams stop;                     // max_tokens < 0 (default -1 here): up to the model length
   int32_t n = 1;                       // parallel samples sharing the prompt's KV blocks
