@@ -106,10 +106,10 @@ TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
   EngineConfig c = base_config(model);
   c.max_model_len = 128;
   c.block_size = 16;
-  // KV for ~3 sequences of 128 tokens: 16 requests must preempt each other.
+  // 19 usable blocks of 16 tokens, ~3 of these sequences: 10 growing requests must preempt each other.
   Result<ModelConfig> mc = load_model_config(model);
   ASSERT_TRUE(mc.ok());
-  c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 26;
+  c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 20;
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineConfig cm = c;
     if (mode == PreemptionMode::kSwap) cm.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
@@ -121,15 +121,16 @@ TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
       g.prompt_ids = mixed_prompt(i + 3, vocab);
       g.prompt_ids.resize(std::min<size_t>(g.prompt_ids.size(), 60));
       g.sampling.temperature = 0;
-      g.stop.max_tokens = 40;
+      g.stop.max_tokens = 24;
       g.stop.ignore_eos = true;
       return g;
     };
     std::vector<std::vector<int32_t>> solo;
-    for (int i = 0; i < 16; ++i) solo.push_back(collect(**(*engine)->submit(make(i))).tokens[0]);
+    const int kRequests = 10;
+    for (int i = 0; i < kRequests; ++i) solo.push_back(collect(**(*engine)->submit(make(i))).tokens[0]);
     std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < 16; ++i) streams.push_back(*(*engine)->submit(make(i)));
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
+    for (int i = 0; i < kRequests; ++i) streams.push_back(*(*engine)->submit(make(i)));
+    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
     const EngineStats st = (*engine)->stats();
     EXPECT_GT(st.num_preemptions, 0) << (mode == PreemptionMode::kSwap ? "swap" : "recompute");
     EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
