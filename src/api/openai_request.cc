@@ -287,6 +287,10 @@ nlohmann::json ApiError::to_json() const {
   return nlohmann::json{{"error", e}};
 }
 
+std::string ApiError::body() const {
+  return to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 ApiError bad_request(std::string message, std::string param, std::string code) {
   ApiError e;
   e.status = 400;

@@ -38,7 +38,8 @@ struct ApiError {
   std::vector<std::pair<std::string, std::string>> headers;  // e.g. Retry-After
 
   nlohmann::json to_json() const;
-  std::string body() const { return to_json().dump(); }
+  // The JSON text; invalid UTF-8 in the message (echoed input) is replaced, never thrown on.
+  std::string body() const;
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});

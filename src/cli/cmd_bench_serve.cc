@@ -9,6 +9,8 @@
 // TPOT = (E2EL - TTFT) / (output tokens - 1); ITL = gaps between successive content chunks.
 // Summary: mean / median / p99 of each, request and token throughput over the benchmark's
 // duration, goodput = requests/s meeting every --goodput SLO (ttft:MS tpot:MS e2el:MS).
+#include <utility>  // before Asio 1.74's awaitable.hpp, which uses std::exchange without it
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -22,6 +24,7 @@
 #include <numeric>
 #include <random>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -147,10 +150,11 @@ awaitable<void> run_one(tcp::endpoint ep, const Target& target, const BenchServe
         ++r.output_tokens;
       }
     };
-    parser.on_chunk_body([&](uint64_t, beast::string_view data, beast::error_code&) -> size_t {
+    auto on_chunk = [&](uint64_t, beast::string_view data, beast::error_code&) -> size_t {
       on_data(std::string_view(data.data(), data.size()));
       return data.size();
-    });
+    };
+    parser.on_chunk_body(on_chunk);
     co_await http::async_read_header(stream, buf, parser, use_awaitable);
     const int status = parser.get().result_int();
     while (!parser.is_done()) co_await http::async_read_some(stream, buf, parser, use_awaitable);

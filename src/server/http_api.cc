@@ -206,7 +206,7 @@ HandlerResult HttpApi::completions(HttpRequest& req) {
   for (auto& in : c.prompts) {
     if (in.is_ids) {
       p.prompts.push_back(std::move(in.ids));
-      if (c.echo) p.echo_texts.push_back(engine.detokenize(p.prompts.back()));
+      if (c.echo) p.echo_texts.push_back(engine.detokenize(p.prompts.back(), /*skip_special=*/true));
     } else {
       p.prompts.push_back(engine.tokenize(in.text, /*add_special=*/true));
       if (c.echo) p.echo_texts.push_back(in.text);

@@ -108,13 +108,16 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_FALSE(r.prompts[0].is_ids);
   EXPECT_TRUE(r.echo);
+  r = {};
   ASSERT_FALSE(completion(R"({"prompt":["a","b","c"]})", &r));
   EXPECT_EQ(r.prompts.size(), 3u);
+  r = {};
   ASSERT_FALSE(completion(R"({"prompt":[1,2,3],"logprobs":2})", &r));
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_TRUE(r.prompts[0].is_ids);
   EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r.options.logprobs, 2);
+  r = {};
   ASSERT_FALSE(completion(R"({"prompt":[[1,2],[3]]})", &r));
   ASSERT_EQ(r.prompts.size(), 2u);
   EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
