@@ -60,8 +60,9 @@ class Service final : public pagoda::v1::Pagoda::Service {
     Engine& engine = ctx_.engine();
     GenerateRequest g;
     g.prompt_ids.assign(req->prompt_ids().begin(), req->prompt_ids().end());
+    if (g.prompt_ids.empty() && req->prompt().empty())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the prompt is empty (set prompt or prompt_ids)");
     if (g.prompt_ids.empty()) g.prompt_ids = engine.tokenize(req->prompt(), true);
-    if (g.prompt_ids.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the prompt is empty");
     if (req->max_tokens() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "max_tokens must be >= 0");
     g.stop.max_tokens = req->max_tokens() > 0 ? req->max_tokens() : -1;
     if (req->has_temperature()) g.sampling.temperature = req->temperature();

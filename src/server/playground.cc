@@ -47,9 +47,14 @@ const input = document.getElementById("input");
 const history = [];
 let busy = false;
 
-fetch("/v1/models", { headers: authHeaders() }).then(r => r.json()).then(j => {
-  if (j.data && j.data.length) document.getElementById("model").value = j.data[0].id;
-}).catch(() => {});
+// The model name from /v1/models (again once an API key is typed in).
+function loadModel() {
+  fetch("/v1/models", { headers: authHeaders() }).then(r => r.json()).then(j => {
+    if (j.data && j.data.length) document.getElementById("model").value = j.data[0].id;
+  }).catch(() => {});
+}
+loadModel();
+document.getElementById("apikey").addEventListener("change", loadModel);
 
 function authHeaders() {
   const key = document.getElementById("apikey").value.trim();
@@ -128,7 +133,6 @@ async function send(text) {
             if (!tFirst) tFirst = performance.now();
             reply += c.delta.content;
             content.textContent = reply;
-            if (!j.usage) tokens += 0;
           }
           if (c.finish_reason) finish = c.finish_reason;
         }

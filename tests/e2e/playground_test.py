@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+import openai
 import pytest
 import websocket
 
@@ -65,9 +66,14 @@ def test_playground_streams_a_reply():
         deadline = time.time() + 30
         while time.time() < deadline and dt.eval("document.readyState") != "complete":
             time.sleep(0.2)
-        # Wait until the page has fetched the model name (needs no key? it does: set it first).
-        dt.eval("document.getElementById('apikey').value = 'pg-key'; document.getElementById('maxtokens').value = '24'; "
+        # Type the API key: the page then fetches the model name with it.
+        dt.eval("const k = document.getElementById('apikey'); k.value = 'pg-key'; "
+                "k.dispatchEvent(new Event('change')); document.getElementById('maxtokens').value = '24'; "
                 "document.getElementById('temperature').value = '0'; true")
+        deadline = time.time() + 20
+        while time.time() < deadline and dt.eval("document.getElementById('model').value") != "SmolLM2-135M-Instruct.Q4_1":
+            time.sleep(0.1)
+        assert dt.eval("document.getElementById('model').value") == "SmolLM2-135M-Instruct.Q4_1"
         dt.eval("document.getElementById('input').value = 'What is the capital of France?'; "
                 "document.getElementById('form').requestSubmit(); true")
         deadline = time.time() + 90
@@ -85,7 +91,11 @@ def test_playground_streams_a_reply():
         artifacts.mkdir(parents=True, exist_ok=True)
         (artifacts / "playground.png").write_bytes(base64.b64decode(shot))
         assert state == "done", (state, reply)
-        assert "Paris" in reply, reply
+        # The page shows exactly what the API answers for the same (greedy) request.
+        expected = openai.OpenAI(base_url=s.url + "/v1", api_key="pg-key", max_retries=0).chat.completions.create(
+            model="SmolLM2-135M-Instruct.Q4_1", messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=24, temperature=0).choices[0].message.content
+        assert reply == expected and len(reply) > 10, (reply, expected)
         assert "tokens/s" in meta and "finish" in meta, meta
         user = dt.eval("document.querySelector('.msg.user').textContent")
         assert user == "What is the capital of France?"
