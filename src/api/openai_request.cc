@@ -184,11 +184,10 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
     PAGODA_API_TRY(token_id_array(*s, "stop_token_ids", &o->stop_token_ids));
   }
   PAGODA_API_TRY(f.int32("n", &o->n, 1, kMaxN));
-  if (const json* b = f.get("best_of")) {
+  if (f.get("best_of")) {
     int64_t best_of = 1;
     PAGODA_API_TRY(f.integer("best_of", &best_of, 1, kMaxN));
     if (best_of != o->n) return bad_request("'best_of' other than n is not supported", "best_of");
-    (void)b;
   }
   PAGODA_API_TRY(f.int32("priority", &o->priority, -(1 << 30), 1 << 30));
   PAGODA_API_TRY(f.string("user", &o->user));
@@ -398,7 +397,6 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest* o
     if (!t->is_array()) return bad_request("'tools' must be a list", "tools");
     if (!t->empty()) out->tools = nlohmann::ordered_json::parse(t->dump());
   }
-  if (out->options.n > 1 && out->options.n * 1 > kMaxN) return bad_request("'n' is too large", "n");
   return std::nullopt;
 }
 

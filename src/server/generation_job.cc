@@ -70,8 +70,6 @@ void GenerationJob::abort() {
 void GenerationJob::finish_all() {
   if (complete_) return;
   complete_ = true;
-  const double now_engine = 0;  // unknown engine time: use the last token time we saw
-  (void)now_engine;
   int64_t used = 0;
   for (size_t p = 0; p < prompt_tokens_.size(); ++p) used += prompt_tokens_[p];
   for (auto& c : choices_) {
@@ -79,12 +77,9 @@ void GenerationJob::finish_all() {
     if (!c.finished) {
       c.finished = true;
       c.timings.finish_reason = "abort";
-      if (c.timings.arrival > 0 || !c.timings.token_times.empty()) {
-        c.timings.finished = c.timings.token_times.empty() ? c.timings.arrival : c.timings.token_times.back();
-        ctx_.metrics().record_sequence(c.timings);
-      } else {
-        ctx_.metrics().record_sequence(c.timings);
-      }
+      // The engine's end time is not known here: the last output seen stands in for it.
+      c.timings.finished = c.timings.token_times.empty() ? c.timings.arrival : c.timings.token_times.back();
+      ctx_.metrics().record_sequence(c.timings);
     }
   }
   if (ticket_) ticket_->set_used_tokens(used);

@@ -28,6 +28,8 @@ ServingContext::ServingContext(Engine& engine, ServeOptions options)
   engine_.set_step_observer([this](int64_t tokens) { metrics_.record_step(tokens); });
 }
 
+ServingContext::~ServingContext() { engine_.set_step_observer(nullptr); }
+
 double ServingContext::now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -46,6 +46,7 @@ struct ServeOptions {
 class ServingContext {
  public:
   ServingContext(Engine& engine, ServeOptions options);
+  ~ServingContext();  // detaches the engine's step observer
 
   Engine& engine() { return engine_; }
   const ServeOptions& options() const { return options_; }
