@@ -97,7 +97,6 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
     return res;
   }
   *route_name = found->path;
-  if (req.method == "HEAD" && std::string(found->method) == "GET") req.method = "GET";
   if (req.method != found->method) {
     res.response = error_response(make_error(405, "invalid_request_error",
                                              "method " + req.method + " is not allowed on " + found->path + " (use " +
