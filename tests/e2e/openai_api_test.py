@@ -375,3 +375,22 @@ def test_concurrent_mixed_requests_survive(tiny_server):
     for t in threads:
         t.join(120)
     assert not errors, errors
+
+
+def test_idle_and_slow_clients_are_dropped(server_factory):
+    import time
+    s = server_factory(TINY_MODEL, "--max-model-len", 256, "--idle-timeout", 1)
+    # Slow-loris: half a request line, then nothing. The server closes the connection.
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.time()
+        assert sock.recv(4096) == b""
+        assert 0.5 <= time.time() - t0 <= 5
+    # An idle keep-alive connection is closed after the timeout too.
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        t0 = time.time()
+        assert sock.recv(4096) == b""
+        assert 0.5 <= time.time() - t0 <= 5
+    assert http("GET", s.url + "/health")[0] == 200
