@@ -124,9 +124,11 @@ int run_serve(ServeCliOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (grpc) grpc->shutdown(0.5);
+  // Stop the io threads, then the engine (no output callback can run after it is joined), then
+  // free the connections (their jobs' cancels reach a stopped engine harmlessly).
   http->stop();
-  http.reset();
   (*engine)->shutdown();
+  http.reset();
   std::cerr << "pagoda serve: stopped\n";
   return 0;
 }

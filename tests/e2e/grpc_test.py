@@ -95,6 +95,9 @@ def test_client_cancel_cancels_request(pb, server):
     while time.time() < deadline and server.metric("pagoda:request_success_total", {"finished_reason": "abort"}) == before:
         time.sleep(0.1)
     assert server.metric("pagoda:request_success_total", {"finished_reason": "abort"}) == before + 1
+    deadline = time.time() + 10  # the engine drops it at its next step
+    while time.time() < deadline and server.metric("pagoda:num_requests_running") != 0:
+        time.sleep(0.1)
     assert server.metric("pagoda:num_requests_running") == 0
 
 

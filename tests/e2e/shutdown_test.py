@@ -34,10 +34,10 @@ def finish_reason(events):
 
 
 def test_sigterm_drains_then_cancels():
-    s = Server(CHAT_MODEL, "--max-model-len", 2048, "--shutdown-timeout", 3, "--max-num-seqs", 4)
+    s = Server(CHAT_MODEL, "--max-model-len", 2048, "--shutdown-timeout", 5, "--max-num-seqs", 4)
     try:
         streams = []
-        for max_tokens in (8, 8, 1500):
+        for max_tokens in (8, 8, 2000):
             out = {"started": threading.Event()}
             body = {"prompt": "Tell me a story", "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
                     "temperature": 0}
@@ -58,7 +58,7 @@ def test_sigterm_drains_then_cancels():
         short1, short2, long = (out for _, out in streams)
         assert finish_reason(short1["events"]) == "length" and finish_reason(short2["events"]) == "length"
         assert finish_reason(long["events"]) == "abort"
-        assert 2.5 <= long["finished_at"] - t_term <= 8, long["finished_at"] - t_term
+        assert 4.5 <= long["finished_at"] - t_term <= 12, long["finished_at"] - t_term
         assert s.proc.wait(timeout=20) == 0
         log = s.output()
         assert "draining" in log and "cancelling 1 sequences" in log and "stopped" in log
