@@ -394,3 +394,20 @@ def test_idle_and_slow_clients_are_dropped(server_factory):
         assert sock.recv(4096) == b""
         assert 0.5 <= time.time() - t0 <= 5
     assert http("GET", s.url + "/health")[0] == 200
+
+
+def test_tokens_per_minute_limit_with_refund(server_factory):
+    """tpm=120: each request is charged prompt (5) + max_tokens (50) = 55 tokens at admission and
+    refunded what it did not generate. The first stops after one token (stop=","), so it gives 49
+    back; that refund is what lets the third request in (without it the third would be refused)."""
+    s = server_factory(TINY_MODEL, "--max-model-len", 256, "--rate-limit-tpm", 120)
+    c = client(s)
+    first = c.completions.create(model=TINY_NAME, prompt="Once upon a time", max_tokens=50, temperature=0, stop=",")
+    assert first.usage.prompt_tokens == 5 and first.usage.completion_tokens == 1
+    for _ in range(2):
+        r = c.completions.create(model=TINY_NAME, prompt="Once upon a time", max_tokens=50, temperature=0,
+                                 extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 50
+    with pytest.raises(openai.RateLimitError) as e:
+        c.completions.create(model=TINY_NAME, prompt="Once upon a time", max_tokens=50, temperature=0)
+    assert int(e.value.response.headers["retry-after"]) >= 10  # ~50 tokens short at 2 tokens/s
