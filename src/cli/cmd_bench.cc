@@ -21,6 +21,12 @@
 #include "common/process_stats.h"
 
 namespace pagoda::cli {
+
+std::vector<CommandInfo>& bench_subcommand_registry() {
+  static std::vector<CommandInfo> registry;
+  return registry;
+}
+
 namespace {
 
 struct BenchOptions {
@@ -239,9 +245,16 @@ int run_bench(const BenchOptions& o) {
   return 0;
 }
 
-const CommandRegistration kBench("bench", "Offline prompt-processing and generation throughput (llama-bench style)", [](CLI::App* app) {
+const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-bench style, the default), `serve`, `throughput`", [](CLI::App* app) {
   auto o = std::make_shared<BenchOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  // Sub-subcommands (bench serve, bench throughput) register themselves; without one, --model is needed.
+  auto subs = std::make_shared<std::vector<std::pair<CLI::App*, std::function<int()>>>>();
+  for (auto& cmd : bench_subcommand_registry()) {
+    CLI::App* sub = app->add_subcommand(cmd.name, cmd.description);
+    subs->emplace_back(sub, cmd.setup(sub));
+  }
+  app->require_subcommand(0, 1);
+  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory");
   app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)");
   app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)");
   app->add_option("-b,--batch", o->batch, "Sequences decoded together in the tg test");
@@ -250,7 +263,15 @@ const CommandRegistration kBench("bench", "Offline prompt-processing and generat
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   app->add_flag("--json", o->json, "Print JSON");
-  return [o] { return run_bench(*o); };
+  return [o, subs] {
+    for (auto& [sub, action] : *subs)
+      if (sub->parsed()) return action();
+    if (o->model.empty()) {
+      std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
+      return 2;
+    }
+    return run_bench(*o);
+  };
 });
 
 }  // namespace
