@@ -94,17 +94,23 @@ struct KernelTable {
   // (ActQ8::offset and c; q6_k: c16), 0 for none. Null: none for every dtype.
   int32_t (*act_offset)(DType t);
   // Optional GEMM form of fgemm for many tokens (null: fgemm serves every M). pack_x: x rows
-  // [m0, m1) (m0 a multiple of kXTile) -> xp in token tiles (x_tile_index); fgemm_packed: as fgemm
-  // with x read from xp (m0 a multiple of kXTile). Same results as fgemm, bit for bit.
-  void (*pack_x)(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k, float* xp);
+  // [m0, m1) of m_total (m0 a multiple of kXTile) -> xp (packed_x_floats(m_total, k) floats, layout
+  // below); fgemm_packed: as fgemm with x read from xp (m0 a multiple of kXTile). Same results as
+  // fgemm, bit for bit.
+  void (*pack_x)(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t m_total, int64_t k, float* xp);
   void (*fgemm_packed)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp,
-                       int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
+                       int64_t m_total, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
 };
 
-// Token-tiled f32 activations of the float GEMM: element e of token m at
-// xp[x_tile_index(m, e, k)]; a tile's kXTile values of one e are contiguous.
+// Packed f32 activations of the float GEMM: K is cut into blocks of kXKBlock elements (the
+// kernels' K block), tokens into tiles of kXTile; block j of tile i is kXKBlock x kXTile floats at
+// ((j * tiles + i) * kXKBlock) * kXTile, element e of token t at [e][t]. So the 8 broadcasts of one
+// k are one 32-byte run and the tiles of one K block are contiguous (what the GEMM streams).
 constexpr int64_t kXTile = 8;
-inline int64_t x_tile_index(int64_t m, int64_t e, int64_t k) { return ((m / kXTile) * k + e) * kXTile + m % kXTile; }
+constexpr int64_t kXKBlock = 128;
+inline int64_t packed_x_floats(int64_t m, int64_t k) {
+  return ((m + kXTile - 1) / kXTile) * ((k + kXKBlock - 1) / kXKBlock) * kXKBlock * kXTile;
+}
 
 // Per-ISA tables (null pointer members mean "not implemented at this level").
 namespace avx2 { const KernelTable* kernel_table(); }
@@ -113,9 +119,9 @@ const KernelTable* kernel_table();
 // The float family at both AVX-512 levels (linear_float_avx512.cc); KernelTable::fgemm's contract.
 void fgemm_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* x, int64_t ldx,
                int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
-void pack_x_512(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k, float* xp);
-void fgemm_packed_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp, int64_t m0,
-                      int64_t m1, float* y, int64_t ldy, int64_t n_total);
+void pack_x_512(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t m_total, int64_t k, float* xp);
+void fgemm_packed_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp,
+                      int64_t m_total, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
 }  // namespace avx512
 namespace vnni { const KernelTable* kernel_table(); }
 

@@ -139,14 +139,14 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
       // GEMM: x into token tiles once (all threads), then the threads split the panels
       thread_local std::vector<float> xp_buf;
       const int64_t tiles = (m + kXTile - 1) / kXTile;
-      float* xp = scratch(xp_buf, static_cast<size_t>(tiles * kXTile * w.k));
+      float* xp = scratch(xp_buf, static_cast<size_t>(packed_x_floats(m, w.k)));
       pool.run([&](int ith, int nth) {
         int64_t t0, t1;
         split(tiles, ith, nth, &t0, &t1);
-        if (t0 < t1) kt->pack_x(x, w.k, t0 * kXTile, std::min(m, t1 * kXTile), w.k, xp);
+        if (t0 < t1) kt->pack_x(x, w.k, t0 * kXTile, std::min(m, t1 * kXTile), m, w.k, xp);
       });
       run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
-        kt->fgemm_packed(w.dtype, packed, w.k, g0, g1, xp, m0, m1, y, w.n, w.n);
+        kt->fgemm_packed(w.dtype, packed, w.k, g0, g1, xp, m, m0, m1, y, w.n, w.n);
       });
       return;
     }

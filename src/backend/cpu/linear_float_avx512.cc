@@ -8,7 +8,7 @@
 // FMA-bound; the previous 2-group x 8-token tile had 10 loads (plus 2 widenings) for 16 FMAs.
 //
 // GEMM (fgemm_packed, more than kGemvMaxTokens tokens): x is first transposed into token tiles
-// (pack_x: [M / 8][K][8], so a tile's 8 broadcasts per k come from one 32-byte run). K is cut into
+// (pack_x, layout in kernels.h: a tile's 8 broadcasts per k are one 32-byte run). K is cut into
 // kKc blocks; per block each 48-row panel of weights is widened to f32 once into an L1-resident
 // buffer (48 x 128 f32 = 24 KB) and reused by every token tile, so the f16/bf16 -> f32
 // conversion (2 uops on the FMA ports per vector) is paid once per panel and K block, not once
@@ -33,7 +33,7 @@ namespace {
 
 constexpr int kV = 3;                          // row groups per panel
 constexpr int kT = static_cast<int>(kXTile);   // tokens per tile
-constexpr int64_t kKc = 128;                   // K block of the GEMM schedule
+constexpr int64_t kKc = kXKBlock;              // K block of the GEMM schedule
 constexpr int64_t kYBlockBytes = 512 * 1024;   // partial sums of one token chunk x group of panels
 constexpr int64_t kXSliceBytes = 256 * 1024;   // packed x bytes of one token chunk x K block
 constexpr int64_t kPrefetchBytes = 4096;
@@ -85,7 +85,7 @@ struct PanelW {
 //   out: row t at out + t * ldo; rows[v] valid rows of group v (stores masked past N)
 template <int V, int T, class W>
 inline void tile(const W& w, const float* x, int64_t xs, int64_t ts, int64_t kc, const float* in, int64_t ldi,
-                 float* out, int64_t ldo, const int64_t* rows) {
+                 float* out, int64_t ldo, const int64_t* rows, const float* xnext = nullptr) {
   __m512 acc[V][T];
   if (in == nullptr) {
     for (int v = 0; v < V; ++v)
@@ -96,6 +96,8 @@ inline void tile(const W& w, const float* x, int64_t xs, int64_t ts, int64_t kc,
   }
   for (int64_t k = 0; k < kc; ++k) {
     if constexpr (W::kPrefetch) w.prefetch(k);
+    // the next token tile's x block (packed GEMM x): one line per 2 k, ahead of its use
+    if (xnext != nullptr && (k & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(xnext + k * kT), _MM_HINT_T0);
     __m512 wv[V];
     for (int v = 0; v < V; ++v) wv[v] = w.load(v, k);
     for (int t = 0; t < T; ++t) {
@@ -112,16 +114,16 @@ inline void tile(const W& w, const float* x, int64_t xs, int64_t ts, int64_t kc,
 // Runtime token count -> template instance.
 template <int V, class W>
 inline void tile_t(int mt, const W& w, const float* x, int64_t xs, int64_t ts, int64_t kc, const float* in,
-                   int64_t ldi, float* out, int64_t ldo, const int64_t* rows) {
+                   int64_t ldi, float* out, int64_t ldo, const int64_t* rows, const float* xnext = nullptr) {
   switch (mt) {
-    case 1: tile<V, 1>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 2: tile<V, 2>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 3: tile<V, 3>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 4: tile<V, 4>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 5: tile<V, 5>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 6: tile<V, 6>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    case 7: tile<V, 7>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
-    default: tile<V, 8>(w, x, xs, ts, kc, in, ldi, out, ldo, rows); break;
+    case 1: tile<V, 1>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 2: tile<V, 2>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 3: tile<V, 3>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 4: tile<V, 4>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 5: tile<V, 5>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 6: tile<V, 6>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    case 7: tile<V, 7>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
+    default: tile<V, 8>(w, x, xs, ts, kc, in, ldi, out, ldo, rows, xnext); break;
   }
 }
 
@@ -160,32 +162,34 @@ void fgemv_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const flo
 }
 
 // One K block of one panel for every token tile of [mb, me): continue from / store to the compact
-// partial sums (cpanel), or into y on the last K block.
+// partial sums (cpanel), or into y on the last K block. xb: the packed x of this K block, tile 0.
 template <int V>
-inline void gemm_panel(const float* panel, const float* xp, int64_t k, int64_t kb, int64_t kc, int64_t mb, int64_t me,
-                       float* cpanel, bool first, bool last, float* y, int64_t ldy, const int64_t* rows) {
+inline void gemm_panel(const float* panel, const float* xb, int64_t kc, int64_t mb, int64_t me, float* cpanel,
+                       bool first, bool last, float* y, int64_t ldy, const int64_t* rows) {
   const PanelW<V> w{panel};
   for (int64_t t0 = mb; t0 < me; t0 += kT) {
     const int mt = static_cast<int>(me - t0 < kT ? me - t0 : kT);
-    const float* xt = xp + ((t0 / kT) * k + kb) * kT;
+    const float* xt = xb + (t0 / kT) * kKc * kT;
+    const float* xn = t0 + kT < me ? xt + kKc * kT : nullptr;
     float* ct = cpanel + ((t0 - mb) / kT) * kT * V * 16;
     const float* in = first ? nullptr : ct;
     if (last) {
-      tile_t<V>(mt, w, xt, kT, 1, kc, in, V * 16, y + t0 * ldy, ldy, rows);
+      tile_t<V>(mt, w, xt, kT, 1, kc, in, V * 16, y + t0 * ldy, ldy, rows, xn);
     } else {
-      tile_t<V>(mt, w, xt, kT, 1, kc, in, V * 16, ct, V * 16, rows);
+      tile_t<V>(mt, w, xt, kT, 1, kc, in, V * 16, ct, V * 16, rows, xn);
     }
   }
 }
 
 template <DType T>
-void fgemm_packed_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp, int64_t m0,
-                    int64_t m1, float* y, int64_t ldy, int64_t n_total) {
+void fgemm_packed_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp, int64_t m_total,
+                    int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total) {
+  const int64_t tiles_total = (m_total + kT - 1) / kT;
   const int64_t gbytes = 16 * k * elem_bytes<T>();
   alignas(64) static thread_local float panel[kV * kKc * 16];
   // Partial sums between K blocks live in a compact per-thread buffer (token tile, panel) ->
   // [8][48] f32, not in y: y's rows are N floats apart, so a tile's 8 rows would fall into the
-  // same L1 sets and 4 KB pages (measured: 0.6 -> 0.85 of the FMA peak).
+  // same L1 sets and 4 KB pages (measured 1.2-1.3x slower on the Llama-1B shapes).
   alignas(64) static thread_local float cbuf[kYBlockBytes / 4 + kT * kV * 16];
   const int64_t kc_max = k < kKc ? k : kKc;
   int64_t mc = kXSliceBytes / (kc_max * 4);
@@ -201,6 +205,7 @@ void fgemm_packed_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, co
       for (int64_t kb = 0; kb < k; kb += kKc) {
         const int64_t kc = k - kb < kKc ? k - kb : kKc;
         const bool last = kb + kc == k;
+        const float* xb = xp + (kb / kKc) * tiles_total * kKc * kT;
         for (int64_t g = pb; g < pe; g += kV) {
           const int nv = static_cast<int>(pe - g < kV ? pe - g : kV);
           int64_t rows[kV];
@@ -212,9 +217,9 @@ void fgemm_packed_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, co
           float* cpanel = cbuf + ((g - pb) / kV) * ntiles * kT * kV * 16;
           float* yg = y + 16 * g;
           switch (nv) {
-            case 1: gemm_panel<1>(panel, xp, k, kb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
-            case 2: gemm_panel<2>(panel, xp, k, kb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
-            default: gemm_panel<3>(panel, xp, k, kb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
+            case 1: gemm_panel<1>(panel, xb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
+            case 2: gemm_panel<2>(panel, xb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
+            default: gemm_panel<3>(panel, xb, kc, mb, me, cpanel, kb == 0, last, yg, ldy, rows); break;
           }
         }
       }
@@ -234,50 +239,55 @@ void fgemm_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1
   }
 }
 
-void fgemm_packed_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp, int64_t m0,
-                      int64_t m1, float* y, int64_t ldy, int64_t n_total) {
+void fgemm_packed_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp,
+                      int64_t m_total, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total) {
   switch (t) {
-    case DType::kF32: fgemm_packed_t<DType::kF32>(packed, k, g0, g1, xp, m0, m1, y, ldy, n_total); break;
-    case DType::kF16: fgemm_packed_t<DType::kF16>(packed, k, g0, g1, xp, m0, m1, y, ldy, n_total); break;
-    case DType::kBF16: fgemm_packed_t<DType::kBF16>(packed, k, g0, g1, xp, m0, m1, y, ldy, n_total); break;
+    case DType::kF32: fgemm_packed_t<DType::kF32>(packed, k, g0, g1, xp, m_total, m0, m1, y, ldy, n_total); break;
+    case DType::kF16: fgemm_packed_t<DType::kF16>(packed, k, g0, g1, xp, m_total, m0, m1, y, ldy, n_total); break;
+    case DType::kBF16: fgemm_packed_t<DType::kBF16>(packed, k, g0, g1, xp, m_total, m0, m1, y, ldy, n_total); break;
     default: __builtin_trap();
   }
 }
 
-// Rows [m0, m1) of x (m0 a multiple of 8) -> token tiles: xp[((m / 8) * k + e) * 8 + m % 8]. Full
-// tiles transpose 8 x 8 blocks in registers; a partial last tile is copied element by element
-// (its unused lanes are never read).
-void pack_x_512(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k, float* xp) {
+// Rows [m0, m1) of x (m0 a multiple of 8) -> the packed layout of kernels.h. Full tiles transpose
+// 8 x 8 blocks in registers; a partial last tile or K block is copied element by element (unused
+// lanes are never read).
+void pack_x_512(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t m_total, int64_t k, float* xp) {
+  const int64_t tiles_total = (m_total + kT - 1) / kT;
   for (int64_t t0 = m0; t0 < m1; t0 += kT) {
-    float* dst = xp + (t0 / kT) * k * kT;
     const int64_t mt = m1 - t0 < kT ? m1 - t0 : kT;
-    int64_t e = 0;
-    if (mt == kT) {
-      for (; e + 8 <= k; e += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (t0 + i) * ldx + e);
-        // 8 x 8 transpose: r[i][j] = x[t0 + i][e + j] -> out[j][i]
-        const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
-        const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
-        const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
-        const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
-        const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
-        const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
-        const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
-        const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
-        float* d = dst + e * kT;
-        _mm256_storeu_ps(d + 0 * kT, _mm256_permute2f128_ps(b0, b4, 0x20));
-        _mm256_storeu_ps(d + 1 * kT, _mm256_permute2f128_ps(b1, b5, 0x20));
-        _mm256_storeu_ps(d + 2 * kT, _mm256_permute2f128_ps(b2, b6, 0x20));
-        _mm256_storeu_ps(d + 3 * kT, _mm256_permute2f128_ps(b3, b7, 0x20));
-        _mm256_storeu_ps(d + 4 * kT, _mm256_permute2f128_ps(b0, b4, 0x31));
-        _mm256_storeu_ps(d + 5 * kT, _mm256_permute2f128_ps(b1, b5, 0x31));
-        _mm256_storeu_ps(d + 6 * kT, _mm256_permute2f128_ps(b2, b6, 0x31));
-        _mm256_storeu_ps(d + 7 * kT, _mm256_permute2f128_ps(b3, b7, 0x31));
+    for (int64_t kb = 0; kb < k; kb += kKc) {
+      const int64_t kc = k - kb < kKc ? k - kb : kKc;
+      float* dst = xp + ((kb / kKc) * tiles_total + t0 / kT) * kKc * kT;
+      const float* src = x + t0 * ldx + kb;
+      int64_t e = 0;
+      if (mt == kT) {
+        for (; e + 8 <= kc; e += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ldx + e);
+          // 8 x 8 transpose: r[i][j] = x[t0 + i][kb + e + j] -> row j of the output
+          const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+          const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+          const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+          const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+          const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+          const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+          const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+          const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+          float* d = dst + e * kT;
+          _mm256_storeu_ps(d + 0 * kT, _mm256_permute2f128_ps(b0, b4, 0x20));
+          _mm256_storeu_ps(d + 1 * kT, _mm256_permute2f128_ps(b1, b5, 0x20));
+          _mm256_storeu_ps(d + 2 * kT, _mm256_permute2f128_ps(b2, b6, 0x20));
+          _mm256_storeu_ps(d + 3 * kT, _mm256_permute2f128_ps(b3, b7, 0x20));
+          _mm256_storeu_ps(d + 4 * kT, _mm256_permute2f128_ps(b0, b4, 0x31));
+          _mm256_storeu_ps(d + 5 * kT, _mm256_permute2f128_ps(b1, b5, 0x31));
+          _mm256_storeu_ps(d + 6 * kT, _mm256_permute2f128_ps(b2, b6, 0x31));
+          _mm256_storeu_ps(d + 7 * kT, _mm256_permute2f128_ps(b3, b7, 0x31));
+        }
       }
+      for (; e < kc; ++e)
+        for (int64_t i = 0; i < mt; ++i) dst[e * kT + i] = src[i * ldx + e];
     }
-    for (; e < k; ++e)
-      for (int64_t i = 0; i < mt; ++i) dst[e * kT + i] = x[(t0 + i) * ldx + e];
   }
 }
 
