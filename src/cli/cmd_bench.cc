@@ -4,6 +4,9 @@
 // Every record carries achieved memory bandwidth (weights + KV bytes read per step / step time)
 // against the machine's measured read bandwidth, and for pp the achieved FLOP/s against the
 // measured f32 FMA peak. Timing: a warm-up run, then R repetitions (mean and stddev).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -18,6 +21,12 @@
 #include "common/process_stats.h"
 
 namespace pagoda::cli {
+
+std::vector<CommandInfo>& bench_subcommand_registry() {
+  static std::vector<CommandInfo> registry;
+  return registry;
+}
+
 namespace {
 
 struct BenchOptions {
@@ -49,6 +58,41 @@ Stats stats_of(const std::vector<double>& v) {
   return s;
 }
 
+struct MachineCeilings {
+  double read_bandwidth = 0, fma_peak = 0, vnni_peak = 0;  // bytes/s, flop/s, op/s
+};
+
+MachineCeilings measure_ceilings(int threads) {
+  ThreadPool pool(threads);
+  return {cpu::measure_read_bandwidth(pool) * 1e9, cpu::measure_fma_peak(pool) * 1e9, cpu::measure_vnni_peak(pool) * 1e9};
+}
+
+// Runs the probes in a forked child (before this process starts any thread) and reads the
+// result back through a pipe; falls back to measuring in-process if fork fails.
+MachineCeilings measure_ceilings_in_child(int threads) {
+  int fds[2];
+  if (pipe(fds) != 0) return measure_ceilings(threads);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return measure_ceilings(threads);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const MachineCeilings c = measure_ceilings(threads);
+    const ssize_t n = write(fds[1], &c, sizeof(c));
+    _exit(n == static_cast<ssize_t>(sizeof(c)) ? 0 : 1);
+  }
+  close(fds[1]);
+  MachineCeilings c;
+  const ssize_t n = read(fds[0], &c, sizeof(c));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return n == static_cast<ssize_t>(sizeof(c)) ? c : measure_ceilings(threads);
+}
+
 int run_bench(const BenchOptions& o) {
   if (!o.isa.empty()) {
     IsaLevel level;
@@ -67,6 +111,11 @@ int run_bench(const BenchOptions& o) {
     std::cerr << "pagoda bench: -p, -n must be >= 0, -b and -r >= 1\n";
     return 2;
   }
+  // Machine ceilings, bytes/s and op/s: decode is bound by the first, prefill by the FMA peak
+  // (float weights) or the int8 VNNI peak (quantized weights, integer dot products). Measured in
+  // a child process so the probe's 512 MiB buffer stays out of this process's peak RSS.
+  const MachineCeilings ceilings = measure_ceilings_in_child(o.threads);
+  const double bandwidth = ceilings.read_bandwidth, fma_peak = ceilings.fma_peak, vnni_peak = ceilings.vnni_peak;
   ModelLoadOptions lo;
   lo.max_model_len = std::max(o.prompt, o.gen) + 1;
   auto loaded = load_model(o.model, lo);
@@ -76,23 +125,17 @@ int run_bench(const BenchOptions& o) {
   }
   const ModelConfig& cfg = loaded->config;
   ThreadPool pool(o.threads);
-  // Machine ceilings, bytes/s and op/s: decode is bound by the first, prefill by the FMA peak
-  // (float weights) or the int8 VNNI peak (quantized weights, integer dot products).
-  const double bandwidth = cpu::measure_read_bandwidth(pool) * 1e9;
-  const double fma_peak = cpu::measure_fma_peak(pool) * 1e9;
-  const double vnni_peak = cpu::measure_vnni_peak(pool) * 1e9;
 
   // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
   const LlamaWeights& w = loaded->model->weights();
-  int64_t weight_bytes = linear_weight_tensor(*w.output).nbytes(), linear_params = 0;
-  const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wq).dtype());
+  int64_t weight_bytes = 0, linear_params = 0;
+  for (const LinearWeight* lw : w.linear_weights()) {
+    weight_bytes += linear_weight_tensor(*lw).nbytes();
+    if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
+  }
+  const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
   const double compute_peak = quantized && vnni_peak > 0 ? vnni_peak : fma_peak;
   const char* peak_name = quantized && vnni_peak > 0 ? "int8 VNNI" : "f32 FMA";
-  for (const auto& l : w.layers)
-    for (const auto* lw : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      weight_bytes += linear_weight_tensor(**lw).nbytes();
-      linear_params += linear_weight_tensor(**lw).numel();
-    }
   const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
   const int64_t block_size = 16;
   const int64_t max_ctx = std::max(o.prompt, o.gen) + 1;
@@ -202,9 +245,16 @@ int run_bench(const BenchOptions& o) {
   return 0;
 }
 
-const CommandRegistration kBench("bench", "Offline prompt-processing and generation throughput (llama-bench style)", [](CLI::App* app) {
+const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-bench style, the default), `serve`, `throughput`", [](CLI::App* app) {
   auto o = std::make_shared<BenchOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  // Sub-subcommands (bench serve, bench throughput) register themselves; without one, --model is needed.
+  auto subs = std::make_shared<std::vector<std::pair<CLI::App*, std::function<int()>>>>();
+  for (auto& cmd : bench_subcommand_registry()) {
+    CLI::App* sub = app->add_subcommand(cmd.name, cmd.description);
+    subs->emplace_back(sub, cmd.setup(sub));
+  }
+  app->require_subcommand(0, 1);
+  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory");
   app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)");
   app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)");
   app->add_option("-b,--batch", o->batch, "Sequences decoded together in the tg test");
@@ -213,7 +263,15 @@ const CommandRegistration kBench("bench", "Offline prompt-processing and generat
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   app->add_flag("--json", o->json, "Print JSON");
-  return [o] { return run_bench(*o); };
+  return [o, subs] {
+    for (auto& [sub, action] : *subs)
+      if (sub->parsed()) return action();
+    if (o->model.empty()) {
+      std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
+      return 2;
+    }
+    return run_bench(*o);
+  };
 });
 
 }  // namespace

@@ -30,6 +30,7 @@ struct GenerateOptions {
   int threads = 0;
   std::string kv_dtype = "f16";
   int64_t max_model_len = 0;
+  bool verbose = false;
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -51,6 +52,9 @@ int run_generate(const GenerateOptions& o) {
     return 1;
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  if (o.verbose) {
+    std::cerr << "config: " << cfg.to_string() << "\n" << (*engine)->memory_plan().to_string() << "\n";
+  }
 
   GenerateRequest req;
   req.prompt = o.prompt;
@@ -132,6 +136,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
+  app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });
 
