@@ -43,7 +43,9 @@ void ensure_workspace(const ModelConfig& c, int64_t T, ForwardWorkspace& ws) {
 }  // namespace
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, WeightNaming naming,
-                                                     const TensorLookup& lookup, int64_t max_positions) {
+                                                     const TensorLookup& lookup, int64_t max_positions,
+                                                     bool cpu_kernels) {
+  const IsaLevel isa_cap = cpu_kernels ? IsaLevel::kAmx : IsaLevel::kScalar;  // scalar: no repacking
   PAGODA_RETURN_IF_ERROR(config.validate());
   const auto table = llama_family_tensor_table(config);
   PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
@@ -55,7 +57,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
   };
   auto linear_of = [&](const std::string& gguf_name) -> Result<std::shared_ptr<const LinearWeight>> {
     const std::string name = name_of(find_decl(gguf_name));
-    return prepare_linear(*find_tensor(lookup, name), name);
+    return prepare_linear(*find_tensor(lookup, name), name, isa_cap);
   };
 
   LlamaWeights w;
@@ -63,9 +65,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
   w.output_norm = optional_f32(lookup, name_of(find_decl("output_norm.weight")));
   const std::string out_name = name_of(find_decl("output.weight"));
   if (const Tensor* out = find_tensor(lookup, out_name)) {
-    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(*out, out_name));
+    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(*out, out_name, isa_cap));
   } else {
-    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight"))));
+    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight")), isa_cap));
   }
   if (Tensor rf = optional_f32(lookup, name_of(find_decl("rope_freqs.weight"))); rf.defined())
     w.rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());

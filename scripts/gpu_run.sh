@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs Pagoda's CUDA tests and benchmarks on a GPU machine, from the package scripts/gpu_pack.sh
+# made (.gpu/pack.tar.xz). Meant for the device tool, one call per stage:
+#   run(command="scripts/gpu_run.sh check", carry=[".gpu"])
+#   run(command="scripts/gpu_run.sh bench", carry=[".gpu"])
+# Stages (several may be given; each step runs under a deadline so the call ends in time):
+#   check   GPU references (tools/make_gpu_references.py), the GPU test tier (ops, model parity,
+#           engine), a stories260K generation, a Llama-3.2-1B-shaped smoke benchmark
+#   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models: pagoda bench (decode at batch
+#           1/8/64 with graphs on and off, prefill 8192, offline throughput) and the transformers
+#           baseline (tools/hf_baseline.py) in the same call
+# Everything is logged under $OUT (logs.tgz, summary.txt, *.json); the end of summary.txt is printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/pagoda-out}
+mkdir -p "$OUT"
+LOGS=/tmp/pagoda-logs
+mkdir -p "$LOGS"
+SUMMARY=$OUT/summary.txt
+START=$(date +%s)
+BUDGET=${PAGODA_GPU_BUDGET_S:-560}
+PG=/tmp/pg
+if [ ! -x $PG/bin/pagoda ]; then
+  mkdir -p $PG && tar -xJf .gpu/pack.tar.xz -C $PG || { echo "no .gpu/pack.tar.xz (carry .gpu)"; exit 1; }
+fi
+export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA_DIR=$PWD/testdata
+export PAGODA_BINARY=$PG/bin/pagoda PAGODA_GPU_REF_DIR=/tmp/gpuref PYTHONUNBUFFERED=1
+PAGODA=$PG/bin/pagoda
+TESTS=$PG/bin/pagoda_gpu_tests
+SHM=/dev/shm
+[ -w /dev/shm ] || SHM=/tmp
+
+log() { echo "$*" | tee -a "$SUMMARY"; }
+# step NAME MAX_SECONDS CMD...: runs CMD with a timeout (capped by the call's remaining budget),
+# full output to $LOGS/NAME.log, the rc and the last lines to the summary.
+step() {
+  local name=$1 max=$2
+  shift 2
+  local left=$((BUDGET - ($(date +%s) - START)))
+  local t=$((max < left ? max : left))
+  if [ "$t" -le 5 ]; then
+    log "=== $name: skipped (no time left)"
+    return 124
+  fi
+  local t0=$(date +%s)
+  timeout --kill-after=5 "$t" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  log "=== $name rc=$rc $(($(date +%s) - t0))s (limit ${t}s): $*"
+  grep -E "^\[( *FAILED|  PASSED|  SKIPPED) \]|Failure|rror|\[gpu|\[cpu-vs|\[cuda-|CUDA check|PAGODA_CHECK" "$LOGS/$name.log" | head -n 40 >>"$SUMMARY"
+  tail -n "${TAILN:-6}" "$LOGS/$name.log" >>"$SUMMARY"
+  return $rc
+}
+finish() {
+  tar -C "$LOGS" -czf "$OUT/logs.tgz" . 2>/dev/null
+  log "=== total $(($(date +%s) - START))s"
+  tail -c 11000 "$SUMMARY"
+}
+trap finish EXIT
+
+stage_check() {
+  step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; nproc; free -g; df -h /dev/shm /tmp; uname -r; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"'
+  step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  if ! step ops 150 $TESTS --gtest_filter='CudaOps.*'; then
+    local failed
+    failed=$(grep -oE '^\[  FAILED  \] CudaOps\.[A-Za-z0-9_]+' "$LOGS/ops.log" | awk '{print $4}' | sort -u | paste -sd: -)
+    [ -n "$failed" ] || failed='CudaOps.*'
+    TAILN=30 step ops_memcheck 150 compute-sanitizer --tool memcheck --print-limit 10 $TESTS --gtest_filter="$failed"
+  fi
+  step parity 150 $TESTS --gtest_filter='CudaParity.*'
+  step engine 200 $TESTS --gtest_filter='CudaEngine.*'
+  step stories 30 $PAGODA generate --device cuda -m $PG/shared/models/stories260K/stories260K.gguf -p "Once upon a time" -n 40 --temperature 0
+  step make1b 90 python3 tools/make_random_llama.py llama3.2-1b $SHM/llama3.2-1b
+  TAILN=14 step bench1b 150 $PAGODA bench -m $SHM/llama3.2-1b --device cuda -p 2048 -n 64 -b 1,8,64 --compare-graphs -r 2 \
+    --requests 256 --input-len 128 --output-len 128
+}
+
+stage_bench() {
+  step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
+  for shape in llama3.2-1b llama3-8b; do
+    [ -d $SHM/$shape ] || step make_$shape 120 python3 tools/make_random_llama.py $shape $SHM/$shape
+  done
+  for shape in llama3.2-1b llama3-8b; do
+    TAILN=20 step bench_$shape 240 $PAGODA bench -m $SHM/$shape --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3 \
+      --requests ${REQS:-1000,1000} --input-len 128,1000 --output-len 128,1000 --max-num-seqs 256 --json
+    cp "$LOGS/bench_$shape.log" "$OUT/bench_$shape.json" 2>/dev/null
+  done
+  for shape in llama3.2-1b llama3-8b; do
+    TAILN=10 step hf_$shape 200 python3 tools/hf_baseline.py $shape --runs=1:128:128,64:128:128,64:1000:1000
+    cp "$LOGS/hf_$shape.log" "$OUT/hf_$shape.jsonl" 2>/dev/null
+  done
+}
+
+for s in "$@"; do
+  case "$s" in
+    check) stage_check ;;
+    bench) stage_bench ;;
+    *) log "unknown stage $s" ;;
+  esac
+done
