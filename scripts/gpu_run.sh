@@ -6,9 +6,11 @@
 # Stages (several may be given; each step runs under a deadline so the call ends in time):
 #   check   GPU references (tools/make_gpu_references.py), the GPU test tier (ops, model parity,
 #           engine), a stories260K generation, a Llama-3.2-1B-shaped smoke benchmark
-#   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models: pagoda bench (decode at batch
-#           1/8/64 with graphs on and off, prefill 8192, offline throughput) and the transformers
-#           baseline (tools/hf_baseline.py) in the same call
+#   tests   GPU references + the whole GPU test tier
+#   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models (SHAPES to choose): pagoda bench
+#           (decode at batch 1/8/64 with graphs on and off, prefill 8192), offline throughput
+#           (1000 requests of 128/128 and of 1000/1000) and the transformers baseline
+#           (tools/hf_baseline.py, batch 64, same lengths) in the same call
 # Everything is logged under $OUT (logs.tgz, summary.txt, *.json); the end of summary.txt is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,26 +77,37 @@ stage_check() {
     --requests 256 --input-len 128 --output-len 128
 }
 
+# The test tier again (fast), so a benchmark call also validates the code it measures.
+stage_tests() {
+  step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  step tests 200 $TESTS
+}
+
+# Ops, f32 parity and the engine tests on the tiny model only (no references to make): ~30 s.
+stage_quicktests() {
+  step quicktests 120 $TESTS --gtest_filter='CudaOps.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*'
+}
+
+bench_model() {  # SHAPE
+  local shape=$1 m=$SHM/$1
+  [ -d $m ] || step make_$shape 150 python3 tools/make_random_llama.py $shape $m
+  TAILN=14 step bench_$shape 150 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=4 step tp128_$shape 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+  TAILN=4 step hf_$shape 200 python3 tools/hf_baseline.py $shape --runs=64:128:128,64:1000:1000
+  TAILN=4 step tp1000_$shape 240 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+}
+
 stage_bench() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
-  for shape in llama3.2-1b llama3-8b; do
-    [ -d $SHM/$shape ] || step make_$shape 120 python3 tools/make_random_llama.py $shape $SHM/$shape
-  done
-  for shape in llama3.2-1b llama3-8b; do
-    TAILN=20 step bench_$shape 240 $PAGODA bench -m $SHM/$shape --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3 \
-      --requests ${REQS:-1000,1000} --input-len 128,1000 --output-len 128,1000 --max-num-seqs 256 --json
-    cp "$LOGS/bench_$shape.log" "$OUT/bench_$shape.json" 2>/dev/null
-  done
-  for shape in llama3.2-1b llama3-8b; do
-    TAILN=10 step hf_$shape 200 python3 tools/hf_baseline.py $shape --runs=1:128:128,64:128:128,64:1000:1000
-    cp "$LOGS/hf_$shape.log" "$OUT/hf_$shape.jsonl" 2>/dev/null
-  done
+  for shape in ${SHAPES:-llama3-8b llama3.2-1b}; do bench_model $shape; done
 }
 
 for s in "$@"; do
   case "$s" in
     check) stage_check ;;
     bench) stage_bench ;;
+    tests) stage_tests ;;
+    quicktests) stage_quicktests ;;
     *) log "unknown stage $s" ;;
   esac
 done

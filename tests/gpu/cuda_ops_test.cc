@@ -462,6 +462,20 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
           sw_ref[m * F + i] = g / (1.0f + std::exp(-g)) * u;
         }
       EXPECT_LT(nmse(download_as(y, M * F, DType::kBF16), sw_ref), 1e-5);
+      // RMSNorm fused into the prologue: x = bf16(rms_norm(residual[rows[m]]) * g).
+      if (cuda::gemv_norm_supported(M, K)) {
+        auto res = random_floats((M + 2) * K, 40 + M, -3, 3), g = random_floats(K, 41, 0.5f, 1.5f);
+        std::vector<int32_t> rows;
+        for (int64_t m = 0; m < M; ++m) rows.push_back(static_cast<int32_t>((m * 3 + 2) % (M + 2)));
+        std::vector<float> xn(M * K);
+        for (int64_t m = 0; m < M; ++m) reference::rms_norm(res.data() + rows[m] * K, g.data(), 1, K, 1e-5, xn.data() + m * K);
+        xn = round_to(xn, DType::kBF16);
+        auto nref = matmul_ref(xn, w, M, N, K);
+        auto dres = to_device(res), dg = to_device(g), drows = to_device(rows);
+        const cuda::GemvNorm nrm{dres.as<float>(), drows.as<int32_t>(), dg.as<float>(), 1e-5f};
+        cuda::gemv_bf16(nullptr, dw.get(), M, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr, &nrm);
+        EXPECT_LT(nmse_d(to_host<float>(y, M * N), nref), 1e-6) << "fused norm M " << M << " K " << K;
+      }
     }
   }
   // cuBLASLt: bf16 -> f32 / bf16, f32 -> f32 (pure FP32), accumulate.
@@ -651,7 +665,9 @@ TEST(CudaOps, SamplerMatchesCpuSemantics) {
     double worst = 0;
     for (int64_t t = 0; t < V; ++t) {
       worst = std::max(worst, std::abs(hist[r][t] - probs[t] * draws));
-      if (probs[t] == 0) EXPECT_EQ(hist[r][t], 0) << "row " << r << " token " << t << " is not a candidate";
+      if (probs[t] == 0) {
+        EXPECT_EQ(hist[r][t], 0) << "row " << r << " token " << t << " is not a candidate";
+      }
     }
     EXPECT_LE(worst, 2.0) << "row " << r;
   }

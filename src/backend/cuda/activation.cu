@@ -8,6 +8,8 @@ namespace {
 
 template <class T>
 __global__ void swiglu_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t n = T_ * F;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -47,10 +49,10 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
   if (T <= 0) return;
   const int grid = grid_for(T * F, 256);
   if (dtype == DType::kF32) {
-    swiglu_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(gu), T, F, static_cast<float*>(out));
+    launch_pdl(swiglu_kernel<float>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
   } else {
     PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "swiglu: dtype must be f32 or bf16");
-    swiglu_kernel<<<grid, 256, 0, s>>>(static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
+    launch_pdl(swiglu_kernel<bf16>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -8,7 +8,8 @@
 // the GPU even at batch 1. Each warp takes KPW keys at a time, LPK lanes per key, every lane
 // NV dims of the head (16-byte loads of bf16/f16 for head_dim 64/128): scores are a dot product and an
 // LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into q), P.V accumulates
-// in registers. Warps and splits are merged in a fixed order; a second kernel combines splits.
+// in registers. Warps and splits are merged in a fixed order; the last block of a row to finish
+// (an atomic count) combines the splits, so decode is one kernel.
 #include <cmath>
 
 #include "backend/cuda/device_utils.cuh"
@@ -54,6 +55,9 @@ __global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttention
   __shared__ float q_s[kMaxG][kMaxHeadDim];
   __shared__ float o_s[kWarps][kMaxG][kMaxHeadDim];
   __shared__ float ml_s[kWarps][kMaxG][2];
+  __shared__ int last_block;
+  pdl_trigger();
+  pdl_wait();
 
   const int r = blockIdx.x;
   const int D = static_cast<int>(p.cache.head_dim);
@@ -101,7 +105,9 @@ __global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttention
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
   // Splits blockIdx.z, + gridDim.z, ...: each split's arithmetic is the same whatever the grid.
+  int done = 0;
   for (int split = blockIdx.z; split < ns; split += gridDim.z) {
+  ++done;
   const int ks = lo + split * per;
   const int ke = min(ctx, ks + per);
   float m[kMaxG], l[kMaxG], o[kMaxG][NV];
@@ -229,29 +235,30 @@ __global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttention
   }
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
-}
-
-__global__ void row_combine_kernel(RowAttentionParams p) {
-  const int r = blockIdx.x, h = blockIdx.y;
-  const int ctx = p.row_ctx[r];
-  const int lo = p.window > 0 ? max(0, ctx - static_cast<int>(p.window)) : 0;
-  const int ns = device_num_splits(ctx - lo);
-  if (ns <= 1) return;
-  const int D = static_cast<int>(p.cache.head_dim);
-  const int64_t pbase = (static_cast<int64_t>(r) * p.num_heads + h) * kRowMaxSplits;
-  float M = -INFINITY;
-  for (int s = 0; s < ns; ++s) M = fmaxf(M, p.part_ml[(pbase + s) * 2]);
-  const int64_t tok = p.row_token[r];
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  if (ns == 1) return;
+  // The block that completes the row's last split combines all of them (fixed split order).
+  __threadfence();
+  __syncthreads();
+  const int64_t counter = static_cast<int64_t>(r) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last_block = atomicAdd(&p.counters[counter], done) + done == ns;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+    const int h = i / D, d = i - h * D;
+    const int64_t pbase = (static_cast<int64_t>(r) * H + h0 + h) * kRowMaxSplits;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; ++s) M = fmaxf(M, __ldcg(p.part_ml + (pbase + s) * 2));
     float L = 0.0f, O = 0.0f;
     for (int s = 0; s < ns; ++s) {
-      const float ms = p.part_ml[(pbase + s) * 2];
-      const float w = ms == -INFINITY ? 0.0f : p.part_ml[(pbase + s) * 2 + 1] * exp2f(ms - M);
+      const float ms = __ldcg(p.part_ml + (pbase + s) * 2);
+      const float w = ms == -INFINITY ? 0.0f : __ldcg(p.part_ml + (pbase + s) * 2 + 1) * exp2f(ms - M);
       L += w;
-      O += w * p.part_o[(pbase + s) * D + d];
+      O += w * __ldcg(p.part_o + (pbase + s) * D + d);
     }
-    store_as(p.out, p.out_dtype, tok * p.out_stride + static_cast<int64_t>(h) * D + d, L > 0.0f ? O / L : 0.0f);
+    store_as(p.out, p.out_dtype, tok * p.out_stride + static_cast<int64_t>(h0 + h) * D + d, L > 0.0f ? O / L : 0.0f);
   }
+  if (threadIdx.x == 0) p.counters[counter] = 0;  // ready for the next launch
 }
 
 template <class KVT>
@@ -259,13 +266,13 @@ void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   const int64_t D = p.cache.head_dim;
   // <lanes per key, dims per lane, keys per lane group per iteration, strided dims>
   if (D == 64) {
-    row_attention_kernel<KVT, 8, 8, 2, false><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_pdl(row_attention_kernel<KVT, 8, 8, 2, false>, grid, dim3(kWarps * 32), 0, s, p);
   } else if (D == 128) {
-    row_attention_kernel<KVT, 16, 8, 4, false><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_pdl(row_attention_kernel<KVT, 16, 8, 4, false>, grid, dim3(kWarps * 32), 0, s, p);
   } else if (D <= 64) {
-    row_attention_kernel<KVT, 8, 8, 2, true><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_pdl(row_attention_kernel<KVT, 8, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
   } else {
-    row_attention_kernel<KVT, 32, 8, 2, true><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_pdl(row_attention_kernel<KVT, 32, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
   }
 }
 
@@ -274,7 +281,7 @@ void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 void RowAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(q && out && row_token && row_seq && row_ctx && block_tables && cache.k && cache.v,
                       "row_attention: missing input");
-  PAGODA_CUDA_REQUIRE(part_o && part_ml, "row_attention: missing split workspace");
+  PAGODA_CUDA_REQUIRE(part_o && part_ml && counters, "row_attention: missing split workspace");
   PAGODA_CUDA_REQUIRE(cache.head_dim > 0 && cache.head_dim <= kMaxHeadDim, "row_attention: head_dim must be in [1, 256]");
   PAGODA_CUDA_REQUIRE(cache.num_kv_heads > 0 && num_heads % cache.num_kv_heads == 0, "row_attention: heads");
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "row_attention: out dtype");
@@ -299,10 +306,6 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s) {
     case DType::kBF16: launch_rows<bf16>(p, grid, s); break;
     default: PAGODA_CUDA_REQUIRE(false, "row_attention: kv dtype must be f32, f16 or bf16");
   }
-  CUDA_CHECK_LAUNCH();
-  dim3 cgrid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.num_heads));
-  const int threads = p.cache.head_dim >= 128 ? 128 : (p.cache.head_dim >= 64 ? 64 : 32);
-  row_combine_kernel<<<cgrid, threads, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -82,6 +82,8 @@ __global__ __launch_bounds__(kThreads) void prefill_attention_kernel(PrefillAtte
   KVT* sK = sQ + kBM * LD;       // [2][kBN][LD]
   KVT* sV = sK + 2 * kBN * LD;   // [2][kBN][LD]
   const KVT tag{};
+  pdl_trigger();
+  pdl_wait();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const PrefillItem item = p.items[blockIdx.x];
@@ -269,7 +271,7 @@ void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.num_heads));
-  prefill_attention_kernel<KVT, D><<<grid, kThreads, smem, s>>>(p);
+  launch_pdl(prefill_attention_kernel<KVT, D>, grid, dim3(kThreads), smem, s, p);
 }
 
 }  // namespace

@@ -332,7 +332,7 @@ class CudaExecutor final : public ModelExecutor {
 
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
-  DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_;
+  DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
@@ -464,6 +464,8 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   const int64_t rows = caps_.att_rows;
   part_o_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * d_.Dh * 4));
   part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
+  att_counters_.reset(static_cast<size_t>(rows * d_.H * 4));  // >= rows x kv heads x head chunks
+  CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
   last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
   logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
   const int64_t srows = caps_.seqs;
@@ -508,12 +510,20 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
   const int32_t* ids = in.d<int32_t>(in.o_ids);
+  // Decode-sized bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
+  const bool gemv_path = !opt_.batch_invariant && act_ == DType::kBF16;
+  const bool fused_norm = gemv_path && cuda::gemv_norm_supported(T, d_.D);
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
     const Layer& ly = layers_[l];
     const cuda::KvCacheLayer kv = kv_layer(l);
-    cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
-    linear(hidden_.get(), ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), GemmOut::kStoreF32);
+    if (fused_norm) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
+    } else {
+      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
+      linear(hidden_.get(), ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), GemmOut::kStoreF32);
+    }
 
     cuda::RopeKvParams rp;
     rp.qkv = qkv_.as<float>();
@@ -556,6 +566,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         ap.num_sms = sms_;
         ap.part_o = part_o_.as<float>();
         ap.part_ml = part_ml_.as<float>();
+        ap.counters = att_counters_.as<int>();
         cuda::row_attention(ap, stream_);
       }
     }
@@ -578,19 +589,25 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::prefill_attention(pp, stream_);
     }
     linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
-    cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
-    if (!opt_.batch_invariant && act_ == DType::kBF16 && cuda::gemv_supported(T, d_.D)) {
-      linear(hidden_.get(), ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), GemmOut::kSwiGlu);
+    if (fused_norm) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
     } else {
+      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
       linear(hidden_.get(), ly.w_gu.get(), T, 2 * d_.F, d_.D, gu_.get(), GemmOut::kStoreAct);
       cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
     }
     linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
   }
   if (sh.logits > 0) {
-    cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
-                   last_.get(), act_, stream_);
-    linear(last_.get(), lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), GemmOut::kStoreF32);
+    if (gemv_path && cuda::gemv_norm_supported(sh.logits, d_.D)) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
+    } else {
+      cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
+                     last_.get(), act_, stream_);
+      linear(last_.get(), lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), GemmOut::kStoreF32);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_common.h"
 #include "common/dtype.h"
@@ -93,5 +94,43 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[NV]) {
 }
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace pagoda::cuda
+
+namespace pagoda::cuda {
+
+// Programmatic dependent launch (Hopper): kernels launched with launch_pdl() may start while the
+// previous kernel in the stream finishes. Each such kernel calls pdl_wait() before it touches
+// anything an earlier kernel wrote (it returns once the previous grid has completed and its
+// writes are visible), and pdl_trigger() early so the next kernel can be scheduled. Every kernel
+// calls pdl_wait() on every path before it exits, so completion stays transitive along the
+// stream. No-ops below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Launches `kernel` with the programmatic-stream-serialization attribute (captured into CUDA
+// graphs as a programmatic edge).
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 }  // namespace pagoda::cuda

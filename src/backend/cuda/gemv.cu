@@ -2,8 +2,12 @@
 //
 // gemv_bf16: decode-sized (M <= 4) y = x W^T with bf16 weights, the batch-1 hot path. Bound by
 // reading W once: one warp per output row (two for the fused gate/up + SwiGLU), each lane
-// streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads;
-// x is re-read from L1), f32 FMAs, one warp reduction per output at the end.
+// streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads),
+// f32 FMAs, one warp reduction per output at the end. Launched with programmatic dependent
+// launch: the first weight loads are issued before the kernel waits for its predecessor, which
+// hides the launch gap and the first DRAM round trip between the many short decode kernels.
+// Optionally fuses the preceding RMSNorm: each block normalises the f32 residual rows into
+// shared memory (bf16) and reads x from there.
 //
 // gemm_simt: the batch-invariant matmul. 64x64 output tiles, 16-deep k slices through shared
 // memory, 4x4 outputs per thread; every output is a single f32 fmaf chain over k in order, so a
@@ -17,6 +21,7 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kUnroll = 4;
+constexpr int kGemvMaxSmem = 96 * 1024;
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
@@ -39,15 +44,32 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
   return acc;
 }
 
-// R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n).
-template <int M, int R>
+// R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's
+// first kUnroll chunks, loaded before the kernel waited for its predecessor (PDL prologue).
+template <int M, int R, bool SMEM_X>
 __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint4* x, int kc, int lane,
-                                          float (&acc)[M][R]) {
+                                          const uint4 (&pre)[kUnroll][R], float (&acc)[M][R]) {
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  int c = lane;
+  auto load_x = [&](int64_t i) -> uint4 {
+    if constexpr (SMEM_X) return x[i];
+    else return __ldg(x + i);
+  };
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = lane + 32 * u;
+    if (c < kc) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 xv = load_x(static_cast<int64_t>(m) * kc + c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[m][r] = dot8(pre[u][r], xv, acc[m][r]);
+      }
+    }
+  }
+  int c = lane + 32 * kUnroll;
   for (; c + 32 * (kUnroll - 1) < kc; c += 32 * kUnroll) {
     uint4 wv[kUnroll][R];
 #pragma unroll
@@ -58,7 +80,7 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        const uint4 xv = __ldg(x + static_cast<int64_t>(m) * kc + c + 32 * u);
+        const uint4 xv = load_x(static_cast<int64_t>(m) * kc + c + 32 * u);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[m][r] = dot8(wv[u][r], xv, acc[m][r]);
       }
@@ -69,7 +91,7 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
     for (int r = 0; r < R; ++r) wv[r] = load_stream(w[r] + c);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const uint4 xv = __ldg(x + static_cast<int64_t>(m) * kc + c);
+      const uint4 xv = load_x(static_cast<int64_t>(m) * kc + c);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[m][r] = dot8(wv[r], xv, acc[m][r]);
     }
@@ -80,55 +102,111 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
 }
 
-template <int M, GemmOut MODE>
-__global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                               int n_out, int K, void* __restrict__ y, int64_t ldy) {
+struct GemvArgs {
+  const bf16* x;           // [M, K] bf16 (plain) ...
+  const float* residual;   // ... or, NORM: f32 rows normalised in the prologue
+  const int32_t* rows;     // NORM: optional row index per m into residual
+  const float* norm_w;     // NORM: [K]
+  float eps;
+  const bf16* w;
+  int n_out, K;
+  void* y;
+  int64_t ldy;
+};
+
+// NORM: the block first computes rms_norm(residual[row m]) * norm_w as bf16 into shared memory
+// (the same rounding as the rms_norm kernel's bf16 output), fusing the norm into the matmul.
+template <int M, GemmOut MODE, bool NORM>
+__global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
+  constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  extern __shared__ uint4 xs[];
+  __shared__ float scratch[33];
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
-  if (n >= n_out) return;
-  const int kc = K / 8;
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
-  if constexpr (MODE == GemmOut::kSwiGlu) {
-    const uint4* const rows[2] = {reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K),
-                                  reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n + n_out) * K)};
-    float acc[M][2];
-    gemv_rows<M, 2>(rows, xv, kc, lane, acc);
-    if (lane == 0) {
+  const bool active = n < a.n_out;
+  const int K = a.K, kc = K / 8;
+  const uint4* rows[R];
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        // Round gate and up to bf16 first, as the unfused path (bf16 GEMM output) does.
-        const float g = __bfloat162float(__float2bfloat16_rn(acc[m][0]));
-        const float u = __bfloat162float(__float2bfloat16_rn(acc[m][1]));
-        static_cast<bf16*>(y)[m * ldy + n] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+  for (int r = 0; r < R; ++r)
+    rows[r] = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(active ? n + r * a.n_out : 0) * K);
+  // Weights do not depend on earlier kernels: start streaming them before waiting.
+  uint4 pre[kUnroll][R];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int r = 0; r < R; ++r) pre[u][r] = (active && lane + 32 * u < kc) ? load_stream(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
+  pdl_wait();
+  const uint4* x;
+  if constexpr (NORM) {
+    __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float* xr = a.residual + static_cast<int64_t>(a.rows ? a.rows[m] : m) * K;
+      float ss = 0.0f;
+      for (int j = threadIdx.x; j < K; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+      ss = block_sum(ss, scratch);
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + a.eps);
+      for (int j = threadIdx.x; j < K / 2; j += blockDim.x) {
+        const float2 v = *reinterpret_cast<const float2*>(xr + 2 * j);
+        const float2 g = *reinterpret_cast<const float2*>(a.norm_w + 2 * j);
+        xh[m * (K / 2) + j] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
       }
     }
+    __syncthreads();
+    x = xs;
   } else {
-    const uint4* const rows[1] = {reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K)};
-    float acc[M][1];
-    gemv_rows<M, 1>(rows, xv, kc, lane, acc);
-    if (lane == 0) {
+    x = reinterpret_cast<const uint4*>(a.x);
+  }
+  if (!active) return;
+  float acc[M][R];
+  gemv_rows<M, R, NORM>(rows, x, kc, lane, pre, acc);
+  if (lane != 0) return;
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        if constexpr (MODE == GemmOut::kStoreF32) static_cast<float*>(y)[m * ldy + n] = acc[m][0];
-        else if constexpr (MODE == GemmOut::kAddF32) static_cast<float*>(y)[m * ldy + n] += acc[m][0];
-        else static_cast<bf16*>(y)[m * ldy + n] = __float2bfloat16_rn(acc[m][0]);
-      }
+  for (int m = 0; m < M; ++m) {
+    if constexpr (MODE == GemmOut::kSwiGlu) {
+      // Round gate and up to bf16 first, as the unfused path (bf16 GEMM output) does.
+      const float g = __bfloat162float(__float2bfloat16_rn(acc[m][0]));
+      const float u = __bfloat162float(__float2bfloat16_rn(acc[m][1]));
+      static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    } else if constexpr (MODE == GemmOut::kStoreF32) {
+      static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][0];
+    } else if constexpr (MODE == GemmOut::kAddF32) {
+      static_cast<float*>(a.y)[m * a.ldy + n] += acc[m][0];
+    } else {
+      static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(acc[m][0]);
     }
   }
 }
 
+template <int M, GemmOut MODE, bool NORM>
+void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
+  const size_t smem = NORM ? static_cast<size_t>(M) * a.K * 2 : 0;
+  if (smem > 48 * 1024) {
+    static bool configured = false;
+    if (!configured) {
+      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M, MODE, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      kGemvMaxSmem));
+      configured = true;
+    }
+  }
+  const unsigned grid = static_cast<unsigned>(ceil_div(a.n_out, kGemvWarps));
+  launch_pdl(gemv_kernel<M, MODE, NORM>, dim3(grid), dim3(kGemvWarps * 32), smem, s, a);
+}
+
 template <int M>
-void launch_gemv(const void* x, const void* w, int64_t n_out, int64_t K, void* y, int64_t ldy, GemmOut mode,
-                 cudaStream_t s) {
-  const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps));
-  const auto* xb = static_cast<const bf16*>(x);
-  const auto* wb = static_cast<const bf16*>(w);
-  const int n = static_cast<int>(n_out), k = static_cast<int>(K);
+void launch_gemv(const GemvArgs& a, GemmOut mode, bool norm, cudaStream_t s) {
+  if (norm) {
+    if (mode == GemmOut::kSwiGlu) launch_gemv_mode<M, GemmOut::kSwiGlu, true>(a, s);
+    else if (mode == GemmOut::kStoreF32) launch_gemv_mode<M, GemmOut::kStoreF32, true>(a, s);
+    else PAGODA_CUDA_REQUIRE(false, "gemv: the fused norm goes with kStoreF32 or kSwiGlu");
+    return;
+  }
   switch (mode) {
-    case GemmOut::kStoreF32: gemv_kernel<M, GemmOut::kStoreF32><<<grid, kGemvWarps * 32, 0, s>>>(xb, wb, n, k, y, ldy); break;
-    case GemmOut::kAddF32: gemv_kernel<M, GemmOut::kAddF32><<<grid, kGemvWarps * 32, 0, s>>>(xb, wb, n, k, y, ldy); break;
-    case GemmOut::kStoreAct: gemv_kernel<M, GemmOut::kStoreAct><<<grid, kGemvWarps * 32, 0, s>>>(xb, wb, n, k, y, ldy); break;
-    case GemmOut::kSwiGlu: gemv_kernel<M, GemmOut::kSwiGlu><<<grid, kGemvWarps * 32, 0, s>>>(xb, wb, n, k, y, ldy); break;
+    case GemmOut::kStoreF32: launch_gemv_mode<M, GemmOut::kStoreF32, false>(a, s); break;
+    case GemmOut::kAddF32: launch_gemv_mode<M, GemmOut::kAddF32, false>(a, s); break;
+    case GemmOut::kStoreAct: launch_gemv_mode<M, GemmOut::kStoreAct, false>(a, s); break;
+    case GemmOut::kSwiGlu: launch_gemv_mode<M, GemmOut::kSwiGlu, false>(a, s); break;
   }
 }
 
@@ -204,16 +282,30 @@ void launch_simt(const void* x, const void* w, int64_t M, int64_t N, int64_t K, 
 }  // namespace
 
 bool gemv_supported(int64_t M, int64_t K) { return M >= 1 && M <= kGemvMaxM && K % 8 == 0; }
+bool gemv_norm_supported(int64_t M, int64_t K) { return gemv_supported(M, K) && M * K * 2 <= kGemvMaxSmem; }
 
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
-               cudaStream_t s) {
+               cudaStream_t s, const GemvNorm* norm) {
   PAGODA_CUDA_REQUIRE(gemv_supported(M, K), "gemv_bf16: 1 <= M <= 4 and K % 8 == 0");
-  const int64_t n_out = mode == GemmOut::kSwiGlu ? N / 2 : N;
+  PAGODA_CUDA_REQUIRE(!norm || gemv_norm_supported(M, K), "gemv_bf16: fused norm needs M * K * 2 <= 96 KiB");
+  GemvArgs a{};
+  a.x = static_cast<const bf16*>(x);
+  a.w = static_cast<const bf16*>(w);
+  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
+  a.K = static_cast<int>(K);
+  a.y = y;
+  a.ldy = ldy;
+  if (norm) {
+    a.residual = norm->residual;
+    a.rows = norm->rows;
+    a.norm_w = norm->weight;
+    a.eps = norm->eps;
+  }
   switch (M) {
-    case 1: launch_gemv<1>(x, w, n_out, K, y, ldy, mode, s); break;
-    case 2: launch_gemv<2>(x, w, n_out, K, y, ldy, mode, s); break;
-    case 3: launch_gemv<3>(x, w, n_out, K, y, ldy, mode, s); break;
-    default: launch_gemv<4>(x, w, n_out, K, y, ldy, mode, s); break;
+    case 1: launch_gemv<1>(a, mode, norm != nullptr, s); break;
+    case 2: launch_gemv<2>(a, mode, norm != nullptr, s); break;
+    case 3: launch_gemv<3>(a, mode, norm != nullptr, s); break;
+    default: launch_gemv<4>(a, mode, norm != nullptr, s); break;
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -103,10 +103,12 @@ struct RowAttentionParams {
   int num_sms = 132;            // multiprocessors of the device (grid sizing)
   float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
   float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
+  int* counters = nullptr;      // workspace [R, num_kv_heads * ceil(G / 4)] int, zero (left zero)
 
   void check() const;
 };
-// Split-KV attention of R query rows (flash-decoding), then the combine of the splits.
+// Split-KV attention of R query rows (flash-decoding); the last block of a row to finish its
+// splits combines them (no second kernel).
 void row_attention(const RowAttentionParams& p, cudaStream_t s);
 
 // ---- attention_prefill.cu: FlashAttention-2-style tensor-core kernel --------------------------
@@ -158,8 +160,17 @@ enum class GemmOut {
 // streaming weight loads, several in flight per lane.
 constexpr int kGemvMaxM = 4;
 bool gemv_supported(int64_t M, int64_t K);
+// The RMSNorm fused into the GEMV's prologue: x = rms_norm(residual[rows ? rows[m] : m]) * weight
+// (bf16), instead of a separate rms_norm kernel. Needs M * K * 2 <= 96 KiB.
+struct GemvNorm {
+  const float* residual = nullptr;  // [*, K] f32
+  const int32_t* rows = nullptr;    // optional [M]
+  const float* weight = nullptr;    // [K] f32
+  float eps = 1e-5f;
+};
+bool gemv_norm_supported(int64_t M, int64_t K);
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
-               cudaStream_t s);
+               cudaStream_t s, const GemvNorm* norm = nullptr);
 
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
 // so a row's result does not depend on M or on the other rows. Slow; the --batch-invariant mode.

@@ -14,6 +14,8 @@ namespace {
 template <class T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int D,
                                  float* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[t]) * D;
   float* o = out + t * D;
@@ -24,6 +26,8 @@ template <class TOut>
 __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
                                 const float* __restrict__ w, float eps, TOut* __restrict__ out) {
   __shared__ float scratch[33];
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
   const float* xr = x + r * D;
@@ -46,13 +50,13 @@ void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t
   const int threads = D >= 1024 ? 256 : 128;
   switch (table_dtype) {
     case DType::kF32:
-      embedding_kernel<<<T, threads, 0, s>>>(static_cast<const float*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<float>, dim3(T), dim3(threads), 0, s, static_cast<const float*>(table), ids, static_cast<int>(D), out);
       break;
     case DType::kBF16:
-      embedding_kernel<<<T, threads, 0, s>>>(static_cast<const bf16*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<bf16>, dim3(T), dim3(threads), 0, s, static_cast<const bf16*>(table), ids, static_cast<int>(D), out);
       break;
     case DType::kF16:
-      embedding_kernel<<<T, threads, 0, s>>>(static_cast<const f16*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<f16>, dim3(T), dim3(threads), 0, s, static_cast<const f16*>(table), ids, static_cast<int>(D), out);
       break;
     default: PAGODA_CUDA_REQUIRE(false, "embedding: table dtype must be f32, f16 or bf16");
   }
@@ -64,10 +68,10 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
   if (n <= 0) return;
   const int threads = D >= 2048 ? 512 : (D >= 256 ? 256 : 64);
   if (out_dtype == DType::kF32) {
-    rms_norm_kernel<<<n, threads, 0, s>>>(x, rows, static_cast<int>(D), w, eps, static_cast<float*>(out));
+    launch_pdl(rms_norm_kernel<float>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<float*>(out));
   } else {
     PAGODA_CUDA_REQUIRE(out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
-    rms_norm_kernel<<<n, threads, 0, s>>>(x, rows, static_cast<int>(D), w, eps, static_cast<bf16*>(out));
+    launch_pdl(rms_norm_kernel<bf16>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<bf16*>(out));
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,8 @@ constexpr int kMaxHeadDim = 256;
 
 __global__ __launch_bounds__(kWarps * 32) void rope_kv_kernel(RopeKvParams p) {
   __shared__ float rows[kWarps][kMaxHeadDim];
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int H = static_cast<int>(p.num_heads), KVH = static_cast<int>(p.cache.num_kv_heads);
   const int D = static_cast<int>(p.head_dim);
@@ -86,7 +88,7 @@ void rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   if (p.num_tokens <= 0) return;
   const int64_t heads = p.num_heads + 2 * p.cache.num_kv_heads;
   dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(ceil_div(heads, kWarps)));
-  rope_kv_kernel<<<grid, kWarps * 32, 0, s>>>(p);
+  launch_pdl(rope_kv_kernel, grid, dim3(kWarps * 32), 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
