@@ -49,7 +49,7 @@ step() {
   timeout --kill-after=5 "$t" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   log "=== $name rc=$rc $(($(date +%s) - t0))s (limit ${t}s): $*"
-  grep -E "^\[( *FAILED|  PASSED|  SKIPPED) \]|Failure|rror|\[gpu|\[cpu-vs|\[cuda-|CUDA check|PAGODA_CHECK" "$LOGS/$name.log" | head -n 40 >>"$SUMMARY"
+  grep -E "^\[( *FAILED|  PASSED|  SKIPPED) \]|Failure|rror|\[gpu-parity\].*bf16|\[cpu-vs|\[cuda-|\[kbench|CUDA check|PAGODA_CHECK" "$LOGS/$name.log" | head -n 60 >>"$SUMMARY"
   tail -n "${TAILN:-6}" "$LOGS/$name.log" >>"$SUMMARY"
   return $rc
 }
@@ -97,6 +97,24 @@ bench_model() {  # SHAPE
   TAILN=4 step tp1000_$shape 240 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
 }
 
+# The last call: references, every GPU test plus the kernel benchmarks, then pagoda's benchmarks
+# on both shapes (the transformers baseline is measured by `bench`; reuse its numbers).
+stage_final() {
+  step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step tests 150 $TESTS
+  local m8=$SHM/llama3-8b m1=$SHM/llama3.2-1b
+  step make_8b 100 python3 tools/make_random_llama.py llama3-8b $m8
+  TAILN=14 step bench_8b 90 $PAGODA bench -m $m8 --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=6 step pp64_8b 60 $PAGODA bench -m $m8 --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
+  TAILN=8 step tp1000_8b 220 $PAGODA bench -m $m8 --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+  TAILN=4 step tp128_8b 60 $PAGODA bench -m $m8 --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+  rm -rf $m8
+  step make_1b 60 python3 tools/make_random_llama.py llama3.2-1b $m1
+  TAILN=14 step bench_1b 60 $PAGODA bench -m $m1 --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=8 step tp1000_1b 90 $PAGODA bench -m $m1 --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+  TAILN=4 step tp128_1b 40 $PAGODA bench -m $m1 --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+}
+
 stage_bench() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
   for shape in ${SHAPES:-llama3-8b llama3.2-1b}; do bench_model $shape; done
@@ -108,6 +126,7 @@ for s in "$@"; do
     bench) stage_bench ;;
     tests) stage_tests ;;
     quicktests) stage_quicktests ;;
+    final) stage_final ;;
     *) log "unknown stage $s" ;;
   esac
 done

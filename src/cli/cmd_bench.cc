@@ -47,6 +47,7 @@ struct BenchOptions {
   bool no_graphs = false;
   bool compare_graphs = false;
   bool batch_invariant = false;
+  int prefill_tile = 128;
   // Offline serving throughput: one run per (requests, input, output) triple (lists are zipped).
   std::vector<int> requests;
   std::vector<int> input_len = {128};
@@ -121,9 +122,16 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
     const int64_t preempt0 = (*core)->scheduler().num_preemptions();
     const auto t0 = std::chrono::steady_clock::now();
     int64_t steps = 0;
+    double next_report = 10;
     while ((*core)->has_unfinished()) {
       (*core)->step();
       ++steps;
+      if (const double el = seconds_since(t0); el >= next_report) {  // progress, in case a run is cut short
+        const CoreStats& cs = (*core)->stats();
+        std::cerr << fmt::format("[progress] {:.0f} s: {} steps, {} generated tokens ({:.0f} tok/s so far)\n", el, steps,
+                                 cs.generation_tokens, cs.generation_tokens / el);
+        next_report += 10;
+      }
     }
     const double secs = seconds_since(t0);
     const int64_t out_tokens = int64_t{n_req} * out_len, in_tokens = int64_t{n_req} * in_len;
@@ -255,6 +263,7 @@ int run_bench(const BenchOptions& o) {
       co.max_model_len = max_ctx;
       co.cuda_graphs = !o.no_graphs;
       co.batch_invariant = o.batch_invariant;
+      co.prefill_tile_q = o.prefill_tile;
       auto r = make_cuda_executor(*loaded->model, spec, co);
       if (!r.ok()) {
         std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
@@ -418,6 +427,7 @@ const CommandRegistration kBench("bench", "Offline prompt-processing and generat
   app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
+  app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)");
   app->add_option("--requests", o->requests, "Offline throughput: requests per run (several: --requests 1000,200)")
       ->delimiter(',');
   app->add_option("--input-len", o->input_len, "Offline throughput: prompt tokens per request, per run")->delimiter(',');

@@ -35,6 +35,7 @@ struct CudaExecutorOptions {
   int64_t max_model_len = 4096;      // block-table width = ceil(max_model_len / block_size)
   bool cuda_graphs = true;           // capture decode steps per batch-size bucket at start-up
   bool batch_invariant = false;
+  int prefill_tile_q = 128;          // queries per block of the tensor-core prefill kernel: 64 or 128
 };
 
 // The memory planner's terms for a CUDA executor with these options (bytes on the device).

@@ -309,7 +309,8 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
     auto q = random_floats((T + 1) * width, rng(), -1, 1);
     auto dq = to_device(q), dt = to_device(tables), drt = to_device(row_tok), drs = to_device(row_seq), drc = to_device(row_ctx);
     cuda::DeviceBuffer out((T + 1) * width * 4), po(R * cs.heads * cuda::kRowMaxSplits * cs.head_dim * 4),
-        pml(R * cs.heads * cuda::kRowMaxSplits * 2 * 4);
+        pml(R * cs.heads * cuda::kRowMaxSplits * 2 * 4), counters(R * cs.heads * 4);
+    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
     CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // poison: every element must be written
     cuda::RowAttentionParams p;
     p.q = dq.as<float>();
@@ -329,6 +330,7 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
     p.window = cs.window;
     p.part_o = po.as<float>();
     p.part_ml = pml.as<float>();
+    p.counters = counters.as<int>();
     cuda::row_attention(p, nullptr);
     auto got = download_as(out, (T + 1) * width, cs.out);
     int32_t tb = 0;
@@ -348,6 +350,7 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
 TEST(CudaOps, TensorCorePrefillAttentionMatchesDenseReference) {
   PAGODA_REQUIRE_GPU();
   std::mt19937 rng(7);
+  for (int tile : {64, 128})
   for (int64_t D : {64, 128})
     for (DType kv : {DType::kBF16, DType::kF16})
       for (auto [H, KVH] : {std::pair<int64_t, int64_t>{8, 2}, {14, 2}})
@@ -375,7 +378,7 @@ TEST(CudaOps, TensorCorePrefillAttentionMatchesDenseReference) {
             std::copy(table.begin(), table.end(), tables.begin() + s * stride);
             seq_tables.push_back(table);
             seqs.push_back({T, nq, ctx, static_cast<int32_t>(s)});
-            for (int32_t q0 = 0; q0 < nq; q0 += cuda::kPrefillTileQ) items.push_back({static_cast<int32_t>(s), q0});
+            for (int32_t q0 = 0; q0 < nq; q0 += tile) items.push_back({static_cast<int32_t>(s), q0});
             T += nq;
           }
           const int64_t width = H * D;
@@ -398,6 +401,7 @@ TEST(CudaOps, TensorCorePrefillAttentionMatchesDenseReference) {
           p.num_heads = H;
           p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
           p.window = window;
+          p.tile_q = tile;
           cuda::prefill_attention(p, nullptr);
           auto got = download_as(out, T * width, cs.out);
           int32_t tb = 0;
@@ -407,7 +411,7 @@ TEST(CudaOps, TensorCorePrefillAttentionMatchesDenseReference) {
             // Q and P are rounded to the cache's 16-bit type for the tensor cores.
             const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
             EXPECT_LT(nmse(got.data() + tb * width, ref.data(), nq * width), bound)
-                << "D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " seq ("
+                << "tile " << tile << " D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " seq ("
                 << nq << ", " << ctx << ")";
             tb += nq;
           }

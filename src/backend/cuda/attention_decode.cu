@@ -4,8 +4,8 @@
 // Grid (row, kv head x head chunk, split). A block owns one query row, one KV head and up to
 // kMaxG of the query heads that share it (GQA: the KV tile is read once for all of them), and a
 // contiguous range of keys. The number of splits depends on the row's key count only (so a row's
-// arithmetic is the same in any batch), ~64 keys per split up to 32 splits: long contexts fill
-// the GPU even at batch 1. Each warp takes KPW keys at a time, LPK lanes per key, every lane
+// arithmetic is the same in any batch), ~256 keys per split up to 32 splits: long contexts fill
+// the GPU even at batch 1, and a split is long enough to amortise its merge at batch 256. Each warp takes KPW keys at a time, LPK lanes per key, every lane
 // NV dims of the head (16-byte loads of bf16/f16 for head_dim 64/128): scores are a dot product and an
 // LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into q), P.V accumulates
 // in registers. Warps and splits are merged in a fixed order; the last block of a row to finish

@@ -1,7 +1,8 @@
 // Prefill / chunked-prefill attention over the paged KV cache on tensor cores, FlashAttention-2
 // style (our own code, written from the algorithm): varlen batch, causal, GQA, sliding window.
 //
-// Grid (64-query tile of one sequence, query head). 4 warps, each owns 16 query rows. The Q tile
+// Grid (query tile of one sequence, query head); a tile is 64 or 128 queries (4 or 8 warps),
+// each warp owns 16 query rows. The Q tile
 // (converted from the f32 rotated queries to the cache's 16-bit type) stays in registers as mma
 // A fragments; K and V tiles of 64 keys stream through shared memory, double-buffered with
 // cp.async (the next tile loads while this one computes), gathered through the block table row
@@ -18,9 +19,7 @@
 namespace pagoda::cuda {
 namespace {
 
-constexpr int kBM = kPrefillTileQ;  // queries per block
-constexpr int kBN = 64;             // keys per tile
-constexpr int kThreads = 128;
+constexpr int kBN = 64;  // keys per tile
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -74,8 +73,10 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, f16) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <class KVT, int D>
-__global__ __launch_bounds__(kThreads) void prefill_attention_kernel(PrefillAttentionParams p) {
+// kBM queries per block, 16 per warp.
+template <class KVT, int D, int kBM>
+__global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAttentionParams p) {
+  constexpr int kThreads = kBM * 2;
   constexpr int LD = D + 8;  // padded shared-memory row (elements)
   extern __shared__ __align__(16) uint8_t smem[];
   KVT* sQ = reinterpret_cast<KVT*>(smem);
@@ -177,19 +178,31 @@ __global__ __launch_bounds__(kThreads) void prefill_attention_kernel(PrefillAtte
       }
     }
 
-    // Mask, scale, row max (rows live in the 4 lanes of a quad).
+    // Mask (only tiles that cross the diagonal or the window edge), scale, row max (rows live
+    // in the 4 lanes of a quad).
     const int kbase = t * kBN;
+    const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
     float mx[2] = {-INFINITY, -INFINITY};
+    if (need_mask) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kbase + n * 8 + t4 * 2 + (e & 1);
-        const int pos = pos_r[e >> 1];
-        const bool ok = key <= pos && (window <= 0 || key > pos - window);
-        s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
+          const int pos = pos_r[e >> 1];
+          const bool ok = key <= pos && (window <= 0 || key > pos - window);
+          s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] *= sl2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+    }
     float mu[2], alpha[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -262,16 +275,27 @@ __global__ __launch_bounds__(kThreads) void prefill_attention_kernel(PrefillAtte
   }
 }
 
-template <class KVT, int D>
+template <class KVT, int D, int kBM>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
   constexpr int smem = (kBM + 4 * kBN) * (D + 8) * static_cast<int>(sizeof(KVT));
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D, kBM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.num_heads));
-  launch_pdl(prefill_attention_kernel<KVT, D>, grid, dim3(kThreads), smem, s, p);
+  launch_pdl(prefill_attention_kernel<KVT, D, kBM>, grid, dim3(kBM * 2), smem, s, p);
+}
+
+template <int kBM>
+void launch_tile(const PrefillAttentionParams& p, cudaStream_t s) {
+  const bool bf = p.cache.dtype == DType::kBF16;
+  if (p.cache.head_dim == 64) {
+    bf ? launch_prefill<bf16, 64, kBM>(p, s) : launch_prefill<f16, 64, kBM>(p, s);
+  } else {
+    bf ? launch_prefill<bf16, 128, kBM>(p, s) : launch_prefill<f16, 128, kBM>(p, s);
+  }
 }
 
 }  // namespace
@@ -287,17 +311,14 @@ void PrefillAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(num_heads % cache.num_kv_heads == 0, "prefill_attention: heads");
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "prefill_attention: out dtype");
   PAGODA_CUDA_REQUIRE(q_stride % 4 == 0 && out_stride % 2 == 0, "prefill_attention: strides");
+  PAGODA_CUDA_REQUIRE(tile_q == 64 || tile_q == 128, "prefill_attention: tile_q must be 64 or 128");
 }
 
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
   p.check();
   if (p.num_items <= 0) return;
-  const bool bf = p.cache.dtype == DType::kBF16;
-  if (p.cache.head_dim == 64) {
-    bf ? launch_prefill<bf16, 64>(p, s) : launch_prefill<f16, 64>(p, s);
-  } else {
-    bf ? launch_prefill<bf16, 128>(p, s) : launch_prefill<f16, 128>(p, s);
-  }
+  if (p.tile_q == 64) launch_tile<64>(p, s);
+  else launch_tile<128>(p, s);
   CUDA_CHECK_LAUNCH();
 }
 

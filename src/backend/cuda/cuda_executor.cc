@@ -228,7 +228,7 @@ struct InputRegion {
   void allocate(int64_t tokens, int64_t seqs, int64_t stride) {
     tok_cap = tokens;
     seq_cap = seqs;
-    item_cap = tokens / cuda::kPrefillTileQ + seqs;
+    item_cap = tokens / 64 + seqs;  // the smallest query tile is 64
     bt_stride = stride;
     const size_t a = static_cast<size_t>(tok_cap) * 4;
     o_ids = 0;
@@ -358,6 +358,8 @@ Status CudaExecutor::init() {
   if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
     return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
+  if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)
+    return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
   upload_weights();
@@ -586,6 +588,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       pp.num_heads = d_.H;
       pp.scale = scale;
       pp.window = c.sliding_window;
+      pp.tile_q = opt_.prefill_tile_q;
       cuda::prefill_attention(pp, stream_);
     }
     linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
@@ -739,7 +742,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       sh.max_keys = std::max<int64_t>(sh.max_keys, s.context_len);
     } else {
       pseqs[np] = {s.token_begin, s.num_tokens, s.context_len, static_cast<int32_t>(si)};
-      for (int32_t q0 = 0; q0 < s.num_tokens; q0 += cuda::kPrefillTileQ) pitems[sh.items++] = {static_cast<int32_t>(np), q0};
+      for (int32_t q0 = 0; q0 < s.num_tokens; q0 += opt_.prefill_tile_q) pitems[sh.items++] = {static_cast<int32_t>(np), q0};
       ++np;
     }
   }
@@ -747,7 +750,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
   std::sort(pitems, pitems + sh.items, [&](const cuda::PrefillItem& a, const cuda::PrefillItem& b) {
     auto last = [&](const cuda::PrefillItem& x) {
       const cuda::PrefillSeq& s = pseqs[x.seq];
-      return s.context_len - s.num_queries + std::min(x.q0 + cuda::kPrefillTileQ, s.num_queries);
+      return s.context_len - s.num_queries + std::min(x.q0 + opt_.prefill_tile_q, s.num_queries);
     };
     return last(a) > last(b);
   });

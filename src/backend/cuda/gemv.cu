@@ -20,7 +20,7 @@ namespace pagoda::cuda {
 namespace {
 
 constexpr int kGemvWarps = 8;
-constexpr int kUnroll = 4;
+constexpr int kUnrollLoads = 8;  // 16-byte weight loads in flight per lane (split over the R rows)
 constexpr int kGemvMaxSmem = 96 * 1024;
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
@@ -46,7 +46,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 
 // R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's
 // first kUnroll chunks, loaded before the kernel waited for its predecessor (PDL prologue).
-template <int M, int R, bool SMEM_X>
+template <int M, int R, bool SMEM_X, int kUnroll = kUnrollLoads / R>
 __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint4* x, int kc, int lane,
                                           const uint4 (&pre)[kUnroll][R], float (&acc)[M][R]) {
 #pragma unroll
@@ -119,6 +119,7 @@ struct GemvArgs {
 template <int M, GemmOut MODE, bool NORM>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  constexpr int kUnroll = kUnrollLoads / R;
   extern __shared__ uint4 xs[];
   __shared__ float scratch[33];
   pdl_trigger();

@@ -76,7 +76,7 @@ void rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 // Splits of a row with `keys` visible keys: a function of the key count only (so a row's result
 // does not depend on the batch), at most kRowMaxSplits, about kRowSplitKeys keys each.
 constexpr int kRowMaxSplits = 32;
-constexpr int kRowSplitKeys = 64;
+constexpr int kRowSplitKeys = 256;
 inline int row_num_splits(int64_t keys) {
   if (keys <= 0) return 0;
   const int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
@@ -113,6 +113,7 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s);
 
 // ---- attention_prefill.cu: FlashAttention-2-style tensor-core kernel --------------------------
 
+constexpr int kPrefillTileQ = 128;  // default query tile of the prefill kernel
 struct PrefillSeq {
   int32_t query_begin;  // first row of the sequence in q / out
   int32_t num_queries;
@@ -121,7 +122,7 @@ struct PrefillSeq {
 };
 struct PrefillItem {
   int32_t seq;          // index into seqs
-  int32_t q0;           // first query (within the sequence) of this 64-row tile
+  int32_t q0;           // first query (within the sequence) of this tile of tile_q rows
 };
 struct PrefillAttentionParams {
   const float* q = nullptr;     // as RowAttentionParams
@@ -138,10 +139,10 @@ struct PrefillAttentionParams {
   int64_t num_heads = 0;
   float scale = 1.0f;
   int64_t window = 0;
+  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
 
   void check() const;
 };
-constexpr int kPrefillTileQ = 64;
 // Head dims 64 and 128 with an f16 or bf16 cache (mma.sync m16n8k16).
 bool prefill_attention_supported(int64_t head_dim, DType kv_dtype);
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
