@@ -97,23 +97,36 @@ bench_model() {  # SHAPE
   TAILN=4 step tp1000_$shape 240 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
 }
 
-# The last call: references, every GPU test plus the kernel benchmarks, then pagoda's benchmarks
-# on both shapes (the transformers baseline is measured by `bench`; reuse its numbers).
-stage_final() {
+# Building blocks of a call (run in the order given on the command line; each step has its own
+# deadline, capped by what is left of PAGODA_GPU_BUDGET_S):
+#   env       GPU name, clocks, driver
+#   alltests  GPU references, every GPU test, the kernel benchmarks (PAGODA_GPU_KERNEL_BENCH=1)
+#   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
+#             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
+#   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
+#   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
+stage_alltests() {
   step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
   PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step tests 150 $TESTS
-  local m8=$SHM/llama3-8b m1=$SHM/llama3.2-1b
-  step make_8b 100 python3 tools/make_random_llama.py llama3-8b $m8
-  TAILN=14 step bench_8b 90 $PAGODA bench -m $m8 --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
-  TAILN=6 step pp64_8b 60 $PAGODA bench -m $m8 --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
-  TAILN=8 step tp1000_8b 220 $PAGODA bench -m $m8 --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
-  TAILN=4 step tp128_8b 60 $PAGODA bench -m $m8 --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
-  rm -rf $m8
-  step make_1b 60 python3 tools/make_random_llama.py llama3.2-1b $m1
-  TAILN=14 step bench_1b 60 $PAGODA bench -m $m1 --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
-  TAILN=8 step tp1000_1b 90 $PAGODA bench -m $m1 --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
-  TAILN=4 step tp128_1b 40 $PAGODA bench -m $m1 --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
 }
+model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }
+model_shape() { case $1 in 8b) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
+ensure_model() { [ -f "$(model_dir $1)/config.json" ] || step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)"; }
+stage_model() {  # 8b | 1b
+  local m
+  ensure_model $1
+  m=$(model_dir $1)
+  TAILN=14 step bench_$1 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
+  TAILN=4 step tp128_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+}
+stage_tp1000() {
+  local m
+  ensure_model $1
+  m=$(model_dir $1)
+  TAILN=12 step tp1000_$1 ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+}
+stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
 stage_bench() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
@@ -126,7 +139,15 @@ for s in "$@"; do
     bench) stage_bench ;;
     tests) stage_tests ;;
     quicktests) stage_quicktests ;;
-    final) stage_final ;;
+    env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv' ;;
+    alltests) stage_alltests ;;
+    m8b) stage_model 8b ;;
+    m1b) stage_model 1b ;;
+    hf8b) stage_hf 8b ;;
+    hf1b) stage_hf 1b ;;
+    tp8b) stage_tp1000 8b ;;
+    tp1b) stage_tp1000 1b ;;
+    rm8b) rm -rf "$(model_dir 8b)" ;;
     *) log "unknown stage $s" ;;
   esac
 done
