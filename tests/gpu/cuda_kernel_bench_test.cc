@@ -101,7 +101,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     auto w = random_device(static_cast<size_t>(sh.N * sh.K * 2));
     const double bytes = static_cast<double>(sh.N) * sh.K * 2;
     const cuda::GemvNorm nrm{res.as<float>(), nullptr, g.as<float>(), 1e-5f};
-    for (int64_t M : {1, 4}) {
+    for (int64_t M : {1, 2, 4}) {
       const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
       const double ms = time_ms([&] {
         cuda::gemv_bf16(x.get(), w.get(), M, sh.N, sh.K, y.get(), ldy, sh.mode, nullptr, sh.norm ? &nrm : nullptr);

@@ -5,11 +5,13 @@
 // kMaxG of the query heads that share it (GQA: the KV tile is read once for all of them), and a
 // contiguous range of keys. The number of splits depends on the row's key count only (so a row's
 // arithmetic is the same in any batch), ~256 keys per split up to 32 splits: long contexts fill
-// the GPU even at batch 1, and a split is long enough to amortise its merge at batch 256. Each warp takes KPW keys at a time, LPK lanes per key, every lane
-// NV dims of the head (16-byte loads of bf16/f16 for head_dim 64/128): scores are a dot product and an
-// LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into q), P.V accumulates
-// in registers. Warps and splits are merged in a fixed order; the last block of a row to finish
-// (an atomic count) combines the splits, so decode is one kernel.
+// the GPU even at batch 1, and a split is long enough to amortise its merge at batch 256. Each
+// warp takes KPW keys at a time, LPK lanes per key, every lane NV dims of the head (16-byte loads
+// of bf16/f16 for head_dim 64/128; those stay packed in registers and the K and V loads of an
+// iteration are issued together, so 128 registers give 4 blocks an SM): scores are a dot product
+// and an LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into q), P.V
+// accumulates in registers. Warps and splits are merged in a fixed order; the last block of a row
+// to finish (an atomic count) combines the splits, so decode is one kernel.
 #include <cmath>
 
 #include "backend/cuda/device_utils.cuh"
@@ -48,8 +50,17 @@ __device__ __forceinline__ void load_row(const KVT* row, int gl, int D, bool val
   }
 }
 
+// Eight 16-bit values (bf16 or f16) packed in a uint4, as floats.
+template <class KVT>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
+  const KVT* e = reinterpret_cast<const KVT*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
+}
+
 template <class KVT, int LPK, int NV, int U, bool STRIDED>
-__global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttentionParams p) {
+__global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) == 2) ? 4 : 1) void row_attention_kernel(RowAttentionParams p) {
+  constexpr bool kRaw = !STRIDED && NV == 8 && sizeof(KVT) == 2;
   constexpr int KPW = 32 / LPK;  // keys a warp works on at once, U times per iteration
   constexpr int STEP = KPW * U;
   __shared__ float q_s[kMaxG][kMaxHeadDim];
@@ -120,6 +131,67 @@ __global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttention
   }
 
   for (int base = ks + warp * STEP; base < ke; base += kWarps * STEP) {
+    if constexpr (kRaw) {
+      // 16-bit cache, 8 dims a lane: K and V rows stay packed (one 16-byte load each, issued
+      // together before any arithmetic), unpacked at use.
+      uint4 kr[U], vr[U];
+      float sc[U][kMaxG];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int key = base + u * KPW + grp;
+        kr[u] = vr[u] = uint4{0, 0, 0, 0};
+        if (key < ke) {
+          const int page = table[key / bs];
+          const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + gl * NV;
+          kr[u] = *reinterpret_cast<const uint4*>(kc + off);
+          vr[u] = *reinterpret_cast<const uint4*>(vc + off);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float kf[NV];
+        unpack8<KVT>(kr[u], kf);
+        const bool valid = base + u * KPW + grp < ke;
+#pragma unroll
+        for (int h = 0; h < kMaxG; ++h) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < NV; ++i) s = fmaf(qr[h][i], kf[i], s);
+#pragma unroll
+          for (int x = LPK / 2; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
+          sc[u][h] = valid ? s : -INFINITY;
+        }
+      }
+      // Online softmax; sc becomes the probabilities (0 while a lane group has no valid key).
+#pragma unroll
+      for (int h = 0; h < kMaxG; ++h) {
+        float mx = sc[0][h];
+#pragma unroll
+        for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[u][h]);
+        const float mn = fmaxf(m[h], mx);
+        const bool any = mn != -INFINITY;
+        const float a = any ? exp2f(m[h] - mn) : 1.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          sc[u][h] = any ? exp2f(sc[u][h] - mn) : 0.0f;
+          sum += sc[u][h];
+        }
+        l[h] = l[h] * a + sum;
+        m[h] = mn;
+#pragma unroll
+        for (int i = 0; i < NV; ++i) o[h][i] *= a;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float vf[NV];
+        unpack8<KVT>(vr[u], vf);
+#pragma unroll
+        for (int h = 0; h < kMaxG; ++h)
+#pragma unroll
+          for (int i = 0; i < NV; ++i) o[h][i] = fmaf(sc[u][h], vf[i], o[h][i]);
+      }
+    } else {
     float kv[U][NV];
     float sc[U][kMaxG];
     int64_t off[U];
@@ -172,6 +244,7 @@ __global__ __launch_bounds__(kWarps * 32) void row_attention_kernel(RowAttention
         o[h][i] = acc;
       }
       m[h] = mn;
+    }
     }
   }
 

@@ -140,19 +140,46 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   pdl_wait();
   const uint4* x;
   if constexpr (NORM) {
+    // The row is read once into registers (up to kNormCache float4 per thread, all loads in
+    // flight together), reduced, then normalised from the registers; K beyond that re-reads.
+    constexpr int kNormCache = 8;
     __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
+    const int k4 = K / 4;
+    const float4* g4 = reinterpret_cast<const float4*>(a.norm_w);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float* xr = a.residual + static_cast<int64_t>(a.rows ? a.rows[m] : m) * K;
+      const float4* xr = reinterpret_cast<const float4*>(a.residual + static_cast<int64_t>(a.rows ? a.rows[m] : m) * K);
+      float4 v[kNormCache];
+#pragma unroll
+      for (int i = 0; i < kNormCache; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        v[i] = j < k4 ? __ldcg(xr + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       float ss = 0.0f;
-      for (int j = threadIdx.x; j < K; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+#pragma unroll
+      for (int i = 0; i < kNormCache; ++i) {
+        ss = fmaf(v[i].x, v[i].x, ss);
+        ss = fmaf(v[i].y, v[i].y, ss);
+        ss = fmaf(v[i].z, v[i].z, ss);
+        ss = fmaf(v[i].w, v[i].w, ss);
+      }
+      for (int j = threadIdx.x + kNormCache * blockDim.x; j < k4; j += blockDim.x) {
+        const float4 t = __ldcg(xr + j);
+        ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+      }
       ss = block_sum(ss, scratch);
       const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + a.eps);
-      for (int j = threadIdx.x; j < K / 2; j += blockDim.x) {
-        const float2 v = *reinterpret_cast<const float2*>(xr + 2 * j);
-        const float2 g = *reinterpret_cast<const float2*>(a.norm_w + 2 * j);
-        xh[m * (K / 2) + j] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
+      auto put = [&](int j, const float4& t) {
+        const float4 g = g4[j];
+        xh[m * (K / 2) + 2 * j] = __floats2bfloat162_rn(t.x * inv * g.x, t.y * inv * g.y);
+        xh[m * (K / 2) + 2 * j + 1] = __floats2bfloat162_rn(t.z * inv * g.z, t.w * inv * g.w);
+      };
+#pragma unroll
+      for (int i = 0; i < kNormCache; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < k4) put(j, v[i]);
       }
+      for (int j = threadIdx.x + kNormCache * blockDim.x; j < k4; j += blockDim.x) put(j, __ldcg(xr + j));
     }
     __syncthreads();
     x = xs;
