@@ -20,6 +20,10 @@ APT_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libutf8proc-dev libicu-dev
   python3-venv python3-sentencepiece unzip
+  # service layer: HTTP (Boost.Beast/Asio), gRPC + protobuf (code generated at build time)
+  libboost-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # real peers of the end-to-end tests: curl, Prometheus (+ promtool), headless Chromium
+  curl prometheus chromium
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

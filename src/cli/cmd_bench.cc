@@ -12,6 +12,9 @@
 // device-to-device copy bandwidth (bytes read + bytes written, as the achieved figure counts
 // bytes moved) and the cuBLASLt bf16 GEMM rate at 8192^3. Timing: a warm-up run, then R
 // repetitions (mean and stddev).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -30,6 +33,12 @@
 #include "runtime/device_spec.h"
 
 namespace pagoda::cli {
+
+std::vector<CommandInfo>& bench_subcommand_registry() {
+  static std::vector<CommandInfo> registry;
+  return registry;
+}
+
 namespace {
 
 struct BenchOptions {
@@ -164,6 +173,41 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   return 0;
 }
 
+struct MachineCeilings {
+  double read_bandwidth = 0, fma_peak = 0, vnni_peak = 0;  // bytes/s, flop/s, op/s
+};
+
+MachineCeilings measure_ceilings(int threads) {
+  ThreadPool pool(threads);
+  return {cpu::measure_read_bandwidth(pool) * 1e9, cpu::measure_fma_peak(pool) * 1e9, cpu::measure_vnni_peak(pool) * 1e9};
+}
+
+// Runs the probes in a forked child (before this process starts any thread) and reads the
+// result back through a pipe; falls back to measuring in-process if fork fails.
+MachineCeilings measure_ceilings_in_child(int threads) {
+  int fds[2];
+  if (pipe(fds) != 0) return measure_ceilings(threads);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return measure_ceilings(threads);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const MachineCeilings c = measure_ceilings(threads);
+    const ssize_t n = write(fds[1], &c, sizeof(c));
+    _exit(n == static_cast<ssize_t>(sizeof(c)) ? 0 : 1);
+  }
+  close(fds[1]);
+  MachineCeilings c;
+  const ssize_t n = read(fds[0], &c, sizeof(c));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return n == static_cast<ssize_t>(sizeof(c)) ? c : measure_ceilings(threads);
+}
+
 int run_bench(const BenchOptions& o) {
   if (!o.isa.empty()) {
     IsaLevel level;
@@ -199,6 +243,11 @@ int run_bench(const BenchOptions& o) {
   for (size_t i = 0; i < o.requests.size(); ++i)
     max_len = std::max(max_len, o.input_len.at(std::min(i, o.input_len.size() - 1)) +
                                     o.output_len.at(std::min(i, o.output_len.size() - 1)) + 1);
+  // CPU ceilings, bytes/s and op/s: decode is bound by the first, prefill by the FMA peak (float
+  // weights) or the int8 VNNI peak (quantized weights, integer dot products). Measured in a child
+  // process so the probe's 512 MiB buffer stays out of this process's peak RSS.
+  const MachineCeilings cpu_ceilings =
+      cuda || (o.prompt == 0 && o.gen == 0) ? MachineCeilings{} : measure_ceilings_in_child(o.threads);
   ModelLoadOptions lo;
   lo.max_model_len = max_len;
   lo.cpu_kernels = !cuda;
@@ -223,7 +272,7 @@ int run_bench(const BenchOptions& o) {
     double bandwidth = 0, compute_peak = 0;
     std::string peak_name, bw_name, machine;
     const LlamaWeights& w = loaded->model->weights();
-    const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wq).dtype());
+    const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
     if (cuda) {
       auto c = cuda_measure_ceilings(dev->index);
       if (!c.ok()) {
@@ -236,9 +285,8 @@ int run_bench(const BenchOptions& o) {
       bw_name = "device copy (read + write)";
       machine = c->device_name;
     } else {
-      bandwidth = cpu::measure_read_bandwidth(pool) * 1e9;
-      const double fma_peak = cpu::measure_fma_peak(pool) * 1e9;
-      const double vnni_peak = cpu::measure_vnni_peak(pool) * 1e9;
+      bandwidth = cpu_ceilings.read_bandwidth;
+      const double fma_peak = cpu_ceilings.fma_peak, vnni_peak = cpu_ceilings.vnni_peak;
       compute_peak = quantized && vnni_peak > 0 ? vnni_peak : fma_peak;
       peak_name = quantized && vnni_peak > 0 ? "int8 VNNI" : "f32 FMA";
       bw_name = "read";
@@ -277,14 +325,13 @@ int run_bench(const BenchOptions& o) {
     // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
     // On CUDA the weights are read in the compute dtype the executor converted them to.
     const bool f32_compute =
-        cuda && (o.dtype == "f32" || (o.dtype == "auto" && linear_weight_tensor(*w.layers.at(0).wq).dtype() == DType::kF32));
+        cuda && (o.dtype == "f32" || (o.dtype == "auto" && linear_weight_tensor(*w.layers.at(0).wqkv).dtype() == DType::kF32));
     auto bytes_of = [&](const Tensor& t) { return cuda ? t.numel() * (f32_compute ? 4 : 2) : t.nbytes(); };
-    int64_t weight_bytes = bytes_of(linear_weight_tensor(*w.output)), linear_params = 0;
-    for (const auto& l : w.layers)
-      for (const auto* lw : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-        weight_bytes += bytes_of(linear_weight_tensor(**lw));
-        linear_params += linear_weight_tensor(**lw).numel();
-      }
+    int64_t weight_bytes = 0, linear_params = 0;
+    for (const LinearWeight* lw : w.linear_weights()) {
+      weight_bytes += bytes_of(linear_weight_tensor(*lw));
+      if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
+    }
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
     for (int64_t s = 0; s < seqs; ++s)
@@ -412,9 +459,16 @@ int run_bench(const BenchOptions& o) {
   return 0;
 }
 
-const CommandRegistration kBench("bench", "Offline prompt-processing and generation throughput (llama-bench style)", [](CLI::App* app) {
+const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-bench style, the default), `serve`, `throughput`", [](CLI::App* app) {
   auto o = std::make_shared<BenchOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  // Sub-subcommands (bench serve, bench throughput) register themselves; without one, --model is needed.
+  auto subs = std::make_shared<std::vector<std::pair<CLI::App*, std::function<int()>>>>();
+  for (auto& cmd : bench_subcommand_registry()) {
+    CLI::App* sub = app->add_subcommand(cmd.name, cmd.description);
+    subs->emplace_back(sub, cmd.setup(sub));
+  }
+  app->require_subcommand(0, 1);
+  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory");
   app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)");
   app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)");
   app->add_option("-b,--batch", o->batches, "Sequences decoded together in the tg test (several: -b 1,8,64)")->delimiter(',');
@@ -436,7 +490,15 @@ const CommandRegistration kBench("bench", "Offline prompt-processing and generat
   app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step");
   app->add_option("--memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory");
   app->add_flag("--json", o->json, "Print JSON");
-  return [o] { return run_bench(*o); };
+  return [o, subs] {
+    for (auto& [sub, action] : *subs)
+      if (sub->parsed()) return action();
+    if (o->model.empty()) {
+      std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
+      return 2;
+    }
+    return run_bench(*o);
+  };
 });
 
 }  // namespace

@@ -5,7 +5,10 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include <nlohmann/json.hpp>
+
 #include "engine/engine.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
@@ -30,6 +33,7 @@ struct GenerateOptions {
   std::string device = "cpu";
   std::string dtype = "auto";
   bool no_graphs = false;
+  bool verbose = false;
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -54,13 +58,31 @@ int run_generate(const GenerateOptions& o) {
     return 1;
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  if (o.verbose) {
+    std::cerr << "config: " << cfg.to_string() << "\n" << (*engine)->memory_plan().to_string() << "\n";
+  }
 
   GenerateRequest req;
-  if (o.chat) {
-    std::cerr << "pagoda generate: --chat needs the chat template engine (not built in this version)\n";
-    return 2;
-  }
   req.prompt = o.prompt;
+  if (o.chat) {
+    // The model's chat template around one user message; the rendered text already holds the
+    // special tokens it needs (BOS, role markers), so none are added and they are parsed.
+    auto tmpl = load_chat_template(o.model);
+    if (!tmpl.ok()) {
+      std::cerr << "pagoda generate: --chat: " << tmpl.status().to_string() << "\n";
+      return 1;
+    }
+    ChatTemplateOptions opts;
+    opts.add_generation_prompt = true;
+    auto rendered = tmpl->render(nlohmann::json::array({{{"role", "user"}, {"content", o.prompt}}}), opts);
+    if (!rendered.ok()) {
+      std::cerr << "pagoda generate: --chat: " << rendered.status().to_string() << "\n";
+      return 1;
+    }
+    req.prompt = *rendered;
+    req.add_special_tokens = false;
+    req.parse_special_tokens = true;
+  }
   req.sampling.temperature = o.temperature;
   req.sampling.top_k = o.top_k;
   req.sampling.top_p = o.top_p;
@@ -123,6 +145,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--device", o->device, "cpu, cuda or cuda:N");
   app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
   app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
+  app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });
 

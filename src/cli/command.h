@@ -24,6 +24,15 @@ struct CommandInfo {
 
 std::vector<CommandInfo>& command_registry();
 
+// Sub-subcommands of `pagoda bench` (`bench serve`, `bench throughput`); `pagoda bench --model ...`
+// without one runs the offline llama-bench style test.
+std::vector<CommandInfo>& bench_subcommand_registry();
+struct BenchSubcommandRegistration {
+  BenchSubcommandRegistration(std::string name, std::string description, CommandSetup setup) {
+    bench_subcommand_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+
 struct CommandRegistration {
   CommandRegistration(std::string name, std::string description, CommandSetup setup) {
     command_registry().push_back({std::move(name), std::move(description), std::move(setup)});

@@ -32,4 +32,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Tells the kernel the pages wholly inside [p, p + n) of a file mapping are not needed now
+// (madvise MADV_DONTNEED): they leave the resident set and are read from the file again if
+// touched. For mapped weights whose kernels read a repacked copy.
+void release_mapped_pages(const void* p, size_t n);
+
 }  // namespace pagoda

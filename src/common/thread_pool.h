@@ -57,6 +57,23 @@ class ThreadPool {
     });
   }
 
+  // Calls fn(i) for every i in [0, n); workers claim items one at a time from a shared counter,
+  // so items of uneven cost (attention over different context lengths) balance themselves. Put
+  // the most expensive items first.
+  template <class Fn>  // fn(index)
+  void parallel_for_dynamic(int64_t n, Fn&& fn) {
+    if (n <= 0) return;
+    if (num_threads_ == 1 || n == 1) {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed))
+        fn(i);
+    });
+  }
+
   static int default_num_threads();
 
  private:

@@ -8,6 +8,7 @@
 #include "engine/engine_core.h"
 #include "runtime/device_spec.h"
 #include "engine/stop_matcher.h"
+#include "template/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,11 +17,33 @@ namespace pagoda {
 // ---- RequestStream ----
 
 void RequestStream::push(RequestOutput out) {
+  std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(out));
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) notify();
+}
+
+void RequestStream::set_notify(std::function<void()> fn) {
+  bool pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = fn;
+    pending = !queue_.empty();
+  }
+  if (pending && fn) fn();
+}
+
+std::optional<RequestOutput> RequestStream::try_next() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finished) --remaining_;
+  return out;
 }
 
 std::optional<RequestOutput> RequestStream::next() {
@@ -63,8 +86,9 @@ std::string EngineConfig::to_string() const {
 class EngineLoop {
  public:
   EngineLoop(EngineConfig config, std::unique_ptr<ThreadPool> pool, std::unique_ptr<EngineCore> core,
-             std::shared_ptr<const Tokenizer> tok)
-      : config_(std::move(config)), pool_(std::move(pool)), core_(std::move(core)), tok_(std::move(tok)) {
+             std::shared_ptr<const Tokenizer> tok, std::optional<ChatTemplate> chat_template)
+      : config_(std::move(config)), pool_(std::move(pool)), core_(std::move(core)), tok_(std::move(tok)),
+        chat_template_(std::move(chat_template)) {
     thread_ = std::thread([this] { run(); });
   }
   ~EngineLoop() { shutdown(); }
@@ -78,6 +102,11 @@ class EngineLoop {
   const EngineCore& core() const { return *core_; }
   const Tokenizer& tokenizer() const { return *tok_; }
   std::shared_ptr<const Tokenizer> tokenizer_ptr() const { return tok_; }
+  const std::optional<ChatTemplate>& chat_template() const { return chat_template_; }
+  void set_step_observer(std::function<void(int64_t)> fn) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    step_observer_ = std::move(fn);
+  }
 
  private:
   // Per sample (child request) output state; touched only by the loop thread.
@@ -104,6 +133,7 @@ class EngineLoop {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<EngineCore> core_;
   std::shared_ptr<const Tokenizer> tok_;
+  std::optional<ChatTemplate> chat_template_;
   std::thread thread_;
 
   mutable std::mutex mu_;
@@ -120,6 +150,7 @@ class EngineLoop {
   std::atomic<int64_t> pending_{0};
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  std::function<void(int64_t)> step_observer_;  // under stats_mu_
 };
 
 Result<std::shared_ptr<RequestStream>> EngineLoop::submit(GenerateRequest g) {
@@ -129,6 +160,7 @@ Result<std::shared_ptr<RequestStream>> EngineLoop::submit(GenerateRequest g) {
   if (prompt.empty()) {
     EncodeOptions eo;
     eo.add_special = g.add_special_tokens;
+    eo.parse_special = g.parse_special_tokens;
     prompt = tok_->encode(g.prompt, eo);
   }
   const int64_t max_len = core_->max_model_len();
@@ -332,6 +364,7 @@ void EngineLoop::run() {
     }
     drain_inbox();
     std::vector<CoreOutput> outs;
+    const int64_t steps_before = core_->stats().steps;
     try {
       outs = core_->step();
     } catch (const std::exception&) {
@@ -358,6 +391,7 @@ void EngineLoop::run() {
         stats_.device_memory_used = dm.used;
         stats_.device_memory_total = dm.total;
       }
+      if (step_observer_ && core_->stats().steps != steps_before) step_observer_(core_->stats().last_step_tokens);
     }
     // Outputs go out after the stats are updated: a client that sees its final output also sees
     // its blocks freed.
@@ -381,9 +415,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
   if (tok->vocab_size() > model.config.vocab_size)
     return invalid_argument("tokenizer has {} tokens but the model's vocabulary is {}", tok->vocab_size(), model.config.vocab_size);
+  // The chat template is optional (base models have none): without it only apply_chat_template fails.
+  std::optional<ChatTemplate> chat_template;
+  if (auto t = load_chat_template(config.tokenizer.empty() ? config.model : config.tokenizer); t.ok())
+    chat_template = std::move(*t);
   auto pool = std::make_unique<ThreadPool>(config.threads);
   PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool));
-  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok))));
+  return std::unique_ptr<Engine>(new Engine(
+      std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok), std::move(chat_template))));
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerateRequest request) { return loop_->submit(std::move(request)); }
@@ -395,6 +434,35 @@ std::shared_ptr<const Tokenizer> Engine::tokenizer_ptr() const { return loop_->t
 const MemoryPlan& Engine::memory_plan() const { return loop_->core().memory_plan(); }
 const EngineConfig& Engine::config() const { return loop_->config(); }
 int64_t Engine::max_model_len() const { return loop_->core().max_model_len(); }
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  EncodeOptions eo;
+  eo.add_special = add_special;
+  eo.parse_special = parse_special;
+  return loop_->tokenizer().encode(text, eo);
+}
+std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) const {
+  return loop_->tokenizer().decode(ids, skip_special);
+}
+std::string Engine::token_piece(int32_t id) const { return loop_->tokenizer().token_bytes(id); }
+bool Engine::has_chat_template() const { return loop_->chat_template().has_value(); }
+Result<std::string> Engine::apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                                const nlohmann::ordered_json& tools) const {
+  const auto& t = loop_->chat_template();
+  if (!t) return make_status(StatusCode::kUnimplemented, "this model has no chat template; use /v1/completions");
+  ChatTemplateOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.tools = tools;
+  return t->render(messages, o);
+}
+std::string Engine::model_name() const {
+  std::string p = loop_->config().model;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  if (slash != std::string::npos) p = p.substr(slash + 1);
+  if (p.size() > 5 && p.ends_with(".gguf")) p.resize(p.size() - 5);
+  return p;
+}
+void Engine::set_step_observer(std::function<void(int64_t)> fn) { loop_->set_step_observer(std::move(fn)); }
 void Engine::shutdown() {
   if (loop_) loop_->shutdown();
 }

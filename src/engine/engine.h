@@ -14,11 +14,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "engine/engine_config.h"
@@ -37,6 +42,7 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;     // used if non-empty ...
   std::string prompt;                  // ... else this text is tokenized
   bool add_special_tokens = true;      // BOS for text prompts, as the model's tokenizer says
+  bool parse_special_tokens = false;   // recognise special tokens written in the text (chat prompts)
   SamplingParams sampling;
   StopParams stop;                     // max_tokens < 0 (default -1 here): up to the model length
   int32_t n = 1;                       // parallel samples sharing the prompt's KV blocks
@@ -75,7 +81,13 @@ class RequestStream {
   std::optional<RequestOutput> next();
   // As next(), waiting at most `timeout`; nullopt on timeout too (check done()).
   std::optional<RequestOutput> next_for(std::chrono::milliseconds timeout);
+  // As next() without waiting: nullopt when nothing is queued (check done()).
+  std::optional<RequestOutput> try_next();
   bool done() const;
+  // Asynchronous consumers (the server): `fn` is called (from the engine thread, or from this
+  // call if outputs are already queued) each time an output is queued. It must be cheap and must
+  // not block or call back into this stream's blocking methods: post work and return.
+  void set_notify(std::function<void()> fn);
 
   // Engine side.
   void push(RequestOutput out);
@@ -86,6 +98,7 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
   int32_t remaining_;  // samples not yet finished
+  std::function<void()> notify_;
 };
 
 struct EngineStats {
@@ -112,6 +125,26 @@ class Engine {
   // Cancels a request (all its samples); its KV blocks are freed at the next step boundary.
   void cancel(const std::string& request_id);
   EngineStats stats() const;
+
+  // ---- Model-side helpers for the service layer (thread-safe, any thread) ----
+  // Token ids of `text`; add_special adds BOS/EOS as the tokenizer says. Special-token text in
+  // `text` (e.g. "<|im_start|>") is recognized when parse_special is set (rendered chat prompts).
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
+  // Text of `ids` (valid UTF-8; out-of-range ids skipped).
+  std::string detokenize(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The bytes one token contributes inside a text (may be partial UTF-8), for logprob entries.
+  std::string token_piece(int32_t id) const;
+  // Renders the model's chat template (Hugging Face apply_chat_template semantics) over
+  // `messages` (a JSON array of {role, content, ...}); `tools` null for none. kUnimplemented
+  // when the model has no chat template; kInvalidArgument for template errors.
+  Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& tools = nullptr) const;
+  bool has_chat_template() const;
+  // A short model name: the model file or directory name without a .gguf extension.
+  std::string model_name() const;
+  // Called on the engine thread after each step that ran the model, with the number of tokens
+  // in that step's batch (prefill + decode). Set it before submitting traffic; cheap, no blocking.
+  void set_step_observer(std::function<void(int64_t num_tokens)> fn);
 
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;

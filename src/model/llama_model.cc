@@ -7,6 +7,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "common/mapped_file.h"
 #include "ops/norm.h"
 
 namespace pagoda {
@@ -29,13 +30,14 @@ void ensure_workspace(const ModelConfig& c, int64_t T, ForwardWorkspace& ws) {
   const int64_t cap = std::max<int64_t>(T, 16);
   ws.residual = Tensor::empty(DType::kF32, {cap, c.hidden_size});
   ws.hidden = Tensor::empty(DType::kF32, {cap, c.hidden_size});
+  ws.qkv = Tensor::empty(DType::kF32, {cap, c.q_size() + 2 * c.kv_size()});
   ws.q = Tensor::empty(DType::kF32, {cap, c.q_size()});
   ws.k = Tensor::empty(DType::kF32, {cap, c.kv_size()});
   ws.v = Tensor::empty(DType::kF32, {cap, c.kv_size()});
   ws.attn = Tensor::empty(DType::kF32, {cap, c.q_size()});
   ws.proj = Tensor::empty(DType::kF32, {cap, c.hidden_size});
-  ws.gate = Tensor::empty(DType::kF32, {cap, c.intermediate_size});
-  ws.up = Tensor::empty(DType::kF32, {cap, c.intermediate_size});
+  ws.gate_up = Tensor::empty(DType::kF32, {cap, 2 * c.intermediate_size});
+  ws.act = Tensor::empty(DType::kF32, {cap, c.intermediate_size});
   ws.last_hidden = Tensor::empty(DType::kF32, {cap, c.hidden_size});
   ws.capacity = cap;
 }
@@ -55,17 +57,31 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
       if (d.gguf_name == gguf_name) return d;
     PAGODA_CHECK(false, "no declaration for {}", gguf_name);
   };
+  // Mapped bytes whose pages can be released once prepared: the kernels read repacked copies.
+  std::vector<const Tensor*> releasable;
   auto linear_of = [&](const std::string& gguf_name) -> Result<std::shared_ptr<const LinearWeight>> {
     const std::string name = name_of(find_decl(gguf_name));
-    return prepare_linear(*find_tensor(lookup, name), name, isa_cap);
+    const Tensor* t = find_tensor(lookup, name);
+    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear(*t, name, isa_cap));
+    if (linear_weight_repacked(*lw)) releasable.push_back(t);
+    return lw;
+  };
+  auto fused_of = [&](std::initializer_list<const char*> gguf_names, const std::string& label)
+      -> Result<std::shared_ptr<const LinearWeight>> {
+    std::vector<Tensor> parts;
+    for (const char* g : gguf_names) parts.push_back(*find_tensor(lookup, name_of(find_decl(g))));
+    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear_fused(parts, label, isa_cap));
+    // The fused weight owns a concatenated copy: the mapped originals are not read again.
+    for (const char* g : gguf_names) releasable.push_back(find_tensor(lookup, name_of(find_decl(g))));
+    return lw;
   };
 
   LlamaWeights w;
   w.token_embd = *find_tensor(lookup, name_of(find_decl("token_embd.weight")));
   w.output_norm = optional_f32(lookup, name_of(find_decl("output_norm.weight")));
   const std::string out_name = name_of(find_decl("output.weight"));
-  if (const Tensor* out = find_tensor(lookup, out_name)) {
-    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(*out, out_name, isa_cap));
+  if (find_tensor(lookup, out_name) != nullptr) {
+    PAGODA_ASSIGN_OR_RETURN(w.output, linear_of("output.weight"));
   } else {
     PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight")), isa_cap));
   }
@@ -78,12 +94,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
     LlamaLayerWeights lw;
     lw.attn_norm = f32("attn_norm.weight");
     lw.ffn_norm = f32("ffn_norm.weight");
-    PAGODA_ASSIGN_OR_RETURN(lw.wq, linear_of(p + "attn_q.weight"));
-    PAGODA_ASSIGN_OR_RETURN(lw.wk, linear_of(p + "attn_k.weight"));
-    PAGODA_ASSIGN_OR_RETURN(lw.wv, linear_of(p + "attn_v.weight"));
+    const std::string q = p + "attn_q.weight", k = p + "attn_k.weight", v = p + "attn_v.weight";
+    PAGODA_ASSIGN_OR_RETURN(lw.wqkv, fused_of({q.c_str(), k.c_str(), v.c_str()}, p + "attn_qkv"));
     PAGODA_ASSIGN_OR_RETURN(lw.wo, linear_of(p + "attn_output.weight"));
-    PAGODA_ASSIGN_OR_RETURN(lw.w_gate, linear_of(p + "ffn_gate.weight"));
-    PAGODA_ASSIGN_OR_RETURN(lw.w_up, linear_of(p + "ffn_up.weight"));
+    const std::string gate = p + "ffn_gate.weight", up = p + "ffn_up.weight";
+    PAGODA_ASSIGN_OR_RETURN(lw.w_gate_up, fused_of({gate.c_str(), up.c_str()}, p + "ffn_gate_up"));
     PAGODA_ASSIGN_OR_RETURN(lw.w_down, linear_of(p + "ffn_down.weight"));
     if (config.attention_bias) {
       lw.bq = f32("attn_q.bias");
@@ -96,8 +111,19 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
     }
     w.layers.push_back(std::move(lw));
   }
+  // The embedding stays readable (token lookups); everything else repacked is released.
+  for (const Tensor* t : releasable)
+    if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
   RopeTable rope(config, max_positions, w.rope_freqs);
   return std::unique_ptr<LlamaModel>(new LlamaModel(config, std::move(w), std::move(rope)));
+}
+
+std::vector<const LinearWeight*> LlamaWeights::linear_weights() const {
+  std::vector<const LinearWeight*> out;
+  for (const auto& l : layers)
+    for (const auto* lw : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) out.push_back(lw->get());
+  out.push_back(output.get());
+  return out;
 }
 
 void LlamaModel::forward(const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
@@ -107,9 +133,10 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCacheStorage& kv, ForwardW
   PAGODA_CHECK(T > 0, "empty batch");
   ensure_workspace(c, T, ws);
   Tensor residual = ws.residual.slice_rows(0, T), hidden = ws.hidden.slice_rows(0, T);
+  Tensor qkv = ws.qkv.slice_rows(0, T);
   Tensor q = ws.q.slice_rows(0, T), k = ws.k.slice_rows(0, T), v = ws.v.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), proj = ws.proj.slice_rows(0, T);
-  Tensor gate = ws.gate.slice_rows(0, T), up = ws.up.slice_rows(0, T);
+  Tensor gate_up = ws.gate_up.slice_rows(0, T), act = ws.act.slice_rows(0, T);
 
   std::vector<AttentionSeq> seqs;
   seqs.reserve(batch.seqs.size());
@@ -125,9 +152,8 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCacheStorage& kv, ForwardW
     } else {
       add_rms_norm(residual, proj, lw.attn_norm, c.rms_norm_eps, hidden, pool);
     }
-    linear(*lw.wq, hidden, q, pool);
-    linear(*lw.wk, hidden, k, pool);
-    linear(*lw.wv, hidden, v, pool);
+    linear(*lw.wqkv, hidden, qkv, pool);
+    split_columns(qkv, {&q, &k, &v}, pool);
     if (c.attention_bias) {
       add_bias(q, lw.bq, pool);
       add_bias(k, lw.bk, pool);
@@ -159,10 +185,9 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCacheStorage& kv, ForwardW
 
     linear(*lw.wo, attn, proj, pool);
     add_rms_norm(residual, proj, lw.ffn_norm, c.rms_norm_eps, hidden, pool);
-    linear(*lw.w_gate, hidden, gate, pool);
-    linear(*lw.w_up, hidden, up, pool);
-    swiglu(gate, up, gate, pool);
-    linear(*lw.w_down, gate, proj, pool);
+    linear(*lw.w_gate_up, hidden, gate_up, pool);
+    swiglu_fused(gate_up, act, pool);
+    linear(*lw.w_down, act, proj, pool);
     if (hook_) {
       add_inplace(residual, proj, pool);
       hook_(hook_ctx_, l, residual);

@@ -24,12 +24,16 @@
 namespace pagoda {
 
 struct LlamaLayerWeights {
-  Tensor attn_norm;                                    // [D] f32
-  std::shared_ptr<const LinearWeight> wq, wk, wv, wo;  // [Q, D], [KV, D], [KV, D], [D, Q]
-  Tensor bq, bk, bv;                                   // optional [Q], [KV], [KV] f32
-  Tensor q_norm, k_norm;                               // optional [head_dim] f32
-  Tensor ffn_norm;                                     // [D] f32
-  std::shared_ptr<const LinearWeight> w_gate, w_up, w_down;  // [F, D], [F, D], [D, F]
+  Tensor attn_norm;                          // [D] f32
+  // q, k and v projections fused along N (they share their input): [Q + KV + KV, D], so one
+  // matmul writes [T, Q | KV | KV].
+  std::shared_ptr<const LinearWeight> wqkv;
+  std::shared_ptr<const LinearWeight> wo;    // [D, Q]
+  Tensor bq, bk, bv;                         // optional [Q], [KV], [KV] f32
+  Tensor q_norm, k_norm;                     // optional [head_dim] f32
+  Tensor ffn_norm;                           // [D] f32
+  std::shared_ptr<const LinearWeight> w_gate_up;  // gate and up fused: [F + F, D]
+  std::shared_ptr<const LinearWeight> w_down;     // [D, F]
 };
 
 struct LlamaWeights {
@@ -38,11 +42,14 @@ struct LlamaWeights {
   std::shared_ptr<const LinearWeight> output;  // [V, D] (the embedding when tied)
   std::vector<float> rope_freqs;               // optional per-frequency divisors
   std::vector<LlamaLayerWeights> layers;
+
+  // Every matmul weight, once (the output head last; it is the embedding when tied).
+  std::vector<const LinearWeight*> linear_weights() const;
 };
 
 // Scratch activations, grown on demand to the largest batch seen.
 struct ForwardWorkspace {
-  Tensor residual, hidden, q, k, v, attn, proj, gate, up, last_hidden;
+  Tensor residual, hidden, qkv, q, k, v, attn, proj, gate_up, act, last_hidden;
   int64_t capacity = 0;
 };
 

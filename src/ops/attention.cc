@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -104,10 +105,14 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   cpu::AttentionArgs args{p.q->data_as<float>(), p.out->data_as<float>(), p.cache, p.num_heads, p.scale, p.sliding_window,
                           query_begin.data(), num_queries.data(), context_len.data(), tables.data(),
                           pm.data(), pl.data(), pacc.data(), partial_rows};
-  const auto& kern = cpu::cpu_kernels();
-  pool.parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) kern.attention_task(args, tasks[i]);
+  // Longest key ranges first, claimed dynamically: contexts differ a lot within a batch.
+  std::vector<int32_t> order(tasks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return tasks[x].k1 - tasks[x].k0 > tasks[y].k1 - tasks[y].k0;
   });
+  const auto& kern = cpu::cpu_kernels();
+  pool.parallel_for_dynamic(static_cast<int64_t>(tasks.size()), [&](int64_t i) { kern.attention_task(args, tasks[order[i]]); });
 
   // Merge split partials: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
   const int64_t qstride = p.num_heads * d;

@@ -40,6 +40,26 @@ void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
   }
 }
 
+void split_columns(const Tensor& x, std::initializer_list<Tensor*> parts, ThreadPool& pool) {
+  int64_t total = 0;
+  for (const Tensor* p : parts) {
+    PAGODA_CHECK(p->dtype() == DType::kF32 && p->ndim() == 2 && p->dim(0) == x.dim(0), "split_columns part {}", p->shape_string());
+    total += p->dim(1);
+  }
+  PAGODA_CHECK(x.dtype() == DType::kF32 && x.ndim() == 2 && x.dim(1) == total, "split_columns: x {} into {} columns",
+               x.shape_string(), total);
+  pool.parallel_for(x.dim(0), 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* src = x.data_as<float>() + r * total;
+      for (Tensor* p : parts) {
+        const int64_t n = p->dim(1);
+        std::memcpy(p->data_as<float>() + r * n, src, static_cast<size_t>(n) * sizeof(float));
+        src += n;
+      }
+    }
+  });
+}
+
 Tensor to_f32(const Tensor& t) {
   PAGODA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16, "to_f32: {}", t.shape_string());
   Tensor out = Tensor::empty(DType::kF32, t.shape());

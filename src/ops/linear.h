@@ -37,8 +37,16 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
 // columns [sum_{j<i} N_j, ...). The concatenated copy is owned by the prepared weight.
 Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
                                                                  const std::string& name);
+// Same, with the ISA level capped (kScalar: no repacking; device executors read the copy).
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name, IsaLevel max_isa);
 
-const Tensor& linear_weight_tensor(const LinearWeight& w);  // the original [N, K] tensor
+// The original [N, K] tensor. For a fused weight whose kernels read a repacked copy, the
+// concatenated original is released after packing: shape and dtype only (data() is null).
+const Tensor& linear_weight_tensor(const LinearWeight& w);
+// Whether the kernels read a repacked copy: the original's bytes are then never read again, and
+// a caller that owns them (a memory-mapped file) may release their pages.
+bool linear_weight_repacked(const LinearWeight& w);
 IsaLevel linear_weight_isa(const LinearWeight& w);          // level its kernels were chosen for
 
 void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool);

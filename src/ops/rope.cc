@@ -92,21 +92,13 @@ void rotate(float* x, const RopeTable& rope, int64_t pos) {
   }
 }
 
-void store(void* base, DType dt, int64_t idx, float value) {
-  switch (dt) {
-    case DType::kF32: static_cast<float*>(base)[idx] = value; return;
-    case DType::kF16: static_cast<uint16_t*>(base)[idx] = f32_to_fp16(value); return;
-    default: static_cast<uint16_t*>(base)[idx] = f32_to_bf16(value); return;
-  }
-}
-
 }  // namespace
 
 void rope_kv_write(const RopeKvWriteParams& p, ThreadPool& pool) {
   p.check();
   const auto& kern = cpu::cpu_kernels();
   const int64_t T = static_cast<int64_t>(p.positions.size());
-  const int64_t d = p.cache.head_dim, kvh = p.cache.num_kv_heads, bs = p.cache.block_size;
+  const int64_t d = p.cache.head_dim, kvh = p.cache.num_kv_heads;
   const float eps = static_cast<float>(p.norm_eps);
   pool.parallel_for(T, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -126,14 +118,7 @@ void rope_kv_write(const RopeKvWriteParams& p, ThreadPool& pool) {
       }
       const int64_t slot = p.slots[t];
       if (slot < 0) continue;
-      const int64_t block = slot / bs, off = slot % bs;
-      for (int64_t h = 0; h < kvh; ++h) {
-        const int64_t base = p.cache.head_block_offset(block, h);
-        for (int64_t i = 0; i < d; ++i) {
-          store(p.cache.k, p.cache.dtype, base + i * bs + off, krow[h * d + i]);
-          store(p.cache.v, p.cache.dtype, base + off * d + i, vrow[h * d + i]);
-        }
-      }
+      kern.kv_write_token(p.cache, slot, krow, vrow);
     }
   });
 }

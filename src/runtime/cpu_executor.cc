@@ -32,8 +32,8 @@ class CpuExecutor final : public ModelExecutor {
 
   int64_t workspace_bytes() const override {
     int64_t b = logits_.defined() ? logits_.nbytes() : 0;
-    for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj, &ws_.gate, &ws_.up,
-                            &ws_.last_hidden})
+    for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.qkv, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj,
+                            &ws_.gate_up, &ws_.act, &ws_.last_hidden})
       if (t->defined()) b += t->nbytes();
     return b;
   }

@@ -23,8 +23,9 @@ std::string bytes_str(int64_t b) {
 
 int64_t workspace_bytes(const ModelConfig& c, int64_t tokens) {
   const int64_t rows = std::max<int64_t>(tokens, 16);
-  // ForwardWorkspace: residual, hidden, proj, last_hidden [D]; q, attn [Q]; k, v [KV]; gate, up [F].
-  const int64_t per_row = 4 * c.hidden_size + 2 * c.q_size() + 2 * c.kv_size() + 2 * c.intermediate_size;
+  // ForwardWorkspace: residual, hidden, proj, last_hidden [D]; qkv [Q + 2 KV]; q, attn [Q]; k, v [KV];
+  // gate_up [2F]; act [F].
+  const int64_t per_row = 4 * c.hidden_size + 3 * c.q_size() + 4 * c.kv_size() + 3 * c.intermediate_size;
   return rows * per_row * 4;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loader/gguf.h"
+#include "loader/hf_token_config.h"
 #include "template/chat_template.h"
 
 namespace pagoda {
@@ -28,19 +29,6 @@ Result<nlohmann::ordered_json> read_json(const fs::path& p) {
   auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("{} is not valid JSON", p.string());
   return j;
-}
-
-// A special token in tokenizer_config.json / special_tokens_map.json: "<s>" or {"content": "<s>", ...}.
-std::optional<std::string> token_string(const nlohmann::ordered_json& cfg, const char* key) {
-  if (!cfg.is_object()) return std::nullopt;
-  auto it = cfg.find(key);
-  if (it == cfg.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto c = it->find("content");
-    if (c != it->end() && c->is_string()) return c->get<std::string>();
-  }
-  return std::nullopt;
 }
 
 std::optional<std::string> gguf_token(const GgufFile& g, const char* id_key) {
@@ -104,12 +92,12 @@ Result<ChatTemplate> chat_template_from_hf_dir(const std::string& dir, bool has_
   }
   if (!source) return not_found("{} has no chat template (chat_template.jinja or tokenizer_config.json)", dir);
   PAGODA_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::parse(std::move(*source)));
-  auto bos = token_string(cfg, "bos_token");
-  auto eos = token_string(cfg, "eos_token");
+  auto bos = hf_config_token(cfg, "bos_token");
+  auto eos = hf_config_token(cfg, "eos_token");
   if ((!bos || !eos) && fs::exists(root / "special_tokens_map.json", ec)) {
     PAGODA_ASSIGN_OR_RETURN(auto stm, read_json(root / "special_tokens_map.json"));
-    if (!bos) bos = token_string(stm, "bos_token");
-    if (!eos) eos = token_string(stm, "eos_token");
+    if (!bos) bos = hf_config_token(stm, "bos_token");
+    if (!eos) eos = hf_config_token(stm, "eos_token");
   }
   t.set_special_tokens(std::move(bos), std::move(eos));
   return t;

@@ -1,5 +1,7 @@
 #include "template/unicode.h"
 
+#include "common/utf8.h"
+
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -45,24 +47,7 @@ char32_t utf8_next(std::string_view s, size_t* i) {
   return cp;
 }
 
-void utf8_append(std::string* out, char32_t cp) {
-  if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void utf8_append(std::string* out, char32_t cp) { append_utf8(cp, out); }
 
 std::vector<char32_t> utf8_decode(std::string_view s) {
   std::vector<char32_t> out;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loader/hf_token_config.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/hf_components.h"
 #include "tokenizer/tokenizer_data.h"
@@ -37,18 +38,6 @@ Result<json> parse_json(std::string_view text, const char* what) {
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return data_loss("{} is not valid JSON", what);
   return j;
-}
-
-// A token setting in tokenizer_config.json: "text" or {"content": "text", ...}.
-std::optional<std::string> config_token(const json& cfg, const char* key) {
-  auto it = cfg.find(key);
-  if (it == cfg.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto c = it->find("content");
-    if (c != it->end() && c->is_string()) return c->get<std::string>();
-  }
-  return std::nullopt;
 }
 
 struct Vocab {
@@ -213,7 +202,7 @@ void apply_config(const json& cfg, TokenizerData* d, Vocab* v, const StringIdMap
     }
   }
   auto id_of = [&](const char* key) -> int32_t {
-    auto text = config_token(cfg, key);
+    auto text = hf_config_token(cfg, key);
     if (!text) return -2;  // not set
     int32_t id = find_id(ids, *text);
     if (id < 0) {
@@ -325,7 +314,7 @@ Result<std::shared_ptr<const Tokenizer>> from_vocab_merges(const std::string& vo
   }
   BpeOptions bo;
   if (cfg.is_object()) {
-    if (auto unk = config_token(cfg, "unk_token")) bo.unk_id = find_id(model_text, *unk);
+    if (auto unk = hf_config_token(cfg, "unk_token")) bo.unk_id = find_id(model_text, *unk);
   }
   return finish_hf(std::move(d), std::move(v), std::move(model_text), merges, bo, true, false, cfg);
 }

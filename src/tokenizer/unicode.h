@@ -13,6 +13,8 @@
 // subpart with one U+FFFD.
 #pragma once
 
+#include "common/utf8.h"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,8 @@
 #include <string_view>
 
 namespace pagoda::unicode {
+
+using pagoda::append_utf8;  // common/utf8.h
 
 enum CodepointFlag : uint8_t {
   kLetter = 1u << 0,
@@ -74,7 +78,6 @@ inline Unit unit_at(std::string_view s, size_t pos) {
   return unit_at_slow(s, pos);
 }
 
-void append_utf8(char32_t cp, std::string* out);
 
 bool is_valid_utf8(std::string_view s);
 

@@ -60,10 +60,16 @@ std::vector<int32_t> mixed_prompt(int i, int64_t vocab) {
   return p;
 }
 
-TEST(Engine, ConcurrentGreedyRequestsMatchSoloRuns) {
+class EngineBatchEquivalence : public ::testing::TestWithParam<bool> {};
+
+// With prefix caching on and off: 64 concurrent greedy requests of mixed lengths (continuous
+// batching, chunked prefill mixed with decodes) give exactly the tokens each gives alone.
+TEST_P(EngineBatchEquivalence, ConcurrentGreedyRequestsMatchSoloRuns) {
   const std::string model = smollm2_or_skip();
   ASSERT_FALSE(model.empty()) << "models/SmolLM2-135M-Instruct.Q4_1.gguf missing: run scripts/setup.sh";
-  auto engine = Engine::create(base_config(model));
+  EngineConfig cfg = base_config(model);
+  cfg.enable_prefix_caching = GetParam();
+  auto engine = Engine::create(cfg);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const int kRequests = 64, kTokens = 8;
   const int64_t vocab = (*engine)->model_config().vocab_size;
@@ -75,7 +81,6 @@ TEST(Engine, ConcurrentGreedyRequestsMatchSoloRuns) {
     g.stop.ignore_eos = true;
     return g;
   };
-  // Solo: one at a time.
   std::vector<std::vector<int32_t>> solo(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     auto s = (*engine)->submit(make(i));
@@ -83,13 +88,17 @@ TEST(Engine, ConcurrentGreedyRequestsMatchSoloRuns) {
     solo[i] = collect(**s).tokens[0];
     ASSERT_EQ(solo[i].size(), static_cast<size_t>(kTokens));
   }
-  // Concurrent: all at once (continuous batching, chunked prefill mixed with decodes).
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < kRequests; ++i) streams.push_back(*(*engine)->submit(make(i)));
   for (int i = 0; i < kRequests; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
   const EngineStats st = (*engine)->stats();
   EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);  // everything released
+  if (GetParam()) EXPECT_GT(st.prefix_cache_hits, 0);  // the concurrent round re-used the solo round's prompts
+  else EXPECT_EQ(st.prefix_cache_hits, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(PrefixCaching, EngineBatchEquivalence, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "On" : "Off"; });
 
 TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
   const std::string model = smollm2_or_skip();
@@ -97,10 +106,10 @@ TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
   EngineConfig c = base_config(model);
   c.max_model_len = 128;
   c.block_size = 16;
-  // KV for ~3 sequences of 128 tokens: 16 requests must preempt each other.
+  // 19 usable blocks of 16 tokens, ~3 of these sequences: 10 growing requests must preempt each other.
   Result<ModelConfig> mc = load_model_config(model);
   ASSERT_TRUE(mc.ok());
-  c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 26;
+  c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 20;
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineConfig cm = c;
     if (mode == PreemptionMode::kSwap) cm.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
@@ -112,15 +121,16 @@ TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
       g.prompt_ids = mixed_prompt(i + 3, vocab);
       g.prompt_ids.resize(std::min<size_t>(g.prompt_ids.size(), 60));
       g.sampling.temperature = 0;
-      g.stop.max_tokens = 40;
+      g.stop.max_tokens = 24;
       g.stop.ignore_eos = true;
       return g;
     };
     std::vector<std::vector<int32_t>> solo;
-    for (int i = 0; i < 16; ++i) solo.push_back(collect(**(*engine)->submit(make(i))).tokens[0]);
+    const int kRequests = 10;
+    for (int i = 0; i < kRequests; ++i) solo.push_back(collect(**(*engine)->submit(make(i))).tokens[0]);
     std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int i = 0; i < 16; ++i) streams.push_back(*(*engine)->submit(make(i)));
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
+    for (int i = 0; i < kRequests; ++i) streams.push_back(*(*engine)->submit(make(i)));
+    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(collect(*streams[i]).tokens[0], solo[i]) << "request " << i;
     const EngineStats st = (*engine)->stats();
     EXPECT_GT(st.num_preemptions, 0) << (mode == PreemptionMode::kSwap ? "swap" : "recompute");
     EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);

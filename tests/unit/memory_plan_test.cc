@@ -49,9 +49,9 @@ TEST(MemoryPlan, Llama3_8bOn80GiBFollowsTheFormula) {
   EXPECT_LE(p->total, budget);
   EXPECT_GT(p->total, budget - block);  // uses the whole budget, less than one block of slack
   EXPECT_NEAR(p->max_concurrency, static_cast<double>(p->kv_tokens) / 8192, 1e-9);
-  // Workspace: the activations of 8192 tokens (f32): residual/hidden/proj/last [D], q/attn [Q],
-  // k/v [KV], gate/up [F].
-  EXPECT_EQ(ws, int64_t{8192} * (4 * 4096 + 2 * 4096 + 2 * 1024 + 2 * 14336) * 4);
+  // Workspace: the activations of 8192 tokens (f32): residual/hidden/proj/last [D], qkv [Q + 2KV],
+  // q/attn [Q], k/v [KV], gate_up [2F], act [F].
+  EXPECT_EQ(ws, int64_t{8192} * (4 * 4096 + 3 * 4096 + 4 * 1024 + 3 * 14336) * 4);
 }
 
 TEST(MemoryPlan, SeventyBOn80GiBNamesTheWeights) {

@@ -59,6 +59,8 @@ struct KernelTable {
   // Converts n elements of f16/bf16/f32 to f32.
   void (*to_f32_row)(const void* src, int dtype_id, int64_t n, float* dst);
   void (*attention_task)(const AttentionArgs& args, const AttentionTask& task);
+  // Writes one token's K and V rows (f32, [num_kv_heads * head_dim]) into the cache at `slot`.
+  void (*kv_write_token)(const KvLayerView& cache, int64_t slot, const float* k, const float* v);
 };
 
 const KernelTable& cpu_kernels();  // best level available (respecting the ISA cap)

@@ -48,7 +48,7 @@ Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt)
   if (opt == "f32") return DType::kF32;
   if (opt == "bf16") return DType::kBF16;
   if (opt != "auto") return invalid_argument("--dtype must be auto, f32 or bf16, got '{}'", opt);
-  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wq).dtype();
+  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wqkv).dtype();
   return w == DType::kF32 ? DType::kF32 : DType::kBF16;
 }
 
@@ -437,9 +437,9 @@ void CudaExecutor::upload_weights() {
   for (int64_t l = 0; l < d_.L; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
     Layer& dl = layers_[l];
-    upload_matrix(dl.w_qkv, {&linear_weight_tensor(*lw.wq), &linear_weight_tensor(*lw.wk), &linear_weight_tensor(*lw.wv)});
+    upload_matrix(dl.w_qkv, {&linear_weight_tensor(*lw.wqkv)});  // q, k, v rows (fused at load)
     upload_matrix(dl.w_o, {&linear_weight_tensor(*lw.wo)});
-    upload_matrix(dl.w_gu, {&linear_weight_tensor(*lw.w_gate), &linear_weight_tensor(*lw.w_up)});
+    upload_matrix(dl.w_gu, {&linear_weight_tensor(*lw.w_gate_up)});  // gate rows, then up rows
     upload_matrix(dl.w_down, {&linear_weight_tensor(*lw.w_down)});
     upload_vec(dl.attn_norm, {&lw.attn_norm});
     upload_vec(dl.ffn_norm, {&lw.ffn_norm});

@@ -1,0 +1,120 @@
+// OpenAI-compatible request bodies -> validated plain structs (no I/O, no engine): the part of the
+// service layer that reads untrusted bytes, fuzzed by fuzz/openai_request_fuzz.cc.
+//
+// Rules (OpenAI's API reference, vLLM's extensions):
+//   - The body must be one JSON object of valid UTF-8, nested at most kMaxJsonDepth deep.
+//   - Unknown fields are accepted and ignored (as OpenAI does); a `null` value means "not given".
+//   - A known field of the wrong type or out of range is a 400 naming the field (`param`) and why.
+//   - Parameters we cannot honour (logit_bias, best_of > n, non-text content parts, ...) are a 400
+//     saying so, never silently dropped.
+// Length checks that need the model (prompt + max_tokens against the context) happen later, in
+// the engine's submit().
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pagoda::api {
+
+constexpr int kMaxJsonDepth = 64;
+constexpr int kMaxN = 128;
+constexpr int kMaxLogprobs = 20;
+constexpr int kMaxStopStrings = 16;
+
+// An error for the client, in OpenAI's shape {"error": {message, type, param, code}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";  // or authentication_error, not_found_error, ...
+  std::string param;                            // the offending field, empty: null
+  std::string code;                             // short machine code, empty: null
+  std::vector<std::pair<std::string, std::string>> headers;  // e.g. Retry-After
+
+  nlohmann::json to_json() const;
+  // The JSON text; invalid UTF-8 in the message (echoed input) is replaced, never thrown on.
+  std::string body() const;
+};
+
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+
+// Sampling and stopping options shared by both endpoints (engine semantics in engine.h).
+struct GenerationOptions {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;               // 0 or -1 in the request: off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::optional<uint64_t> seed;
+  int32_t max_tokens = -1;         // -1: not given (up to the context)
+  int32_t min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int32_t n = 1;
+  int32_t priority = 0;
+  std::string user;
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  int32_t logprobs = -1;           // -1: none; 0: the chosen token's; N: also the top N
+};
+
+// One prompt of /v1/completions: text or token ids (exactly one is used).
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
+struct CompletionRequest {
+  std::string model;               // empty: not given
+  std::vector<PromptInput> prompts;
+  bool echo = false;
+  GenerationOptions options;
+};
+
+struct ChatRequest {
+  std::string model;
+  // [{role, content: string}], content parts already joined; other message keys kept.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;    // null: none
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  GenerationOptions options;
+  bool logprobs_requested = false;  // chat: logprobs (bool) + top_logprobs
+};
+
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;
+  nlohmann::ordered_json messages;
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+};
+
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// Parsers: nullopt on success (*out filled), else the error to send.
+std::optional<ApiError> parse_completion_request(std::string_view body, CompletionRequest* out);
+std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest* out);
+std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRequest* out);
+std::optional<ApiError> parse_detokenize_request(std::string_view body, DetokenizeRequest* out);
+
+// Parses a JSON object body with the depth limit; error text says where parsing failed.
+std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out);
+
+}  // namespace pagoda::api

@@ -1,0 +1,270 @@
+#include "server/generation_job.h"
+
+#include "api/sse.h"
+
+namespace pagoda::server {
+
+using ojson = nlohmann::ordered_json;
+
+std::string dump_json(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+namespace {
+// A token piece as JSON text plus its raw bytes (OpenAI's `bytes`).
+ojson bytes_of(const std::string& piece) {
+  ojson b = ojson::array();
+  for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+  return b;
+}
+// The piece as a valid-UTF-8 string (round trip through the replacing dumper).
+std::string printable(const std::string& piece) {
+  return ojson::parse(dump_json(ojson(piece))).get<std::string>();
+}
+}  // namespace
+
+GenerationJob::GenerationJob(ServingContext& ctx, JobSpec spec, std::vector<std::shared_ptr<RequestStream>> streams,
+                             std::vector<std::string> engine_ids, std::unique_ptr<ServingContext::Ticket> ticket)
+    : ctx_(ctx),
+      spec_(std::move(spec)),
+      streams_(std::move(streams)),
+      engine_ids_(std::move(engine_ids)),
+      ticket_(std::move(ticket)),
+      choices_(streams_.size() * spec_.n),
+      prompt_tokens_(streams_.size(), 0),
+      cached_tokens_(streams_.size(), 0) {
+  for (const auto& id : engine_ids_) ctx_.track(id);
+  for (auto& c : choices_) {
+    if (!spec_.chat && spec_.logprobs >= 0)
+      c.logprobs = ojson{{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
+                         {"top_logprobs", ojson::array()}, {"text_offset", ojson::array()}};
+    else if (spec_.chat && spec_.logprobs >= 0)
+      c.logprobs = ojson{{"content", ojson::array()}};
+  }
+  for (size_t p = 0; p < spec_.echo_texts.size() && p < streams_.size(); ++p)
+    for (int32_t s = 0; s < spec_.n; ++s) choices_[p * spec_.n + s].text_offset = spec_.echo_texts[p].size();
+}
+
+GenerationJob::~GenerationJob() {
+  for (auto& s : streams_) s->set_notify(nullptr);
+  if (!complete_) {
+    for (const auto& id : engine_ids_) ctx_.engine().cancel(id);
+    finish_all();
+  }
+  for (const auto& id : engine_ids_) ctx_.untrack(id);
+}
+
+void GenerationJob::attach(std::function<void()> wake) {
+  for (auto& s : streams_) s->set_notify(wake);
+}
+
+void GenerationJob::abort() {
+  if (aborted_ || complete_) return;
+  aborted_ = true;
+  for (auto& s : streams_) s->set_notify(nullptr);
+  for (const auto& id : engine_ids_) ctx_.engine().cancel(id);
+  finish_all();
+}
+
+// Records metrics for sequences that never reported their end (aborted by the client) and hands
+// the token count to the ticket. Idempotent.
+void GenerationJob::finish_all() {
+  if (complete_) return;
+  complete_ = true;
+  int64_t used = 0;
+  for (size_t p = 0; p < prompt_tokens_.size(); ++p) used += prompt_tokens_[p];
+  for (auto& c : choices_) {
+    used += c.num_output_tokens;
+    if (!c.finished) {
+      c.finished = true;
+      c.timings.finish_reason = "abort";
+      // The engine's end time is not known here: the last output seen stands in for it.
+      c.timings.finished = c.timings.token_times.empty() ? c.timings.arrival : c.timings.token_times.back();
+      ctx_.metrics().record_sequence(c.timings);
+    }
+  }
+  if (ticket_) ticket_->set_used_tokens(used);
+  ticket_.reset();
+}
+
+ojson GenerationJob::chunk_head() const {
+  ojson j;
+  j["id"] = spec_.id;
+  j["object"] = spec_.chat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = spec_.created;
+  j["model"] = spec_.model;
+  return j;
+}
+
+ojson GenerationJob::logprobs_json(const RequestOutput& out, Choice& c) const {
+  Engine& e = ctx_.engine();
+  if (spec_.chat) {
+    ojson content = ojson::array();
+    for (const auto& t : out.tokens) {
+      const std::string piece = e.token_piece(t.token);
+      ojson entry{{"token", printable(piece)}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}};
+      ojson top = ojson::array();
+      for (size_t k = 0; k < t.top.size() && static_cast<int32_t>(k) < spec_.logprobs; ++k) {
+        const std::string tp = e.token_piece(t.top[k].token);
+        top.push_back(ojson{{"token", printable(tp)}, {"logprob", t.top[k].logprob}, {"bytes", bytes_of(tp)}});
+      }
+      entry["top_logprobs"] = std::move(top);
+      content.push_back(std::move(entry));
+    }
+    return ojson{{"content", std::move(content)}};
+  }
+  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const auto& t : out.tokens) {
+    const std::string piece = printable(e.token_piece(t.token));
+    tokens.push_back(piece);
+    lps.push_back(t.logprob);
+    ojson top = ojson::object();
+    top[piece] = t.logprob;
+    for (size_t k = 0; k < t.top.size() && static_cast<int32_t>(k) < spec_.logprobs; ++k)
+      top[printable(e.token_piece(t.top[k].token))] = t.top[k].logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(c.text_offset);
+    c.text_offset += piece.size();
+  }
+  return ojson{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+ojson GenerationJob::usage_json() const {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (size_t p = 0; p < prompt_tokens_.size(); ++p) {
+    prompt += prompt_tokens_[p];
+    cached += cached_tokens_[p];
+  }
+  for (const auto& c : choices_) completion += c.num_output_tokens;
+  ojson u{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  u["prompt_tokens_details"] = ojson{{"cached_tokens", cached}};
+  return u;
+}
+
+void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) {
+  const size_t index = prompt * spec_.n + static_cast<size_t>(out.index);
+  if (index >= choices_.size()) return;
+  Choice& c = choices_[index];
+  if (c.finished) return;
+  if (out.num_prompt_tokens > 0) prompt_tokens_[prompt] = out.num_prompt_tokens;
+  if (out.index == 0) cached_tokens_[prompt] = out.num_cached_tokens;
+  c.num_output_tokens = out.num_output_tokens;
+  c.timings.arrival = out.arrival_time;
+  if (out.first_scheduled_time > 0) c.timings.first_scheduled = out.first_scheduled_time;
+  if (out.first_token_time > 0) c.timings.first_token = out.first_token_time;
+  if (!out.tokens.empty()) c.timings.token_times.push_back(out.time);
+
+  const bool is_error = out.finished && out.finish_reason == "error";
+  ojson lp;
+  const bool want_lp = spec_.logprobs >= 0 && !out.tokens.empty();
+  if (want_lp) lp = logprobs_json(out, c);
+
+  if (spec_.stream) {
+    if (spec_.chat && !c.started) {
+      ojson j = chunk_head();
+      j["choices"] = ojson::array({ojson{{"index", index},
+                                         {"delta", ojson{{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+      if (spec_.include_usage) j["usage"] = nullptr;
+      api::append_sse_event(dump_json(j), sse);
+    }
+    if (!spec_.chat && !c.started && prompt < spec_.echo_texts.size()) out.text = spec_.echo_texts[prompt] + out.text;
+    c.started = true;
+    if (is_error) {
+      ojson err{{"error", ojson{{"message", out.error}, {"type", "internal_error"}, {"param", nullptr}, {"code", 500}}}};
+      api::append_sse_event(dump_json(err), sse);
+    } else if (!out.text.empty() || want_lp || out.finished) {
+      ojson choice;
+      choice["index"] = index;
+      if (spec_.chat) {
+        choice["delta"] = out.text.empty() && out.finished ? ojson::object() : ojson{{"content", out.text}};
+      } else {
+        choice["text"] = out.text;
+      }
+      choice["logprobs"] = want_lp ? lp : ojson(nullptr);
+      choice["finish_reason"] = out.finished ? ojson(out.finish_reason) : ojson(nullptr);
+      ojson j = chunk_head();
+      j["choices"] = ojson::array({std::move(choice)});
+      if (spec_.include_usage) j["usage"] = nullptr;
+      api::append_sse_event(dump_json(j), sse);
+    }
+  } else {
+    if (!c.started && !spec_.chat && prompt < spec_.echo_texts.size()) c.text = spec_.echo_texts[prompt];
+    c.started = true;
+    c.text += out.text;
+    if (want_lp) {
+      if (spec_.chat) {
+        for (auto& e : lp["content"]) c.logprobs["content"].push_back(std::move(e));
+      } else {
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          for (auto& e : lp[k]) c.logprobs[k].push_back(std::move(e));
+      }
+    }
+    if (is_error && error_.empty()) error_ = out.error;
+  }
+  if (out.finished) {
+    c.finished = true;
+    c.finish_reason = out.finish_reason;
+    c.timings.finished = out.time;
+    c.timings.finish_reason = out.finish_reason.empty() ? "stop" : out.finish_reason;
+    ctx_.metrics().record_sequence(c.timings);
+    ++num_finished_;
+  }
+}
+
+std::string GenerationJob::final_body() const {
+  ojson j;
+  j["id"] = spec_.id;
+  j["object"] = spec_.chat ? "chat.completion" : "text_completion";
+  j["created"] = spec_.created;
+  j["model"] = spec_.model;
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    ojson ch;
+    ch["index"] = i;
+    if (spec_.chat) ch["message"] = ojson{{"role", "assistant"}, {"content", c.text}};
+    else ch["text"] = c.text;
+    ch["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : ojson(nullptr);
+    ch["finish_reason"] = c.finish_reason;
+    choices.push_back(std::move(ch));
+  }
+  j["choices"] = std::move(choices);
+  j["usage"] = usage_json();
+  return dump_json(j);
+}
+
+AsyncBody::Poll GenerationJob::poll() {
+  Poll p;
+  if (aborted_) {
+    p.done = true;
+    return p;
+  }
+  for (size_t i = 0; i < streams_.size(); ++i)
+    while (auto out = streams_[i]->try_next()) handle(i, *out, &p.data);
+  if (num_finished_ < choices_.size()) return p;
+  p.done = true;
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      ojson j = chunk_head();
+      j["choices"] = ojson::array();
+      j["usage"] = usage_json();
+      api::append_sse_event(dump_json(j), &p.data);
+    }
+    p.data += api::kSseDone;
+  } else if (!error_.empty()) {
+    api::ApiError e;
+    e.status = 500;
+    e.type = "internal_error";
+    e.message = error_;
+    p.status = 500;
+    p.data = e.body();
+  } else {
+    p.data = final_body();
+  }
+  for (auto& s : streams_) s->set_notify(nullptr);
+  finish_all();
+  return p;
+}
+
+}  // namespace pagoda::server

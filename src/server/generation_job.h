@@ -1,0 +1,83 @@
+// One OpenAI generation request in flight (/v1/completions or /v1/chat/completions): the engine
+// streams of its prompts (n samples each), turned into the OpenAI response: SSE chunks as outputs
+// arrive (stream=true), or one JSON body at the end.
+//
+// Choice index = prompt index x n + sample index (OpenAI's order). Usage counts each prompt once
+// and every choice's generated tokens. Per finished sequence it records the latency metrics; at
+// the end it reports the tokens used to its admission ticket. abort() (the client left) cancels
+// the engine requests; destruction does too if they are still running.
+//
+// Thread-safety: attach/poll/abort on one strand (the connection's); the wake callback is called
+// from the engine thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/http_message.h"
+#include "server/serving_context.h"
+
+namespace pagoda::server {
+
+struct JobSpec {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  int32_t n = 1;
+  int32_t logprobs = -1;                 // -1 none; else top-N (chat: top_logprobs)
+  std::string id;                        // chatcmpl-... / cmpl-...
+  std::string model;
+  int64_t created = 0;
+  std::vector<std::string> echo_texts;   // completions with echo: per prompt
+};
+
+class GenerationJob : public AsyncBody {
+ public:
+  // `streams[i]` / `engine_ids[i]` belong to prompt i.
+  GenerationJob(ServingContext& ctx, JobSpec spec, std::vector<std::shared_ptr<RequestStream>> streams,
+                std::vector<std::string> engine_ids, std::unique_ptr<ServingContext::Ticket> ticket);
+  ~GenerationJob() override;
+
+  bool streaming() const override { return spec_.stream; }
+  void attach(std::function<void()> wake) override;
+  Poll poll() override;
+  void abort() override;
+
+ private:
+  struct Choice {
+    std::string text;
+    nlohmann::ordered_json logprobs;     // accumulated (non-streaming)
+    int32_t num_output_tokens = 0;
+    size_t text_offset = 0;              // completions logprobs text_offset
+    bool started = false, finished = false;
+    std::string finish_reason;
+    SequenceTimings timings;
+  };
+  void handle(size_t prompt, RequestOutput& out, std::string* sse);
+  nlohmann::ordered_json chunk_head() const;
+  nlohmann::ordered_json logprobs_json(const RequestOutput& out, Choice& c) const;
+  nlohmann::ordered_json usage_json() const;
+  std::string final_body() const;
+  void finish_all();
+
+  ServingContext& ctx_;
+  JobSpec spec_;
+  std::vector<std::shared_ptr<RequestStream>> streams_;
+  std::vector<std::string> engine_ids_;
+  std::unique_ptr<ServingContext::Ticket> ticket_;
+  std::vector<Choice> choices_;
+  std::vector<int32_t> prompt_tokens_, cached_tokens_;
+  size_t num_finished_ = 0;
+  bool aborted_ = false, complete_ = false;
+  std::string error_;                   // first error of a sequence (non-streaming: a 500)
+};
+
+// JSON text with invalid UTF-8 replaced (token pieces may be partial characters).
+std::string dump_json(const nlohmann::ordered_json& j);
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace pagoda::server

@@ -1,0 +1,320 @@
+#include "server/http_api.h"
+
+#include "server/generation_job.h"
+#include "server/playground.h"
+
+namespace pagoda::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+HttpResponse json_response(int status, const ojson& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump_json(body);
+  return r;
+}
+
+api::ApiError make_error(int status, std::string type, std::string message, std::string code = {}) {
+  api::ApiError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+api::ApiError error_from_status(const Status& st, const std::string& param = {}) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange: {
+      api::ApiError e = api::bad_request(st.message(), param);
+      if (st.code() == StatusCode::kOutOfRange) e.code = "context_length_exceeded";
+      return e;
+    }
+    case StatusCode::kUnimplemented: return api::bad_request(st.message(), param, "unsupported");
+    case StatusCode::kResourceExhausted: return make_error(429, "rate_limit_error", st.message(), "resource_exhausted");
+    case StatusCode::kCancelled: return make_error(503, "service_unavailable", st.message(), "shutting_down");
+    default: return make_error(500, "internal_error", st.message());
+  }
+}
+
+}  // namespace
+
+HttpResponse error_response(const api::ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = e.body();
+  r.headers = e.headers;
+  return r;
+}
+
+HttpResponse HttpApi::protocol_error(int status, const std::string& message) {
+  const char* type = status == 413 ? "request_too_large" : status >= 500 ? "internal_error" : "invalid_request_error";
+  ctx_.metrics().record_http("other", status);
+  HttpResponse r = error_response(make_error(status, type, message));
+  r.close = true;
+  return r;
+}
+
+HandlerResult HttpApi::handle(HttpRequest& request) {
+  std::string route_name = "other";
+  HandlerResult res = route(request, &route_name);
+  ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
+  if (ctx_.draining()) res.response.close = true;
+  return res;
+}
+
+HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
+  struct Route {
+    const char* path;
+    const char* method;
+    bool auth;
+  };
+  static const Route kRoutes[] = {
+      {"/", "GET", false},
+      {"/health", "GET", false},
+      {"/metrics", "GET", false},
+      {"/v1/models", "GET", true},
+      {"/v1/completions", "POST", true},
+      {"/v1/chat/completions", "POST", true},
+      {"/tokenize", "POST", true},
+      {"/detokenize", "POST", true},
+  };
+  std::string path = req.path;
+  std::string model_id;
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
+    model_id = path.substr(11);
+    path = "/v1/models";
+  }
+  const Route* found = nullptr;
+  for (const auto& r : kRoutes)
+    if (path == r.path) found = &r;
+  HandlerResult res;
+  if (!found) {
+    res.response = error_response(make_error(404, "not_found_error", "no route for " + req.method + " " + req.path, "not_found"));
+    return res;
+  }
+  *route_name = found->path;
+  if (req.method != found->method) {
+    res.response = error_response(make_error(405, "invalid_request_error",
+                                             "method " + req.method + " is not allowed on " + found->path + " (use " +
+                                                 found->method + ")",
+                                             "method_not_allowed"));
+    res.response.headers.push_back({"Allow", found->method});
+    return res;
+  }
+  if (found->auth) {
+    if (auto e = ctx_.check_auth(req.header("authorization"))) {
+      res.response = error_response(*e);
+      return res;
+    }
+  }
+  if (path == "/") {
+    res.response.content_type = "text/html; charset=utf-8";
+    res.response.body = playground_html();
+    return res;
+  }
+  if (path == "/health") {
+    res.response = health();
+    return res;
+  }
+  if (path == "/metrics") {
+    res.response = metrics();
+    return res;
+  }
+  if (ctx_.draining() && path != "/v1/models") {
+    res.response = error_response(make_error(503, "service_unavailable", "the server is shutting down", "shutting_down"));
+    return res;
+  }
+  if (path == "/v1/models") res.response = models(model_id);
+  else if (path == "/v1/completions") return completions(req);
+  else if (path == "/v1/chat/completions") return chat_completions(req);
+  else if (path == "/tokenize") res.response = tokenize(req);
+  else if (path == "/detokenize") res.response = detokenize(req);
+  return res;
+}
+
+HttpResponse HttpApi::health() {
+  if (ctx_.draining()) return json_response(503, ojson{{"status", "draining"}});
+  return json_response(200, ojson{{"status", "ok"}});
+}
+
+HttpResponse HttpApi::metrics() {
+  HttpResponse r;
+  r.content_type = std::string(kPrometheusContentType);
+  r.body = ctx_.metrics().render(ctx_.engine().stats());
+  return r;
+}
+
+HttpResponse HttpApi::models(const std::string& one) {
+  ojson m{{"id", ctx_.model_name()},
+          {"object", "model"},
+          {"created", ctx_.created()},
+          {"owned_by", "pagoda"},
+          {"root", ctx_.engine().config().model},
+          {"max_model_len", ctx_.engine().max_model_len()},
+          {"vocab_size", ctx_.engine().model_config().vocab_size}};
+  if (!one.empty()) {
+    if (one != ctx_.model_name()) return error_response(*ctx_.check_model(one));
+    return json_response(200, m);
+  }
+  return json_response(200, ojson{{"object", "list"}, {"data", ojson::array({m})}});
+}
+
+HttpResponse HttpApi::tokenize(HttpRequest& req) {
+  api::TokenizeRequest t;
+  if (auto e = api::parse_tokenize_request(req.body, &t)) return error_response(*e);
+  if (auto e = ctx_.check_model(t.model)) return error_response(*e);
+  Engine& engine = ctx_.engine();
+  std::vector<int32_t> ids;
+  if (t.is_chat) {
+    auto text = engine.apply_chat_template(t.messages, t.add_generation_prompt);
+    if (!text.ok()) return error_response(error_from_status(text.status(), "messages"));
+    ids = engine.tokenize(*text, t.add_special_tokens, /*parse_special=*/true);
+  } else {
+    ids = engine.tokenize(t.prompt, t.add_special_tokens);
+  }
+  return json_response(200, ojson{{"count", ids.size()}, {"max_model_len", engine.max_model_len()}, {"tokens", ids}});
+}
+
+HttpResponse HttpApi::detokenize(HttpRequest& req) {
+  api::DetokenizeRequest d;
+  if (auto e = api::parse_detokenize_request(req.body, &d)) return error_response(*e);
+  if (auto e = ctx_.check_model(d.model)) return error_response(*e);
+  const int64_t vocab = ctx_.engine().model_config().vocab_size;
+  for (int32_t t : d.tokens)
+    if (t >= vocab) return error_response(api::bad_request("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")", "tokens"));
+  return json_response(200, ojson{{"prompt", ctx_.engine().detokenize(d.tokens)}});
+}
+
+HandlerResult HttpApi::completions(HttpRequest& req) {
+  HandlerResult res;
+  api::CompletionRequest c;
+  if (auto e = api::parse_completion_request(req.body, &c)) {
+    res.response = error_response(*e);
+    return res;
+  }
+  if (auto e = ctx_.check_model(c.model)) {
+    res.response = error_response(*e);
+    return res;
+  }
+  Prepared p;
+  Engine& engine = ctx_.engine();
+  for (auto& in : c.prompts) {
+    if (in.is_ids) {
+      p.prompts.push_back(std::move(in.ids));
+      if (c.echo) p.echo_texts.push_back(engine.detokenize(p.prompts.back(), /*skip_special=*/true));
+    } else {
+      p.prompts.push_back(engine.tokenize(in.text, /*add_special=*/true));
+      if (c.echo) p.echo_texts.push_back(in.text);
+    }
+  }
+  return submit(req, false, c.model, std::move(p), c.options);
+}
+
+HandlerResult HttpApi::chat_completions(HttpRequest& req) {
+  HandlerResult res;
+  api::ChatRequest c;
+  if (auto e = api::parse_chat_request(req.body, &c)) {
+    res.response = error_response(*e);
+    return res;
+  }
+  if (auto e = ctx_.check_model(c.model)) {
+    res.response = error_response(*e);
+    return res;
+  }
+  Engine& engine = ctx_.engine();
+  auto text = engine.apply_chat_template(c.messages, c.add_generation_prompt, c.tools);
+  if (!text.ok()) {
+    res.response = error_response(error_from_status(text.status(), "messages"));
+    return res;
+  }
+  std::string prompt = *text;
+  if (c.continue_final_message && !c.messages.empty()) {
+    // Cut the rendered text after the last message's content so the model continues it.
+    const std::string last = c.messages.back().value("content", "");
+    const size_t pos = last.empty() ? std::string::npos : prompt.rfind(last);
+    if (pos != std::string::npos) prompt.resize(pos + last.size());
+  }
+  Prepared p;
+  p.prompts.push_back(engine.tokenize(prompt, /*add_special=*/false, /*parse_special=*/true));
+  return submit(req, true, c.model, std::move(p), c.options);
+}
+
+HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& model, Prepared prepared,
+                              const api::GenerationOptions& o) {
+  HandlerResult res;
+  Engine& engine = ctx_.engine();
+  const int64_t max_len = engine.max_model_len();
+  // Admission charge: every prompt plus its possible output, n times.
+  int64_t tokens = 0;
+  for (const auto& ids : prepared.prompts) {
+    if (ids.empty()) {
+      res.response = error_response(api::bad_request("the prompt is empty", chat ? "messages" : "prompt"));
+      return res;
+    }
+    const int64_t out = o.max_tokens > 0 ? o.max_tokens : std::max<int64_t>(0, max_len - static_cast<int64_t>(ids.size()));
+    tokens += static_cast<int64_t>(ids.size()) + out * o.n;
+  }
+  const std::string auth = req.header("authorization");
+  auto admitted = ctx_.admit(ServingContext::caller_key(auth, req.remote), tokens,
+                             static_cast<int32_t>(prepared.prompts.size()) * o.n);
+  if (auto* e = std::get_if<api::ApiError>(&admitted)) {
+    res.response = error_response(*e);
+    return res;
+  }
+  auto ticket = std::move(std::get<std::unique_ptr<ServingContext::Ticket>>(admitted));
+
+  JobSpec spec;
+  spec.chat = chat;
+  spec.stream = o.stream;
+  spec.include_usage = o.include_usage;
+  spec.n = o.n;
+  spec.logprobs = o.logprobs;
+  spec.id = ctx_.make_id(chat ? "chatcmpl" : "cmpl");
+  spec.model = ctx_.model_name();
+  spec.created = static_cast<int64_t>(std::time(nullptr));
+  spec.echo_texts = std::move(prepared.echo_texts);
+  (void)model;
+
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < prepared.prompts.size(); ++i) {
+    GenerateRequest g;
+    g.request_id = prepared.prompts.size() == 1 ? spec.id : spec.id + "-" + std::to_string(i);
+    g.prompt_ids = std::move(prepared.prompts[i]);
+    g.add_special_tokens = false;
+    g.sampling.temperature = o.temperature;
+    g.sampling.top_p = o.top_p;
+    g.sampling.top_k = o.top_k;
+    g.sampling.min_p = o.min_p;
+    g.sampling.presence_penalty = o.presence_penalty;
+    g.sampling.frequency_penalty = o.frequency_penalty;
+    g.sampling.repetition_penalty = o.repetition_penalty;
+    g.sampling.seed = o.seed;
+    g.sampling.logprobs = o.logprobs;
+    g.stop.max_tokens = o.max_tokens;
+    g.stop.min_tokens = o.min_tokens;
+    g.stop.ignore_eos = o.ignore_eos;
+    g.stop.stop = o.stop;
+    g.stop.stop_token_ids = o.stop_token_ids;
+    g.stop.include_stop_str_in_output = o.include_stop_str_in_output;
+    g.n = o.n;
+    g.priority = o.priority;
+    g.skip_special_tokens = o.skip_special_tokens;
+    auto stream = engine.submit(std::move(g));
+    if (!stream.ok()) {
+      for (const auto& id : ids) engine.cancel(id);
+      res.response = error_response(error_from_status(stream.status(), stream.status().code() == StatusCode::kOutOfRange ? (o.max_tokens > 0 ? "max_tokens" : (chat ? "messages" : "prompt")) : ""));
+      return res;
+    }
+    ids.push_back((*stream)->id());
+    streams.push_back(std::move(*stream));
+  }
+  res.body = std::make_shared<GenerationJob>(ctx_, std::move(spec), std::move(streams), std::move(ids), std::move(ticket));
+  return res;
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,54 @@
+// The HTTP routes of `pagoda serve`: OpenAI-compatible API, health, metrics, tokenizer endpoints
+// and the playground page.
+//
+//   GET  /                     playground (HTML)
+//   GET  /health               200 {"status":"ok"}; 503 while draining
+//   GET  /metrics              Prometheus text format
+//   GET  /v1/models            the served model (OpenAI list format); /v1/models/{id} one model
+//   POST /v1/completions       prompt(s) -> text (SSE with stream=true)
+//   POST /v1/chat/completions  messages -> assistant message (SSE with stream=true)
+//   POST /tokenize             {prompt | messages} -> {tokens, count, max_model_len}
+//   POST /detokenize           {tokens} -> {prompt}
+//
+// With API keys configured, /v1/*, /tokenize and /detokenize need `Authorization: Bearer <key>`.
+// Every error is OpenAI's {"error": {...}} body. Each response is counted in
+// pagoda:http_requests_total{route,status} (unknown paths as route "other").
+#pragma once
+
+#include <string>
+
+#include "server/http_server.h"
+#include "server/serving_context.h"
+
+namespace pagoda::server {
+
+class HttpApi : public HttpHandler {
+ public:
+  explicit HttpApi(ServingContext& ctx) : ctx_(ctx) {}
+  HandlerResult handle(HttpRequest& request) override;
+  HttpResponse protocol_error(int status, const std::string& message) override;
+
+ private:
+  HandlerResult route(HttpRequest& request, std::string* route_name);
+  HandlerResult completions(HttpRequest& request);
+  HandlerResult chat_completions(HttpRequest& request);
+  HttpResponse tokenize(HttpRequest& request);
+  HttpResponse detokenize(HttpRequest& request);
+  HttpResponse models(const std::string& one);
+  HttpResponse health();
+  HttpResponse metrics();
+
+  // Submits one engine request per prompt and builds the job (or the error response).
+  struct Prepared {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echo_texts;
+  };
+  HandlerResult submit(HttpRequest& request, bool chat, const std::string& model, Prepared prepared,
+                       const api::GenerationOptions& options);
+
+  ServingContext& ctx_;
+};
+
+HttpResponse error_response(const api::ApiError& e);
+
+}  // namespace pagoda::server

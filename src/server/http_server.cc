@@ -1,0 +1,345 @@
+#include "server/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <optional>
+
+namespace pagoda::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+std::chrono::steady_clock::duration secs(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// One client connection. Everything runs on the connection's strand (the stream's executor).
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, const HttpServerOptions& options, HttpHandler& handler,
+             std::shared_ptr<std::atomic<int64_t>> count)
+      : stream_(std::move(socket)), options_(options), handler_(handler), count_(std::move(count)) {
+    ++*count_;
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (!ec) remote_ = ep.address().to_string();
+  }
+  ~Connection() {
+    abort_body();
+    --*count_;
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+  }
+
+ private:
+  void read_request() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->body_limit(options_.body_limit);
+    parser_->header_limit(static_cast<uint32_t>(options_.header_limit));
+    stream_.expires_after(secs(options_.idle_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    if (parser_->is_done()) return dispatch_request();
+    auto& req = parser_->get();
+    auto expect = req[http::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_after(secs(options_.write_timeout_s));
+      net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(secs(options_.idle_timeout_s));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->on_read_error(ec);
+      self->dispatch_request();
+    });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == http::error::body_limit) return send_response(handler_.protocol_error(413, "the request body is larger than the limit of " + std::to_string(options_.body_limit) + " bytes"), true);
+    if (ec == http::error::header_limit) return send_response(handler_.protocol_error(431, "the request headers are too large"), true);
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted || ec == http::error::partial_message)
+      return close();
+    // Anything else is a malformed request.
+    send_response(handler_.protocol_error(400, std::string("malformed HTTP request: ") + ec.message()), true);
+  }
+
+  void dispatch_request() {
+    auto& req = parser_->get();
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    std::string target(req.target());
+    const size_t q = target.find('?');
+    r.path = target.substr(0, q);
+    if (q != std::string::npos) r.query = target.substr(q + 1);
+    for (const auto& f : req) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      auto [it, inserted] = r.headers.emplace(name, std::string(f.value()));
+      if (!inserted) it->second += ", " + std::string(f.value());
+    }
+    r.body = std::move(req.body());
+    r.remote = remote_;
+    keep_alive_ = req.keep_alive();
+    parser_.reset();
+    HandlerResult res;
+    try {
+      res = handler_.handle(r);
+    } catch (const std::exception& e) {
+      res.body = nullptr;
+      res.response = handler_.protocol_error(500, std::string("internal error: ") + e.what());
+    }
+    if (!res.body) return send_response(res.response, res.response.close);
+    start_body(std::move(res.body));
+  }
+
+  void send_response(const HttpResponse& res, bool close_after) {
+    close_after_ = close_after || !keep_alive_;
+    out_ = format_response_head(res.status, res.content_type, res.headers, false, res.body.size(), close_after_);
+    out_ += res.body;
+    stream_.expires_after(secs(options_.write_timeout_s));
+    net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      if (self->close_after_) return self->lingering_close();
+      self->read_request();
+    });
+  }
+
+  // Closing with unread request bytes in the socket makes the kernel send a reset, which can
+  // destroy the response we just sent before the client reads it: half-close, then discard what
+  // the client still sends for up to a second, then close.
+  void lingering_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(1));
+    discard_ = std::make_shared<std::array<char, 8192>>();
+    drain_discard(0);
+  }
+  void drain_discard(size_t total) {
+    stream_.async_read_some(net::buffer(*discard_), [self = shared_from_this(), total](beast::error_code ec, size_t n) {
+      if (ec || total + n > (4u << 20)) return self->close();
+      self->drain_discard(total + n);
+    });
+  }
+
+  // ---- asynchronous bodies ----
+
+  void start_body(std::shared_ptr<AsyncBody> body) {
+    body_ = std::move(body);
+    body_done_ = false;
+    pending_out_.clear();
+    if (body_->streaming()) {
+      pending_out_ = format_response_head(200, "text/event-stream; charset=utf-8",
+                                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, true, 0,
+                                          !keep_alive_);
+    }
+    std::weak_ptr<Connection> weak = weak_from_this();
+    auto ex = stream_.get_executor();
+    body_->attach([weak, ex] {
+      net::post(ex, [weak] {
+        if (auto self = weak.lock()) self->pump();
+      });
+    });
+    start_watch();
+    pump();
+  }
+
+  void pump() {
+    if (!body_ || writing_ || closed_) return;
+    std::string out = std::move(pending_out_);
+    pending_out_.clear();
+    if (!body_done_) {
+      AsyncBody::Poll p = body_->poll();
+      if (body_->streaming()) {
+        if (!p.data.empty()) append_chunk(p.data, &out);
+        if (p.done) {
+          append_chunk({}, &out);
+          body_done_ = true;
+        }
+      } else if (p.done) {
+        out += format_response_head(p.status, "application/json", {}, false, p.data.size(), !keep_alive_);
+        out += p.data;
+        body_done_ = true;
+      }
+    }
+    if (out.empty()) return;
+    writing_ = true;
+    out_ = std::move(out);
+    stream_.expires_after(secs(options_.write_timeout_s));
+    net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) {
+        self->abort_body();
+        return self->close();
+      }
+      if (self->body_done_) return self->finish_body();
+      self->pump();
+    });
+  }
+
+  void finish_body() {
+    body_.reset();
+    if (!keep_alive_) return close();
+    if (watching_) {
+      // The pending watch read would swallow the next request's wait: cancel it, then read.
+      resume_after_watch_ = true;
+      beast::error_code ec;
+      stream_.socket().cancel(ec);
+      return;
+    }
+    read_request();
+  }
+
+  // A read kept pending while the body is produced: EOF or an error means the client left.
+  void start_watch() {
+    watching_ = true;
+    stream_.expires_never();
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->on_watch(ec, n);
+    });
+  }
+
+  void on_watch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (!ec) {
+      buffer_.commit(n);  // a pipelined request: keep it for the parser, stop watching
+      if (resume_after_watch_) {
+        resume_after_watch_ = false;
+        read_request();
+      }
+      return;
+    }
+    if (ec == net::error::operation_aborted && resume_after_watch_) {
+      resume_after_watch_ = false;
+      return read_request();
+    }
+    abort_body();
+    close();
+  }
+
+  void abort_body() {
+    if (body_ && !body_done_) {
+      body_done_ = true;
+      body_->abort();
+    }
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    abort_body();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+    body_.reset();
+  }
+
+  beast::tcp_stream stream_;
+  const HttpServerOptions& options_;
+  HttpHandler& handler_;
+  std::shared_ptr<std::atomic<int64_t>> count_;
+  std::string remote_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string out_, pending_out_;
+  std::shared_ptr<std::array<char, 8192>> discard_;
+  bool keep_alive_ = true, close_after_ = false, closed_ = false;
+  std::shared_ptr<AsyncBody> body_;
+  bool body_done_ = false, writing_ = false, watching_ = false, resume_after_watch_ = false;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  net::steady_timer retry{ioc};
+};
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler& handler)
+    : options_(std::move(options)), handler_(handler), impl_(std::make_unique<Impl>()) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::listen() {
+  beast::error_code ec;
+  auto addr = net::ip::make_address(options_.host, ec);
+  if (ec) return make_status(StatusCode::kInvalidArgument, "bad --host '{}': {}", options_.host, ec.message());
+  tcp::endpoint ep(addr, static_cast<unsigned short>(options_.port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_status(StatusCode::kIoError, "cannot listen on {}:{}: {}", options_.host, options_.port, ec.message());
+  port_ = a.local_endpoint().port();
+  return Status();
+}
+
+void HttpServer::start() {
+  impl_->work.emplace(impl_->ioc.get_executor());
+  auto accept = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak_accept = accept;
+  *accept = [this, weak_accept] {
+    impl_->acceptor.async_accept(net::make_strand(impl_->ioc), [this, weak_accept](beast::error_code ec, tcp::socket s) {
+      auto again = weak_accept.lock();
+      if (!again) return;
+      if (ec == net::error::operation_aborted || !impl_->acceptor.is_open()) return;
+      if (ec) {
+        // Out of file descriptors and the like: back off briefly instead of spinning.
+        impl_->retry.expires_after(std::chrono::milliseconds(50));
+        impl_->retry.async_wait([again](beast::error_code) { (*again)(); });
+        return;
+      }
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Connection>(std::move(s), options_, handler_, connections_)->start();
+      (*again)();
+    });
+  };
+  accept_loop_ = accept;
+  (*accept)();
+  const int n = std::max(1, options_.threads);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { impl_->ioc.run(); });
+}
+
+void HttpServer::stop() {
+  if (threads_.empty()) return;
+  net::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  impl_->work.reset();
+  impl_->ioc.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  accept_loop_.reset();
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,60 @@
+// The server's Prometheus metrics: names and meanings mirror vLLM's (`vllm:` -> `pagoda:`), every
+// series labelled with model_name.
+//
+//   gauges      num_requests_running, num_requests_waiting, kv_cache_usage_perc (0..1)
+//   counters    prefix_cache_queries_total, prefix_cache_hits_total (tokens), num_preemptions_total,
+//               prompt_tokens_total, generation_tokens_total (mirrored from EngineStats at scrape),
+//               request_success_total{finished_reason}, http_requests_total{route,status}
+//   histograms  time_to_first_token_seconds, inter_token_latency_seconds,
+//               e2e_request_latency_seconds, request_queue_time_seconds (per finished sequence),
+//               iteration_tokens_total (tokens per engine step)
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+namespace pagoda::server {
+
+// Timings of one finished sequence (engine clock, seconds).
+struct SequenceTimings {
+  double arrival = 0, first_scheduled = 0, first_token = 0, finished = 0;
+  std::vector<double> token_times;  // when each output with tokens arrived
+  std::string finish_reason;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+  void record_sequence(const SequenceTimings& t);
+  void record_step(int64_t num_tokens);
+  void record_http(const std::string& route, int status);
+  // Renders, after mirroring the engine's current stats.
+  std::string render(const EngineStats& stats);
+  MetricsRegistry& registry() { return registry_; }
+
+ private:
+  std::string model_;
+  MetricsRegistry registry_;
+  Family<Gauge>& running_;
+  Family<Gauge>& waiting_;
+  Family<Gauge>& kv_usage_;
+  Family<Counter>& prefix_queries_;
+  Family<Counter>& prefix_hits_;
+  Family<Counter>& preemptions_;
+  Family<Counter>& prompt_tokens_;
+  Family<Counter>& generation_tokens_;
+  Family<Counter>& success_;
+  Family<Histogram>& ttft_;
+  Family<Histogram>& itl_;
+  Family<Histogram>& e2e_;
+  Family<Histogram>& queue_;
+  Family<Histogram>& iteration_tokens_;
+  Family<Counter>& http_;
+};
+
+}  // namespace pagoda::server

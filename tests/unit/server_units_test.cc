@@ -1,0 +1,131 @@
+// Service-layer building blocks without sockets: SSE framing, metrics exposition, token buckets,
+// HTTP response framing.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "api/sse.h"
+#include "server/http_message.h"
+#include "server/metrics.h"
+#include "server/token_bucket.h"
+
+namespace pagoda {
+namespace {
+
+TEST(Sse, Framing) {
+  EXPECT_EQ(api::sse_event(R"({"a":1})"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(api::sse_event("l1\nl2\r\nl3\rl4"), "data: l1\ndata: l2\ndata: l3\ndata: l4\n\n");
+  EXPECT_EQ(api::sse_event(""), "data: \n\n");
+  EXPECT_EQ(api::kSseDone, "data: [DONE]\n\n");
+}
+
+TEST(HttpFraming, ChunksAndHead) {
+  std::string out;
+  server::append_chunk("hello", &out);
+  server::append_chunk(std::string(26, 'x'), &out);
+  server::append_chunk({}, &out);
+  EXPECT_EQ(out, "5\r\nhello\r\n1a\r\n" + std::string(26, 'x') + "\r\n0\r\n\r\n");
+  const std::string head = server::format_response_head(429, "application/json", {{"Retry-After", "3"}}, false, 12, true);
+  EXPECT_EQ(head.rfind("HTTP/1.1 429 Too Many Requests\r\n", 0), 0u);
+  EXPECT_NE(head.find("Retry-After: 3\r\n"), std::string::npos);
+  EXPECT_NE(head.find("Content-Length: 12\r\n"), std::string::npos);
+  EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos);
+  EXPECT_TRUE(head.ends_with("\r\n\r\n"));
+}
+
+TEST(Metrics, ExpositionFormat) {
+  server::MetricsRegistry r;
+  auto& c = r.counter("pagoda:http_requests_total", "HTTP requests.\nBy route.", {"route", "status"});
+  c.labels({"/v1/completions", "200"}).inc();
+  c.labels({"/v1/completions", "200"}).inc(2);
+  c.labels({"we\"ird\\path\n", "404"}).inc();
+  auto& g = r.gauge("pagoda:kv_cache_usage_perc", "KV usage.", {"model_name"});
+  g.labels({"m"}).set(0.25);
+  auto& h = r.histogram("pagoda:ttft_seconds", "TTFT.", {"model_name"}, {0.1, 0.005, 1});
+  auto& hm = h.labels({"m"});
+  hm.observe(0.001);
+  hm.observe(0.1);   // le is inclusive
+  hm.observe(0.5);
+  hm.observe(7);
+  const std::string text = r.render();
+  EXPECT_NE(text.find("# HELP pagoda:http_requests_total HTTP requests.\\nBy route.\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE pagoda:http_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("pagoda:http_requests_total{route=\"/v1/completions\",status=\"200\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("pagoda:http_requests_total{route=\"we\\\"ird\\\\path\\n\",status=\"404\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE pagoda:kv_cache_usage_perc gauge\npagoda:kv_cache_usage_perc{model_name=\"m\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE pagoda:ttft_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("pagoda:ttft_seconds_bucket{model_name=\"m\",le=\"0.005\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("pagoda:ttft_seconds_bucket{model_name=\"m\",le=\"0.1\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("pagoda:ttft_seconds_bucket{model_name=\"m\",le=\"1\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("pagoda:ttft_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("pagoda:ttft_seconds_sum{model_name=\"m\"} 7.601"), std::string::npos) << text;
+  EXPECT_NE(text.find("pagoda:ttft_seconds_count{model_name=\"m\"} 4\n"), std::string::npos);
+  EXPECT_EQ(server::format_metric_value(1.0 / 0.0), "+Inf");
+  EXPECT_EQ(server::format_metric_value(-1.0 / 0.0), "-Inf");
+  EXPECT_EQ(server::format_metric_value(0.0 / 0.0), "NaN");
+  EXPECT_EQ(server::format_metric_value(12345678), "12345678");
+}
+
+TEST(Metrics, ConcurrentUpdates) {
+  server::MetricsRegistry r;
+  auto& c = r.counter("c_total", "c", {"k"});
+  auto& h = r.histogram("h", "h", {}, {1, 2});
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 10000; ++i) {
+        c.labels({std::to_string(i % 3)}).inc();
+        h.labels({}).observe(t);
+      }
+    });
+  for (auto& t : ts) t.join();
+  double total = 0;
+  c.for_each([&](const std::vector<std::string>&, const server::Counter& x) { total += x.value(); });
+  EXPECT_EQ(total, 40000);
+  EXPECT_EQ(h.labels({}).snapshot().count, 40000u);
+  EXPECT_EQ(h.labels({}).snapshot().cumulative[0], 20000u);  // le=1 holds the observations 0 and 1
+}
+
+TEST(TokenBucket, RefillAndRetryAfter) {
+  server::TokenBucket b(/*rate=*/2, /*capacity=*/2, /*now=*/0);
+  EXPECT_FALSE(b.take(1, 0));
+  EXPECT_FALSE(b.take(1, 0));
+  auto wait = b.take(1, 0);
+  ASSERT_TRUE(wait);
+  EXPECT_NEAR(*wait, 0.5, 1e-9);
+  EXPECT_FALSE(b.take(1, 0.5));   // refilled one token
+  EXPECT_TRUE(b.take(1, 0.6));
+  EXPECT_NEAR(b.available(10), 2, 1e-9);  // capped at capacity
+  // Oversized requests pass on a full bucket and leave it in debt.
+  EXPECT_FALSE(b.take(5, 10));
+  auto w2 = b.take(1, 10);
+  ASSERT_TRUE(w2);
+  EXPECT_NEAR(*w2, 2.0, 1e-9);  // from -3 to 1 at 2/s
+  b.refund(3, 10);
+  EXPECT_NEAR(b.available(10), 0, 1e-9);
+}
+
+TEST(RateLimiter, PerKeyAndParse) {
+  server::RateLimitConfig cfg;
+  ASSERT_FALSE(server::parse_rate_limit("rps=2,tpm=600", &cfg));
+  EXPECT_EQ(cfg.requests_per_s, 2);
+  EXPECT_EQ(cfg.tokens_per_min, 600);
+  server::RateLimitConfig bad;
+  EXPECT_TRUE(server::parse_rate_limit("rps=x", &bad));
+  EXPECT_TRUE(server::parse_rate_limit("qps=1", &bad));
+  server::RateLimiter lim(cfg);
+  EXPECT_FALSE(lim.admit("a", 100, 0));
+  EXPECT_FALSE(lim.admit("a", 100, 0));
+  EXPECT_TRUE(lim.admit("a", 100, 0));   // third request within the second
+  EXPECT_FALSE(lim.admit("b", 100, 0));  // other keys are independent
+  // Tokens: 600/min = 10/s; a request for 590 more tokens than are left must wait.
+  EXPECT_FALSE(lim.admit("c", 550, 0));
+  auto w = lim.admit("c", 100, 0.0);
+  ASSERT_TRUE(w);
+  EXPECT_NEAR(*w, 5.0, 1e-6);
+  lim.refund("c", 500, 0);
+  EXPECT_FALSE(lim.admit("c", 100, 0.0));
+}
+
+}  // namespace
+}  // namespace pagoda
