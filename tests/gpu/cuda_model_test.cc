@@ -297,7 +297,9 @@ TEST(CudaEngine, ConcurrentGreedyRequestsMatchSoloRunsInBatchInvariantMode) {
       for (int i = 0; i < kRequests; ++i) {
         const auto got = collect(*streams[i]).tokens[0];
         same += got == solo[i];
-        if (invariant) EXPECT_EQ(got, solo[i]) << model << " request " << i;
+        if (invariant) {
+          EXPECT_EQ(got, solo[i]) << model << " request " << i;
+        }
       }
       std::printf("[cuda-engine] %s batch-invariant %d: %d/%d concurrent requests equal their solo runs\n", model.c_str(),
                   invariant, same, kRequests);
