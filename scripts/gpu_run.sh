@@ -105,8 +105,8 @@ bench_model() {  # SHAPE
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
-#   serve     `pagoda serve --device cuda` answers a completion (stories260K); `pagoda bench
-#             throughput --device cuda` on the 8B shape (Engine path, 256 x 128/128)
+#   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
+#             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 stage_alltests() {
   step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
   PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step tests 150 $TESTS
@@ -140,13 +140,12 @@ for _ in range(50):
     try:
         urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1); break
     except Exception: time.sleep(0.5)
-req = urllib.request.Request('http://127.0.0.1:$port/v1/completions', data=json.dumps({'model': 'm', 'prompt': 'Once upon a time', 'max_tokens': 24, 'temperature': 0}).encode(), headers={'Content-Type': 'application/json'})
+req = urllib.request.Request('http://127.0.0.1:$port/v1/completions', data=json.dumps({'model': 'stories260K', 'prompt': 'Once upon a time', 'max_tokens': 24, 'temperature': 0}).encode(), headers={'Content-Type': 'application/json'})
 print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choices'][0]['text'])"
   kill $pid 2>/dev/null
   wait $pid 2>/dev/null
   tail -n 3 "$LOGS/serve_server.log" >>"$SUMMARY"
-  ensure_model 8b
-  TAILN=6 step enginetp_8b 90 $PAGODA bench throughput -m "$(model_dir 8b)" --device cuda --num-prompts 256 --input-len 128 --output-len 128 --sequential 1
+  TAILN=6 step enginetp 60 $PAGODA bench throughput -m $PG/shared/models/stories260K/stories260K.gguf --device cuda --num-prompts 256 --input-len 64 --output-len 64 --sequential 2
 }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 

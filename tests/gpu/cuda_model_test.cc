@@ -168,13 +168,17 @@ TEST(CudaParity, CpuAndCudaAgreeOnTheF32Path) {
   PAGODA_REQUIRE_GPU();
   for (const std::string& path : {test::models_dir() + "/tiny/qwen2", test::stories260k_gguf()}) {
     if (!fs::exists(path)) continue;
-    auto cpu_model = load_model(path);
+    auto cpu_model = load_model(path);  // CPU kernels (fused weights may be repacked)
     ASSERT_TRUE(cpu_model.ok());
+    ModelLoadOptions dev_lo;
+    dev_lo.cpu_kernels = false;
+    auto dev_model = load_model(path, dev_lo);  // plain matrices for the device
+    ASSERT_TRUE(dev_model.ok());
     std::vector<int32_t> prompt = {1};
     for (int i = 0; i < 60; ++i) prompt.push_back(3 + (i * 37) % 500);
     const int steps = 16;
     int64_t nblocks = 0;
-    auto ex = cuda_executor_for(*cpu_model, static_cast<int64_t>(prompt.size()), steps, "f32", DType::kF32, &nblocks);
+    auto ex = cuda_executor_for(*dev_model, static_cast<int64_t>(prompt.size()), steps, "f32", DType::kF32, &nblocks);
     ASSERT_TRUE(ex.ok()) << ex.status().to_string();
     RunResult g = run_executor(**ex, cpu_model->config, prompt, steps, nblocks);
     ThreadPool pool(2);

@@ -897,6 +897,12 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& mode
   if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
+  // A model loaded for the CPU kernels may hold only repacked copies of its fused weights (the
+  // concatenated original is dropped): the device needs the plain [N, K] matrices.
+  for (const LinearWeight* lw : model.weights().linear_weights())
+    if (linear_weight_tensor(*lw).data() == nullptr)
+      return invalid_argument(
+          "the model's weights were repacked for the CPU; load it with ModelLoadOptions::cpu_kernels = false for CUDA");
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
