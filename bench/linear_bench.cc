@@ -131,7 +131,7 @@ int register_all() {
     gemv->ArgNames({"M", "threads"})->Args({1, 1})->Args({1, 2})->UseRealTime()->Unit(benchmark::kMicrosecond);
     if (!vocab) {
       auto* gemm = benchmark::RegisterBenchmark((base + "/gemm").c_str(), BM_Linear, t, s.n, s.k);
-      gemm->ArgNames({"M", "threads"})->Args({512, 1})->Args({512, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
+      gemm->ArgNames({"M", "threads"})->Args({16, 2})->Args({64, 2})->Args({512, 1})->Args({512, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   };
   for (const auto& s : smol)

@@ -53,22 +53,29 @@ int64_t packed_bytes(DType t, int64_t n, int64_t k);
 // w: [n, k] rows in GGUF layout -> dst (packed_bytes(t, n, k) bytes).
 void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst);
 
-// Activations quantized for the integer kernels, tiled by kActTile tokens so a kernel's per-token
-// offsets are compile-time constants (no per-token address arithmetic in the inner loops): for
-// token m and 32-block b, i = act_index(a, m, b) = ((m / 8) * nb + b) * 8 + m % 8 and
+// Activations quantized for the integer kernels, in tiles of `tile` tokens (the kernel table's
+// act_tile: the token count of the kernels' register tile) so a kernel's per-token offsets are
+// compile-time constants (no per-token address arithmetic in the inner loops): for token m and
+// 32-block b, i = act_index(a, m, b) = ((m / tile) * nb + b) * tile + m % tile and
 //   q[32 i .. 32 i + 31]   int8 codes (|q| <= 127) of the block
 //   d[i]                   scale, s[i] = d * sum of the block's q
-//   s16[2 i], s16[2 i + 1] d * sum of the first / second 16 q (the q6_k kernels' per-16 scales).
-constexpr int64_t kActTile = 8;
+//   s16[2 i], s16[2 i + 1] d * sum of the first / second 16 q (the q6_k kernels' per-16 scales)
+//   c[i]                   -offset * sum of the block's q, when c is not null: the weight format's
+//                          code offset, folded into the integer dot as the accumulator's start
+//   c16[2 i], c16[2 i + 1] -32 * sum of the first / second 16 q, when c16 is not null (q6_k)
 struct ActQ8 {
   int8_t* q;
   float* d;
   float* s;
   float* s16;
-  int64_t nb;  // blocks per token row (K / 32)
+  int32_t* c;
+  int32_t* c16;
+  int64_t nb;      // blocks per token row (K / 32)
+  int64_t tile;    // tokens per tile
+  int32_t offset;  // for c
 };
 inline int64_t act_index(const ActQ8& a, int64_t m, int64_t b) {
-  return ((m / kActTile) * a.nb + b) * kActTile + m % kActTile;
+  return ((m / a.tile) * a.nb + b) * a.tile + m % a.tile;
 }
 
 struct KernelTable {
@@ -82,11 +89,40 @@ struct KernelTable {
   void (*fgemm)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* x, int64_t ldx,
                 int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
   bool qgemm_k;  // qgemm also takes the qint k family
+  int64_t act_tile;  // ActQ8::tile the qgemm of this table reads; token splits are multiples of it
+  // Integer code offset the qgemm of this table folds into its integer dots for weight dtype t
+  // (ActQ8::offset and c; q6_k: c16), 0 for none. Null: none for every dtype.
+  int32_t (*act_offset)(DType t);
+  // Optional GEMM form of fgemm for many tokens (null: fgemm serves every M). pack_x: x rows
+  // [m0, m1) of m_total (m0 a multiple of kXTile) -> xp (packed_x_floats(m_total, k) floats, layout
+  // below); fgemm_packed: as fgemm with x read from xp (m0 a multiple of kXTile). Same results as
+  // fgemm, bit for bit.
+  void (*pack_x)(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t m_total, int64_t k, float* xp);
+  void (*fgemm_packed)(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp,
+                       int64_t m_total, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
 };
+
+// Packed f32 activations of the float GEMM: K is cut into blocks of kXKBlock elements (the
+// kernels' K block), tokens into tiles of kXTile; block j of tile i is kXKBlock x kXTile floats at
+// ((j * tiles + i) * kXKBlock) * kXTile, element e of token t at [e][t]. So the 8 broadcasts of one
+// k are one 32-byte run and the tiles of one K block are contiguous (what the GEMM streams).
+constexpr int64_t kXTile = 8;
+constexpr int64_t kXKBlock = 128;
+inline int64_t packed_x_floats(int64_t m, int64_t k) {
+  return ((m + kXTile - 1) / kXTile) * ((k + kXKBlock - 1) / kXKBlock) * kXKBlock * kXTile;
+}
 
 // Per-ISA tables (null pointer members mean "not implemented at this level").
 namespace avx2 { const KernelTable* kernel_table(); }
-namespace avx512 { const KernelTable* kernel_table(); }
+namespace avx512 {
+const KernelTable* kernel_table();
+// The float family at both AVX-512 levels (linear_float_avx512.cc); KernelTable::fgemm's contract.
+void fgemm_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* x, int64_t ldx,
+               int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
+void pack_x_512(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t m_total, int64_t k, float* xp);
+void fgemm_packed_512(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const float* xp,
+                      int64_t m_total, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t n_total);
+}  // namespace avx512
 namespace vnni { const KernelTable* kernel_table(); }
 
 }  // namespace pagoda::cpu

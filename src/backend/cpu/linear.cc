@@ -27,6 +27,10 @@ const KernelTable* table_for(IsaLevel isa) {
   return nullptr;
 }
 
+// Row groups per register tile of the float and integer kernels (thread chunks are multiples).
+constexpr int64_t kFloatQuantum = 3;
+constexpr int64_t kQintQuantum = 2;
+
 // Grows-only per-thread scratch.
 template <class T>
 T* scratch(std::vector<T>& v, size_t n) {
@@ -66,9 +70,10 @@ void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, 
 // Work split for the packed kernels: GEMV-sized calls split the row groups; larger calls split the
 // row groups too unless there are too few of them per thread, then the tokens. Chunks are claimed
 // dynamically (about 4 per thread), so a worker that is scheduled late (an oversubscribed machine)
-// finds the work done by the others instead of stalling the call by its whole static share.
+// finds the work done by the others instead of stalling the call by its whole static share. Chunks
+// are multiples of the kernels' register tile: gq groups, mq tokens.
 template <class Fn>  // fn(g0, g1, m0, m1)
-void run_split(ThreadPool& pool, int64_t groups, int64_t m, Fn&& fn) {
+void run_split(ThreadPool& pool, int64_t groups, int64_t m, int64_t gq, int64_t mq, Fn&& fn) {
   const int nth = pool.size();
   if (nth == 1) {
     fn(int64_t{0}, groups, int64_t{0}, m);
@@ -76,8 +81,8 @@ void run_split(ThreadPool& pool, int64_t groups, int64_t m, Fn&& fn) {
   }
   const bool split_m = m > kGemvMaxTokens && groups < 4 * nth;
   const int64_t total = split_m ? m : groups;
-  int64_t chunk = std::max<int64_t>(1, total / (4 * nth));
-  if (split_m) chunk = (chunk + 7) / 8 * 8;  // whole token tiles
+  const int64_t q = split_m ? mq : gq;
+  const int64_t chunk = std::max<int64_t>(1, total / (4 * nth) / q) * q;
   std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
     for (;;) {
@@ -124,23 +129,49 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
   const auto* packed = static_cast<const uint8_t*>(w.packed.get());
   switch (w.pack) {
     case PackKind::kNone: linear_generic(w, x, m, y, pool); return;
-    case PackKind::kFloat:
-      run_split(pool, groups, m, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
-        kt->fgemm(w.dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, w.n, w.n);
+    case PackKind::kFloat: {
+      if (m <= kGemvMaxTokens || kt->fgemm_packed == nullptr) {
+        run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+          kt->fgemm(w.dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, w.n, w.n);
+        });
+        return;
+      }
+      // GEMM: x into token tiles once (all threads), then the threads split the panels
+      thread_local std::vector<float> xp_buf;
+      const int64_t tiles = (m + kXTile - 1) / kXTile;
+      float* xp = scratch(xp_buf, static_cast<size_t>(packed_x_floats(m, w.k)));
+      pool.run([&](int ith, int nth) {
+        int64_t t0, t1;
+        split(tiles, ith, nth, &t0, &t1);
+        if (t0 < t1) kt->pack_x(x, w.k, t0 * kXTile, std::min(m, t1 * kXTile), m, w.k, xp);
+      });
+      run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+        kt->fgemm_packed(w.dtype, packed, w.k, g0, g1, xp, m, m0, m1, y, w.n, w.n);
       });
       return;
+    }
     case PackKind::kQint:
     case PackKind::kQintK: {
       thread_local std::vector<uint8_t> act_buf;
-      const int64_t nb = w.k / kQBlock;
-      const int64_t slots = (m + kActTile - 1) / kActTile * kActTile * nb;  // (token, block) pairs
-      const size_t bytes = static_cast<size_t>(slots * 32 + slots * 4 * sizeof(float) + 64);
+      const int64_t nb = w.k / kQBlock, tile = kt->act_tile;
+      const int64_t slots = (m + tile - 1) / tile * tile * nb;  // (token, block) pairs
+      // per slot: 32 codes, d, s, s16[2] (f32), c, c16[2] (i32)
+      const size_t bytes = static_cast<size_t>(slots * 32 + slots * 7 * 4 + 64);
       uint8_t* base = scratch(act_buf, bytes);
       base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
-      ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nb};
+      ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nullptr, nullptr, nb, tile, 0};
       a.d = reinterpret_cast<float*>(base + slots * 32);
       a.s = a.d + slots;
       a.s16 = a.s + slots;
+      a.offset = kt->act_offset ? kt->act_offset(w.dtype) : 0;
+      if (a.offset != 0) {
+        int32_t* ints = reinterpret_cast<int32_t*>(a.s16 + 2 * slots);
+        if (w.dtype == DType::kQ6_K) {
+          a.c16 = ints + slots;
+        } else {
+          a.c = ints;
+        }
+      }
       if (m == 1) {
         kt->quantize_act(x, w.k, 0, 1, w.k, a);
       } else {
@@ -150,7 +181,7 @@ void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, Thre
           if (m0 < m1) kt->quantize_act(x, w.k, m0, m1, w.k, a);
         });
       }
-      run_split(pool, groups, m, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+      run_split(pool, groups, m, kQintQuantum, tile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
         kt->qgemm(w.dtype, packed, w.k, g0, g1, a, m0, m1, y, w.n, w.n);
       });
       return;

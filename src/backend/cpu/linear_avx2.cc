@@ -11,6 +11,7 @@ namespace pagoda::cpu::avx2 {
 namespace {
 
 constexpr int kMaxTile = 4;
+constexpr int64_t kTile = 8;  // ActQ8::tile of these kernels (tiles of kMaxTile tokens start at multiples of 4)
 
 inline float hmax8(__m256 v) {
   __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -49,6 +50,11 @@ void quantize_act_impl(const float* x, int64_t ldx, int64_t m0, int64_t m1, int6
       a.s[i] = d * static_cast<float>(sum0 + sum1);
       a.s16[2 * i] = d * static_cast<float>(sum0);
       a.s16[2 * i + 1] = d * static_cast<float>(sum1);
+      if (a.c) a.c[i] = -a.offset * (sum0 + sum1);
+      if (a.c16) {
+        a.c16[2 * i] = -32 * sum0;
+        a.c16[2 * i + 1] = -32 * sum1;
+      }
     }
   }
 }
@@ -88,7 +94,7 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
   const int8_t* xq = a.q + 32 * i0;
   const float* xd = a.d + i0;
   const float* xs = a.s + i0;
-  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord, xq += 32 * kActTile, xd += kActTile, xs += kActTile) {
+  for (int64_t b = 0; b < nb; ++b, rec += F::kRecord, xq += 32 * kTile, xd += kTile, xs += kTile) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
     const uint8_t* cp = rec + F::kCodesAt;
     __m256i isum[MT];
@@ -258,10 +264,10 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
           acc[t] = _mm256_fnmadd_ps(d1, _mm256_set1_ps(xs[t]), acc[t]);
         }
       }
-      xq += 32 * kActTile;
-      xd += kActTile;
-      xs += kActTile;
-      xs16 += 2 * kActTile;
+      xq += 32 * kTile;
+      xd += kTile;
+      xs += kTile;
+      xs16 += 2 * kTile;
     }
   }
 }
@@ -323,36 +329,22 @@ inline __m256 load8(const void* p, int64_t e, int h) {
   }
 }
 
+// out[2t], out[2t + 1] = rows 0..7, 8..15 of the group . x_t. One FMA chain per output over
+// k = 0, 1, ..., K - 1 (whatever MT): a token's result does not depend on the batch (the AVX-512
+// kernels keep the same contract, see linear_float_avx512.cc).
 template <DType T, int MT>
 inline void float_tile(const uint8_t* gp, int64_t k, const float* x, int64_t ldx, __m256* out) {
-  constexpr int U = MT >= 4 ? 1 : (MT >= 2 ? 2 : 4);
-  __m256 acc[U][2 * MT];
-  for (int u = 0; u < U; ++u)
-    for (int i = 0; i < 2 * MT; ++i) acc[u][i] = _mm256_setzero_ps();
-  int64_t e = 0;
-  for (; e + U <= k; e += U) {
-    for (int u = 0; u < U; ++u) {
-      const __m256 w0 = load8<T>(gp, e + u, 0), w1 = load8<T>(gp, e + u, 1);
-      for (int t = 0; t < MT; ++t) {
-        const __m256 xb = _mm256_broadcast_ss(x + t * ldx + e + u);
-        acc[u][2 * t] = _mm256_fmadd_ps(w0, xb, acc[u][2 * t]);
-        acc[u][2 * t + 1] = _mm256_fmadd_ps(w1, xb, acc[u][2 * t + 1]);
-      }
-    }
-  }
-  for (; e < k; ++e) {
+  __m256 acc[2 * MT];
+  for (int i = 0; i < 2 * MT; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t e = 0; e < k; ++e) {
     const __m256 w0 = load8<T>(gp, e, 0), w1 = load8<T>(gp, e, 1);
     for (int t = 0; t < MT; ++t) {
       const __m256 xb = _mm256_broadcast_ss(x + t * ldx + e);
-      acc[0][2 * t] = _mm256_fmadd_ps(w0, xb, acc[0][2 * t]);
-      acc[0][2 * t + 1] = _mm256_fmadd_ps(w1, xb, acc[0][2 * t + 1]);
+      acc[2 * t] = _mm256_fmadd_ps(w0, xb, acc[2 * t]);
+      acc[2 * t + 1] = _mm256_fmadd_ps(w1, xb, acc[2 * t + 1]);
     }
   }
-  for (int i = 0; i < 2 * MT; ++i) {
-    __m256 s = acc[0][i];
-    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[u][i]);
-    out[i] = s;
-  }
+  for (int i = 0; i < 2 * MT; ++i) out[i] = acc[i];
 }
 
 template <DType T>
@@ -396,7 +388,7 @@ void fgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
 }  // namespace
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl, true};
+  static const KernelTable t{IsaLevel::kAvx2, quantize_act_impl, qgemm_impl, fgemm_impl, true, kTile, nullptr, nullptr, nullptr};
   return &t;
 }
 

@@ -12,7 +12,8 @@ namespace pagoda::cpu::avx512 {
 #include "backend/cpu/linear_x86_512.inc"
 
 const KernelTable* kernel_table() {
-  static const KernelTable t{IsaLevel::kAvx512, quantize_act_impl, qgemm_impl, fgemm_impl, true};
+  static const KernelTable t{IsaLevel::kAvx512, quantize_act_impl, qgemm_impl, avx512::fgemm_512, true,
+                             kTile, nullptr, avx512::pack_x_512, avx512::fgemm_packed_512};
   return &t;
 }
 
