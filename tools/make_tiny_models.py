@@ -42,7 +42,10 @@ import sys
 import numpy as np
 from safetensors.numpy import save_file
 
-import gguf
+try:
+    import gguf
+except ImportError:  # tools/make_gpu_references.py uses only the HF writers (no gguf on the GPU machine)
+    gguf = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS_JSON = os.path.join(ROOT, "testdata", "reference", "models.json")
@@ -128,7 +131,7 @@ GGUF_TYPES = {
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
-}
+} if gguf is not None else {}
 
 
 def dims(cfg):

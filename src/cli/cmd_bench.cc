@@ -1,9 +1,17 @@
-// `pagoda bench`: llama-bench style offline throughput of the model forward pass.
+// `pagoda bench`: llama-bench style offline throughput of the model forward pass, on the CPU or a
+// CUDA device (--device), through the same ModelExecutor the engine uses.
 //   pp<P>: one prompt of P tokens processed in one batch into an empty cache.
-//   tg<N>: N decode steps of B sequences (one new token each per step), context growing 1..N.
-// Every record carries achieved memory bandwidth (weights + KV bytes read per step / step time)
-// against the machine's measured read bandwidth, and for pp the achieved FLOP/s against the
-// measured f32 FMA peak. Timing: a warm-up run, then R repetitions (mean and stddev).
+//   tg<N>: N decode steps of B sequences (one new token each per step, greedy sampling included),
+//          context growing 1..N.
+//   --requests R: offline serving throughput instead: R requests of --input-len prompt tokens
+//          and --output-len generated tokens (ignore EOS, greedy) submitted at once to the engine
+//          core (continuous batching, chunked prefill); output tokens/s and total tokens/s.
+// Every pp/tg record carries achieved memory bandwidth (weights + KV bytes read per step / step
+// time) against the machine's measured bandwidth, and for pp the achieved FLOP/s against the
+// measured compute peak. CPU: read bandwidth and f32 FMA (or int8 VNNI) peak. CUDA: the
+// device-to-device copy bandwidth (bytes read + bytes written, as the achieved figure counts
+// bytes moved) and the cuBLASLt bf16 GEMM rate at 8192^3. Timing: a warm-up run, then R
+// repetitions (mean and stddev).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,14 +19,18 @@
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/machine_probe.h"
 #include "cli/command.h"
 #include "common/cpu_features.h"
-#include "model/model_loader.h"
-#include "backend/cpu/machine_probe.h"
 #include "common/process_stats.h"
+#include "engine/engine_core.h"
+#include "model/model_loader.h"
+#include "runtime/cuda_executor.h"
+#include "runtime/device_spec.h"
 
 namespace pagoda::cli {
 
@@ -33,12 +45,25 @@ struct BenchOptions {
   std::string model;
   int prompt = 512;
   int gen = 128;
-  int batch = 1;
+  std::vector<int> batches = {1};
   int threads = 0;
   int repeats = 5;
   std::string kv_dtype = "f16";
   std::string isa;
   bool json = false;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  bool no_graphs = false;
+  bool compare_graphs = false;
+  bool batch_invariant = false;
+  int prefill_tile = 128;
+  // Offline serving throughput: one run per (requests, input, output) triple (lists are zipped).
+  std::vector<int> requests;
+  std::vector<int> input_len = {128};
+  std::vector<int> output_len = {128};
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  double memory_utilization = 0.9;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -56,6 +81,96 @@ Stats stats_of(const std::vector<double>& v) {
   for (double x : v) var += (x - s.mean) * (x - s.mean);
   s.stddev = v.size() > 1 ? std::sqrt(var / (v.size() - 1)) : 0;
   return s;
+}
+
+// Offline throughput through the engine core (no tokenizer, no server thread): one core, one run
+// per (requests, input length, output length).
+int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dtype, nlohmann::json& runs) {
+  const size_t n_runs = o.requests.size();
+  auto pick = [](const std::vector<int>& v, size_t i) { return v.at(std::min(i, v.size() - 1)); };
+  int max_len = 0;
+  for (size_t i = 0; i < n_runs; ++i) max_len = std::max(max_len, pick(o.input_len, i) + pick(o.output_len, i) + 1);
+  EngineConfig cfg;
+  cfg.model = o.model;
+  cfg.threads = o.threads;
+  cfg.device = o.device;
+  cfg.dtype = o.dtype;
+  cfg.cuda_graphs = !o.no_graphs;
+  cfg.batch_invariant = o.batch_invariant;
+  cfg.kv_dtype = kv_dtype;
+  cfg.max_model_len = max_len;
+  cfg.scheduler.max_num_seqs = o.max_num_seqs;
+  cfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  if (o.device != "cpu") cfg.memory_utilization = o.memory_utilization;
+  const int64_t vocab = loaded.config.vocab_size;
+  ThreadPool pool(o.threads);
+  const auto t_create = std::chrono::steady_clock::now();
+  auto core = EngineCore::create(cfg, std::move(loaded), pool);
+  if (!core.ok()) {
+    std::cerr << "pagoda bench: " << core.status().to_string() << "\n";
+    return 1;
+  }
+  const double create_s = seconds_since(t_create);
+  if (!o.json) std::cout << (*core)->executor().describe() << "\n" << (*core)->memory_plan().to_string() << "\n";
+  std::mt19937_64 rng(1234);
+  for (size_t run = 0; run < n_runs; ++run) {
+    const int n_req = o.requests[run], in_len = pick(o.input_len, run), out_len = pick(o.output_len, run);
+    for (int i = 0; i < n_req; ++i) {
+      auto r = std::make_unique<Request>();
+      r->id = fmt::format("bench-{}-{}", run, i);
+      for (int k = 0; k < in_len; ++k) r->prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
+      r->sampling.temperature = 0;
+      r->stop.max_tokens = out_len;
+      r->stop.ignore_eos = true;
+      const Status st = (*core)->add_request(std::move(r));
+      if (!st.ok()) {
+        std::cerr << "pagoda bench: " << st.to_string() << "\n";
+        return 1;
+      }
+    }
+    const int64_t preempt0 = (*core)->scheduler().num_preemptions();
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t steps = 0;
+    double next_report = 10;
+    while ((*core)->has_unfinished()) {
+      (*core)->step();
+      ++steps;
+      if (const double el = seconds_since(t0); el >= next_report) {  // progress, in case a run is cut short
+        const CoreStats& cs = (*core)->stats();
+        std::cerr << fmt::format("[progress] {:.0f} s: {} steps, {} generated tokens ({:.0f} tok/s so far)\n", el, steps,
+                                 cs.generation_tokens, cs.generation_tokens / el);
+        next_report += 10;
+      }
+    }
+    const double secs = seconds_since(t0);
+    const int64_t out_tokens = int64_t{n_req} * out_len, in_tokens = int64_t{n_req} * in_len;
+    const DeviceMemoryStats dm = (*core)->executor().device_memory();
+    nlohmann::json r;
+    r["test"] = fmt::format("throughput {}x({} in, {} out)", n_req, in_len, out_len);
+    r["requests"] = n_req;
+    r["input_len"] = in_len;
+    r["output_len"] = out_len;
+    r["max_num_seqs"] = o.max_num_seqs;
+    r["max_num_batched_tokens"] = o.max_num_batched_tokens;
+    r["seconds"] = secs;
+    r["steps"] = steps;
+    r["output_tokens_per_s"] = out_tokens / secs;
+    r["total_tokens_per_s"] = (out_tokens + in_tokens) / secs;
+    r["requests_per_s"] = n_req / secs;
+    r["preemptions"] = (*core)->scheduler().num_preemptions() - preempt0;
+    r["device_memory_used_gib"] = static_cast<double>(dm.used) / (1 << 30);
+    r["engine_create_s"] = create_s;
+    r["memory_plan"] = (*core)->memory_plan().to_json();
+    r["device"] = (*core)->executor().describe();
+    if (!o.json)
+      std::cout << fmt::format("{}: {:.2f} s, {} steps, {:.1f} output tok/s, {:.1f} total tok/s, {:.2f} req/s, {} preemptions, "
+                               "device memory used {:.1f} GiB\n",
+                               r["test"].get<std::string>(), secs, steps, out_tokens / secs,
+                               (out_tokens + in_tokens) / secs, n_req / secs, r["preemptions"].get<int64_t>(),
+                               static_cast<double>(dm.used) / (1 << 30));
+    runs.push_back(r);
+  }
+  return 0;
 }
 
 struct MachineCeilings {
@@ -102,146 +217,245 @@ int run_bench(const BenchOptions& o) {
     }
     set_isa_level_cap(level);
   }
+  auto dev = parse_device(o.device);
+  if (!dev.ok()) {
+    std::cerr << "pagoda bench: " << dev.status().to_string() << "\n";
+    return 2;
+  }
+  const bool cuda = dev->type == Device::kCuda;
   auto kv_dtype = dtype_from_name(o.kv_dtype);
   if (!kv_dtype || (*kv_dtype != DType::kF32 && *kv_dtype != DType::kF16 && *kv_dtype != DType::kBF16)) {
     std::cerr << "pagoda bench: --kv-dtype must be f32, f16 or bf16\n";
     return 2;
   }
-  if (o.prompt < 0 || o.gen < 0 || o.batch < 1 || o.repeats < 1) {
+  const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
+  const int min_batch = o.batches.empty() ? 1 : *std::min_element(o.batches.begin(), o.batches.end());
+  if (o.prompt < 0 || o.gen < 0 || min_batch < 1 || o.repeats < 1) {
     std::cerr << "pagoda bench: -p, -n must be >= 0, -b and -r >= 1\n";
     return 2;
   }
-  // Machine ceilings, bytes/s and op/s: decode is bound by the first, prefill by the FMA peak
-  // (float weights) or the int8 VNNI peak (quantized weights, integer dot products). Measured in
-  // a child process so the probe's 512 MiB buffer stays out of this process's peak RSS.
-  const MachineCeilings ceilings = measure_ceilings_in_child(o.threads);
-  const double bandwidth = ceilings.read_bandwidth, fma_peak = ceilings.fma_peak, vnni_peak = ceilings.vnni_peak;
+  for (int r : o.requests)
+    if (r < 1) {
+      std::cerr << "pagoda bench: --requests must be >= 1\n";
+      return 2;
+    }
+  int max_len = std::max(o.prompt, o.gen) + 1;
+  for (size_t i = 0; i < o.requests.size(); ++i)
+    max_len = std::max(max_len, o.input_len.at(std::min(i, o.input_len.size() - 1)) +
+                                    o.output_len.at(std::min(i, o.output_len.size() - 1)) + 1);
+  // CPU ceilings, bytes/s and op/s: decode is bound by the first, prefill by the FMA peak (float
+  // weights) or the int8 VNNI peak (quantized weights, integer dot products). Measured in a child
+  // process so the probe's 512 MiB buffer stays out of this process's peak RSS.
+  const MachineCeilings cpu_ceilings =
+      cuda || (o.prompt == 0 && o.gen == 0) ? MachineCeilings{} : measure_ceilings_in_child(o.threads);
   ModelLoadOptions lo;
-  lo.max_model_len = std::max(o.prompt, o.gen) + 1;
+  lo.max_model_len = max_len;
+  lo.cpu_kernels = !cuda;
+  const auto t_load = std::chrono::steady_clock::now();
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
     std::cerr << "pagoda bench: " << loaded.status().to_string() << "\n";
     return 1;
   }
-  const ModelConfig& cfg = loaded->config;
-  ThreadPool pool(o.threads);
-
-  // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
-  const LlamaWeights& w = loaded->model->weights();
-  int64_t weight_bytes = 0, linear_params = 0;
-  for (const LinearWeight* lw : w.linear_weights()) {
-    weight_bytes += linear_weight_tensor(*lw).nbytes();
-    if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
-  }
-  const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
-  const double compute_peak = quantized && vnni_peak > 0 ? vnni_peak : fma_peak;
-  const char* peak_name = quantized && vnni_peak > 0 ? "int8 VNNI" : "f32 FMA";
-  const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
-  const int64_t block_size = 16;
-  const int64_t max_ctx = std::max(o.prompt, o.gen) + 1;
-  const int64_t blocks_per_seq = (max_ctx + block_size - 1) / block_size;
-  const int64_t seqs = std::max(1, o.batch);
-  KvCacheStorage kv(cfg, blocks_per_seq * seqs, block_size, *kv_dtype);
-  ForwardWorkspace ws;
-  Tensor logits;
-  std::vector<std::vector<int32_t>> tables(seqs);
-  for (int64_t s = 0; s < seqs; ++s)
-    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
-  auto token = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size); };
-
+  const double load_s = seconds_since(t_load);
+  const ModelConfig cfg = loaded->config;
+  ThreadPool pool(cuda ? 1 : o.threads);
   nlohmann::json records = nlohmann::json::array();
-  auto report = [&](const std::string& test, int64_t tokens, const std::vector<double>& times, double bytes, double flops) {
-    std::vector<double> tps;
-    for (double t : times) tps.push_back(tokens / t);
-    const Stats s = stats_of(tps);
-    const double mean_time = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
-    nlohmann::json r;
-    r["test"] = test;
-    r["tokens"] = tokens;
-    r["tokens_per_s"] = s.mean;
-    r["tokens_per_s_stddev"] = s.stddev;
-    r["runs"] = times.size();
-    r["bytes_read"] = bytes;
-    r["bandwidth_gb_s"] = bytes / mean_time / 1e9;
-    r["bandwidth_ratio"] = bytes / mean_time / bandwidth;
-    if (flops > 0) {
-      r["gflop_s"] = flops / mean_time / 1e9;
-      r["compute_peak_ratio"] = flops / mean_time / compute_peak;
-    }
-    records.push_back(r);
-  };
-
-  if (o.prompt > 0) {
-    std::vector<int32_t> ids(o.prompt);
-    for (int i = 0; i < o.prompt; ++i) ids[i] = token(i);
-    std::vector<double> times;
-    for (int r = -1; r < o.repeats; ++r) {
-      ForwardBatch b;
-      b.add_sequence(ids, o.prompt, tables[0], block_size);
-      const auto t0 = std::chrono::steady_clock::now();
-      loaded->model->forward(b, kv, ws, logits, pool);
-      if (r >= 0) times.push_back(seconds_since(t0));
-    }
-    const double attn_flops = 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * (double(o.prompt) * (o.prompt + 1) / 2);
-    const double flops = 2.0 * linear_params * o.prompt + attn_flops + 2.0 * cfg.vocab_size * cfg.hidden_size;
-    const double bytes = weight_bytes + double(kv_token_bytes) * o.prompt;
-    report(fmt::format("pp{}", o.prompt), o.prompt, times, bytes, flops);
-  }
-  if (o.gen > 0) {
-    std::vector<double> times;
-    double bytes = 0;
-    for (int r = -1; r < o.repeats; ++r) {
-      double t = 0, run_bytes = 0;
-      for (int step = 0; step < o.gen; ++step) {
-        ForwardBatch b;
-        for (int64_t s = 0; s < seqs; ++s) b.add_sequence({token(step + s)}, step + 1, tables[s], block_size);
-        const auto t0 = std::chrono::steady_clock::now();
-        loaded->model->forward(b, kv, ws, logits, pool);
-        t += seconds_since(t0);
-        run_bytes += weight_bytes + double(kv_token_bytes) * (step + 1) * seqs;
-      }
-      if (r >= 0) times.push_back(t);
-      bytes = run_bytes;
-    }
-    report(o.batch > 1 ? fmt::format("tg{} b{}", o.gen, o.batch) : fmt::format("tg{}", o.gen), int64_t(o.gen) * seqs,
-           times, bytes, 0);
-  }
-
   nlohmann::json out;
   out["model"] = o.model;
   out["config"] = cfg.summary();
-  out["threads"] = pool.size();
-  out["isa"] = isa_level_name(active_isa_level());
-  out["cpu"] = cpu_features().brand;
   out["kv_dtype"] = o.kv_dtype;
-  out["weight_bytes"] = weight_bytes;
-  out["machine_read_bandwidth_gb_s"] = bandwidth / 1e9;
-  out["machine_fma_peak_gflop_s"] = fma_peak / 1e9;
-  out["machine_vnni_peak_gop_s"] = vnni_peak / 1e9;
-  out["compute_peak_used"] = peak_name;
-  out["peak_rss_mib"] = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  out["model_load_s"] = load_s;
+
+  if (o.prompt > 0 || o.gen > 0) {
+    // Machine ceilings: decode is bound by bandwidth, prefill by the compute peak.
+    double bandwidth = 0, compute_peak = 0;
+    std::string peak_name, bw_name, machine;
+    const LlamaWeights& w = loaded->model->weights();
+    const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
+    if (cuda) {
+      auto c = cuda_measure_ceilings(dev->index);
+      if (!c.ok()) {
+        std::cerr << "pagoda bench: " << c.status().to_string() << "\n";
+        return 1;
+      }
+      bandwidth = c->copy_bandwidth;
+      compute_peak = c->bf16_gemm_flops;
+      peak_name = "cuBLASLt bf16 GEMM 8192^3";
+      bw_name = "device copy (read + write)";
+      machine = c->device_name;
+    } else {
+      bandwidth = cpu_ceilings.read_bandwidth;
+      const double fma_peak = cpu_ceilings.fma_peak, vnni_peak = cpu_ceilings.vnni_peak;
+      compute_peak = quantized && vnni_peak > 0 ? vnni_peak : fma_peak;
+      peak_name = quantized && vnni_peak > 0 ? "int8 VNNI" : "f32 FMA";
+      bw_name = "read";
+      machine = cpu_features().brand;
+    }
+
+    const int64_t block_size = 16;
+    const int64_t max_ctx = std::max(o.prompt, o.gen) + 1;
+    const int64_t blocks_per_seq = (max_ctx + block_size - 1) / block_size;
+    const int64_t seqs = max_batch;
+    KvCacheSpec spec;
+    spec.num_blocks = blocks_per_seq * seqs;
+    spec.block_size = block_size;
+    spec.dtype = *kv_dtype;
+    std::unique_ptr<ModelExecutor> ex;
+    if (cuda) {
+      CudaExecutorOptions co;
+      co.device = dev->index;
+      co.dtype = o.dtype;
+      co.max_num_tokens = std::max<int64_t>(o.prompt, seqs);
+      co.max_num_seqs = seqs;
+      co.max_model_len = max_ctx;
+      co.cuda_graphs = !o.no_graphs;
+      co.batch_invariant = o.batch_invariant;
+      co.prefill_tile_q = o.prefill_tile;
+      auto r = make_cuda_executor(*loaded->model, spec, co);
+      if (!r.ok()) {
+        std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
+        return 1;
+      }
+      ex = std::move(*r);
+    } else {
+      ex = make_cpu_executor(*loaded->model, spec, pool);
+    }
+
+    // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
+    // On CUDA the weights are read in the compute dtype the executor converted them to.
+    const bool f32_compute =
+        cuda && (o.dtype == "f32" || (o.dtype == "auto" && linear_weight_tensor(*w.layers.at(0).wqkv).dtype() == DType::kF32));
+    auto bytes_of = [&](const Tensor& t) { return cuda ? t.numel() * (f32_compute ? 4 : 2) : t.nbytes(); };
+    int64_t weight_bytes = 0, linear_params = 0;
+    for (const LinearWeight* lw : w.linear_weights()) {
+      weight_bytes += bytes_of(linear_weight_tensor(*lw));
+      if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
+    }
+    const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
+    std::vector<std::vector<int32_t>> tables(seqs);
+    for (int64_t s = 0; s < seqs; ++s)
+      for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    auto token = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size); };
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    std::vector<SampleResult> sampled;
+    // One step: the engine's path (device-side greedy sampling when the executor offers it).
+    auto step = [&](const ForwardBatch& b) {
+      if (ex->samples_on_device()) {
+        std::vector<SampleSpec> specs(b.logits_rows.size());
+        for (size_t i = 0; i < specs.size(); ++i) {
+          specs[i].logits_row = static_cast<int64_t>(i);
+          specs[i].params = &greedy;
+        }
+        ex->forward_sample(b, specs, sampled);
+      } else {
+        ex->forward(b);
+      }
+    };
+    auto report = [&](const std::string& test, int64_t tokens, const std::vector<double>& times, double bytes, double flops) {
+      std::vector<double> tps;
+      for (double t : times) tps.push_back(tokens / t);
+      const Stats s = stats_of(tps);
+      const double mean_time = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
+      nlohmann::json r;
+      r["test"] = test;
+      r["tokens"] = tokens;
+      r["tokens_per_s"] = s.mean;
+      r["tokens_per_s_stddev"] = s.stddev;
+      r["runs"] = times.size();
+      r["bytes_read"] = bytes;
+      r["bandwidth_gb_s"] = bytes / mean_time / 1e9;
+      r["bandwidth_ratio"] = bytes / mean_time / bandwidth;
+      if (flops > 0) {
+        r["gflop_s"] = flops / mean_time / 1e9;
+        r["compute_peak_ratio"] = flops / mean_time / compute_peak;
+      }
+      records.push_back(r);
+    };
+
+    if (o.prompt > 0) {
+      std::vector<int32_t> ids(o.prompt);
+      for (int i = 0; i < o.prompt; ++i) ids[i] = token(i);
+      std::vector<double> times;
+      for (int r = -1; r < o.repeats; ++r) {
+        ForwardBatch b;
+        b.add_sequence(ids, o.prompt, tables[0], block_size);
+        const auto t0 = std::chrono::steady_clock::now();
+        step(b);
+        if (r >= 0) times.push_back(seconds_since(t0));
+      }
+      const double attn_flops = 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * (double(o.prompt) * (o.prompt + 1) / 2);
+      const double flops = 2.0 * linear_params * o.prompt + attn_flops + 2.0 * cfg.vocab_size * cfg.hidden_size;
+      const double bytes = weight_bytes + double(kv_token_bytes) * o.prompt;
+      report(fmt::format("pp{}", o.prompt), o.prompt, times, bytes, flops);
+    }
+    std::vector<bool> graph_modes = {true};
+    if (o.compare_graphs && ex->set_graphs_enabled(true)) graph_modes = {true, false};
+    for (int batch : o.batches) {
+      if (o.gen <= 0) break;
+      for (bool graphs : graph_modes) {
+        ex->set_graphs_enabled(graphs);
+        std::vector<double> times;
+        double bytes = 0;
+        for (int r = -1; r < o.repeats; ++r) {
+          double t = 0, run_bytes = 0;
+          for (int st = 0; st < o.gen; ++st) {
+            ForwardBatch b;
+            for (int64_t s = 0; s < batch; ++s) b.add_sequence({token(st + s)}, st + 1, tables[s], block_size);
+            const auto t0 = std::chrono::steady_clock::now();
+            step(b);
+            t += seconds_since(t0);
+            run_bytes += weight_bytes + double(kv_token_bytes) * (st + 1) * batch;
+          }
+          if (r >= 0) times.push_back(t);
+          bytes = run_bytes;
+        }
+        std::string name = batch > 1 ? fmt::format("tg{} b{}", o.gen, batch) : fmt::format("tg{}", o.gen);
+        if (graph_modes.size() > 1) name += graphs ? " graphs" : " eager";
+        report(name, int64_t(o.gen) * batch, times, bytes, 0);
+      }
+    }
+    ex->set_graphs_enabled(true);
+    out["device"] = ex->describe();
+    out["machine"] = machine;
+    out["threads"] = pool.size();
+    out["isa"] = isa_level_name(active_isa_level());
+    out["weight_bytes"] = weight_bytes;
+    out["machine_bandwidth_gb_s"] = bandwidth / 1e9;
+    out["machine_bandwidth_kind"] = bw_name;
+    out["machine_compute_peak_gflop_s"] = compute_peak / 1e9;
+    out["compute_peak_used"] = peak_name;
+    const DeviceMemoryStats dm = ex->device_memory();
+    if (dm.total > 0) out["device_memory_used_gib"] = static_cast<double>(dm.used) / (1 << 30);
+    if (!o.json) {
+      std::cout << fmt::format("model {}  device {}  kv {}\n", o.model, ex->describe(), o.kv_dtype);
+      std::cout << fmt::format("machine {}: bandwidth {:.1f} GB/s ({}), compute peak {:.1f} GFLOP/s ({})\n", machine,
+                               bandwidth / 1e9, bw_name, compute_peak / 1e9, peak_name);
+      std::cout << fmt::format("| {:<18} | {:>18} | {:>10} | {:>7} | {:>11} | {:>7} |\n", "test", "t/s", "GB/s", "bw %",
+                               "GFLOP/s", "peak %");
+      std::cout << "|--------------------|--------------------|------------|---------|-------------|---------|\n";
+      for (const auto& r : records) {
+        const bool has_flops = r.contains("gflop_s");
+        std::cout << fmt::format("| {:<18} | {:>10.2f} ± {:<5.2f} | {:>10.2f} | {:>6.1f}% | {:>11} | {:>7} |\n",
+                                 r["test"].get<std::string>(), r["tokens_per_s"].get<double>(),
+                                 r["tokens_per_s_stddev"].get<double>(), r["bandwidth_gb_s"].get<double>(),
+                                 100 * r["bandwidth_ratio"].get<double>(),
+                                 has_flops ? fmt::format("{:.1f}", r["gflop_s"].get<double>()) : "-",
+                                 has_flops ? fmt::format("{:.1f}%", 100 * r["compute_peak_ratio"].get<double>()) : "-");
+      }
+      std::cout.flush();
+    }
+  }
   out["results"] = records;
-  if (o.json) {
-    std::cout << out.dump(2) << "\n";
-    return 0;
+  nlohmann::json runs = nlohmann::json::array();
+  if (!o.requests.empty()) {
+    const int rc = run_throughput(o, std::move(*loaded), *kv_dtype, runs);
+    if (rc != 0) return rc;
   }
-  std::cout << fmt::format("model {}  threads {}  isa {}  kv {}\n", o.model, pool.size(), isa_level_name(active_isa_level()),
-                           o.kv_dtype);
-  std::cout << fmt::format("machine: read bandwidth {:.1f} GB/s, f32 FMA peak {:.1f} GFLOP/s, int8 VNNI peak {:.1f} GOP/s; "
-                           "compute ratios use the {} peak; peak RSS {:.0f} MiB\n",
-                           bandwidth / 1e9, fma_peak / 1e9, vnni_peak / 1e9, peak_name,
-                           static_cast<double>(peak_rss_bytes()) / (1 << 20));
-  std::cout << fmt::format("| {:<10} | {:>16} | {:>12} | {:>8} | {:>12} | {:>8} |\n", "test", "t/s", "GB/s", "bw %", "GFLOP/s", "peak %");
-  std::cout << "|------------|------------------|--------------|----------|--------------|----------|\n";
-  for (const auto& r : records) {
-    const bool has_flops = r.contains("gflop_s");
-    std::cout << fmt::format("| {:<10} | {:>8.2f} ± {:<5.2f} | {:>12.2f} | {:>7.1f}% | {:>12} | {:>8} |\n",
-                             r["test"].get<std::string>(), r["tokens_per_s"].get<double>(),
-                             r["tokens_per_s_stddev"].get<double>(), r["bandwidth_gb_s"].get<double>(),
-                             100 * r["bandwidth_ratio"].get<double>(),
-                             has_flops ? fmt::format("{:.1f}", r["gflop_s"].get<double>()) : "-",
-                             has_flops ? fmt::format("{:.1f}%", 100 * r["compute_peak_ratio"].get<double>()) : "-");
-  }
+  out["throughput"] = runs;
+  out["peak_rss_mib"] = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  if (o.json) std::cout << out.dump(2) << "\n";
   return 0;
 }
 
@@ -257,11 +471,24 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory");
   app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)");
   app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)");
-  app->add_option("-b,--batch", o->batch, "Sequences decoded together in the tg test");
+  app->add_option("-b,--batch", o->batches, "Sequences decoded together in the tg test (several: -b 1,8,64)")->delimiter(',');
   app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
   app->add_option("-r,--repeats", o->repeats, "Timed repetitions (after one warm-up)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
+  app->add_option("--device", o->device, "cpu, cuda or cuda:N");
+  app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto, f32, bf16");
+  app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
+  app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
+  app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
+  app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)");
+  app->add_option("--requests", o->requests, "Offline throughput: requests per run (several: --requests 1000,200)")
+      ->delimiter(',');
+  app->add_option("--input-len", o->input_len, "Offline throughput: prompt tokens per request, per run")->delimiter(',');
+  app->add_option("--output-len", o->output_len, "Offline throughput: generated tokens per request, per run")->delimiter(',');
+  app->add_option("--max-num-seqs", o->max_num_seqs, "Offline throughput: sequences per step");
+  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step");
+  app->add_option("--memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory");
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)

@@ -30,6 +30,9 @@ struct ThroughputOptions {
   int64_t kv_cache_memory = 0;
   uint64_t seed = 0;
   bool json = false;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  bool no_graphs = false;
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -56,6 +59,9 @@ int run_throughput(const ThroughputOptions& o) {
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
   cfg.max_model_len = o.input_len + o.output_len + 1;
   cfg.kv_cache_memory = o.kv_cache_memory;
+  cfg.device = o.device;
+  cfg.dtype = o.dtype;
+  cfg.cuda_graphs = !o.no_graphs;
   auto engine = Engine::create(cfg);
   if (!engine.ok()) {
     std::cerr << "pagoda bench throughput: " << engine.status().to_string() << "\n";
@@ -183,6 +189,9 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--max-num-seqs", o->max_num_seqs, "Sequences batched together");
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)");
   app->add_option("--seed", o->seed, "Seed of the random prompts");
+  app->add_option("--device", o->device, "cpu, cuda or cuda:N");
+  app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
+  app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };
 });

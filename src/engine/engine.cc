@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/engine_core.h"
+#include "runtime/device_spec.h"
 #include "engine/stop_matcher.h"
 #include "template/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -73,10 +74,11 @@ bool RequestStream::done() const {
 std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
-      "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us",
+      "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {}",
       model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
-      scheduler.policy, max_queue_delay_us);
+      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant);
 }
 
 // ---- EngineLoop: the engine thread and text output ----
@@ -384,6 +386,11 @@ void EngineLoop::run() {
       stats_.steps = core_->stats().steps;
       stats_.num_kv_blocks = kv.pool().num_usable_blocks();
       stats_.free_kv_blocks = kv.num_free_blocks();
+      if (stats_.device_memory_total == 0 || core_->stats().steps % 64 == 0) {
+        const DeviceMemoryStats dm = core_->executor().device_memory();
+        stats_.device_memory_used = dm.used;
+        stats_.device_memory_total = dm.total;
+      }
       if (step_observer_ && core_->stats().steps != steps_before) step_observer_(core_->stats().last_step_tokens);
     }
     // Outputs go out after the stats are updated: a client that sees its final output also sees
@@ -400,8 +407,10 @@ Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
 Engine::~Engine() { shutdown(); }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   ModelLoadOptions lo;
   lo.max_model_len = config.max_model_len;
+  lo.cpu_kernels = dev.type == Device::kCpu;
   PAGODA_ASSIGN_OR_RETURN(LoadedModel model, load_model(config.model, lo));
   PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
   if (tok->vocab_size() > model.config.vocab_size)

@@ -109,6 +109,9 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t steps = 0;
   int64_t num_kv_blocks = 0, free_kv_blocks = 0;
+  // Accelerator memory in use / total (all processes; NVML or cudaMemGetInfo), 0 on the CPU.
+  // Refreshed every 64 steps.
+  int64_t device_memory_used = 0, device_memory_total = 0;
 };
 
 class Engine {

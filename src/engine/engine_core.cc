@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "runtime/cuda_executor.h"
+#include "runtime/device_spec.h"
+
 namespace pagoda {
 namespace {
 double steady_seconds() {
@@ -19,6 +22,15 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   core->config_ = config;
   core->pool_ = &pool;
   const ModelConfig& mc = model.config;
+  PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
+  const bool cuda = dev.type == Device::kCuda;
+  CudaExecutorOptions co;
+  co.device = dev.index;
+  co.dtype = config.dtype;
+  co.max_num_tokens = config.scheduler.max_num_batched_tokens;
+  co.max_num_seqs = config.scheduler.max_num_seqs;
+  co.cuda_graphs = config.cuda_graphs;
+  co.batch_invariant = config.batch_invariant;
 
   MemoryPlanInput in;
   in.config = mc;
@@ -32,7 +44,20 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   in.device_memory = host_memory_bytes();
   in.memory_utilization = config.memory_utilization;
   in.kv_cache_memory = config.kv_cache_memory;
-  if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
+  if (cuda) {
+    // Device memory: the CUDA executor's own terms (weights in its compute dtype, workspace,
+    // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
+    // is already in use there.
+    PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms terms, cuda_memory_terms(*model.model, co));
+    PAGODA_ASSIGN_OR_RETURN(const CudaMemoryInfo info, cuda_memory_info(dev.index));
+    in.weight_bytes = terms.weights;
+    in.workspace_bytes = terms.workspace;
+    in.logits_bytes = terms.logits;
+    in.overhead_bytes = terms.overhead;
+    in.device_memory = info.total;
+    in.device_reserved = info.total - info.free;
+    if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
+  } else if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
     // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
     const int64_t want = (in.max_model_len + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
     in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
@@ -58,7 +83,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   spec.block_size = config.block_size;
   spec.dtype = config.kv_dtype;
   spec.num_host_blocks = host_blocks > 0 ? host_blocks + 1 : 0;
-  core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
+  if (cuda) {
+    co.max_model_len = core->max_model_len_;
+    PAGODA_ASSIGN_OR_RETURN(core->executor_, make_cuda_executor(*core->model_.model, spec, co));
+  } else {
+    core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
+  }
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   return core;
 }

@@ -45,7 +45,9 @@ void ensure_workspace(const ModelConfig& c, int64_t T, ForwardWorkspace& ws) {
 }  // namespace
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, WeightNaming naming,
-                                                     const TensorLookup& lookup, int64_t max_positions) {
+                                                     const TensorLookup& lookup, int64_t max_positions,
+                                                     bool cpu_kernels) {
+  const IsaLevel isa_cap = cpu_kernels ? IsaLevel::kAmx : IsaLevel::kScalar;  // scalar: no repacking
   PAGODA_RETURN_IF_ERROR(config.validate());
   const auto table = llama_family_tensor_table(config);
   PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
@@ -60,7 +62,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
   auto linear_of = [&](const std::string& gguf_name) -> Result<std::shared_ptr<const LinearWeight>> {
     const std::string name = name_of(find_decl(gguf_name));
     const Tensor* t = find_tensor(lookup, name);
-    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear(*t, name));
+    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear(*t, name, isa_cap));
     if (linear_weight_repacked(*lw)) releasable.push_back(t);
     return lw;
   };
@@ -68,7 +70,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
       -> Result<std::shared_ptr<const LinearWeight>> {
     std::vector<Tensor> parts;
     for (const char* g : gguf_names) parts.push_back(*find_tensor(lookup, name_of(find_decl(g))));
-    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear_fused(parts, label));
+    PAGODA_ASSIGN_OR_RETURN(auto lw, prepare_linear_fused(parts, label, isa_cap));
     // The fused weight owns a concatenated copy: the mapped originals are not read again.
     for (const char* g : gguf_names) releasable.push_back(find_tensor(lookup, name_of(find_decl(g))));
     return lw;
@@ -81,7 +83,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config, 
   if (find_tensor(lookup, out_name) != nullptr) {
     PAGODA_ASSIGN_OR_RETURN(w.output, linear_of("output.weight"));
   } else {
-    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight"))));
+    PAGODA_ASSIGN_OR_RETURN(w.output, prepare_linear(w.token_embd, name_of(find_decl("token_embd.weight")), isa_cap));
   }
   if (Tensor rf = optional_f32(lookup, name_of(find_decl("rope_freqs.weight"))); rf.defined())
     w.rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());

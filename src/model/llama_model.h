@@ -57,8 +57,11 @@ class LlamaModel {
  public:
   // Validates the checkpoint against the family's tensor table and prepares every weight.
   // `max_positions` bounds the RoPE table (the maximum model length the engine will use).
+  // `cpu_kernels` false skips the CPU repacking (weights stay views of the checkpoint; the CPU
+  // forward still works, on the generic kernels): for device executors.
   static Result<std::unique_ptr<LlamaModel>> load(const ModelConfig& config, WeightNaming naming,
-                                                  const TensorLookup& lookup, int64_t max_positions);
+                                                  const TensorLookup& lookup, int64_t max_positions,
+                                                  bool cpu_kernels = true);
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }

@@ -28,7 +28,7 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
   auto lookup = [source](const std::string& name) { return source->get(name); };
-  auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len);
+  auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len, options.cpu_kernels);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
   m.model = std::move(model).value();
   return m;

@@ -15,6 +15,9 @@ namespace pagoda {
 struct ModelLoadOptions {
   // Longest sequence the engine will run (RoPE table size); 0: the model's trained context.
   int64_t max_model_len = 0;
+  // Prepare (repack) the weights for the CPU kernels. A device executor reads the original
+  // tensors and skips this (no packed host copies of the weights).
+  bool cpu_kernels = true;
 };
 
 struct LoadedModel {

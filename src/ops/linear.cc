@@ -34,6 +34,11 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
 
 Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
                                                                  const std::string& name) {
+  return prepare_linear_fused(ws, name, IsaLevel::kAmx);
+}
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name, IsaLevel max_isa) {
   if (ws.empty()) return invalid_argument("fused linear '{}': no weights", name);
   int64_t n = 0;
   for (const Tensor& w : ws) {
@@ -48,7 +53,7 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vect
     std::memcpy(cat.row_ptr(row), w.data(), static_cast<size_t>(w.nbytes()));
     row += w.dim(0);
   }
-  PAGODA_ASSIGN_OR_RETURN(auto prepared, prepare_linear(cat, name));
+  PAGODA_ASSIGN_OR_RETURN(auto prepared, prepare_linear(cat, name, max_isa));
   if (prepared->pack != cpu::PackKind::kNone) {
     // The kernels read the packed copy: drop the concatenated one (keep shape and dtype).
     auto lw = std::const_pointer_cast<LinearWeight>(prepared);

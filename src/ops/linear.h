@@ -37,6 +37,9 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
 // columns [sum_{j<i} N_j, ...). The concatenated copy is owned by the prepared weight.
 Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
                                                                  const std::string& name);
+// Same, with the ISA level capped (kScalar: no repacking; device executors read the copy).
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name, IsaLevel max_isa);
 
 // The original [N, K] tensor. For a fused weight whose kernels read a repacked copy, the
 // concatenated original is released after packing: shape and dtype only (data() is null).

@@ -61,6 +61,10 @@ class CpuExecutor final : public ModelExecutor {
 
 }  // namespace
 
+void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&) {
+  PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
+}
+
 std::unique_ptr<ModelExecutor> make_cpu_executor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool) {
   return std::make_unique<CpuExecutor>(model, spec, pool);
 }

@@ -36,9 +36,11 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   p.max_model_len = in.max_model_len > 0 ? in.max_model_len : in.config.max_position_embeddings;
   p.weights = in.weight_bytes;
-  p.workspace = workspace_bytes(in.config, in.max_num_batched_tokens);
-  p.logits = static_cast<int64_t>(std::min(in.max_num_seqs, in.max_num_batched_tokens)) * in.config.vocab_size * 4;
-  p.runtime_overhead = kRuntimeOverhead;
+  p.workspace = in.workspace_bytes >= 0 ? in.workspace_bytes : workspace_bytes(in.config, in.max_num_batched_tokens);
+  p.logits = in.logits_bytes >= 0
+                 ? in.logits_bytes
+                 : static_cast<int64_t>(std::min(in.max_num_seqs, in.max_num_batched_tokens)) * in.config.vocab_size * 4;
+  p.runtime_overhead = (in.overhead_bytes >= 0 ? in.overhead_bytes : kRuntimeOverhead) + in.device_reserved;
   p.kv_bytes_per_token = in.config.kv_bytes_per_token(in.kv_dtype);
   p.block_bytes = p.kv_bytes_per_token * in.block_size;
   const int64_t fixed = p.weights + p.workspace + p.logits + p.runtime_overhead;

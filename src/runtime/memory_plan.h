@@ -31,6 +31,11 @@ struct MemoryPlanInput {
   int64_t device_memory = 0;         // total memory of the device (bytes)
   double memory_utilization = 0.9;   // fraction of device_memory the engine may use
   int64_t kv_cache_memory = 0;       // > 0: exact KV budget, overrides the fraction
+  // Device executors (CUDA) state their own terms; -1: the CPU formulas below.
+  int64_t workspace_bytes = -1;
+  int64_t logits_bytes = -1;
+  int64_t overhead_bytes = -1;
+  int64_t device_reserved = 0;       // bytes already in use on the device (context, other processes)
 };
 
 struct MemoryPlan {

@@ -6,10 +6,17 @@
 // and returns logits for batch.logits_rows as [rows, vocab] f32 in host memory (valid until the
 // next call). Block ids index the executor's cache; swap copies move whole blocks between it and
 // host swap space. Not thread-safe: the engine-core thread owns it.
+//
+// Device-side sampling (optional): an executor whose samples_on_device() is true also implements
+// forward_sample(): the forward pass, then one sample per SampleSpec on the device, so only the
+// sampled ids (and requested logprobs) cross to the host. The runner calls it instead of
+// forward() + the CPU sampler; the semantics are the CPU sampler's (runtime/sampler.h), with the
+// draw u = token_rng(seed, output index).uniform() computed by the runner.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +25,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/llama_model.h"
 #include "runtime/forward_batch.h"
+#include "runtime/sampler.h"
 
 namespace pagoda {
 
@@ -26,6 +34,21 @@ struct KvCacheSpec {
   int64_t block_size = 16;
   DType dtype = DType::kF16;
   int64_t num_host_blocks = 0;  // swap space (0: none)
+};
+
+// One row to sample on the device.
+struct SampleSpec {
+  int64_t logits_row = 0;                   // index into the batch's logits_rows
+  const SamplingParams* params = nullptr;
+  double uniform = 0;                       // the draw in [0, 1)
+  TokenHistory history;                     // prompt and output tokens (penalties)
+  std::span<const int32_t> blocked_ids;     // masked to -inf (min_tokens not reached); empty: none
+};
+
+// Device memory as the executor sees it (NVML when present, else cudaMemGetInfo); 0 on the CPU.
+struct DeviceMemoryStats {
+  int64_t used = 0;   // bytes in use on the device (all processes)
+  int64_t total = 0;
 };
 
 class ModelExecutor {
@@ -39,6 +62,17 @@ class ModelExecutor {
   virtual int64_t workspace_bytes() const = 0;
   // Bytes of the KV cache (device) as allocated.
   virtual int64_t kv_cache_bytes() const = 0;
+
+  virtual bool samples_on_device() const { return false; }
+  // results[i] for specs[i]. Only called when samples_on_device().
+  virtual void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
+                              std::vector<SampleResult>& results);
+  virtual DeviceMemoryStats device_memory() const { return {}; }
+  // One line for start-up logs: device, compute path, graphs.
+  virtual std::string describe() const { return device_name(); }
+  // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
+  // compare both); returns false when there is nothing to switch.
+  virtual bool set_graphs_enabled(bool on) { return false; }
 };
 
 // The CPU executor: the model's forward pass on `pool`, KV cache in host memory.

@@ -61,11 +61,31 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     }
   }
   result.num_tokens = static_cast<int32_t>(batch_.num_tokens());
+  result.samples.resize(to_sample.size());
+  const int64_t n_samples = static_cast<int64_t>(to_sample.size());
+  if (executor_.samples_on_device()) {
+    // The forward pass and the sampling both on the device; only ids and logprobs come back.
+    std::vector<SampleSpec> specs(to_sample.size());
+    for (int64_t i = 0; i < n_samples; ++i) {
+      ReqState& s = *to_sample[i];
+      const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
+      SampleSpec& sp = specs[i];
+      sp.logits_row = rows[i];
+      sp.params = &s.sampling;
+      sp.uniform = s.sampling.greedy() ? 0.0 : token_rng(s.seed, n_out).uniform();
+      sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt),
+                    std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
+      if (n_out < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
+    }
+    std::vector<SampleResult> sampled;
+    executor_.forward_sample(batch_, specs, sampled);
+    for (int64_t i = 0; i < n_samples; ++i) result.samples[i] = {*sample_ids[i], std::move(sampled[i])};
+    for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);
+    return result;
+  }
   const Tensor& logits = executor_.forward(batch_);
 
-  result.samples.resize(to_sample.size());
   const int64_t vocab = logits.dim(1);
-  const int64_t n_samples = static_cast<int64_t>(to_sample.size());
   pool_.run([&](int ith, int nth) {
     std::vector<float> masked;
     Sampler& sampler = samplers_[ith];  // per-thread scratch

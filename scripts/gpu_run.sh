@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Runs Pagoda's CUDA tests and benchmarks on a GPU machine, from the package scripts/gpu_pack.sh
+# made (.gpu/pack.tar.xz). Meant for the device tool, one call per stage:
+#   run(command="scripts/gpu_run.sh check", carry=[".gpu"])
+#   run(command="scripts/gpu_run.sh bench", carry=[".gpu"])
+# Stages (several may be given; each step runs under a deadline so the call ends in time):
+#   check   GPU references (tools/make_gpu_references.py), the GPU test tier (ops, model parity,
+#           engine), a stories260K generation, a Llama-3.2-1B-shaped smoke benchmark
+#   tests   GPU references + the whole GPU test tier
+#   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models (SHAPES to choose): pagoda bench
+#           (decode at batch 1/8/64 with graphs on and off, prefill 8192), offline throughput
+#           (1000 requests of 128/128 and of 1000/1000) and the transformers baseline
+#           (tools/hf_baseline.py, batch 64, same lengths) in the same call
+# Everything is logged under $OUT (logs.tgz, summary.txt, *.json); the end of summary.txt is printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/pagoda-out}
+mkdir -p "$OUT"
+LOGS=/tmp/pagoda-logs
+mkdir -p "$LOGS"
+SUMMARY=$OUT/summary.txt
+START=$(date +%s)
+BUDGET=${PAGODA_GPU_BUDGET_S:-560}
+PG=/tmp/pg
+if [ ! -x $PG/bin/pagoda ]; then
+  mkdir -p $PG && tar -xJf .gpu/pack.tar.xz -C $PG || { echo "no .gpu/pack.tar.xz (carry .gpu)"; exit 1; }
+fi
+export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA_DIR=$PWD/testdata
+export PAGODA_BINARY=$PG/bin/pagoda PAGODA_GPU_REF_DIR=/tmp/gpuref PYTHONUNBUFFERED=1
+PAGODA=$PG/bin/pagoda
+TESTS=$PG/bin/pagoda_gpu_tests
+SHM=/dev/shm
+[ -w /dev/shm ] || SHM=/tmp
+
+log() { echo "$*" | tee -a "$SUMMARY"; }
+# step NAME MAX_SECONDS CMD...: runs CMD with a timeout (capped by the call's remaining budget),
+# full output to $LOGS/NAME.log, the rc and the last lines to the summary.
+step() {
+  local name=$1 max=$2
+  shift 2
+  local left=$((BUDGET - ($(date +%s) - START)))
+  local t=$((max < left ? max : left))
+  if [ "$t" -le 5 ]; then
+    log "=== $name: skipped (no time left)"
+    return 124
+  fi
+  local t0=$(date +%s)
+  timeout --kill-after=5 "$t" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  log "=== $name rc=$rc $(($(date +%s) - t0))s (limit ${t}s): $*"
+  grep -E "^\[( *FAILED|  PASSED|  SKIPPED) \]|Failure|rror|\[gpu-parity\].*bf16|\[cpu-vs|\[cuda-|\[kbench|CUDA check|PAGODA_CHECK" "$LOGS/$name.log" | head -n 60 >>"$SUMMARY"
+  tail -n "${TAILN:-6}" "$LOGS/$name.log" >>"$SUMMARY"
+  return $rc
+}
+finish() {
+  tar -C "$LOGS" -czf "$OUT/logs.tgz" . 2>/dev/null
+  log "=== total $(($(date +%s) - START))s"
+  tail -c 11000 "$SUMMARY"
+}
+trap finish EXIT
+
+stage_check() {
+  step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; nproc; free -g; df -h /dev/shm /tmp; uname -r; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"'
+  step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  if ! step ops 150 $TESTS --gtest_filter='CudaOps.*'; then
+    local failed
+    failed=$(grep -oE '^\[  FAILED  \] CudaOps\.[A-Za-z0-9_]+' "$LOGS/ops.log" | awk '{print $4}' | sort -u | paste -sd: -)
+    [ -n "$failed" ] || failed='CudaOps.*'
+    TAILN=30 step ops_memcheck 150 compute-sanitizer --tool memcheck --print-limit 10 $TESTS --gtest_filter="$failed"
+  fi
+  step parity 150 $TESTS --gtest_filter='CudaParity.*'
+  step engine 200 $TESTS --gtest_filter='CudaEngine.*'
+  step stories 30 $PAGODA generate --device cuda -m $PG/shared/models/stories260K/stories260K.gguf -p "Once upon a time" -n 40 --temperature 0
+  step make1b 90 python3 tools/make_random_llama.py llama3.2-1b $SHM/llama3.2-1b
+  TAILN=14 step bench1b 150 $PAGODA bench -m $SHM/llama3.2-1b --device cuda -p 2048 -n 64 -b 1,8,64 --compare-graphs -r 2 \
+    --requests 256 --input-len 128 --output-len 128
+}
+
+# The test tier again (fast), so a benchmark call also validates the code it measures.
+stage_tests() {
+  step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  step tests 200 $TESTS
+}
+
+# Ops, f32 parity and the engine tests on the tiny model only (no references to make): ~30 s.
+stage_quicktests() {
+  step quicktests 120 $TESTS --gtest_filter='CudaOps.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*'
+}
+
+bench_model() {  # SHAPE
+  local shape=$1 m=$SHM/$1
+  [ -d $m ] || step make_$shape 150 python3 tools/make_random_llama.py $shape $m
+  TAILN=14 step bench_$shape 150 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=4 step tp128_$shape 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+  TAILN=4 step hf_$shape 200 python3 tools/hf_baseline.py $shape --runs=64:128:128,64:1000:1000
+  TAILN=4 step tp1000_$shape 240 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+}
+
+# Building blocks of a call (run in the order given on the command line; each step has its own
+# deadline, capped by what is left of PAGODA_GPU_BUDGET_S):
+#   env       GPU name, clocks, driver
+#   alltests  GPU references, every GPU test, the kernel benchmarks (PAGODA_GPU_KERNEL_BENCH=1)
+#   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
+#             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
+#   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
+#   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
+#   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
+#             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
+stage_alltests() {
+  step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step tests 150 $TESTS
+}
+model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }
+model_shape() { case $1 in 8b) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
+ensure_model() { [ -f "$(model_dir $1)/config.json" ] || step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)"; }
+stage_model() {  # 8b | 1b
+  local m
+  ensure_model $1
+  m=$(model_dir $1)
+  TAILN=14 step bench_$1 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
+  TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
+  TAILN=4 step tp128_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+}
+stage_tp1000() {
+  local m
+  ensure_model $1
+  m=$(model_dir $1)
+  TAILN=12 step tp1000_$1 ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+}
+# The server and the Engine front ends on the device: `pagoda serve --device cuda` answers a
+# completion; `pagoda bench throughput --device cuda` (Engine, batched vs one at a time).
+stage_serve() {
+  local port=18080
+  $PAGODA serve -m $PG/shared/models/stories260K/stories260K.gguf --device cuda --port $port >"$LOGS/serve_server.log" 2>&1 &
+  local pid=$!
+  TAILN=3 step serve 60 python3 -c "
+import json, time, urllib.request
+for _ in range(50):
+    try:
+        urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1); break
+    except Exception: time.sleep(0.5)
+req = urllib.request.Request('http://127.0.0.1:$port/v1/completions', data=json.dumps({'model': 'stories260K', 'prompt': 'Once upon a time', 'max_tokens': 24, 'temperature': 0}).encode(), headers={'Content-Type': 'application/json'})
+print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choices'][0]['text'])"
+  kill $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  tail -n 3 "$LOGS/serve_server.log" >>"$SUMMARY"
+  TAILN=6 step enginetp 60 $PAGODA bench throughput -m $PG/shared/models/stories260K/stories260K.gguf --device cuda --num-prompts 256 --input-len 64 --output-len 64 --sequential 2
+}
+stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
+
+stage_bench() {
+  step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
+  for shape in ${SHAPES:-llama3-8b llama3.2-1b}; do bench_model $shape; done
+}
+
+for s in "$@"; do
+  case "$s" in
+    check) stage_check ;;
+    bench) stage_bench ;;
+    tests) stage_tests ;;
+    quicktests) stage_quicktests ;;
+    env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv' ;;
+    alltests) stage_alltests ;;
+    m8b) stage_model 8b ;;
+    m1b) stage_model 1b ;;
+    hf8b) stage_hf 8b ;;
+    hf1b) stage_hf 1b ;;
+    tp8b) stage_tp1000 8b ;;
+    tp1b) stage_tp1000 1b ;;
+    rm8b) rm -rf "$(model_dir 8b)" ;;
+    serve) stage_serve ;;
+    *) log "unknown stage $s" ;;
+  esac
+done

@@ -1,0 +1,325 @@
+// Prefill / chunked-prefill attention over the paged KV cache on tensor cores, FlashAttention-2
+// style (our own code, written from the algorithm): varlen batch, causal, GQA, sliding window.
+//
+// Grid (query tile of one sequence, query head); a tile is 64 or 128 queries (4 or 8 warps),
+// each warp owns 16 query rows. The Q tile
+// (converted from the f32 rotated queries to the cache's 16-bit type) stays in registers as mma
+// A fragments; K and V tiles of 64 keys stream through shared memory, double-buffered with
+// cp.async (the next tile loads while this one computes), gathered through the block table row
+// by row, zero-filled past the last key. Per tile: S = Q K^T with mma.sync m16n8k16 (f32
+// accumulate), causal / window mask, online softmax in registers (exp2, log2(e) folded into the
+// scale), P re-packed in registers as the A operand of O += P V (ldmatrix.trans reads V).
+// Shared-memory rows are padded by 16 bytes so ldmatrix's 8-row reads hit distinct banks.
+// Work items are ordered longest first (the host builds them) to shorten the tail.
+#include <cmath>
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kBN = 64;  // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// d += a (16x16, row) * b (16x8, col); f32 accumulators.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bf16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, f16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> two 16-bit values in one register (first in the low half).
+__device__ __forceinline__ uint32_t pack2(float a, float b, bf16) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float a, float b, f16) {
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// kBM queries per block, 16 per warp.
+template <class KVT, int D, int kBM>
+__global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAttentionParams p) {
+  constexpr int kThreads = kBM * 2;
+  constexpr int LD = D + 8;  // padded shared-memory row (elements)
+  extern __shared__ __align__(16) uint8_t smem[];
+  KVT* sQ = reinterpret_cast<KVT*>(smem);
+  KVT* sK = sQ + kBM * LD;       // [2][kBN][LD]
+  KVT* sV = sK + 2 * kBN * LD;   // [2][kBN][LD]
+  const KVT tag{};
+  pdl_trigger();
+  pdl_wait();
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const PrefillItem item = p.items[blockIdx.x];
+  const PrefillSeq sq = p.seqs[item.seq];
+  const int h = blockIdx.y;
+  const int KVH = static_cast<int>(p.cache.num_kv_heads);
+  const int kvh = h / (static_cast<int>(p.num_heads) / KVH);
+  const int nq = min(kBM, sq.num_queries - item.q0);
+  const int first_pos = sq.context_len - sq.num_queries + item.q0;
+  const int kv_end = first_pos + nq;  // keys [0, kv_end) can be visible to some row
+  const int window = static_cast<int>(p.window);
+  const int kv_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
+  const int t_begin = kv_begin / kBN, t_end = (kv_end + kBN - 1) / kBN;
+  const int bs = static_cast<int>(p.cache.block_size);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(sq.bt_row) * p.bt_stride;
+  const KVT* kc = static_cast<const KVT*>(p.cache.k);
+  const KVT* vc = static_cast<const KVT*>(p.cache.v);
+
+  // Q tile: f32 -> KVT in shared memory (rows past nq are zero).
+  constexpr int QV = D / 4;
+  for (int i = tid; i < kBM * QV; i += kThreads) {
+    const int row = i / QV, c = (i - row * QV) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row < nq)
+      v = *reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.q_stride +
+                                           static_cast<int64_t>(h) * D + c);
+    uint2 packed;
+    packed.x = pack2(v.x, v.y, tag);
+    packed.y = pack2(v.z, v.w, tag);
+    *reinterpret_cast<uint2*>(sQ + row * LD + c) = packed;
+  }
+
+  auto load_tile = [&](int t, int stage) {
+    KVT* dK = sK + stage * kBN * LD;
+    KVT* dV = sV + stage * kBN * LD;
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    for (int i = tid; i < kBN * CPR; i += kThreads) {
+      const int row = i / CPR, c = (i - row * CPR) * 8;
+      const int key = t * kBN + row;
+      const bool valid = key < kv_end;
+      int64_t off = 0;
+      if (valid) {
+        const int page = table[key / bs];
+        off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + c;
+      }
+      cp_async16(dK + row * LD + c, kc + off, valid);
+      cp_async16(dV + row * LD + c, vc + off, valid);
+    }
+    cp_async_commit();
+  };
+
+  load_tile(t_begin, 0);
+  __syncthreads();  // Q tile stored
+
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQ + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+  const float sl2 = p.scale * kLog2e;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int r0 = warp * 16 + g;  // this thread's rows: r0 and r0 + 8
+  const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
+
+  for (int t = t_begin; t < t_end; ++t) {
+    const int stage = (t - t_begin) & 1;
+    if (t + 1 < t_end) {
+      load_tile(t + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const KVT* cK = sK + stage * kBN * LD;
+    const KVT* cV = sV + stage * kBN * LD;
+
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, cK + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
+        mma16816(s[2 * np], qf[kk], b[0], b[1], tag);
+        mma16816(s[2 * np + 1], qf[kk], b[2], b[3], tag);
+      }
+    }
+
+    // Mask (only tiles that cross the diagonal or the window edge), scale, row max (rows live
+    // in the 4 lanes of a quad).
+    const int kbase = t * kBN;
+    const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (need_mask) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
+          const int pos = pos_r[e >> 1];
+          const bool ok = key <= pos && (window <= 0 || key > pos - window);
+          s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] *= sl2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+    }
+    float mu[2], alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float mn = fmaxf(mrow[i], mx[i]);
+      mu[i] = mn == -INFINITY ? 0.0f : mn;
+      alpha[i] = exp2f(mrow[i] - mu[i]);
+      mrow[i] = mn;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - mu[e >> 1]);
+        rs[e >> 1] += s[n][e];
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o[dn][0] *= alpha[0];
+      o[dn][1] *= alpha[0];
+      o[dn][2] *= alpha[1];
+      o[dn][3] *= alpha[1];
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2(s[2 * kk][0], s[2 * kk][1], tag);
+      a[1] = pack2(s[2 * kk][2], s[2 * kk][3], tag);
+      a[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], tag);
+      a[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], tag);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, cV + (kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
+        mma16816(o[2 * dn], a, b[0], b[1], tag);
+        mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
+      }
+    }
+    __syncthreads();  // this stage is overwritten by the load two iterations on
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+    inv[i] = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = r0 + half * 8;
+    if (row >= nq) continue;
+    const int64_t base = static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * D;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int col = dn * 8 + t4 * 2;
+      const float v0 = o[dn][half * 2] * inv[half], v1 = o[dn][half * 2 + 1] * inv[half];
+      if (p.out_dtype == DType::kBF16) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
+      }
+    }
+  }
+}
+
+template <class KVT, int D, int kBM>
+void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
+  constexpr int smem = (kBM + 4 * kBN) * (D + 8) * static_cast<int>(sizeof(KVT));
+  static bool configured = false;  // per instantiation; the attribute is per device function
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D, kBM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
+    configured = true;
+  }
+  dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.num_heads));
+  launch_pdl(prefill_attention_kernel<KVT, D, kBM>, grid, dim3(kBM * 2), smem, s, p);
+}
+
+template <int kBM>
+void launch_tile(const PrefillAttentionParams& p, cudaStream_t s) {
+  const bool bf = p.cache.dtype == DType::kBF16;
+  if (p.cache.head_dim == 64) {
+    bf ? launch_prefill<bf16, 64, kBM>(p, s) : launch_prefill<f16, 64, kBM>(p, s);
+  } else {
+    bf ? launch_prefill<bf16, 128, kBM>(p, s) : launch_prefill<f16, 128, kBM>(p, s);
+  }
+}
+
+}  // namespace
+
+bool prefill_attention_supported(int64_t head_dim, DType kv_dtype) {
+  return (head_dim == 64 || head_dim == 128) && (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16);
+}
+
+void PrefillAttentionParams::check() const {
+  PAGODA_CUDA_REQUIRE(q && out && seqs && items && block_tables && cache.k && cache.v, "prefill_attention: missing input");
+  PAGODA_CUDA_REQUIRE(prefill_attention_supported(cache.head_dim, cache.dtype),
+                      "prefill_attention: head_dim 64/128 with an f16/bf16 cache only");
+  PAGODA_CUDA_REQUIRE(num_heads % cache.num_kv_heads == 0, "prefill_attention: heads");
+  PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "prefill_attention: out dtype");
+  PAGODA_CUDA_REQUIRE(q_stride % 4 == 0 && out_stride % 2 == 0, "prefill_attention: strides");
+  PAGODA_CUDA_REQUIRE(tile_q == 64 || tile_q == 128, "prefill_attention: tile_q must be 64 or 128");
+}
+
+void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
+  p.check();
+  if (p.num_items <= 0) return;
+  if (p.tile_q == 64) launch_tile<64>(p, s);
+  else launch_tile<128>(p, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,92 @@
+#include "backend/cuda/blas.h"
+
+#include <cublasLt.h>
+
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "common/check.h"
+
+#define CUBLAS_CHECK(expr)                                                                           \
+  do {                                                                                               \
+    const cublasStatus_t pagoda_cublas_st_ = (expr);                                                 \
+    PAGODA_CHECK(pagoda_cublas_st_ == CUBLAS_STATUS_SUCCESS, "{} failed: cuBLAS status {}", #expr, \
+                 static_cast<int>(pagoda_cublas_st_));                                               \
+  } while (0)
+
+namespace pagoda::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: PAGODA_CHECK(false, "cuBLASLt: unsupported dtype {}", dtype_name(t));
+  }
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct BlasLt::Impl {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool>;
+  std::map<Key, Plan> plans;
+};
+
+BlasLt::BlasLt(size_t workspace_bytes) : impl_(std::make_unique<Impl>()), workspace_(workspace_bytes) {
+  CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&impl_->pref));
+  uint64_t ws = workspace_bytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+}
+
+BlasLt::~BlasLt() {
+  for (auto& [k, p] : impl_->plans) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  cublasLtMatmulPreferenceDestroy(impl_->pref);
+  cublasLtDestroy(impl_->handle);
+}
+
+void BlasLt::matmul(const void* x, const void* w, DType in_dtype, int64_t M, int64_t N, int64_t K, void* y,
+                    DType out_dtype, bool accumulate, cudaStream_t stream) {
+  if (M <= 0) return;
+  const Impl::Key key{M, N, K, static_cast<int>(in_dtype), static_cast<int>(out_dtype), accumulate};
+  auto it = impl_->plans.find(key);
+  if (it == impl_->plans.end()) {
+    Plan p;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const cudaDataType_t it_ = cuda_type(in_dtype), ot = cuda_type(out_dtype);
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, it_, K, N, K));  // W: K x N column-major, op T -> N x K
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, it_, K, M, K));  // X: K x M column-major
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, ot, N, M, N));   // Y: N x M column-major = [M, N] row-major
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl_->handle, p.desc, p.a, p.b, p.c, p.c, impl_->pref, 1, &res, &found));
+    PAGODA_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} {} -> {}", M, N, K, dtype_name(in_dtype),
+                 dtype_name(out_dtype));
+    p.algo = res.algo;
+    it = impl_->plans.emplace(key, p).first;
+  }
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const Plan& p = it->second;
+  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                              workspace_.get(), workspace_.bytes(), stream));
+}
+
+}  // namespace pagoda::cuda

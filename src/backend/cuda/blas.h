@@ -1,0 +1,41 @@
+// cuBLASLt matmuls for the linear layers: y[M, N] (=, +=) x[M, K] . w[N, K]^T with row-major
+// activations and [out, in] weights, computed as the column-major "TN" product
+// D[N, M] = W^T(op T) X, the layout Hopper's GEMM kernels prefer.
+//
+// Types: bf16 x/w with f32 or bf16 y, or f32 everywhere (pure FP32: CUBLAS_COMPUTE_32F, never
+// TF32); always f32 accumulation. accumulate = true adds into y (beta = 1, C == D in place): the
+// residual add as an epilogue. The heuristic's choice is cached per (M, N, K, types, beta), with
+// its descriptors, so a shape pays for the heuristic once; the workspace is fixed at
+// construction, so calls are capturable in CUDA graphs.
+// Thread-safety: one instance per stream/thread (the executor owns one).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/cuda/cuda_common.h"
+#include "common/dtype.h"
+
+namespace pagoda::cuda {
+
+class BlasLt {
+ public:
+  explicit BlasLt(size_t workspace_bytes = size_t{32} << 20);
+  ~BlasLt();
+  BlasLt(const BlasLt&) = delete;
+  BlasLt& operator=(const BlasLt&) = delete;
+
+  void matmul(const void* x, const void* w, DType in_dtype, int64_t M, int64_t N, int64_t K, void* y, DType out_dtype,
+              bool accumulate, cudaStream_t stream);
+
+  size_t workspace_bytes() const { return workspace_.bytes(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  DeviceBuffer workspace_;
+};
+
+}  // namespace pagoda::cuda

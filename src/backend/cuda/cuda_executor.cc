@@ -1,0 +1,912 @@
+// The CUDA executor: weights, paged KV cache, activation workspace and the forward pass of a
+// Llama-family model on one GPU, with decode steps replayed from CUDA graphs and sampling on the
+// device. runtime/cuda_executor.h states the compute paths and the batch-invariance contract.
+//
+// One forward pass (T tokens):
+//   embedding -> residual f32 [T, D]
+//   per layer: rms_norm -> hidden (act) ; QKV matmul -> qkv f32 ; rope_kv_write (bias, q/k norm,
+//     RoPE, K/V into the cache) -> q f32 ; attention (split-KV rows and/or tensor-core prefill
+//     tiles) -> attn (act) ; O matmul adds into residual ; rms_norm -> hidden ; gate/up matmul +
+//     SwiGLU -> act ; down matmul adds into residual
+//   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
+// Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with M <= 4 -> our GEMV (SwiGLU fused
+// into the gate/up GEMV); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
+//
+// Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
+// on the host into pinned memory and copied with two or three asynchronous copies into fixed
+// device buffers, so a decode step (every sequence one new token, up to the largest bucket) is
+// one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
+// 0 (attention writes zeros) and slot -1 (no KV write).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+
+#include "backend/cuda/blas.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/kernels.h"
+#include "common/half.h"
+#include "ops/linear.h"
+#include "quant/quant.h"
+#include "runtime/cuda_executor.h"
+
+namespace pagoda {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::GemmOut;
+using cuda::PinnedBuffer;
+
+int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt) {
+  if (opt == "f32") return DType::kF32;
+  if (opt == "bf16") return DType::kBF16;
+  if (opt != "auto") return invalid_argument("--dtype must be auto, f32 or bf16, got '{}'", opt);
+  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wqkv).dtype();
+  return w == DType::kF32 ? DType::kF32 : DType::kBF16;
+}
+
+// Model dimensions the executor uses.
+struct Dims {
+  int64_t D, H, KVH, Dh, F, V, L, Q, Nqkv, half, max_pos;
+  explicit Dims(const LlamaModel& m) {
+    const ModelConfig& c = m.config();
+    D = c.hidden_size;
+    H = c.num_heads;
+    KVH = c.num_kv_heads;
+    Dh = c.head_dim;
+    F = c.intermediate_size;
+    V = c.vocab_size;
+    L = c.num_layers;
+    Q = H * Dh;
+    Nqkv = (H + 2 * KVH) * Dh;
+    half = m.rope().rope_dim() / 2;
+    max_pos = m.rope().max_positions();
+  }
+};
+
+// Largest decode batch captured as a graph, and the buckets.
+std::vector<int64_t> graph_buckets(int64_t max_seqs) {
+  std::vector<int64_t> b;
+  for (int64_t x : {1, 2, 4, 8})
+    if (x <= max_seqs) b.push_back(x);
+  for (int64_t x = 16; x <= 64 && x <= max_seqs; x += 8) b.push_back(x);
+  for (int64_t x = 96; x <= 512 && x <= max_seqs; x += 32) b.push_back(x);
+  for (int64_t x = 576; x <= 1024 && x <= max_seqs; x += 64) b.push_back(x);
+  if (b.empty() || b.back() < std::min<int64_t>(max_seqs, 1024)) b.push_back(std::min<int64_t>(max_seqs, 1024));
+  return b;
+}
+
+// Capacities everything is sized from (shared by the planner and the executor).
+struct Capacities {
+  int64_t tokens;     // workspace rows
+  int64_t seqs;       // sequences per step (block-table rows, sampling rows)
+  int64_t logits;     // logits rows
+  int64_t att_rows;   // split-KV rows per launch (split buffers)
+  int64_t max_bucket;
+  Capacities(const CudaExecutorOptions& o) {
+    const auto buckets = graph_buckets(std::max<int64_t>(1, o.max_num_seqs));
+    max_bucket = o.cuda_graphs ? buckets.back() : 0;
+    seqs = std::max<int64_t>({1, o.max_num_seqs, max_bucket});
+    tokens = std::max<int64_t>({16, o.max_num_tokens, seqs});
+    logits = seqs;
+    att_rows = std::max<int64_t>(256, seqs);
+  }
+};
+
+int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows) {
+  const int64_t e = elem_bytes(act);
+  const int64_t per_token = d.D * 4 + d.D * e + d.Nqkv * 4 + d.Q * 4 + d.Q * e + 2 * d.F * e + d.F * e;
+  const int64_t split = att_rows * d.H * cuda::kRowMaxSplits * (d.Dh + 2) * 4;
+  return tokens * per_token + split;
+}
+int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
+  return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(cuda::SampleOutput)});
+}
+constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack
+
+bool tied_output(const LlamaModel& m) {
+  return linear_weight_tensor(*m.weights().output).data() == m.weights().token_embd.data();
+}
+
+int64_t weight_bytes_for(const LlamaModel& m, DType act) {
+  const Dims d(m);
+  const ModelConfig& c = m.config();
+  const int64_t e = elem_bytes(act);
+  int64_t per_layer = (d.Nqkv * d.D + d.D * d.Q + 2 * d.F * d.D + d.D * d.F) * e + 2 * d.D * 4;
+  if (c.attention_bias) per_layer += d.Nqkv * 4;
+  if (c.qk_norm) per_layer += 2 * d.Dh * 4;
+  int64_t total = d.L * per_layer + d.V * d.D * e + d.D * 4 + 2 * d.max_pos * d.half * 4;
+  if (!tied_output(m)) total += d.V * d.D * e;
+  return total;
+}
+
+// Runs fn(begin, end) over [0, n) on up to 16 threads (weight conversion at load).
+template <class Fn>
+void parallel_rows(int64_t n, Fn&& fn) {
+  const int64_t hw = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const int64_t nt = std::min<int64_t>(hw, n / 16);
+  if (nt <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> th;
+  for (int64_t t = 0; t < nt; ++t) th.emplace_back([&, t] { fn(n * t / nt, n * (t + 1) / nt); });
+  for (auto& t : th) t.join();
+}
+
+// Host -> device weight upload through two pinned staging buffers (convert one while the other
+// copies). Conversions: same dtype -> memcpy; f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
+// dequantized (quant::dequantize_row) then rounded to the target dtype.
+class Uploader {
+ public:
+  static constexpr size_t kChunk = size_t{64} << 20;
+  explicit Uploader(cudaStream_t s) : s_(s) {
+    for (int i = 0; i < 2; ++i) {
+      buf_[i].reset(kChunk);
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev_[i], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(ev_[i], s_));
+    }
+  }
+  ~Uploader() {
+    cudaStreamSynchronize(s_);
+    for (auto& e : ev_) cudaEventDestroy(e);
+  }
+
+  // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype, contiguous.
+  void upload(const Tensor& src, DType dst_dtype, void* dst) {
+    const int64_t rows = src.ndim() == 1 ? 1 : src.rows();
+    const int64_t cols = src.ndim() == 1 ? src.numel() : src.dim(-1);
+    const int64_t e = elem_bytes(dst_dtype);
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / (cols * e));
+    PAGODA_CHECK(cols * e <= static_cast<int64_t>(kChunk), "weight row too large for staging");
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+      const int64_t n = std::min(per, rows - r0);
+      uint8_t* stage = next();
+      parallel_rows(n, [&](int64_t b, int64_t en) {
+        std::vector<float> tmp;
+        for (int64_t r = b; r < en; ++r) {
+          const uint8_t* in = static_cast<const uint8_t*>(src.data()) + (r0 + r) * src.row_bytes();
+          uint8_t* out = stage + r * cols * e;
+          if (src.dtype() == dst_dtype) {
+            std::memcpy(out, in, static_cast<size_t>(cols * e));
+            continue;
+          }
+          tmp.resize(static_cast<size_t>(cols));
+          quant::dequantize_row(src.dtype(), in, tmp.data(), cols);
+          if (dst_dtype == DType::kF32) {
+            std::memcpy(out, tmp.data(), static_cast<size_t>(cols * 4));
+          } else {
+            auto* o = reinterpret_cast<uint16_t*>(out);
+            for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(tmp[i]);
+          }
+        }
+      });
+      submit(static_cast<uint8_t*>(dst) + r0 * cols * e, static_cast<size_t>(n * cols * e));
+    }
+  }
+  void upload_f32(const float* src, int64_t n, void* dst) {
+    for (int64_t i0 = 0; i0 < n; i0 += static_cast<int64_t>(kChunk / 4)) {
+      const int64_t m = std::min<int64_t>(static_cast<int64_t>(kChunk / 4), n - i0);
+      uint8_t* stage = next();
+      std::memcpy(stage, src + i0, static_cast<size_t>(m * 4));
+      submit(static_cast<float*>(dst) + i0, static_cast<size_t>(m * 4));
+    }
+  }
+
+ private:
+  uint8_t* next() {
+    cur_ ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(ev_[cur_]));  // the copy that last used this buffer is done
+    return buf_[cur_].as<uint8_t>();
+  }
+  void submit(void* dst, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, buf_[cur_].get(), bytes, cudaMemcpyHostToDevice, s_));
+    CUDA_CHECK(cudaEventRecord(ev_[cur_], s_));
+  }
+  cudaStream_t s_;
+  PinnedBuffer buf_[2];
+  cudaEvent_t ev_[2]{};
+  int cur_ = 1;
+};
+
+// Fixed-layout step inputs: a pinned host mirror and its device copy. Small int32 arrays of
+// tok_cap entries first (copied in one go), then prefill sequences / items, then block tables.
+struct InputRegion {
+  int64_t tok_cap = 0, seq_cap = 0, item_cap = 0, bt_stride = 0;
+  size_t o_ids = 0, o_pos = 0, o_slots = 0, o_rtok = 0, o_rseq = 0, o_rctx = 0, o_lrows = 0, o_small_end = 0;
+  size_t o_pseqs = 0, o_pitems = 0, o_bt = 0, total = 0;
+  PinnedBuffer host;
+  DeviceBuffer dev;
+
+  void allocate(int64_t tokens, int64_t seqs, int64_t stride) {
+    tok_cap = tokens;
+    seq_cap = seqs;
+    item_cap = tokens / 64 + seqs;  // the smallest query tile is 64
+    bt_stride = stride;
+    const size_t a = static_cast<size_t>(tok_cap) * 4;
+    o_ids = 0;
+    o_pos = a;
+    o_slots = 2 * a;
+    o_rtok = 3 * a;
+    o_rseq = 4 * a;
+    o_rctx = 5 * a;
+    o_lrows = 6 * a;
+    o_small_end = 7 * a;
+    o_pseqs = static_cast<size_t>(align_up(static_cast<int64_t>(o_small_end), 256));
+    o_pitems = static_cast<size_t>(align_up(static_cast<int64_t>(o_pseqs + seq_cap * sizeof(cuda::PrefillSeq)), 256));
+    o_bt = static_cast<size_t>(align_up(static_cast<int64_t>(o_pitems + item_cap * sizeof(cuda::PrefillItem)), 256));
+    total = o_bt + static_cast<size_t>(seq_cap * bt_stride) * 4;
+    host.reset(total);
+    dev.reset(total);
+    std::memset(host.get(), 0, total);
+  }
+  template <class T>
+  T* h(size_t off) const { return reinterpret_cast<T*>(host.as<uint8_t>() + off); }
+  template <class T>
+  T* d(size_t off) const { return reinterpret_cast<T*>(dev.as<uint8_t>() + off); }
+};
+
+struct StepShape {
+  int64_t tokens = 0;    // T
+  int64_t rows = 0;      // split-KV attention rows
+  int64_t items = 0;     // prefill tiles
+  int64_t logits = 0;    // logits rows
+  int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
+};
+
+class CudaExecutor final : public ModelExecutor {
+ public:
+  CudaExecutor(const LlamaModel& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
+      : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {}
+
+  ~CudaExecutor() override {
+    cudaSetDevice(opt_.device);
+    cudaStreamSynchronize(stream_);
+    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    cudaStreamDestroy(stream_);
+  }
+
+  Status init();
+
+  std::string device_name() const override { return fmt::format("cuda:{}", opt_.device); }
+  std::string describe() const override;
+  const Tensor& forward(const ForwardBatch& batch) override;
+  bool samples_on_device() const override { return true; }
+  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
+                      std::vector<SampleResult>& results) override;
+  void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
+  void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
+  int64_t workspace_bytes() const override { return workspace_bytes_; }
+  int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
+  DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
+  bool set_graphs_enabled(bool on) override {
+    graphs_on_ = on && opt_.cuda_graphs;
+    return opt_.cuda_graphs;
+  }
+
+ private:
+  struct Layer {
+    DeviceBuffer w_qkv, w_o, w_gu, w_down;  // [Nqkv, D], [D, Q], [2F, D], [D, F] act dtype
+    DeviceBuffer attn_norm, ffn_norm;       // [D] f32
+    DeviceBuffer bias;                      // [Nqkv] f32 (Qwen2)
+    DeviceBuffer q_norm, k_norm;            // [Dh] f32 (Qwen3)
+  };
+
+  void upload_weights();
+  void allocate_workspace(int64_t tokens, int64_t logits_rows);
+  void capture_graphs();
+  void destroy_graphs();
+  cuda::KvCacheLayer kv_layer(int64_t l) const;
+  void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
+  void launch_forward(const InputRegion& in, const StepShape& sh);
+  // Runs the forward pass of `batch`; logits rows [0, n) are then in logits_.
+  void run_step(const ForwardBatch& batch);
+  void copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items);
+  void swap(const std::vector<BlockCopy>& copies, bool out);
+
+  const LlamaModel& model_;
+  Dims d_;
+  KvCacheSpec spec_;
+  CudaExecutorOptions opt_;
+  DType act_;
+  Capacities caps_;
+  bool use_prefill_kernel_ = false;
+  int sms_ = 0;
+  std::string gpu_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasLt> blas_;
+
+  DeviceBuffer embed_, lm_head_, out_norm_, rope_cos_, rope_sin_;
+  const void* lm_head_ptr_ = nullptr;
+  std::vector<Layer> layers_;
+  DeviceBuffer kv_;
+  int64_t kv_layer_bytes_ = 0;
+  PinnedBuffer host_kv_;
+
+  // Workspace.
+  int64_t tok_cap_ = 0, logits_cap_ = 0;
+  DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
+  DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
+  int64_t penalties_cap_ = 0, blocked_cap_ = 0;
+  PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
+  int64_t workspace_bytes_ = 0;
+  InputRegion eager_, graph_;
+  int64_t bt_stride_ = 0;
+
+  std::vector<int64_t> buckets_;
+  bool graphs_on_ = true;
+  std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
+  Tensor logits_tensor_;
+  int64_t last_logits_rows_ = 0;
+};
+
+Status CudaExecutor::init() {
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, opt_.device));
+  sms_ = prop.multiProcessorCount;
+  gpu_name_ = prop.name;
+  blas_ = std::make_unique<cuda::BlasLt>();
+  if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
+    return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
+  if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
+  if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)
+    return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
+  use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
+                        cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
+  upload_weights();
+
+  // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
+  kv_layer_bytes_ = spec_.num_blocks * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
+  kv_.reset(static_cast<size_t>(2 * d_.L * kv_layer_bytes_));
+  CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
+  if (spec_.num_host_blocks > 0) {
+    host_kv_.reset(static_cast<size_t>(2 * d_.L * spec_.num_host_blocks * d_.KVH * spec_.block_size * d_.Dh *
+                                       elem_bytes(spec_.dtype)));
+  }
+  bt_stride_ = (opt_.max_model_len + spec_.block_size - 1) / spec_.block_size + 1;
+  graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
+  allocate_workspace(caps_.tokens, caps_.logits);
+  buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
+  if (opt_.cuda_graphs) capture_graphs();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return {};
+}
+
+std::string CudaExecutor::describe() const {
+  return fmt::format("cuda:{} ({}, {} SMs) | compute {} | kv {} | prefill attention {} | graphs {} | batch-invariant {} | "
+                     "NVML {}",
+                     opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
+                     use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
+                     opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
+                     opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
+}
+
+void CudaExecutor::upload_weights() {
+  const LlamaWeights& w = model_.weights();
+  const ModelConfig& c = model_.config();
+  const int64_t e = elem_bytes(act_);
+  Uploader up(stream_);
+  auto upload_matrix = [&](DeviceBuffer& dst, std::initializer_list<const Tensor*> parts) {
+    int64_t rows = 0, cols = -1;
+    for (const Tensor* t : parts) {
+      rows += t->dim(0);
+      PAGODA_CHECK(cols < 0 || cols == t->dim(1), "fused weight parts differ in K");
+      cols = t->dim(1);
+    }
+    dst.reset(static_cast<size_t>(rows * cols * e));
+    int64_t r = 0;
+    for (const Tensor* t : parts) {
+      up.upload(*t, act_, dst.as<uint8_t>() + r * cols * e);
+      r += t->dim(0);
+    }
+  };
+  auto upload_vec = [&](DeviceBuffer& dst, std::initializer_list<const Tensor*> parts) {
+    int64_t n = 0;
+    for (const Tensor* t : parts) n += t->numel();
+    dst.reset(static_cast<size_t>(n * 4));
+    int64_t off = 0;
+    for (const Tensor* t : parts) {
+      PAGODA_CHECK(t->dtype() == DType::kF32, "expected an f32 vector");
+      up.upload_f32(t->data_as<float>(), t->numel(), dst.as<float>() + off);
+      off += t->numel();
+    }
+  };
+  upload_matrix(embed_, {&w.token_embd});
+  if (tied_output(model_)) {
+    lm_head_ptr_ = embed_.get();
+  } else {
+    upload_matrix(lm_head_, {&linear_weight_tensor(*w.output)});
+    lm_head_ptr_ = lm_head_.get();
+  }
+  upload_vec(out_norm_, {&w.output_norm});
+  const RopeTable& rope = model_.rope();
+  rope_cos_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
+  rope_sin_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
+  up.upload_f32(rope.cos(0), d_.max_pos * d_.half, rope_cos_.get());
+  up.upload_f32(rope.sin(0), d_.max_pos * d_.half, rope_sin_.get());
+  layers_.resize(static_cast<size_t>(d_.L));
+  for (int64_t l = 0; l < d_.L; ++l) {
+    const LlamaLayerWeights& lw = w.layers[l];
+    Layer& dl = layers_[l];
+    upload_matrix(dl.w_qkv, {&linear_weight_tensor(*lw.wqkv)});  // q, k, v rows (fused at load)
+    upload_matrix(dl.w_o, {&linear_weight_tensor(*lw.wo)});
+    upload_matrix(dl.w_gu, {&linear_weight_tensor(*lw.w_gate_up)});  // gate rows, then up rows
+    upload_matrix(dl.w_down, {&linear_weight_tensor(*lw.w_down)});
+    upload_vec(dl.attn_norm, {&lw.attn_norm});
+    upload_vec(dl.ffn_norm, {&lw.ffn_norm});
+    if (c.attention_bias) upload_vec(dl.bias, {&lw.bq, &lw.bk, &lw.bv});
+    if (c.qk_norm) {
+      upload_vec(dl.q_norm, {&lw.q_norm});
+      upload_vec(dl.k_norm, {&lw.k_norm});
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
+  const int64_t e = elem_bytes(act_);
+  tok_cap_ = tokens;
+  logits_cap_ = logits_rows;
+  residual_.reset(static_cast<size_t>(tokens * d_.D * 4));
+  hidden_.reset(static_cast<size_t>(tokens * d_.D * e));
+  qkv_.reset(static_cast<size_t>(tokens * d_.Nqkv * 4));
+  q_.reset(static_cast<size_t>(tokens * d_.Q * 4));
+  attn_.reset(static_cast<size_t>(tokens * d_.Q * e));
+  gu_.reset(static_cast<size_t>(tokens * 2 * d_.F * e));
+  act_buf_.reset(static_cast<size_t>(tokens * d_.F * e));
+  const int64_t rows = caps_.att_rows;
+  part_o_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * d_.Dh * 4));
+  part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
+  att_counters_.reset(static_cast<size_t>(rows * d_.H * 4));  // >= rows x kv heads x head chunks
+  CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
+  last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
+  logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
+  const int64_t srows = caps_.seqs;
+  sample_work_.reset(static_cast<size_t>(srows * d_.V * 4));
+  sample_mask_.reset(static_cast<size_t>(srows * d_.V));
+  sample_out_dev_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleOutput));
+  sample_params_dev_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleRowParams));
+  sample_out_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleOutput));
+  sample_params_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleRowParams));
+  eager_.allocate(tokens, std::max<int64_t>(caps_.seqs, tokens / 16 + 1), bt_stride_);
+  workspace_bytes_ = workspace_bytes_for(d_, act_, tokens, rows) + logits_bytes_for(d_, act_, logits_rows, srows);
+}
+
+cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
+  cuda::KvCacheLayer k;
+  k.k = kv_.as<uint8_t>() + 2 * l * kv_layer_bytes_;
+  k.v = kv_.as<uint8_t>() + (2 * l + 1) * kv_layer_bytes_;
+  k.dtype = spec_.dtype;
+  k.num_blocks = spec_.num_blocks;
+  k.block_size = spec_.block_size;
+  k.num_kv_heads = d_.KVH;
+  k.head_dim = d_.Dh;
+  return k;
+}
+
+void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode) {
+  if (M <= 0) return;
+  if (opt_.batch_invariant) {
+    cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
+  } else if (act_ == DType::kBF16 && cuda::gemv_supported(M, K)) {
+    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+  } else {
+    const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+    PAGODA_CHECK(mode != GemmOut::kSwiGlu, "cuBLASLt path has no fused SwiGLU");
+    blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
+  }
+}
+
+void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = sh.tokens;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
+  const int32_t* ids = in.d<int32_t>(in.o_ids);
+  // Decode-sized bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
+  const bool gemv_path = !opt_.batch_invariant && act_ == DType::kBF16;
+  const bool fused_norm = gemv_path && cuda::gemv_norm_supported(T, d_.D);
+  cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
+  for (int64_t l = 0; l < d_.L; ++l) {
+    const Layer& ly = layers_[l];
+    const cuda::KvCacheLayer kv = kv_layer(l);
+    if (fused_norm) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
+    } else {
+      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
+      linear(hidden_.get(), ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), GemmOut::kStoreF32);
+    }
+
+    cuda::RopeKvParams rp;
+    rp.qkv = qkv_.as<float>();
+    rp.num_tokens = T;
+    rp.num_heads = d_.H;
+    rp.head_dim = d_.Dh;
+    rp.rope_dim = model_.rope().rope_dim();
+    rp.bias = c.attention_bias ? ly.bias.as<float>() : nullptr;
+    rp.q_norm = c.qk_norm ? ly.q_norm.as<float>() : nullptr;
+    rp.k_norm = c.qk_norm ? ly.k_norm.as<float>() : nullptr;
+    rp.norm_eps = eps;
+    rp.cos = rope_cos_.as<float>();
+    rp.sin = rope_sin_.as<float>();
+    rp.interleaved = model_.rope().layout() == RopeLayout::kInterleaved;
+    rp.positions = in.d<int32_t>(in.o_pos);
+    rp.slots = in.d<int32_t>(in.o_slots);
+    rp.q_out = q_.as<float>();
+    rp.cache = kv;
+    cuda::rope_kv_write(rp, stream_);
+
+    if (sh.rows > 0) {
+      for (int64_t r0 = 0; r0 < sh.rows; r0 += caps_.att_rows) {
+        cuda::RowAttentionParams ap;
+        ap.q = q_.as<float>();
+        ap.q_stride = d_.Q;
+        ap.out = attn_.get();
+        ap.out_dtype = act_;
+        ap.out_stride = d_.Q;
+        ap.num_rows = std::min(caps_.att_rows, sh.rows - r0);
+        ap.row_token = in.d<int32_t>(in.o_rtok) + r0;
+        ap.row_seq = in.d<int32_t>(in.o_rseq) + r0;
+        ap.row_ctx = in.d<int32_t>(in.o_rctx) + r0;
+        ap.block_tables = in.d<int32_t>(in.o_bt);
+        ap.bt_stride = in.bt_stride;
+        ap.cache = kv;
+        ap.num_heads = d_.H;
+        ap.scale = scale;
+        ap.window = c.sliding_window;
+        ap.max_keys = sh.max_keys;
+        ap.num_sms = sms_;
+        ap.part_o = part_o_.as<float>();
+        ap.part_ml = part_ml_.as<float>();
+        ap.counters = att_counters_.as<int>();
+        cuda::row_attention(ap, stream_);
+      }
+    }
+    if (sh.items > 0) {
+      cuda::PrefillAttentionParams pp;
+      pp.q = q_.as<float>();
+      pp.q_stride = d_.Q;
+      pp.out = attn_.get();
+      pp.out_dtype = act_;
+      pp.out_stride = d_.Q;
+      pp.seqs = in.d<cuda::PrefillSeq>(in.o_pseqs);
+      pp.items = in.d<cuda::PrefillItem>(in.o_pitems);
+      pp.num_items = sh.items;
+      pp.block_tables = in.d<int32_t>(in.o_bt);
+      pp.bt_stride = in.bt_stride;
+      pp.cache = kv;
+      pp.num_heads = d_.H;
+      pp.scale = scale;
+      pp.window = c.sliding_window;
+      pp.tile_q = opt_.prefill_tile_q;
+      cuda::prefill_attention(pp, stream_);
+    }
+    linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
+    if (fused_norm) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
+    } else {
+      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
+      linear(hidden_.get(), ly.w_gu.get(), T, 2 * d_.F, d_.D, gu_.get(), GemmOut::kStoreAct);
+      cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
+    }
+    linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
+  }
+  if (sh.logits > 0) {
+    if (gemv_path && cuda::gemv_norm_supported(sh.logits, d_.D)) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
+      cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
+    } else {
+      cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
+                     last_.get(), act_, stream_);
+      linear(last_.get(), lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), GemmOut::kStoreF32);
+    }
+  }
+}
+
+void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items) {
+  CUDA_CHECK(cudaMemcpyAsync(in.dev.get(), in.host.get(), in.o_small_end, cudaMemcpyHostToDevice, stream_));
+  if (items > 0) {
+    const size_t end = in.o_pitems + static_cast<size_t>(items) * sizeof(cuda::PrefillItem);
+    CUDA_CHECK(cudaMemcpyAsync(in.dev.as<uint8_t>() + in.o_pseqs, in.host.as<uint8_t>() + in.o_pseqs, end - in.o_pseqs,
+                               cudaMemcpyHostToDevice, stream_));
+  }
+  if (seqs > 0 && max_blocks > 0) {
+    const size_t pitch = static_cast<size_t>(in.bt_stride) * 4;
+    CUDA_CHECK(cudaMemcpy2DAsync(in.dev.as<uint8_t>() + in.o_bt, pitch, in.host.as<uint8_t>() + in.o_bt, pitch,
+                                 static_cast<size_t>(max_blocks) * 4, static_cast<size_t>(seqs), cudaMemcpyHostToDevice,
+                                 stream_));
+  }
+}
+
+void CudaExecutor::destroy_graphs() {
+  for (auto& [b, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
+  graphs_.clear();
+}
+
+void CudaExecutor::capture_graphs() {
+  destroy_graphs();
+  // Padding inputs everywhere: context 0, slot -1, token 0, logits row = row.
+  InputRegion& in = graph_;
+  const int64_t cap = in.tok_cap;
+  for (int64_t i = 0; i < cap; ++i) {
+    in.h<int32_t>(in.o_ids)[i] = 0;
+    in.h<int32_t>(in.o_pos)[i] = 0;
+    in.h<int32_t>(in.o_slots)[i] = -1;
+    in.h<int32_t>(in.o_rtok)[i] = static_cast<int32_t>(i);
+    in.h<int32_t>(in.o_rseq)[i] = static_cast<int32_t>(i);
+    in.h<int32_t>(in.o_rctx)[i] = 0;
+    in.h<int32_t>(in.o_lrows)[i] = static_cast<int32_t>(i);
+  }
+  copy_inputs(in, 0, 0, 0);
+  for (int64_t b : buckets_) {
+    if (b > cap || b > tok_cap_ || b > logits_cap_) continue;
+    StepShape sh;
+    sh.tokens = sh.rows = sh.logits = b;
+    sh.max_keys = opt_.max_model_len;
+    launch_forward(in, sh);  // warm-up: cuBLASLt heuristics and kernel attributes outside the capture
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch_forward(in, sh);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    graphs_[b] = exec;
+  }
+}
+
+void CudaExecutor::run_step(const ForwardBatch& batch) {
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  const int64_t T = batch.num_tokens();
+  const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
+  const int64_t n_logits = static_cast<int64_t>(batch.logits_rows.size());
+  PAGODA_CHECK(T > 0, "empty batch");
+  int64_t max_blocks = 0;
+  for (const auto& s : batch.seqs) {
+    const int64_t nb = static_cast<int64_t>(s.block_table.size());
+    PAGODA_CHECK(nb <= bt_stride_, "a block table of {} blocks exceeds max_model_len {} (block size {})", nb,
+                 opt_.max_model_len, spec_.block_size);
+    max_blocks = std::max(max_blocks, nb);
+  }
+  // Grow the workspace (and re-capture the graphs, whose pointers change) when needed.
+  if (T > tok_cap_ || n_logits > logits_cap_ || n_seqs > eager_.seq_cap) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    allocate_workspace(std::max(tok_cap_, align_up(T, 256)), std::max(logits_cap_, align_up(n_logits, 64)));
+    if (n_seqs > eager_.seq_cap) eager_.allocate(tok_cap_, n_seqs, bt_stride_);
+    if (opt_.cuda_graphs) capture_graphs();
+  }
+  bool decode = opt_.cuda_graphs && graphs_on_ && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
+  for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
+  if (decode) {
+    const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
+    auto it = graphs_.find(B);
+    decode = it != graphs_.end();
+    if (decode) {
+      InputRegion& in = graph_;
+      for (int64_t i = 0; i < B; ++i) {
+        const bool real = i < T;
+        in.h<int32_t>(in.o_ids)[i] = real ? batch.token_ids[i] : 0;
+        in.h<int32_t>(in.o_pos)[i] = real ? batch.positions[i] : 0;
+        in.h<int32_t>(in.o_slots)[i] = real ? static_cast<int32_t>(batch.slots[i]) : -1;
+        in.h<int32_t>(in.o_rtok)[i] = static_cast<int32_t>(i);
+        in.h<int32_t>(in.o_rseq)[i] = static_cast<int32_t>(i);
+        in.h<int32_t>(in.o_rctx)[i] = real ? batch.seqs[i].context_len : 0;
+        in.h<int32_t>(in.o_lrows)[i] = static_cast<int32_t>(i);
+        if (real) {
+          const auto& bt = batch.seqs[i].block_table;
+          std::memcpy(in.h<int32_t>(in.o_bt) + i * in.bt_stride, bt.data(), bt.size() * 4);
+        }
+      }
+      copy_inputs(in, T, max_blocks, 0);
+      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      last_logits_rows_ = n_logits;
+      return;
+    }
+  }
+  // Eager: any mix of prefill chunks and decodes.
+  InputRegion& in = eager_;
+  StepShape sh;
+  sh.tokens = T;
+  sh.logits = n_logits;
+  for (int64_t t = 0; t < T; ++t) {
+    in.h<int32_t>(in.o_ids)[t] = batch.token_ids[t];
+    in.h<int32_t>(in.o_pos)[t] = batch.positions[t];
+    PAGODA_CHECK(batch.slots[t] < (int64_t{1} << 31), "slot {} exceeds int32", batch.slots[t]);
+    in.h<int32_t>(in.o_slots)[t] = static_cast<int32_t>(batch.slots[t]);
+  }
+  auto* pseqs = in.h<cuda::PrefillSeq>(in.o_pseqs);
+  auto* pitems = in.h<cuda::PrefillItem>(in.o_pitems);
+  int64_t np = 0;
+  for (int64_t si = 0; si < n_seqs; ++si) {
+    const ForwardSeq& s = batch.seqs[si];
+    std::memcpy(in.h<int32_t>(in.o_bt) + si * in.bt_stride, s.block_table.data(), s.block_table.size() * 4);
+    if (!use_prefill_kernel_ || s.num_tokens == 1) {
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        const int64_t r = sh.rows++;
+        in.h<int32_t>(in.o_rtok)[r] = s.token_begin + i;
+        in.h<int32_t>(in.o_rseq)[r] = static_cast<int32_t>(si);
+        in.h<int32_t>(in.o_rctx)[r] = s.context_len - s.num_tokens + i + 1;
+      }
+      sh.max_keys = std::max<int64_t>(sh.max_keys, s.context_len);
+    } else {
+      pseqs[np] = {s.token_begin, s.num_tokens, s.context_len, static_cast<int32_t>(si)};
+      for (int32_t q0 = 0; q0 < s.num_tokens; q0 += opt_.prefill_tile_q) pitems[sh.items++] = {static_cast<int32_t>(np), q0};
+      ++np;
+    }
+  }
+  // Longest tiles first: a tile's work grows with the position of its last query.
+  std::sort(pitems, pitems + sh.items, [&](const cuda::PrefillItem& a, const cuda::PrefillItem& b) {
+    auto last = [&](const cuda::PrefillItem& x) {
+      const cuda::PrefillSeq& s = pseqs[x.seq];
+      return s.context_len - s.num_queries + std::min(x.q0 + opt_.prefill_tile_q, s.num_queries);
+    };
+    return last(a) > last(b);
+  });
+  for (int64_t i = 0; i < n_logits; ++i) in.h<int32_t>(in.o_lrows)[i] = batch.logits_rows[i];
+  copy_inputs(in, n_seqs, max_blocks, sh.items);
+  launch_forward(in, sh);
+  last_logits_rows_ = n_logits;
+}
+
+const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
+  run_step(batch);
+  const int64_t n = last_logits_rows_;
+  const size_t bytes = static_cast<size_t>(n * d_.V * 4);
+  if (logits_host_.bytes() < bytes) logits_host_.reset(std::max(bytes, static_cast<size_t>(d_.V * 4 * 64)));
+  if (n > 0) CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  logits_tensor_ = Tensor::view(DType::kF32, {n, d_.V}, logits_host_.get(), nullptr);
+  return logits_tensor_;
+}
+
+void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
+                                  std::vector<SampleResult>& results) {
+  run_step(batch);
+  results.assign(specs.size(), SampleResult{});
+  const int64_t cap = caps_.seqs;
+  for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
+    const size_t n = std::min(specs.size() - c0, static_cast<size_t>(cap));
+    auto* prm = sample_params_host_.as<cuda::SampleRowParams>();
+    std::vector<cuda::PenaltyEntry> pens;
+    std::vector<int32_t> blocked;
+    std::vector<int32_t> toks, outs;
+    for (size_t i = 0; i < n; ++i) {
+      const SampleSpec& sp = specs[c0 + i];
+      const SamplingParams& P = *sp.params;
+      PAGODA_CHECK(sp.logits_row >= 0 && sp.logits_row < last_logits_rows_, "sample row {} of {}", sp.logits_row,
+                   last_logits_rows_);
+      cuda::SampleRowParams& r = prm[i];
+      r.logits_row = static_cast<int32_t>(sp.logits_row);
+      r.top_k = P.top_k;
+      r.temperature = P.temperature;
+      r.top_p = P.top_p;
+      r.min_p = P.min_p;
+      r.repetition_penalty = P.repetition_penalty;
+      r.presence_penalty = P.presence_penalty;
+      r.frequency_penalty = P.frequency_penalty;
+      r.logprobs = P.logprobs;
+      r.uniform = sp.uniform;
+      r.pen_begin = static_cast<int32_t>(pens.size());
+      const bool rep = P.repetition_penalty != 1.0f, pf = P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
+      if (rep || pf) {
+        outs.assign(sp.history.output.begin(), sp.history.output.end());
+        std::sort(outs.begin(), outs.end());
+        toks = outs;
+        if (rep) toks.insert(toks.end(), sp.history.prompt.begin(), sp.history.prompt.end());
+        std::sort(toks.begin(), toks.end());
+        toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+        for (int32_t t : toks) {
+          const auto range = std::equal_range(outs.begin(), outs.end(), t);
+          pens.push_back({t, static_cast<int32_t>(range.second - range.first)});
+        }
+      }
+      r.pen_count = static_cast<int32_t>(pens.size()) - r.pen_begin;
+      r.block_begin = static_cast<int32_t>(blocked.size());
+      blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
+      r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
+                               stream_));
+    auto stage = [&](auto& vec, PinnedBuffer& host, DeviceBuffer& dev) {
+      using T = typename std::decay_t<decltype(vec)>::value_type;
+      const size_t bytes = vec.size() * sizeof(T);
+      if (bytes == 0) return;
+      if (host.bytes() < bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        host.reset(bytes * 2);
+        dev.reset(bytes * 2);
+      }
+      std::memcpy(host.get(), vec.data(), bytes);
+      CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice, stream_));
+    };
+    stage(pens, penalties_host_, penalties_dev_);
+    stage(blocked, blocked_host_, blocked_dev_);
+    cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
+                      penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
+                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_);
+    CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto* so = sample_out_host_.as<cuda::SampleOutput>();
+    for (size_t i = 0; i < n; ++i) {
+      SampleResult& res = results[c0 + i];
+      const SamplingParams& P = *specs[c0 + i].params;
+      res.token = so[i].token;
+      if (P.logprobs >= 0) {
+        res.logprob = so[i].logprob;
+        const int k = std::min<int>({P.logprobs, cuda::kMaxTopLogprobs, static_cast<int>(d_.V)});
+        for (int j = 0; j < k; ++j) res.top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
+      }
+    }
+  }
+  if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
+  PAGODA_CHECK(host_kv_.get() != nullptr, "swap without host swap space");
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  const int64_t block_bytes = d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
+  const int64_t host_layer = spec_.num_host_blocks * block_bytes;
+  for (int64_t l = 0; l < d_.L; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      uint8_t* dev = kv_.as<uint8_t>() + (2 * l + kv) * kv_layer_bytes_;
+      uint8_t* host = host_kv_.as<uint8_t>() + (2 * l + kv) * host_layer;
+      for (const auto& [s, d] : copies) {
+        if (out) {
+          CUDA_CHECK(cudaMemcpyAsync(host + d * block_bytes, dev + s * block_bytes, static_cast<size_t>(block_bytes),
+                                     cudaMemcpyDeviceToHost, stream_));
+        } else {
+          CUDA_CHECK(cudaMemcpyAsync(dev + d * block_bytes, host + s * block_bytes, static_cast<size_t>(block_bytes),
+                                     cudaMemcpyHostToDevice, stream_));
+        }
+      }
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace
+
+Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options) {
+  PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
+  const Dims d(model);
+  const Capacities caps(options);
+  CudaMemoryTerms t;
+  t.weights = weight_bytes_for(model, act);
+  t.workspace = workspace_bytes_for(d, act, caps.tokens, caps.att_rows);
+  t.logits = logits_bytes_for(d, act, caps.logits, caps.seqs);
+  t.overhead = kOverhead;
+  return t;
+}
+
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
+                                                          const CudaExecutorOptions& options) {
+  std::string why;
+  if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
+  if (options.device < 0 || options.device >= cuda_device_count())
+    return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
+  // A model loaded for the CPU kernels may hold only repacked copies of its fused weights (the
+  // concatenated original is dropped): the device needs the plain [N, K] matrices.
+  for (const LinearWeight* lw : model.weights().linear_weights())
+    if (linear_weight_tensor(*lw).data() == nullptr)
+      return invalid_argument(
+          "the model's weights were repacked for the CPU; load it with ModelLoadOptions::cpu_kernels = false for CUDA");
+  PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
+  auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
+  PAGODA_RETURN_IF_ERROR(ex->init());
+  return std::unique_ptr<ModelExecutor>(std::move(ex));
+}
+
+}  // namespace pagoda

@@ -1,0 +1,183 @@
+// Device queries, the NVML memory reading (dlopen'ed: the binary runs without libnvidia-ml), and
+// the machine ceilings `pagoda bench` reports ratios against.
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/blas.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/kernels.h"
+#include "runtime/cuda_executor.h"
+
+namespace pagoda {
+namespace cuda {
+
+void cuda_fail(const char* file, int line, const char* expr, const char* msg) {
+  std::fprintf(stderr, "%s:%d: CUDA check failed: %s: %s\n", file, line, expr, msg);
+  std::fflush(stderr);
+  std::abort();
+}
+
+namespace {
+// The few NVML entry points we use, resolved at run time.
+struct Nvml {
+  using InitFn = int (*)();
+  using HandleByPciFn = int (*)(const char*, void**);
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  using MemFn = int (*)(void*, Memory*);
+  bool ok = false;
+  HandleByPciFn by_pci = nullptr;
+  MemFn memory = nullptr;
+};
+
+Nvml& nvml() {
+  static Nvml n;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    auto init = reinterpret_cast<Nvml::InitFn>(dlsym(lib, "nvmlInit_v2"));
+    n.by_pci = reinterpret_cast<Nvml::HandleByPciFn>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    n.memory = reinterpret_cast<Nvml::MemFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    n.ok = init && n.by_pci && n.memory && init() == 0;
+  });
+  return n;
+}
+}  // namespace
+
+DeviceMemoryStats device_memory_stats(int device) {
+  DeviceMemoryStats st;
+  Nvml& n = nvml();
+  if (n.ok) {
+    char bus[64] = {};
+    void* handle = nullptr;
+    Nvml::Memory m{};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) == cudaSuccess && n.by_pci(bus, &handle) == 0 &&
+        n.memory(handle, &m) == 0) {
+      st.used = static_cast<int64_t>(m.used);
+      st.total = static_cast<int64_t>(m.total);
+      return st;
+    }
+  }
+  size_t free_b = 0, total_b = 0;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device);
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    st.used = static_cast<int64_t>(total_b - free_b);
+    st.total = static_cast<int64_t>(total_b);
+  }
+  cudaSetDevice(prev);
+  return st;
+}
+
+bool nvml_available() { return nvml().ok; }
+
+}  // namespace cuda
+
+bool cuda_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e) : "no CUDA device visible";
+    cudaGetLastError();  // clear the sticky-free error
+    return false;
+  }
+  return true;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+Result<CudaMemoryInfo> cuda_memory_info(int device) {
+  std::string why;
+  if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
+  if (device < 0 || device >= cuda_device_count()) return invalid_argument("no CUDA device {}", device);
+  CUDA_CHECK(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return CudaMemoryInfo{static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
+}
+
+Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64_t gemm_n) {
+  std::string why;
+  if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
+  CUDA_CHECK(cudaSetDevice(device));
+  CudaCeilings c;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  c.device_name = prop.name;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  {
+    // Device-to-device copy of copy_bytes: bandwidth counts bytes read + bytes written. Median of 10.
+    cuda::DeviceBuffer a(static_cast<size_t>(copy_bytes)), b(static_cast<size_t>(copy_bytes));
+    CUDA_CHECK(cudaMemsetAsync(a.get(), 1, static_cast<size_t>(copy_bytes), s));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    c.copy_bandwidth = 2.0 * static_cast<double>(copy_bytes) / (ms[ms.size() / 2] * 1e-3);
+  }
+  {
+    // cuBLASLt bf16 GEMM n x n x n on random data (never zeros): median of 10 after 3 warm-ups.
+    const int64_t n = gemm_n;
+    const size_t bytes = static_cast<size_t>(n * n) * 2;
+    cuda::DeviceBuffer x(bytes), w(bytes), y(static_cast<size_t>(n * n) * 2), tmp(static_cast<size_t>(n * n) * 4);
+    std::vector<float> host(static_cast<size_t>(n * n));
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (auto& v : host) {
+      st ^= st << 13;
+      st ^= st >> 7;
+      st ^= st << 17;
+      v = static_cast<float>(static_cast<int64_t>(st % 2001) - 1000) * 1e-3f;
+    }
+    CUDA_CHECK(cudaMemcpy(tmp.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    cuda::convert(tmp.get(), DType::kF32, x.get(), DType::kBF16, n * n, s);
+    cuda::convert(tmp.get(), DType::kF32, w.get(), DType::kBF16, n * n, s);
+    cuda::BlasLt blas;
+    for (int i = 0; i < 3; ++i) blas.matmul(x.get(), w.get(), DType::kBF16, n, n, n, y.get(), DType::kBF16, false, s);
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      blas.matmul(x.get(), w.get(), DType::kBF16, n, n, n, y.get(), DType::kBF16, false, s);
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    c.bf16_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms[ms.size() / 2] * 1e-3);
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return c;
+}
+
+}  // namespace pagoda

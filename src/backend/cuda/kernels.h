@@ -1,0 +1,214 @@
+// Launchers of the CUDA kernels (one .cu per op family). Host-callable, plain C++: the executor
+// and the op tests include this; CUDA C++ stays inside the .cu files.
+//
+// Conventions: every pointer is device memory unless named *_host; row-major, last dimension
+// contiguous; "act" is the activation dtype of the compute path (f32 or bf16); counts that a
+// CUDA graph must see change between replays (positions, context lengths, ...) are read from
+// device memory, never passed by value, so a captured launch stays valid.
+//
+// The paged KV cache layout on the GPU (differs from the CPU's ops/kv_layout.h):
+//   K, V: [num_blocks, num_kv_heads, block_size, head_dim]
+// one (block, kv head) is a contiguous block_size x head_dim tile, so a key tile of one head is
+// 16-byte-aligned rows that cp.async and ldmatrix read directly, and the keys of one page are
+// contiguous for the decode kernel's coalesced loads. Slot s = block * block_size + offset.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace pagoda::cuda {
+
+struct KvCacheLayer {
+  void* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim] dtype
+  void* v = nullptr;
+  DType dtype = DType::kBF16;  // f32, f16 or bf16
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// ---- norm.cu ---------------------------------------------------------------------------------
+
+// out[t, :] (f32) = table[ids[t], :] (f32 | f16 | bf16). ids: [T].
+void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
+               cudaStream_t s);
+
+// out[i, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w with r = rows ? rows[i] : i.
+// x: f32 [*, D]; w: f32 [D]; out: [n, D] f32 or bf16.
+void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, void* out,
+              DType out_dtype, cudaStream_t s);
+
+// ---- activation.cu ---------------------------------------------------------------------------
+
+// out[t, i] = silu(gu[t, i]) * gu[t, F + i]. gu: [T, 2F], out: [T, F], both `dtype` (f32 | bf16).
+void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s);
+
+// Element conversion between f32, f16 and bf16 (n elements).
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t s);
+
+// ---- rope.cu ---------------------------------------------------------------------------------
+
+// Fused bias add (Qwen2) + per-head RMSNorm (Qwen3 q/k norm) + RoPE + paged KV write.
+struct RopeKvParams {
+  const float* qkv = nullptr;   // [T, (H + 2 KVH) * D] f32: q heads, then k heads, then v heads
+  int64_t num_tokens = 0;       // T (grid size)
+  int64_t num_heads = 0, head_dim = 0, rope_dim = 0;
+  const float* bias = nullptr;  // optional [(H + 2 KVH) * D] f32
+  const float* q_norm = nullptr, *k_norm = nullptr;  // optional [D] f32
+  float norm_eps = 1e-6f;
+  const float* cos = nullptr, *sin = nullptr;  // [max_positions, rope_dim / 2] f32
+  bool interleaved = false;     // pairs (2i, 2i+1); else (i, i + rope_dim/2)
+  const int32_t* positions = nullptr;  // [T]
+  const int32_t* slots = nullptr;      // [T] cache slot, -1: not cached
+  float* q_out = nullptr;       // [T, H * D] f32, rotated queries
+  KvCacheLayer cache;           // num_kv_heads = KVH
+
+  void check() const;
+};
+void rope_kv_write(const RopeKvParams& p, cudaStream_t s);
+
+// ---- attention_decode.cu: one query row at a time (decode, and the generic path) ------------
+
+// Splits of a row with `keys` visible keys: a function of the key count only (so a row's result
+// does not depend on the batch), at most kRowMaxSplits, about kRowSplitKeys keys each.
+constexpr int kRowMaxSplits = 32;
+constexpr int kRowSplitKeys = 256;
+inline int row_num_splits(int64_t keys) {
+  if (keys <= 0) return 0;
+  const int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
+  return static_cast<int>(s < kRowMaxSplits ? s : kRowMaxSplits);
+}
+
+struct RowAttentionParams {
+  const float* q = nullptr;     // f32, row t at q + t * q_stride, head h at + h * head_dim (rotated)
+  int64_t q_stride = 0;
+  void* out = nullptr;          // act dtype, row t at out + t * out_stride, head h at + h * head_dim
+  DType out_dtype = DType::kF32;
+  int64_t out_stride = 0;
+  int64_t num_rows = 0;         // R (grid)
+  const int32_t* row_token = nullptr;  // [R] row of q / out
+  const int32_t* row_seq = nullptr;    // [R] row of block_tables
+  const int32_t* row_ctx = nullptr;    // [R] the query sits at position ctx - 1 and sees keys < ctx; 0: padding
+  const int32_t* block_tables = nullptr;  // [*, bt_stride]
+  int64_t bt_stride = 0;
+  KvCacheLayer cache;
+  int64_t num_heads = 0;
+  float scale = 1.0f;
+  int64_t window = 0;           // 0: unlimited; else keys in (pos - window, pos]
+  int64_t max_keys = 0;         // bound on any row's visible keys, sizes the grid (0: unknown)
+  int num_sms = 132;            // multiprocessors of the device (grid sizing)
+  float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
+  float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
+  int* counters = nullptr;      // workspace [R, num_kv_heads * ceil(G / 4)] int, zero (left zero)
+
+  void check() const;
+};
+// Split-KV attention of R query rows (flash-decoding); the last block of a row to finish its
+// splits combines them (no second kernel).
+void row_attention(const RowAttentionParams& p, cudaStream_t s);
+
+// ---- attention_prefill.cu: FlashAttention-2-style tensor-core kernel --------------------------
+
+constexpr int kPrefillTileQ = 128;  // default query tile of the prefill kernel
+struct PrefillSeq {
+  int32_t query_begin;  // first row of the sequence in q / out
+  int32_t num_queries;
+  int32_t context_len;  // query i sits at position context_len - num_queries + i
+  int32_t bt_row;       // row of block_tables
+};
+struct PrefillItem {
+  int32_t seq;          // index into seqs
+  int32_t q0;           // first query (within the sequence) of this tile of tile_q rows
+};
+struct PrefillAttentionParams {
+  const float* q = nullptr;     // as RowAttentionParams
+  int64_t q_stride = 0;
+  void* out = nullptr;
+  DType out_dtype = DType::kBF16;
+  int64_t out_stride = 0;
+  const PrefillSeq* seqs = nullptr;    // device
+  const PrefillItem* items = nullptr;  // device, [num_items]
+  int64_t num_items = 0;
+  const int32_t* block_tables = nullptr;
+  int64_t bt_stride = 0;
+  KvCacheLayer cache;
+  int64_t num_heads = 0;
+  float scale = 1.0f;
+  int64_t window = 0;
+  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
+
+  void check() const;
+};
+// Head dims 64 and 128 with an f16 or bf16 cache (mma.sync m16n8k16).
+bool prefill_attention_supported(int64_t head_dim, DType kv_dtype);
+void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
+
+// ---- gemv.cu / gemm_simt.cu: the matmuls cuBLASLt does not do ---------------------------------
+
+enum class GemmOut {
+  kStoreF32,   // y = x W^T, f32
+  kAddF32,     // y += x W^T, f32 (residual add)
+  kStoreAct,   // y = x W^T in the input dtype
+  kSwiGlu,     // W = [gate; up] ([2F, K]); y[m, i] = silu(g) * u in the input dtype, y: [M, F]
+};
+
+// Small-M bf16 GEMV (decode): y[M, N] from x[M, K] bf16, w[N, K] bf16 (N = 2F for kSwiGlu).
+// 1 <= M <= kGemvMaxM, K % 8 == 0, 16-byte aligned rows. One warp per output row, 16-byte
+// streaming weight loads, several in flight per lane.
+constexpr int kGemvMaxM = 4;
+bool gemv_supported(int64_t M, int64_t K);
+// The RMSNorm fused into the GEMV's prologue: x = rms_norm(residual[rows ? rows[m] : m]) * weight
+// (bf16), instead of a separate rms_norm kernel. Needs M * K * 2 <= 96 KiB.
+struct GemvNorm {
+  const float* residual = nullptr;  // [*, K] f32
+  const int32_t* rows = nullptr;    // optional [M]
+  const float* weight = nullptr;    // [K] f32
+  float eps = 1e-5f;
+};
+bool gemv_norm_supported(int64_t M, int64_t K);
+void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
+               cudaStream_t s, const GemvNorm* norm = nullptr);
+
+// Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
+// so a row's result does not depend on M or on the other rows. Slow; the --batch-invariant mode.
+// x: [M, K], w: [N, K] in `dtype` (f32 | bf16); y as `mode` (kSwiGlu not supported).
+void gemm_simt(const void* x, const void* w, DType dtype, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
+               GemmOut mode, cudaStream_t s);
+
+// ---- sampling.cu -----------------------------------------------------------------------------
+
+constexpr int kMaxTopLogprobs = 20;
+struct SampleRowParams {
+  int32_t logits_row;        // row of the logits buffer
+  int32_t top_k;             // <= 0: off
+  float temperature;         // < 1e-5: greedy
+  float top_p, min_p;
+  float repetition_penalty, presence_penalty, frequency_penalty;
+  int32_t logprobs;          // -1 none, 0 the chosen token's, N also the top N (<= kMaxTopLogprobs)
+  int32_t pen_begin, pen_count;      // penalty entries [pen_begin, +count)
+  int32_t block_begin, block_count;  // min_tokens-blocked ids [block_begin, +count)
+  double uniform;            // the draw in [0, 1)
+};
+// A distinct token of a request's history: in_prompt_or_output (repetition penalty) and its
+// count in the output (presence / frequency).
+struct PenaltyEntry {
+  int32_t token;
+  int32_t output_count;
+};
+struct SampleOutput {
+  int32_t token;
+  float logprob;
+  int32_t top_ids[kMaxTopLogprobs];
+  float top_logprobs[kMaxTopLogprobs];
+};
+// One block per row. logits: [*, vocab] f32, modified in place only by the min_tokens mask.
+// work: [rows, vocab] f32 scratch; mask: [rows, vocab] u8 scratch.
+void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
+                 const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
+                 SampleOutput* out, cudaStream_t s);
+
+}  // namespace pagoda::cuda

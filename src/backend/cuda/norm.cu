@@ -1,0 +1,79 @@
+// Row kernels around the matmuls: embedding gather and RMSNorm (optionally over a gathered row
+// subset: the final norm before the logits runs on the last token of each sequence only).
+//
+// One block per row. The residual stream is f32 on the GPU (more accurate than transformers'
+// bf16 residual, and the reductions are cheap); the normalised row is written in the activation
+// dtype the next matmul reads. Reductions use a fixed order (block_sum), so a row's result does
+// not depend on the other rows.
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagoda::cuda {
+namespace {
+
+template <class T>
+__global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int D,
+                                 float* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const T* row = table + static_cast<int64_t>(ids[t]) * D;
+  float* o = out + t * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = to_f32(row[i]);
+}
+
+template <class TOut>
+__global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
+                                const float* __restrict__ w, float eps, TOut* __restrict__ out) {
+  __shared__ float scratch[33];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows ? rows[i] : i;
+  const float* xr = x + r * D;
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    const float v = xr[j];
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  TOut* o = out + i * D;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = from_f32<TOut>(xr[j] * inv * w[j]);
+}
+
+}  // namespace
+
+void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
+               cudaStream_t s) {
+  if (T <= 0) return;
+  const int threads = D >= 1024 ? 256 : 128;
+  switch (table_dtype) {
+    case DType::kF32:
+      launch_pdl(embedding_kernel<float>, dim3(T), dim3(threads), 0, s, static_cast<const float*>(table), ids, static_cast<int>(D), out);
+      break;
+    case DType::kBF16:
+      launch_pdl(embedding_kernel<bf16>, dim3(T), dim3(threads), 0, s, static_cast<const bf16*>(table), ids, static_cast<int>(D), out);
+      break;
+    case DType::kF16:
+      launch_pdl(embedding_kernel<f16>, dim3(T), dim3(threads), 0, s, static_cast<const f16*>(table), ids, static_cast<int>(D), out);
+      break;
+    default: PAGODA_CUDA_REQUIRE(false, "embedding: table dtype must be f32, f16 or bf16");
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, void* out,
+              DType out_dtype, cudaStream_t s) {
+  if (n <= 0) return;
+  const int threads = D >= 2048 ? 512 : (D >= 256 ? 256 : 64);
+  if (out_dtype == DType::kF32) {
+    launch_pdl(rms_norm_kernel<float>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<float*>(out));
+  } else {
+    PAGODA_CUDA_REQUIRE(out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
+    launch_pdl(rms_norm_kernel<bf16>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<bf16*>(out));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,378 @@
+// Token sampling on the GPU, one block (1024 threads) per sampled row, with the CPU sampler's
+// semantics (runtime/sampler.h): min_tokens mask -> penalties (repetition over prompt + output,
+// presence / frequency over the output) -> greedy argmax (ties to the lowest id) or temperature
+// -> min-p -> top-k -> top-p -> draw with the request's uniform number u (computed on the host
+// from (seed, output index), so a token never depends on the batch). Logprobs come from the raw
+// (masked) logits, as the CPU path reports them.
+//
+// No sort: top-k and top-p find their threshold probability by binary search over the float bit
+// patterns of p in [0, 1] (30 passes of a counting / mass reduction over the row), then admit the
+// tied values at the threshold in token-id order, which is exactly the CPU rule "descending
+// probability, ties to the lower id". The draw walks the candidates in token-id order (the CPU
+// walks its selection order; with no filter both walk ids in order), so with top-p or top-k the
+// chosen token can differ from the CPU's for the same u, with the same distribution. Every
+// reduction has a fixed order: the same inputs give the same token on every run.
+#include <cfloat>
+#include <cmath>
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+
+struct Scratch {
+  float f[33];
+  double d[33];
+  int i[33];
+  int idx_best[32];
+  float val_best[32];
+  double prefix[kThreads];
+  int iprefix[kThreads];
+};
+
+__device__ double block_sum_d(double v, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) s.d[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double t = lane < nw ? s.d[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (lane == 0) s.d[32] = t;
+  }
+  __syncthreads();
+  return s.d[32];
+}
+
+__device__ int block_sum_i(int v, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) s.i[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int t = lane < nw ? s.i[lane] : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (lane == 0) s.i[32] = t;
+  }
+  __syncthreads();
+  return s.i[32];
+}
+
+__device__ float block_max_f(float v, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) s.f[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < nw ? s.f[lane] : -INFINITY;
+    t = warp_max(t);
+    if (lane == 0) s.f[32] = t;
+  }
+  __syncthreads();
+  return s.f[32];
+}
+
+// (value desc, index asc) order: is (va, ia) before (vb, ib)?
+__device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+// Block argmax by (value desc, index asc); ib < 0 for threads with nothing. Returns the index.
+__device__ int block_argmax(float v, int idx, Scratch& s, float* best_value) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (i2 >= 0 && (idx < 0 || before(v2, i2, v, idx))) {
+      v = v2;
+      idx = i2;
+    }
+  }
+  __syncthreads();
+  if (lane == 0) {
+    s.val_best[warp] = v;
+    s.idx_best[warp] = idx;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < nw ? s.val_best[lane] : -INFINITY;
+    idx = lane < nw ? s.idx_best[lane] : -1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+      const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (i2 >= 0 && (idx < 0 || before(v2, i2, v, idx))) {
+        v = v2;
+        idx = i2;
+      }
+    }
+    if (lane == 0) {
+      s.i[32] = idx;
+      s.f[32] = v;
+    }
+  }
+  __syncthreads();
+  if (best_value) *best_value = s.f[32];
+  return s.i[32];
+}
+
+// Exclusive prefix over threads of a per-thread double (thread order = index order of chunks).
+__device__ double block_exclusive_d(double v, Scratch& s) {
+  __syncthreads();
+  s.prefix[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double acc = 0.0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) {
+      const double x = s.prefix[t];
+      s.prefix[t] = acc;
+      acc += x;
+    }
+  }
+  __syncthreads();
+  return s.prefix[threadIdx.x];
+}
+__device__ int block_exclusive_i(int v, Scratch& s) {
+  __syncthreads();
+  s.iprefix[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) {
+      const int x = s.iprefix[t];
+      s.iprefix[t] = acc;
+      acc += x;
+    }
+  }
+  __syncthreads();
+  return s.iprefix[threadIdx.x];
+}
+
+// Among candidates with p == tau, keeps the first `r` in token-id order (drops the rest).
+__device__ void keep_first_ties(const float* p, uint8_t* mask, int V, float tau, int r, Scratch& s) {
+  const int chunk = (V + blockDim.x - 1) / blockDim.x;
+  const int b = threadIdx.x * chunk, e = min(V, b + chunk);
+  int local = 0;
+  for (int i = b; i < e; ++i) local += (mask[i] && p[i] == tau) ? 1 : 0;
+  int rank = block_exclusive_i(local, s);
+  for (int i = b; i < e; ++i) {
+    if (mask[i] && p[i] == tau) {
+      if (rank >= r) mask[i] = 0;
+      ++rank;
+    }
+  }
+  __syncthreads();
+}
+
+__global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, const SampleRowParams* rows,
+                                                          const PenaltyEntry* pens, const int32_t* blocked,
+                                                          float* work_all, uint8_t* mask_all, SampleOutput* outs) {
+  __shared__ Scratch s;
+  const SampleRowParams P = rows[blockIdx.x];
+  float* lg = logits + static_cast<int64_t>(P.logits_row) * V;
+  float* p = work_all + static_cast<int64_t>(blockIdx.x) * V;
+  uint8_t* mask = mask_all + static_cast<int64_t>(blockIdx.x) * V;
+  const int tid = threadIdx.x, nt = blockDim.x;
+
+  for (int i = tid; i < P.block_count; i += nt) {
+    const int id = blocked[P.block_begin + i];
+    if (id >= 0 && id < V) lg[id] = -INFINITY;
+  }
+  __syncthreads();
+  for (int i = tid; i < V; i += nt) p[i] = lg[i];
+  __syncthreads();
+  for (int e = tid; e < P.pen_count; e += nt) {
+    const PenaltyEntry pe = pens[P.pen_begin + e];
+    if (pe.token < 0 || pe.token >= V) continue;
+    float v = p[pe.token];
+    if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
+    if (pe.output_count > 0) v -= P.presence_penalty + P.frequency_penalty * static_cast<float>(pe.output_count);
+    p[pe.token] = v;
+  }
+  __syncthreads();
+
+  int token;
+  if (P.temperature < 1e-5f) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = tid; i < V; i += nt) {
+      const float v = p[i];
+      if (bi < 0 || v > bv) {
+        bv = v;
+        bi = i;
+      }
+    }
+    token = block_argmax(bv, bi, s, nullptr);
+  } else {
+    const float inv_t = 1.0f / P.temperature;
+    float mx = -INFINITY;
+    for (int i = tid; i < V; i += nt) {
+      const float v = p[i] * inv_t;
+      p[i] = v;
+      mx = fmaxf(mx, v);
+    }
+    mx = block_max_f(mx, s);
+    int n_local = 0;
+    for (int i = tid; i < V; i += nt) {
+      const float e = expf(p[i] - mx);
+      p[i] = e;
+      const uint8_t keep = (P.min_p > 0.0f) ? (e >= P.min_p ? 1 : 0) : 1;
+      mask[i] = keep;
+      n_local += keep;
+    }
+    int n = block_sum_i(n_local, s);
+    if (P.top_k > 0 && P.top_k < n) {
+      // Largest tau with count(p >= tau) >= k.
+      uint32_t lo = 0, hi = 0x3F800001u;
+      while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        const float t = __uint_as_float(mid);
+        int c = 0;
+        for (int i = tid; i < V; i += nt) c += (mask[i] && p[i] >= t) ? 1 : 0;
+        if (block_sum_i(c, s) >= P.top_k) lo = mid;
+        else hi = mid;
+      }
+      const float tau = __uint_as_float(lo);
+      int c = 0;
+      for (int i = tid; i < V; i += nt) {
+        if (mask[i] && p[i] < tau) mask[i] = 0;
+        c += (mask[i] && p[i] > tau) ? 1 : 0;
+      }
+      const int gt = block_sum_i(c, s);
+      keep_first_ties(p, mask, V, tau, P.top_k - gt, s);
+      n = P.top_k;
+    }
+    double local = 0.0;
+    for (int i = tid; i < V; i += nt)
+      if (mask[i]) local += p[i];
+    double kept = block_sum_d(local, s);
+    if (P.top_p < 1.0f) {
+      const double target = static_cast<double>(P.top_p) * kept;
+      uint32_t lo = 0, hi = 0x3F800001u;
+      while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        const float t = __uint_as_float(mid);
+        double m = 0.0;
+        for (int i = tid; i < V; i += nt)
+          if (mask[i] && p[i] >= t) m += p[i];
+        if (block_sum_d(m, s) >= target) lo = mid;
+        else hi = mid;
+      }
+      const float tau = __uint_as_float(lo);
+      double m = 0.0;
+      int eq = 0;
+      for (int i = tid; i < V; i += nt) {
+        if (mask[i] && p[i] < tau) mask[i] = 0;
+        if (mask[i] && p[i] > tau) m += p[i];
+        eq += (mask[i] && p[i] == tau) ? 1 : 0;
+      }
+      const double gt_mass = block_sum_d(m, s);
+      const int n_eq = block_sum_i(eq, s);
+      int r = n_eq;
+      if (tau > 0.0f) {
+        const double need = ceil((target - gt_mass) / static_cast<double>(tau));
+        r = static_cast<int>(need < 1.0 ? 1.0 : (need > n_eq ? n_eq : need));
+      }
+      keep_first_ties(p, mask, V, tau, r, s);
+      local = 0.0;
+      for (int i = tid; i < V; i += nt)
+        if (mask[i]) local += p[i];
+      kept = block_sum_d(local, s);
+    }
+    // Draw: first candidate (token-id order) whose cumulative mass exceeds u * kept.
+    const double u = P.uniform * kept;
+    const int chunk = (V + nt - 1) / nt;
+    const int b = tid * chunk, e = min(V, b + chunk);
+    double mine = 0.0;
+    int last = -1;
+    for (int i = b; i < e; ++i)
+      if (mask[i]) {
+        mine += p[i];
+        last = i;
+      }
+    const double base = block_exclusive_d(mine, s);
+    if (tid == 0) s.i[0] = -1;
+    __syncthreads();
+    if (u >= base && u < base + mine) {
+      double acc = base;
+      for (int i = b; i < e; ++i)
+        if (mask[i]) {
+          acc += p[i];
+          if (acc > u) {
+            s.i[0] = i;
+            break;
+          }
+        }
+    }
+    __syncthreads();
+    token = s.i[0];
+    if (token < 0) {  // u at the very top (rounding): the last candidate
+      float dummy;
+      token = block_argmax(static_cast<float>(last), last, s, &dummy);
+    }
+  }
+
+  SampleOutput* out = outs + blockIdx.x;
+  if (tid == 0) {
+    out->token = token;
+    out->logprob = 0.0f;
+  }
+  if (P.logprobs >= 0) {
+    float mx = -INFINITY;
+    for (int i = tid; i < V; i += nt) mx = fmaxf(mx, lg[i]);
+    mx = block_max_f(mx, s);
+    double se = 0.0;
+    for (int i = tid; i < V; i += nt) se += exp(static_cast<double>(lg[i] - mx));
+    se = block_sum_d(se, s);
+    const float lse = isfinite(mx) ? mx + static_cast<float>(log(se)) : mx;
+    if (tid == 0) out->logprob = lg[token] - lse;
+    // Top-N by (logit desc, id asc): each round takes the best below the previous pick.
+    float pv = INFINITY;
+    int pi = -1;
+    const int n_top = min(P.logprobs, kMaxTopLogprobs);
+    for (int k = 0; k < n_top && k < V; ++k) {
+      float bv = -INFINITY;
+      int bi = -1;
+      for (int i = tid; i < V; i += nt) {
+        const float v = lg[i];
+        const bool below = pi < 0 || before(pv, pi, v, i);
+        if (below && (bi < 0 || before(v, i, bv, bi))) {
+          bv = v;
+          bi = i;
+        }
+      }
+      float best;
+      const int id = block_argmax(bv, bi, s, &best);
+      if (tid == 0) {
+        out->top_ids[k] = id;
+        out->top_logprobs[k] = best - lse;
+      }
+      pv = best;
+      pi = id;
+    }
+  }
+}
+
+}  // namespace
+
+void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
+                 const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask, SampleOutput* out,
+                 cudaStream_t s) {
+  if (num_rows <= 0) return;
+  sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, s>>>(logits, static_cast<int>(vocab), rows, penalties,
+                                                                     blocked, work, mask, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pagoda::cuda

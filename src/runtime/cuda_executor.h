@@ -1,0 +1,73 @@
+// The CUDA executor (backend/cuda/cuda_executor.cc): the model's forward pass, KV cache and
+// sampling on one NVIDIA GPU. Built with PAGODA_CUDA; without it (runtime/cuda_unavailable.cc)
+// every entry point reports that this build has no CUDA, so callers link everywhere and GPU tests
+// skip with a clear message.
+//
+// Compute paths (chosen at load, printed by describe()):
+//   bf16  weights bf16 on the device (f16 / f32 weights converted, GGUF quantized weights
+//         dequantized to bf16 at load, on the host, through pinned staging), bf16 activations into
+//         cuBLASLt matmuls with f32 accumulation, f32 residual stream, f32 q/k/v after the
+//         projection (RoPE in f32), attention on tensor cores (prefill) / split-KV (decode).
+//   f32   everything f32 (pure FP32 GEMMs, no TF32): the exact path the f32 reference sets and
+//         the CPU/CUDA agreement tests use; also what tiny models and stories260K run.
+// Batch invariance: in the default mode a request's greedy tokens can depend on the batch (the
+// GEMM algorithm cuBLASLt picks depends on M; decode (M <= 4) uses our GEMV; prefill rows use the
+// tensor-core attention, decode rows the split-KV kernel). batch_invariant = true makes every
+// linear layer a fixed-order SIMT GEMM and every attention row the split-KV kernel (splits depend
+// on the row's context length only), so each row's arithmetic is the same in any batch: the
+// engine's batch-equivalence tests run that way on the GPU. It is slow (tests only).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/model_executor.h"
+
+namespace pagoda {
+
+struct CudaExecutorOptions {
+  int device = 0;
+  std::string dtype = "auto";        // auto (f32 when the linear weights are f32, else bf16) | f32 | bf16
+  int64_t max_num_tokens = 2048;     // tokens per forward pass the workspace is sized for (grows on demand)
+  int64_t max_num_seqs = 256;        // sequences per step; decode graphs are captured up to this batch
+  int64_t max_model_len = 4096;      // block-table width = ceil(max_model_len / block_size)
+  bool cuda_graphs = true;           // capture decode steps per batch-size bucket at start-up
+  bool batch_invariant = false;
+  int prefill_tile_q = 128;          // queries per block of the tensor-core prefill kernel: 64 or 128
+};
+
+// The memory planner's terms for a CUDA executor with these options (bytes on the device).
+struct CudaMemoryTerms {
+  int64_t weights = 0;
+  int64_t workspace = 0;   // activations for max_num_tokens + attention split buffers
+  int64_t logits = 0;      // logits + sampling scratch for max_num_seqs rows
+  int64_t overhead = 0;    // cuBLASLt workspace, graphs, allocator slack
+};
+
+// True when this build has CUDA and a device is visible; otherwise `why` says which is missing.
+bool cuda_available(std::string* why = nullptr);
+int cuda_device_count();
+
+// cudaMemGetInfo of `device`.
+struct CudaMemoryInfo {
+  int64_t free = 0, total = 0;
+};
+Result<CudaMemoryInfo> cuda_memory_info(int device);
+
+Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options);
+
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
+                                                          const CudaExecutorOptions& options);
+
+// Machine ceilings for `pagoda bench` on the GPU: device-to-device copy bandwidth (bytes/s,
+// counting bytes read + bytes written) and the cuBLASLt bf16 GEMM rate at n^3 (FLOP/s).
+struct CudaCeilings {
+  double copy_bandwidth = 0;   // read + write
+  double bf16_gemm_flops = 0;
+  std::string device_name;
+};
+Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes = int64_t{4} << 30, int64_t gemm_n = 8192);
+
+}  // namespace pagoda

@@ -1,0 +1,216 @@
+// Kernel micro-benchmarks on Llama-3-8B shapes (the numbers behind docs/cuda.md's kernel table):
+// decode GEMVs vs cuBLASLt at M = 1 / 8 / 64, split-KV attention at batch 256 x 1500 keys and at
+// batch 1 x 8192 keys, tensor-core prefill attention at 8192 tokens (query tiles 64 and 128),
+// and the prefill GEMMs. Median of CUDA-event timings after warm-ups, on random data. Runs only
+// with PAGODA_GPU_KERNEL_BENCH=1 (it is a measurement, not a check).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+
+#include "gpu_test_util.h"
+
+#if PAGODA_HAVE_CUDA
+#include "backend/cuda/blas.h"
+#include "backend/cuda/kernels.h"
+#include "common/half.h"
+#endif
+
+namespace pagoda {
+namespace {
+
+#if !PAGODA_HAVE_CUDA
+TEST(CudaKernelBench, Skipped) { PAGODA_REQUIRE_GPU(); }
+#else
+
+using test::to_device;
+
+// Median milliseconds of fn over `reps` runs after 3 warm-ups.
+double time_ms(const std::function<void()>& fn, int reps = 20) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, nullptr));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, nullptr));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// A device buffer of `bytes` filled with random bf16 values in [-1, 1] (random, not constant).
+cuda::DeviceBuffer random_device(size_t bytes) {
+  static cuda::DeviceBuffer pattern;
+  constexpr size_t kPattern = size_t{32} << 20;  // bytes
+  if (!pattern.get()) {
+    std::vector<uint16_t> h(kPattern / 2);
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (auto& v : h) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      v = f32_to_bf16(static_cast<float>(static_cast<int64_t>(s % 2001) - 1000) * 1e-3f);
+    }
+    pattern = to_device(h);
+  }
+  cuda::DeviceBuffer b(bytes);
+  for (size_t off = 0; off < bytes; off += kPattern)
+    CUDA_CHECK(cudaMemcpy(b.as<uint8_t>() + off, pattern.get(), std::min(kPattern, bytes - off), cudaMemcpyDeviceToDevice));
+  return b;
+}
+
+TEST(CudaKernelBench, LlamaEightBShapes) {
+  PAGODA_REQUIRE_GPU();
+  if (!std::getenv("PAGODA_GPU_KERNEL_BENCH")) GTEST_SKIP() << "a measurement: set PAGODA_GPU_KERNEL_BENCH=1";
+  auto ceil = cuda_measure_ceilings(0, int64_t{2} << 30, 8192);
+  ASSERT_TRUE(ceil.ok());
+  const double bw = ceil->copy_bandwidth;
+  std::printf("[kbench] device copy bandwidth %.1f GB/s (read + write)\n", bw / 1e9);
+  const int64_t D = 4096, F = 14336, V = 128256, H = 32, KVH = 8, Dh = 128, Nqkv = (H + 2 * KVH) * Dh;
+  auto report_bw = [&](const std::string& name, double bytes, double ms) {
+    std::printf("[kbench] %-40s %8.1f us %8.1f GB/s %5.1f%% of copy\n", name.c_str(), ms * 1e3, bytes / ms / 1e6,
+                100.0 * bytes / (ms * 1e-3) / bw);
+  };
+  cuda::BlasLt blas;
+  struct Shape {
+    const char* name;
+    int64_t N, K;
+    cuda::GemmOut mode;
+    bool norm;
+  };
+  const Shape shapes[] = {{"qkv  6144x4096 +norm", Nqkv, D, cuda::GemmOut::kStoreF32, true},
+                          {"o    4096x4096 +=", D, D, cuda::GemmOut::kAddF32, false},
+                          {"gate/up 28672x4096 +norm +swiglu", 2 * F, D, cuda::GemmOut::kSwiGlu, true},
+                          {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false},
+                          {"lm_head 128256x4096 +norm", V, D, cuda::GemmOut::kStoreF32, true}};
+  auto x = random_device(64 * F * 2), res = random_device(64 * D * 4), g = random_device(D * 4);
+  cuda::DeviceBuffer y(size_t{64} * V * 4);
+  CUDA_CHECK(cudaMemset(res.get(), 0, res.bytes()));  // residual values only scale the norm
+  CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
+  for (const Shape& sh : shapes) {
+    auto w = random_device(static_cast<size_t>(sh.N * sh.K * 2));
+    const double bytes = static_cast<double>(sh.N) * sh.K * 2;
+    const cuda::GemvNorm nrm{res.as<float>(), nullptr, g.as<float>(), 1e-5f};
+    for (int64_t M : {1, 2, 4}) {
+      const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
+      const double ms = time_ms([&] {
+        cuda::gemv_bf16(x.get(), w.get(), M, sh.N, sh.K, y.get(), ldy, sh.mode, nullptr, sh.norm ? &nrm : nullptr);
+      });
+      report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, ms);
+    }
+    for (int64_t M : {1, 8, 64}) {
+      const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;
+      const double ms = time_ms([&] {
+        blas.matmul(x.get(), w.get(), DType::kBF16, M, sh.N, sh.K, y.get(), f32_out ? DType::kF32 : DType::kBF16,
+                    sh.mode == cuda::GemmOut::kAddF32, nullptr);
+      });
+      report_bw(fmt::format("cublasLt M={} {}", M, sh.name), bytes, ms);
+    }
+  }
+  // Split-KV attention: batch 256 x 1500 keys, and batch 1 x 8192 keys.
+  for (auto [rows, ctx] : {std::pair<int64_t, int64_t>{256, 1500}, {1, 8192}, {64, 1000}}) {
+    const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
+    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
+    std::vector<int32_t> tables(rows * blocks_per), rt(rows), rs(rows), rc(rows, static_cast<int32_t>(ctx));
+    for (int64_t i = 0; i < rows * blocks_per; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
+    for (int64_t r = 0; r < rows; ++r) rt[r] = rs[r] = static_cast<int32_t>(r);
+    auto dt = to_device(tables), drt = to_device(rt), drs = to_device(rs), drc = to_device(rc);
+    auto q = random_device(static_cast<size_t>(rows * H * Dh * 4));
+    CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
+    cuda::DeviceBuffer out(rows * H * Dh * 2), po(rows * H * cuda::kRowMaxSplits * Dh * 4),
+        pml(rows * H * cuda::kRowMaxSplits * 2 * 4), cnt(rows * H * 4);
+    CUDA_CHECK(cudaMemset(cnt.get(), 0, cnt.bytes()));
+    cuda::RowAttentionParams p;
+    p.q = q.as<float>();
+    p.q_stride = H * Dh;
+    p.out = out.get();
+    p.out_dtype = DType::kBF16;
+    p.out_stride = H * Dh;
+    p.num_rows = rows;
+    p.row_token = drt.as<int32_t>();
+    p.row_seq = drs.as<int32_t>();
+    p.row_ctx = drc.as<int32_t>();
+    p.block_tables = dt.as<int32_t>();
+    p.bt_stride = blocks_per;
+    p.cache = {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh};
+    p.num_heads = H;
+    p.scale = 0.088f;
+    p.max_keys = ctx;
+    p.part_o = po.as<float>();
+    p.part_ml = pml.as<float>();
+    p.counters = cnt.as<int>();
+    const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
+    report_bw(fmt::format("split-KV attention {} rows x {} keys", rows, ctx), 2.0 * rows * ctx * KVH * Dh * 2, ms);
+  }
+  // Tensor-core prefill attention, 8192 tokens, one layer.
+  {
+    const int64_t T = 8192, bs = 16, blocks = T / bs;
+    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
+    auto q = random_device(static_cast<size_t>(T * H * Dh * 4));
+    CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
+    std::vector<int32_t> table(blocks);
+    for (int64_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+    auto dt = to_device(table);
+    std::vector<cuda::PrefillSeq> seqs = {{0, static_cast<int32_t>(T), static_cast<int32_t>(T), 0}};
+    auto dseqs = to_device(seqs);
+    cuda::DeviceBuffer out(T * H * Dh * 2);
+    for (int tile : {64, 128}) {
+      std::vector<cuda::PrefillItem> items;
+      for (int32_t q0 = static_cast<int32_t>(T) - tile; q0 >= 0; q0 -= tile) items.push_back({0, q0});
+      auto ditems = to_device(items);
+      cuda::PrefillAttentionParams p;
+      p.q = q.as<float>();
+      p.q_stride = H * Dh;
+      p.out = out.get();
+      p.out_dtype = DType::kBF16;
+      p.out_stride = H * Dh;
+      p.seqs = dseqs.as<cuda::PrefillSeq>();
+      p.items = ditems.as<cuda::PrefillItem>();
+      p.num_items = static_cast<int64_t>(items.size());
+      p.block_tables = dt.as<int32_t>();
+      p.bt_stride = blocks;
+      p.cache = {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh};
+      p.num_heads = H;
+      p.scale = 0.088f;
+      p.tile_q = tile;
+      const double ms = time_ms([&] { cuda::prefill_attention(p, nullptr); }, 5);
+      const double flops = 4.0 * H * Dh * (double(T) * (T + 1) / 2);
+      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n", fmt::format("prefill attention 8192 tile {}", tile).c_str(),
+                  ms * 1e3, flops / ms / 1e9);
+    }
+  }
+  // Prefill GEMMs at M = 8192 (cuBLASLt): f32 out, bf16 out, f32 accumulate.
+  {
+    const int64_t M = 8192;
+    auto xa = random_device(static_cast<size_t>(M * F * 2));
+    cuda::DeviceBuffer ya(static_cast<size_t>(M) * 2 * F * 4);
+    CUDA_CHECK(cudaMemset(ya.get(), 0, ya.bytes()));
+    for (const Shape& sh : shapes) {
+      if (sh.N == V) continue;
+      auto w = random_device(static_cast<size_t>(sh.N * sh.K * 2));
+      const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;
+      const double ms = time_ms([&] {
+        blas.matmul(xa.get(), w.get(), DType::kBF16, M, sh.N, sh.K, ya.get(), f32_out ? DType::kF32 : DType::kBF16,
+                    sh.mode == cuda::GemmOut::kAddF32, nullptr);
+      }, 5);
+      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s (%.1f%% of %.0f)\n",
+                  fmt::format("cublasLt M=8192 {}", sh.name).c_str(), ms * 1e3, 2.0 * M * sh.N * sh.K / ms / 1e9,
+                  100.0 * 2.0 * M * sh.N * sh.K / (ms * 1e-3) / ceil->bf16_gemm_flops, ceil->bf16_gemm_flops / 1e12);
+    }
+  }
+}
+
+#endif
+
+}  // namespace
+}  // namespace pagoda
