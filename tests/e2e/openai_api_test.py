@@ -56,7 +56,10 @@ def test_models(chat_server):
 def test_chat_non_stream_and_usage(chat_server):
     c = client(chat_server)
     messages = [{"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "What is the capital of France?"}]
+                {"role": "user", "content": "Name the capital city of France."}]
+    # (Asked as "What is the capital of France?" the 135M model's first token is a near tie between
+    # "The" and "L" (0.08 logits apart): any change of float summation order flips it to French.
+    # This wording answers with a clear margin.)
     r = c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=messages, max_tokens=24, temperature=0)
     assert r.id.startswith("chatcmpl-") and r.object == "chat.completion"
     choice = r.choices[0]
