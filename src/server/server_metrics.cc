@@ -17,6 +17,9 @@ ServerMetrics::ServerMetrics(std::string model_name)
       running_(registry_.gauge("pagoda:num_requests_running", "Number of requests in model execution batches.", {"model_name"})),
       waiting_(registry_.gauge("pagoda:num_requests_waiting", "Number of requests waiting to be processed.", {"model_name"})),
       kv_usage_(registry_.gauge("pagoda:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", {"model_name"})),
+      device_memory_used_(registry_.gauge("pagoda:gpu_memory_used_bytes",
+                                          "Accelerator memory in use, all processes (NVML, else cudaMemGetInfo); 0 on the CPU.", {"model_name"})),
+      device_memory_total_(registry_.gauge("pagoda:gpu_memory_total_bytes", "Accelerator memory in total; 0 on the CPU.", {"model_name"})),
       prefix_queries_(registry_.counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", {"model_name"})),
       prefix_hits_(registry_.counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", {"model_name"})),
       preemptions_(registry_.counter("pagoda:num_preemptions_total", "Cumulative number of preemptions from the engine.", {"model_name"})),
@@ -55,6 +58,8 @@ std::string ServerMetrics::render(const EngineStats& s) {
   running_.labels({model_}).set(static_cast<double>(s.num_running));
   waiting_.labels({model_}).set(static_cast<double>(s.num_waiting));
   kv_usage_.labels({model_}).set(s.kv_cache_usage);
+  device_memory_used_.labels({model_}).set(static_cast<double>(s.device_memory_used));
+  device_memory_total_.labels({model_}).set(static_cast<double>(s.device_memory_total));
   prefix_queries_.labels({model_}).set(static_cast<double>(s.prefix_cache_queries));
   prefix_hits_.labels({model_}).set(static_cast<double>(s.prefix_cache_hits));
   preemptions_.labels({model_}).set(static_cast<double>(s.num_preemptions));

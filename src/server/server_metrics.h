@@ -1,7 +1,8 @@
 // The server's Prometheus metrics: names and meanings mirror vLLM's (`vllm:` -> `pagoda:`), every
 // series labelled with model_name.
 //
-//   gauges      num_requests_running, num_requests_waiting, kv_cache_usage_perc (0..1)
+//   gauges      num_requests_running, num_requests_waiting, kv_cache_usage_perc (0..1),
+//               gpu_memory_used_bytes / gpu_memory_total_bytes (NVML; 0 on the CPU)
 //   counters    prefix_cache_queries_total, prefix_cache_hits_total (tokens), num_preemptions_total,
 //               prompt_tokens_total, generation_tokens_total (mirrored from EngineStats at scrape),
 //               request_success_total{finished_reason}, http_requests_total{route,status}
@@ -43,6 +44,8 @@ class ServerMetrics {
   Family<Gauge>& running_;
   Family<Gauge>& waiting_;
   Family<Gauge>& kv_usage_;
+  Family<Gauge>& device_memory_used_;
+  Family<Gauge>& device_memory_total_;
   Family<Counter>& prefix_queries_;
   Family<Counter>& prefix_hits_;
   Family<Counter>& preemptions_;

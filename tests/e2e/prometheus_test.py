@@ -90,6 +90,7 @@ scrape_configs:
         assert p50 is not None and 0 < p50 < 10
         assert scalar(prom_url, 'pagoda:kv_cache_usage_perc') == 0
         assert scalar(prom_url, 'pagoda:num_requests_running') == 0
+        assert scalar(prom_url, 'pagoda:gpu_memory_used_bytes') == 0  # a CPU server: the series exists, 0
 
         # Every query of the Grafana dashboard parses and (after a few scrapes) returns data.
         dashboard = json.loads((ROOT / "deploy" / "grafana" / "pagoda-dashboard.json").read_text())
