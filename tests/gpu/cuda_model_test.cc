@@ -23,6 +23,8 @@
 #include "engine/engine_core.h"
 #include "gpu_test_util.h"
 #include "model/model_loader.h"
+#include "engine_test_util.h"
+#include "reference_data.h"
 #include "test_paths.h"
 
 namespace pagoda {
@@ -30,25 +32,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  return json::parse(in);
-}
-std::vector<float> read_f32(const std::string& path, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
-  EXPECT_EQ(static_cast<size_t>(in.gcount()), n * 4) << path;
-  return v;
-}
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = static_cast<int32_t>(i);
-  return best;
-}
+using test::argmax;
+using test::read_f32;
+using test::read_json;
 
 struct RunResult {
   std::vector<float> logits;  // [T, V]
@@ -236,21 +222,9 @@ TEST(CudaParity, Bf16PathMatchesTransformersOnRandomModels) {
 
 // ---- the engine on CUDA ------------------------------------------------------------------------
 
-struct Collected {
-  std::map<int, std::vector<int32_t>> tokens;
-};
-Collected collect(RequestStream& s) {
-  Collected c;
-  while (auto o = s.next())
-    for (const auto& t : o->tokens) c.tokens[o->index].push_back(t.token);
-  return c;
-}
-std::vector<int32_t> mixed_prompt(int i, int64_t vocab) {
-  std::vector<int32_t> p;
-  const int len = 1 + (i * 37) % 60;
-  for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>((i * 7919 + k * 104729) % (vocab - 10) + 5));
-  return p;
-}
+using test::collect;
+using test::Collected;
+using test::mixed_prompt;
 
 // (model, tokenizer) pairs the engine tests run on: a tiny f32 GGUF, and the bf16 GPU model.
 std::vector<std::pair<std::string, std::string>> engine_models() {
@@ -263,14 +237,8 @@ std::vector<std::pair<std::string, std::string>> engine_models() {
 }
 
 EngineConfig cuda_config(const std::string& model, const std::string& tok) {
-  EngineConfig c;
-  c.model = model;
+  EngineConfig c = test::base_engine_config(model);
   c.tokenizer = tok;
-  c.threads = 2;
-  c.max_model_len = 512;
-  c.kv_cache_memory = int64_t{64} << 20;
-  c.scheduler.max_num_seqs = 64;
-  c.scheduler.max_num_batched_tokens = 512;
   c.device = "cuda";
   return c;
 }

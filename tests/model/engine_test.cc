@@ -11,6 +11,7 @@
 #include "common/process_stats.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "engine_test_util.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,43 +23,10 @@ std::string smollm2_or_skip() {
   return p;
 }
 
-// Collects every output of a stream: tokens and text per sample index.
-struct Collected {
-  std::map<int, std::vector<int32_t>> tokens;
-  std::map<int, std::string> text;
-  std::map<int, std::string> finish;
-  std::map<int, int32_t> cached;
-};
-Collected collect(RequestStream& s) {
-  Collected c;
-  while (auto o = s.next()) {
-    for (const auto& t : o->tokens) c.tokens[o->index].push_back(t.token);
-    c.text[o->index] += o->text;
-    if (o->finished) {
-      c.finish[o->index] = o->finish_reason;
-      c.cached[o->index] = o->num_cached_tokens;
-    }
-  }
-  return c;
-}
-
-EngineConfig base_config(const std::string& model) {
-  EngineConfig c;
-  c.model = model;
-  c.threads = 2;
-  c.max_model_len = 512;
-  c.kv_cache_memory = int64_t{64} << 20;
-  c.scheduler.max_num_seqs = 64;
-  c.scheduler.max_num_batched_tokens = 512;
-  return c;
-}
-
-std::vector<int32_t> mixed_prompt(int i, int64_t vocab) {
-  std::vector<int32_t> p;
-  const int len = 1 + (i * 37) % 60;
-  for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>((i * 7919 + k * 104729) % (vocab - 10) + 5));
-  return p;
-}
+using test::collect;
+using test::Collected;
+using test::mixed_prompt;
+EngineConfig base_config(const std::string& model) { return test::base_engine_config(model); }
 
 class EngineBatchEquivalence : public ::testing::TestWithParam<bool> {};
 

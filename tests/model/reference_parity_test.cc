@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_loader.h"
+#include "reference_data.h"
 #include "test_paths.h"
 
 namespace pagoda {
@@ -23,20 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  return json::parse(in);
-}
-
-std::vector<float> read_f32(const std::string& path, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
-  EXPECT_EQ(static_cast<size_t>(in.gcount()), n * 4) << path;
-  return v;
-}
+using test::argmax;
+using test::read_f32;
+using test::read_json;
 
 struct Checkpoint {
   std::string set;
@@ -64,13 +54,6 @@ struct RunResult {
   std::vector<float> logits;  // [T, V]
   std::vector<int32_t> greedy;
 };
-
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = static_cast<int32_t>(i);
-  return best;
-}
 
 RunResult run(const LoadedModel& m, const std::vector<int32_t>& prompt, int steps, ThreadPool& pool) {
   const int64_t bs = 16;

@@ -1,0 +1,53 @@
+// Helpers of the engine tests, shared by the CPU tier (tests/model) and the GPU tier (tests/gpu).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace pagoda::test {
+
+// Every output of a stream: tokens and text per sample index, finish reason, cached prompt tokens.
+struct Collected {
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+  std::map<int, int32_t> cached;
+};
+inline Collected collect(RequestStream& s) {
+  Collected c;
+  while (auto o = s.next()) {
+    for (const auto& t : o->tokens) c.tokens[o->index].push_back(t.token);
+    c.text[o->index] += o->text;
+    if (o->finished) {
+      c.finish[o->index] = o->finish_reason;
+      c.cached[o->index] = o->num_cached_tokens;
+    }
+  }
+  return c;
+}
+
+// 64 MiB of KV, 64 sequences, 512-token budget and context, 2 threads.
+inline EngineConfig base_engine_config(const std::string& model) {
+  EngineConfig c;
+  c.model = model;
+  c.threads = 2;
+  c.max_model_len = 512;
+  c.kv_cache_memory = int64_t{64} << 20;
+  c.scheduler.max_num_seqs = 64;
+  c.scheduler.max_num_batched_tokens = 512;
+  return c;
+}
+
+// Request i's prompt: 1-60 ids spread over the vocabulary (mixed lengths for batching tests).
+inline std::vector<int32_t> mixed_prompt(int i, int64_t vocab) {
+  std::vector<int32_t> p;
+  const int len = 1 + (i * 37) % 60;
+  for (int k = 0; k < len; ++k) p.push_back(static_cast<int32_t>((i * 7919 + k * 104729) % (vocab - 10) + 5));
+  return p;
+}
+
+}  // namespace pagoda::test
