@@ -37,16 +37,17 @@ namespace pagoda::cuda {
 
 namespace pagoda::cuda {
 
-// Device memory owned by this object (cudaMalloc / cudaFree). Move-only.
-class DeviceBuffer {
+// Memory owned by this object, allocated and freed by Alloc. Move-only.
+template <class Alloc>
+class OwnedBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { reset(bytes); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  OwnedBuffer() = default;
+  explicit OwnedBuffer(size_t bytes) { reset(bytes); }
+  ~OwnedBuffer() { release(); }
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  OwnedBuffer(OwnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       release();
       p_ = std::exchange(o.p_, nullptr);
@@ -56,11 +57,11 @@ class DeviceBuffer {
   }
   void reset(size_t bytes) {
     release();
-    if (bytes > 0) CUDA_CHECK(cudaMalloc(&p_, bytes));
+    if (bytes > 0) Alloc::allocate(&p_, bytes);
     bytes_ = bytes;
   }
   void release() {
-    if (p_) cudaFree(p_);
+    if (p_) Alloc::free(p_);
     p_ = nullptr;
     bytes_ = 0;
   }
@@ -74,33 +75,18 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+struct DeviceAlloc {
+  static void allocate(void** p, size_t bytes) { CUDA_CHECK(cudaMalloc(p, bytes)); }
+  static void free(void* p) { cudaFree(p); }
+};
+struct PinnedHostAlloc {
+  static void allocate(void** p, size_t bytes) { CUDA_CHECK(cudaHostAlloc(p, bytes, cudaHostAllocDefault)); }
+  static void free(void* p) { cudaFreeHost(p); }
+};
+
+// Device memory (cudaMalloc / cudaFree).
+using DeviceBuffer = OwnedBuffer<DeviceAlloc>;
 // Page-locked host memory (cudaHostAlloc / cudaFreeHost): staging for asynchronous copies.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes) { reset(bytes); }
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  void reset(size_t bytes) {
-    release();
-    if (bytes > 0) CUDA_CHECK(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault));
-    bytes_ = bytes;
-  }
-  void release() {
-    if (p_) cudaFreeHost(p_);
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  void* get() const { return p_; }
-  template <class T>
-  T* as() const { return static_cast<T*>(p_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
+using PinnedBuffer = OwnedBuffer<PinnedHostAlloc>;
 
 }  // namespace pagoda::cuda

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 
@@ -29,9 +28,8 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
-#include "common/half.h"
+#include "backend/cuda/weight_uploader.h"
 #include "ops/linear.h"
-#include "quant/quant.h"
 #include "runtime/cuda_executor.h"
 
 namespace pagoda {
@@ -126,95 +124,6 @@ int64_t weight_bytes_for(const LlamaModel& m, DType act) {
   if (!tied_output(m)) total += d.V * d.D * e;
   return total;
 }
-
-// Runs fn(begin, end) over [0, n) on up to 16 threads (weight conversion at load).
-template <class Fn>
-void parallel_rows(int64_t n, Fn&& fn) {
-  const int64_t hw = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const int64_t nt = std::min<int64_t>(hw, n / 16);
-  if (nt <= 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  std::vector<std::thread> th;
-  for (int64_t t = 0; t < nt; ++t) th.emplace_back([&, t] { fn(n * t / nt, n * (t + 1) / nt); });
-  for (auto& t : th) t.join();
-}
-
-// Host -> device weight upload through two pinned staging buffers (convert one while the other
-// copies). Conversions: same dtype -> memcpy; f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
-// dequantized (quant::dequantize_row) then rounded to the target dtype.
-class Uploader {
- public:
-  static constexpr size_t kChunk = size_t{64} << 20;
-  explicit Uploader(cudaStream_t s) : s_(s) {
-    for (int i = 0; i < 2; ++i) {
-      buf_[i].reset(kChunk);
-      CUDA_CHECK(cudaEventCreateWithFlags(&ev_[i], cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventRecord(ev_[i], s_));
-    }
-  }
-  ~Uploader() {
-    cudaStreamSynchronize(s_);
-    for (auto& e : ev_) cudaEventDestroy(e);
-  }
-
-  // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype, contiguous.
-  void upload(const Tensor& src, DType dst_dtype, void* dst) {
-    const int64_t rows = src.ndim() == 1 ? 1 : src.rows();
-    const int64_t cols = src.ndim() == 1 ? src.numel() : src.dim(-1);
-    const int64_t e = elem_bytes(dst_dtype);
-    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / (cols * e));
-    PAGODA_CHECK(cols * e <= static_cast<int64_t>(kChunk), "weight row too large for staging");
-    for (int64_t r0 = 0; r0 < rows; r0 += per) {
-      const int64_t n = std::min(per, rows - r0);
-      uint8_t* stage = next();
-      parallel_rows(n, [&](int64_t b, int64_t en) {
-        std::vector<float> tmp;
-        for (int64_t r = b; r < en; ++r) {
-          const uint8_t* in = static_cast<const uint8_t*>(src.data()) + (r0 + r) * src.row_bytes();
-          uint8_t* out = stage + r * cols * e;
-          if (src.dtype() == dst_dtype) {
-            std::memcpy(out, in, static_cast<size_t>(cols * e));
-            continue;
-          }
-          tmp.resize(static_cast<size_t>(cols));
-          quant::dequantize_row(src.dtype(), in, tmp.data(), cols);
-          if (dst_dtype == DType::kF32) {
-            std::memcpy(out, tmp.data(), static_cast<size_t>(cols * 4));
-          } else {
-            auto* o = reinterpret_cast<uint16_t*>(out);
-            for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(tmp[i]);
-          }
-        }
-      });
-      submit(static_cast<uint8_t*>(dst) + r0 * cols * e, static_cast<size_t>(n * cols * e));
-    }
-  }
-  void upload_f32(const float* src, int64_t n, void* dst) {
-    for (int64_t i0 = 0; i0 < n; i0 += static_cast<int64_t>(kChunk / 4)) {
-      const int64_t m = std::min<int64_t>(static_cast<int64_t>(kChunk / 4), n - i0);
-      uint8_t* stage = next();
-      std::memcpy(stage, src + i0, static_cast<size_t>(m * 4));
-      submit(static_cast<float*>(dst) + i0, static_cast<size_t>(m * 4));
-    }
-  }
-
- private:
-  uint8_t* next() {
-    cur_ ^= 1;
-    CUDA_CHECK(cudaEventSynchronize(ev_[cur_]));  // the copy that last used this buffer is done
-    return buf_[cur_].as<uint8_t>();
-  }
-  void submit(void* dst, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, buf_[cur_].get(), bytes, cudaMemcpyHostToDevice, s_));
-    CUDA_CHECK(cudaEventRecord(ev_[cur_], s_));
-  }
-  cudaStream_t s_;
-  PinnedBuffer buf_[2];
-  cudaEvent_t ev_[2]{};
-  int cur_ = 1;
-};
 
 // Fixed-layout step inputs: a pinned host mirror and its device copy. Small int32 arrays of
 // tok_cap entries first (copied in one go), then prefill sequences / items, then block tables.
@@ -394,7 +303,7 @@ void CudaExecutor::upload_weights() {
   const LlamaWeights& w = model_.weights();
   const ModelConfig& c = model_.config();
   const int64_t e = elem_bytes(act_);
-  Uploader up(stream_);
+  cuda::WeightUploader up(stream_);
   auto upload_matrix = [&](DeviceBuffer& dst, std::initializer_list<const Tensor*> parts) {
     int64_t rows = 0, cols = -1;
     for (const Tensor* t : parts) {

@@ -33,39 +33,26 @@ struct Scratch {
   int iprefix[kThreads];
 };
 
-__device__ double block_sum_d(double v, Scratch& s) {
+// Sum over the block; `slots` holds 33 values of shared memory (one per warp, then the total).
+template <class T>
+__device__ T block_sum(T v, T* slots) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
-  if (lane == 0) s.d[warp] = v;
+  if (lane == 0) slots[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    double t = lane < nw ? s.d[lane] : 0.0;
+    T t = lane < nw ? slots[lane] : T(0);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    if (lane == 0) s.d[32] = t;
+    if (lane == 0) slots[32] = t;
   }
   __syncthreads();
-  return s.d[32];
+  return slots[32];
 }
-
-__device__ int block_sum_i(int v, Scratch& s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) s.i[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int t = lane < nw ? s.i[lane] : 0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    if (lane == 0) s.i[32] = t;
-  }
-  __syncthreads();
-  return s.i[32];
-}
+__device__ double block_sum_d(double v, Scratch& s) { return block_sum(v, s.d); }
+__device__ int block_sum_i(int v, Scratch& s) { return block_sum(v, s.i); }
 
 __device__ float block_max_f(float v, Scratch& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;

@@ -1,0 +1,40 @@
+// Host -> device weight upload through two pinned staging buffers (convert one while the other
+// copies). Conversions: same dtype -> memcpy; f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
+// dequantized (quant::dequantize_row) then rounded to the target dtype. The destructor waits for
+// the last copy.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.h"
+#include "common/tensor.h"
+
+namespace pagoda::cuda {
+
+class WeightUploader {
+ public:
+  static constexpr size_t kChunk = size_t{64} << 20;
+  explicit WeightUploader(cudaStream_t s);
+  ~WeightUploader();
+  WeightUploader(const WeightUploader&) = delete;
+  WeightUploader& operator=(const WeightUploader&) = delete;
+
+  // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype (f32 or bf16/f16
+  // storage of the same element size), contiguous.
+  void upload(const Tensor& src, DType dst_dtype, void* dst);
+  void upload_f32(const float* src, int64_t n, void* dst);
+
+ private:
+  uint8_t* next();
+  void submit(void* dst, size_t bytes);
+
+  cudaStream_t s_;
+  PinnedBuffer buf_[2];
+  cudaEvent_t ev_[2]{};
+  int cur_ = 1;
+};
+
+}  // namespace pagoda::cuda
