@@ -143,6 +143,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
       }
     }
     const double secs = seconds_since(t0);
+    std::cerr << (*core)->executor().profile_report();
     const int64_t out_tokens = int64_t{n_req} * out_len, in_tokens = int64_t{n_req} * in_len;
     const DeviceMemoryStats dm = (*core)->executor().device_memory();
     nlohmann::json r;
@@ -417,6 +418,7 @@ int run_bench(const BenchOptions& o) {
       }
     }
     ex->set_graphs_enabled(true);
+    std::cerr << ex->profile_report();
     out["device"] = ex->describe();
     out["machine"] = machine;
     out["threads"] = pool.size();

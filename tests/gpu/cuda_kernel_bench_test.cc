@@ -101,12 +101,19 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     auto w = random_device(static_cast<size_t>(sh.N * sh.K * 2));
     const double bytes = static_cast<double>(sh.N) * sh.K * 2;
     const cuda::GemvNorm nrm{res.as<float>(), nullptr, g.as<float>(), 1e-5f};
-    for (int64_t M : {1, 2, 4}) {
-      const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
-      const double ms = time_ms([&] {
+    const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
+    auto run_gemv = [&](int64_t M) {
+      return time_ms([&] {
         cuda::gemv_bf16(x.get(), w.get(), M, sh.N, sh.K, y.get(), ldy, sh.mode, nullptr, sh.norm ? &nrm : nullptr);
       });
-      report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, ms);
+    };
+    for (int64_t M : {1, 2, 4}) report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, run_gemv(M));
+    // The M = 1 block shapes (warps per block, loads in flight per lane), default last.
+    const cuda::GemvShape default_shape = cuda::gemv_m1_shape();
+    for (cuda::GemvShape gs : {cuda::GemvShape{4, 8}, cuda::GemvShape{8, 16}, cuda::GemvShape{4, 16},
+                               cuda::GemvShape{16, 8}, default_shape}) {
+      ASSERT_TRUE(cuda::gemv_set_m1_shape(gs));
+      report_bw(fmt::format("gemv M=1 {}w x {}ld {}", gs.warps, gs.loads, sh.name), bytes, run_gemv(1));
     }
     for (int64_t M : {1, 8, 64}) {
       const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;

@@ -20,6 +20,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <unordered_map>
@@ -28,6 +30,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_profiler.h"
 #include "backend/cuda/weight_uploader.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
@@ -199,6 +202,7 @@ class CudaExecutor final : public ModelExecutor {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
   }
+  std::string profile_report() const override { return profiler_.report(); }
 
  private:
   struct Layer {
@@ -252,6 +256,7 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
+  cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -264,6 +269,12 @@ Status CudaExecutor::init() {
   sms_ = prop.multiProcessorCount;
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
+  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
+  if (const char* e = std::getenv("PAGODA_GEMV_M1"); e && *e) {  // tuning: warps,loads (kernels.h)
+    cuda::GemvShape sh;
+    if (std::sscanf(e, "%d,%d", &sh.warps, &sh.loads) != 2 || !cuda::gemv_set_m1_shape(sh))
+      return invalid_argument("PAGODA_GEMV_M1='{}': expected warps,loads among 8,8 4,8 8,16 4,16 16,8", e);
+  }
   if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
     return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -291,11 +302,12 @@ Status CudaExecutor::init() {
 }
 
 std::string CudaExecutor::describe() const {
-  return fmt::format("cuda:{} ({}, {} SMs) | compute {} | kv {} | prefill attention {} | graphs {} | batch-invariant {} | "
+  return fmt::format("cuda:{} ({}, {} SMs) | compute {} | kv {} | prefill attention {} | graphs {}{} | batch-invariant {} | "
                      "NVML {}",
                      opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
+                     profiler_.enabled() ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)" : "",
                      opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
 }
 
@@ -425,15 +437,19 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const bool gemv_path = !opt_.batch_invariant && act_ == DType::kBF16;
   const bool fused_norm = gemv_path && cuda::gemv_norm_supported(T, d_.D);
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
+  profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
     const Layer& ly = layers_[l];
     const cuda::KvCacheLayer kv = kv_layer(l);
     if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
+      profiler_.mark("norm+qkv gemv", stream_);
     } else {
       cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
+      profiler_.mark("rms_norm", stream_);
       linear(hidden_.get(), ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), GemmOut::kStoreF32);
+      profiler_.mark("qkv", stream_);
     }
 
     cuda::RopeKvParams rp;
@@ -454,6 +470,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     rp.q_out = q_.as<float>();
     rp.cache = kv;
     cuda::rope_kv_write(rp, stream_);
+    profiler_.mark("rope+kv write", stream_);
 
     if (sh.rows > 0) {
       for (int64_t r0 = 0; r0 < sh.rows; r0 += caps_.att_rows) {
@@ -480,6 +497,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         ap.counters = att_counters_.as<int>();
         cuda::row_attention(ap, stream_);
       }
+      profiler_.mark("attention split-kv", stream_);
     }
     if (sh.items > 0) {
       cuda::PrefillAttentionParams pp;
@@ -499,17 +517,24 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       pp.window = c.sliding_window;
       pp.tile_q = opt_.prefill_tile_q;
       cuda::prefill_attention(pp, stream_);
+      profiler_.mark("attention prefill", stream_);
     }
     linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
+    profiler_.mark("o", stream_);
     if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
+      profiler_.mark("norm+gate/up+swiglu gemv", stream_);
     } else {
       cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
+      profiler_.mark("rms_norm", stream_);
       linear(hidden_.get(), ly.w_gu.get(), T, 2 * d_.F, d_.D, gu_.get(), GemmOut::kStoreAct);
+      profiler_.mark("gate/up", stream_);
       cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
+      profiler_.mark("swiglu", stream_);
     }
     linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
+    profiler_.mark("down", stream_);
   }
   if (sh.logits > 0) {
     if (gemv_path && cuda::gemv_norm_supported(sh.logits, d_.D)) {
@@ -520,6 +545,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
                      last_.get(), act_, stream_);
       linear(last_.get(), lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), GemmOut::kStoreF32);
     }
+    profiler_.mark("final norm+lm_head", stream_);
   }
 }
 
@@ -596,7 +622,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     if (n_seqs > eager_.seq_cap) eager_.allocate(tok_cap_, n_seqs, bt_stride_);
     if (opt_.cuda_graphs) capture_graphs();
   }
-  bool decode = opt_.cuda_graphs && graphs_on_ && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
+  bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
@@ -664,7 +690,9 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     return last(a) > last(b);
   });
   for (int64_t i = 0; i < n_logits; ++i) in.h<int32_t>(in.o_lrows)[i] = batch.logits_rows[i];
+  profiler_.begin(sh.items == 0 ? "decode" : sh.rows == 0 ? "prefill" : "mixed", stream_);
   copy_inputs(in, n_seqs, max_blocks, sh.items);
+  profiler_.mark("input copies", stream_);
   launch_forward(in, sh);
   last_logits_rows_ = n_logits;
 }
@@ -675,6 +703,8 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   const size_t bytes = static_cast<size_t>(n * d_.V * 4);
   if (logits_host_.bytes() < bytes) logits_host_.reset(std::max(bytes, static_cast<size_t>(d_.V * 4 * 64)));
   if (n > 0) CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+  profiler_.mark("logits to host", stream_);
+  profiler_.end();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   logits_tensor_ = Tensor::view(DType::kF32, {n, d_.V}, logits_host_.get(), nullptr);
   return logits_tensor_;
@@ -747,6 +777,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
                       sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_);
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
                                cudaMemcpyDeviceToHost, stream_));
+    profiler_.mark("sampling", stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const auto* so = sample_out_host_.as<cuda::SampleOutput>();
     for (size_t i = 0; i < n; ++i) {
@@ -760,6 +791,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       }
     }
   }
+  profiler_.end();
   if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
