@@ -272,16 +272,23 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
       {14, 2, 64, 16, DType::kBF16, 0, DType::kBF16}, {8, 2, 64, 16, DType::kF32, 37, DType::kF32},
       {4, 4, 256, 16, DType::kBF16, 0, DType::kF32},  {16, 8, 128, 32, DType::kBF16, 0, DType::kBF16},
       {8, 2, 32, 8, DType::kF16, 0, DType::kF32},
+      // The pipelined 16-bit kernel: block sizes that do not divide its tile (8, 48, 1), GQA 8 (two
+      // head chunks) at head_dim 64 and 128, a window with GQA.
+      {16, 2, 128, 8, DType::kF16, 0, DType::kF32},   {16, 2, 64, 48, DType::kBF16, 0, DType::kF32},
+      {8, 8, 128, 48, DType::kF16, 0, DType::kBF16},  {8, 2, 64, 1, DType::kBF16, 0, DType::kF32},
+      {32, 8, 128, 16, DType::kBF16, 300, DType::kF32},
   };
   std::mt19937 rng(99);
   for (const AttnCase& cs : cases) {
     const int64_t num_blocks = 600;
     PagedFixture fx(cs, num_blocks, rng());
-    const std::vector<std::pair<int32_t, int32_t>> shapes = {{1, 1}, {1, 17}, {5, 5}, {33, 33}, {7, 100}, {1, 1000}, {3, 700}, {1, 2500}};
+    // (2, 9000): more than kRowMaxSplits * kRowSplitKeys keys, so splits longer than 256 keys.
+    const std::vector<std::pair<int32_t, int32_t>> shapes = {{1, 1},    {1, 17},   {5, 5},    {33, 33}, {7, 100},
+                                                             {1, 1000}, {3, 700},  {1, 2500}, {2, 9000}};
     std::vector<int32_t> perm(num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    const int64_t stride = 2600 / cs.block_size + 2;
+    const int64_t stride = 9100 / cs.block_size + 2;
     std::vector<int32_t> tables(shapes.size() * stride, 0);
     std::vector<std::vector<int32_t>> seq_tables;
     std::vector<int32_t> row_tok, row_seq, row_ctx;
@@ -331,19 +338,37 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
     p.part_o = po.as<float>();
     p.part_ml = pml.as<float>();
     p.counters = counters.as<int>();
-    cuda::row_attention(p, nullptr);
-    auto got = download_as(out, (T + 1) * width, cs.out);
-    int32_t tb = 0;
-    for (size_t s = 0; s < shapes.size(); ++s) {
-      const auto [nq, ctx] = shapes[s];
-      auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, cs.window);
-      const double e = nmse(got.data() + tb * width, ref.data(), nq * width);
-      EXPECT_LT(e, cs.out == DType::kF32 ? 1e-10 : 1e-5)
-          << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " bs " << cs.block_size << " kv "
-          << dtype_name(cs.kv) << " window " << cs.window << " seq (" << nq << ", " << ctx << ")";
-      tb += nq;
+    // 16-bit caches at head_dim 64 / 128 have a pipelined kernel; the legacy one stays reachable.
+    const bool has_legacy = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128);
+    for (bool legacy : {false, true}) {
+      if (legacy && !has_legacy) continue;
+      p.legacy_kernel = legacy;
+      p.num_sms = 132;
+      p.max_keys = 0;
+      CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // poison: every element must be written
+      cuda::row_attention(p, nullptr);
+      auto got = download_as(out, (T + 1) * width, cs.out);
+      int32_t tb = 0;
+      for (size_t s = 0; s < shapes.size(); ++s) {
+        const auto [nq, ctx] = shapes[s];
+        auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, cs.window);
+        const double e = nmse(got.data() + tb * width, ref.data(), nq * width);
+        EXPECT_LT(e, cs.out == DType::kF32 ? 1e-10 : 1e-5)
+            << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " bs " << cs.block_size << " kv "
+            << dtype_name(cs.kv) << " window " << cs.window << " seq (" << nq << ", " << ctx << ") legacy " << legacy;
+        tb += nq;
+      }
+      for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
+      // A smaller grid (blocks loop over more splits) gives the same bits: a row's arithmetic does
+      // not depend on the grid.
+      p.num_sms = 1;
+      p.max_keys = 9000;
+      CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
+      cuda::row_attention(p, nullptr);
+      auto again = download_as(out, (T + 1) * width, cs.out);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &again[i], sizeof(float)), 0) << "grid-dependent result at " << i << " legacy " << legacy;
     }
-    for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
   }
 }
 

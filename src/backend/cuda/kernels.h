@@ -104,6 +104,7 @@ struct RowAttentionParams {
   float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
   float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
   int* counters = nullptr;      // workspace [R, num_kv_heads * ceil(G / 4)] int, zero (left zero)
+  bool legacy_kernel = false;   // benchmarks/tests: the pre-pipelining kernel for 16-bit caches
 
   void check() const;
 };
