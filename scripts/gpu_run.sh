@@ -106,8 +106,8 @@ bench_model() {  # SHAPE
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
 #   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
-#   wave8b    one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
-#   gemv8b    batch-1 decode once per M = 1 GEMV block shape (PAGODA_GEMV_M1)
+#   wave8b    (wavelegacy8b: with PAGODA_ROW_ATTENTION=legacy) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
+#   decode8b  batch-1 decode only (decodelegacy8b: with PAGODA_ROW_ATTENTION=legacy)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
@@ -157,25 +157,23 @@ stage_profile() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_decode_$1 90 $PAGODA bench -m $m --device cuda -p 0 -n 64 -b 1,64 -r 1
+  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_decode_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 32 -b 1,64 -r 1
   PAGODA_CUDA_PROFILE=1 TAILN=20 step prof_prefill_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 1
-  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_tp_$1 150 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len 200 --max-num-seqs 256
+  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_tp_$1 100 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len ${PROF_TP_OUT:-100} --max-num-seqs 256
 }
 # One wave of 256 requests (1000 in / 300 out; graphs on): a quick proxy of the 1000 x 1000/1000 run.
 stage_wave() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  TAILN=4 step wave_$1 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len 300 --max-num-seqs 256
+  TAILN=4 step wave${2:-}_$1 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len 300 --max-num-seqs 256
 }
-# Batch-1 decode with each M = 1 GEMV block shape (PAGODA_GEMV_M1=warps,loads).
-stage_gemv() {
+# Batch-1 decode only (tg128, graphs), e.g. with PAGODA_ROW_ATTENTION=legacy in front.
+stage_decode1() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  for shape in ${GEMV_SHAPES:-8,8 4,8 8,16 4,16 16,8}; do
-    PAGODA_GEMV_M1=$shape TAILN=3 step gemv_${shape/,/x}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
-  done
+  TAILN=3 step decode1${2:-}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
 }
 stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 90 $TESTS --gtest_filter='CudaKernelBench.*'; }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
@@ -203,7 +201,9 @@ for s in "$@"; do
     prof8b) stage_profile 8b ;;
     prof1b) stage_profile 1b ;;
     wave8b) stage_wave 8b ;;
-    gemv8b) stage_gemv 8b ;;
+    wavelegacy8b) PAGODA_ROW_ATTENTION=legacy stage_wave 8b legacy ;;
+    decode8b) stage_decode1 8b ;;
+    decodelegacy8b) PAGODA_ROW_ATTENTION=legacy stage_decode1 8b legacy ;;
     kbench) stage_kbench ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;

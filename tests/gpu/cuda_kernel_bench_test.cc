@@ -108,13 +108,6 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       });
     };
     for (int64_t M : {1, 2, 4}) report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, run_gemv(M));
-    // The M = 1 block shapes (warps per block, loads in flight per lane), default last.
-    const cuda::GemvShape default_shape = cuda::gemv_m1_shape();
-    for (cuda::GemvShape gs : {cuda::GemvShape{4, 8}, cuda::GemvShape{8, 16}, cuda::GemvShape{4, 16},
-                               cuda::GemvShape{16, 8}, default_shape}) {
-      ASSERT_TRUE(cuda::gemv_set_m1_shape(gs));
-      report_bw(fmt::format("gemv M=1 {}w x {}ld {}", gs.warps, gs.loads, sh.name), bytes, run_gemv(1));
-    }
     for (int64_t M : {1, 8, 64}) {
       const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;
       const double ms = time_ms([&] {

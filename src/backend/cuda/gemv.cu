@@ -19,12 +19,9 @@
 namespace pagoda::cuda {
 namespace {
 
-// Warps per block and 16-byte weight loads in flight per lane (split over the R rows): the
-// default shape, and the M = 1 shapes gemv_set_shape() may pick (measured by the kernel bench).
 constexpr int kGemvWarps = 8;
-constexpr int kUnrollLoads = 8;
+constexpr int kUnrollLoads = 8;  // 16-byte weight loads in flight per lane (split over the R rows)
 constexpr int kGemvMaxSmem = 96 * 1024;
-GemvShape g_m1_shape{kGemvWarps, kUnrollLoads};
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
@@ -49,7 +46,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 
 // R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's
 // first kUnroll chunks, loaded before the kernel waited for its predecessor (PDL prologue).
-template <int M, int R, bool SMEM_X, int kUnroll>
+template <int M, int R, bool SMEM_X, int kUnroll = kUnrollLoads / R>
 __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint4* x, int kc, int lane,
                                           const uint4 (&pre)[kUnroll][R], float (&acc)[M][R]) {
 #pragma unroll
@@ -119,15 +116,15 @@ struct GemvArgs {
 
 // NORM: the block first computes rms_norm(residual[row m]) * norm_w as bf16 into shared memory
 // (the same rounding as the rms_norm kernel's bf16 output), fusing the norm into the matmul.
-template <int M, GemmOut MODE, bool NORM, int WARPS, int LOADS>
-__global__ __launch_bounds__(WARPS * 32) void gemv_kernel(GemvArgs a) {
+template <int M, GemmOut MODE, bool NORM>
+__global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
-  constexpr int kUnroll = LOADS / R;
+  constexpr int kUnroll = kUnrollLoads / R;
   extern __shared__ uint4 xs[];
   __shared__ float scratch[33];
   pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
   const bool active = n < a.n_out;
   const int K = a.K, kc = K / 8;
   const uint4* rows[R];
@@ -191,7 +188,7 @@ __global__ __launch_bounds__(WARPS * 32) void gemv_kernel(GemvArgs a) {
   }
   if (!active) return;
   float acc[M][R];
-  gemv_rows<M, R, NORM, kUnroll>(rows, x, kc, lane, pre, acc);
+  gemv_rows<M, R, NORM>(rows, x, kc, lane, pre, acc);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -210,31 +207,19 @@ __global__ __launch_bounds__(WARPS * 32) void gemv_kernel(GemvArgs a) {
   }
 }
 
-template <int M, GemmOut MODE, bool NORM, int WARPS, int LOADS>
-void launch_gemv_shape(const GemvArgs& a, cudaStream_t s) {
+template <int M, GemmOut MODE, bool NORM>
+void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
   const size_t smem = NORM ? static_cast<size_t>(M) * a.K * 2 : 0;
   if (smem > 48 * 1024) {
     static bool configured = false;
     if (!configured) {
-      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M, MODE, NORM, WARPS, LOADS>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
+      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M, MODE, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      kGemvMaxSmem));
       configured = true;
     }
   }
-  const unsigned grid = static_cast<unsigned>(ceil_div(a.n_out, WARPS));
-  launch_pdl(gemv_kernel<M, MODE, NORM, WARPS, LOADS>, dim3(grid), dim3(WARPS * 32), smem, s, a);
-}
-
-template <int M, GemmOut MODE, bool NORM>
-void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
-  if constexpr (M == 1) {
-    const GemvShape sh = g_m1_shape;
-    if (sh.warps == 4 && sh.loads == 8) return launch_gemv_shape<M, MODE, NORM, 4, 8>(a, s);
-    if (sh.warps == 8 && sh.loads == 16) return launch_gemv_shape<M, MODE, NORM, 8, 16>(a, s);
-    if (sh.warps == 4 && sh.loads == 16) return launch_gemv_shape<M, MODE, NORM, 4, 16>(a, s);
-    if (sh.warps == 16 && sh.loads == 8) return launch_gemv_shape<M, MODE, NORM, 16, 8>(a, s);
-  }
-  launch_gemv_shape<M, MODE, NORM, kGemvWarps, kUnrollLoads>(a, s);
+  const unsigned grid = static_cast<unsigned>(ceil_div(a.n_out, kGemvWarps));
+  launch_pdl(gemv_kernel<M, MODE, NORM>, dim3(grid), dim3(kGemvWarps * 32), smem, s, a);
 }
 
 template <int M>
@@ -323,17 +308,6 @@ void launch_simt(const void* x, const void* w, int64_t M, int64_t N, int64_t K, 
 }
 
 }  // namespace
-
-bool gemv_set_m1_shape(GemvShape shape) {
-  const GemvShape known[] = {{8, 8}, {4, 8}, {8, 16}, {4, 16}, {16, 8}};
-  for (const GemvShape& k : known)
-    if (k.warps == shape.warps && k.loads == shape.loads) {
-      g_m1_shape = shape;
-      return true;
-    }
-  return false;
-}
-GemvShape gemv_m1_shape() { return g_m1_shape; }
 
 bool gemv_supported(int64_t M, int64_t K) { return M >= 1 && M <= kGemvMaxM && K % 8 == 0; }
 bool gemv_norm_supported(int64_t M, int64_t K) { return gemv_supported(M, K) && M * K * 2 <= kGemvMaxSmem; }

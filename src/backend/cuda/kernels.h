@@ -171,15 +171,6 @@ struct GemvNorm {
   float eps = 1e-5f;
 };
 bool gemv_norm_supported(int64_t M, int64_t K);
-// Block shape of the M = 1 GEMV: warps per block (one output row each) and 16-byte weight loads
-// in flight per lane. Tuning hook (kernel bench, PAGODA_GEMV_M1=warps,loads); returns false for
-// a shape that is not compiled in: 8,8 (default), 4,8, 8,16, 4,16, 16,8.
-struct GemvShape {
-  int warps = 8;
-  int loads = 8;
-};
-bool gemv_set_m1_shape(GemvShape shape);
-GemvShape gemv_m1_shape();
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
                cudaStream_t s, const GemvNorm* norm = nullptr);
 
