@@ -106,8 +106,8 @@ bench_model() {  # SHAPE
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
 #   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
-#   wave8b    (wavelegacy8b: with PAGODA_ROW_ATTENTION=legacy) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
-#   decode8b  batch-1 decode only (decodelegacy8b: with PAGODA_ROW_ATTENTION=legacy)
+#   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
+#   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
@@ -168,7 +168,7 @@ stage_wave() {
   m=$(model_dir $1)
   TAILN=4 step wave${2:-}_$1 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len 300 --max-num-seqs 256
 }
-# Batch-1 decode only (tg128, graphs), e.g. with PAGODA_ROW_ATTENTION=legacy in front.
+# Batch-1 decode only (tg128, graphs), e.g. with PAGODA_ROW_ATTENTION=simt in front.
 stage_decode1() {
   local m
   ensure_model $1
@@ -201,9 +201,9 @@ for s in "$@"; do
     prof8b) stage_profile 8b ;;
     prof1b) stage_profile 1b ;;
     wave8b) stage_wave 8b ;;
-    wavelegacy8b) PAGODA_ROW_ATTENTION=legacy stage_wave 8b legacy ;;
+    wavesimt8b) PAGODA_ROW_ATTENTION=simt stage_wave 8b simt ;;
     decode8b) stage_decode1 8b ;;
-    decodelegacy8b) PAGODA_ROW_ATTENTION=legacy stage_decode1 8b legacy ;;
+    decodesimt8b) PAGODA_ROW_ATTENTION=simt stage_decode1 8b simt ;;
     kbench) stage_kbench ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;

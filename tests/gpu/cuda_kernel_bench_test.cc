@@ -1,6 +1,6 @@
 // Kernel micro-benchmarks on Llama-3-8B shapes (the numbers behind docs/cuda.md's kernel table):
 // decode GEMVs vs cuBLASLt at M = 1 / 8 / 64, split-KV attention at batch 256 x 1500 keys, 64 x 1000
-// and batch 1 x 8192 / 32768 keys (new and legacy kernel), tensor-core prefill attention at 8192 tokens (query tiles 64 and 128),
+// and batch 1 x 8192 / 32768 keys (tensor-core and SIMT kernels), tensor-core prefill attention at 8192 tokens (query tiles 64 and 128),
 // and the prefill GEMMs. Median of CUDA-event timings after warm-ups, on random data. Runs only
 // with PAGODA_GPU_KERNEL_BENCH=1 (it is a measurement, not a check).
 #include <gtest/gtest.h>
@@ -118,7 +118,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     }
   }
   // Split-KV attention: batch 256 x 1500 keys, 64 x 1000, and batch 1 at 8192 and 32768 keys; the
-  // pipelined kernel, then the legacy one (RowAttentionParams::legacy_kernel) for comparison.
+  // tensor-core kernel, then the SIMT one (RowAttentionParams::tensor_cores off) for comparison.
   for (auto [rows, ctx] : {std::pair<int64_t, int64_t>{256, 1500}, {64, 1000}, {1, 8192}, {1, 32768}}) {
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
@@ -150,10 +150,10 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     p.part_o = po.as<float>();
     p.part_ml = pml.as<float>();
     p.counters = cnt.as<int>();
-    for (bool legacy : {false, true}) {
-      p.legacy_kernel = legacy;
+    for (bool simt : {false, true}) {
+      p.tensor_cores = !simt;
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
-      report_bw(fmt::format("split-KV attention {} x {}{}", rows, ctx, legacy ? " (legacy)" : ""),
+      report_bw(fmt::format("split-KV attention {} x {}{}", rows, ctx, simt ? " (SIMT)" : ""),
                 2.0 * rows * ctx * KVH * Dh * 2, ms);
     }
   }

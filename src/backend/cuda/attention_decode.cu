@@ -11,25 +11,23 @@
 // count) combines the splits, so decode is one kernel.
 //
 // Two kernels share that outline:
-// - row_attention_pipe_kernel, f16 / bf16 caches at head_dim 64 and 128 (decode of the real
-//   models): 4 warps stream the split's K and V through a 4-stage shared-memory ring with 16-byte
-//   cp.async copies (a stage is 8 KiB of K and 8 KiB of V: 32 keys at D = 128, 64 at D = 64),
-//   three tiles in flight while one computes, so loads never wait for arithmetic. Each thread
-//   copies a fixed 16-byte chunk of 4 rows a stage, the rows' pages looked up in the block table
-//   a tile ahead (any block size). Compute reads the stage with the lane mapping below (LPK = D / 8
-//   lanes per key, 8 dims a lane, all kMaxG heads from each K / V row). Rows past the split's end
-//   are zero-filled and their scores masked. 64 KiB of dynamic shared memory and <= 168 registers
-//   give 3 blocks (12 warps, 144 KiB in flight) an SM on sm_90. The ring is reused for the warp
-//   merge at the end of a split.
-// - row_attention_kernel, everything else (f32 caches, other head dims, strided up to 256; and 16-bit
-//   caches when RowAttentionParams::legacy_kernel asks, for comparison): each warp loads KPW keys at
-//   a time straight into registers, LPK lanes per key, every lane NV dims of the head.
-// Both: scores are a dot product and an LPK-lane shuffle reduction, softmax is online (exp2 with
-// log2(e) folded into q), P.V accumulates in registers.
+// - row_attention_mma_kernel (tensor_cores set, f16 / bf16 caches at head_dim 64 and 128: the
+//   bf16 decode of the real models): the GQA heads of the block are the rows of an m16n8k16 tile,
+//   K / V tiles of 64 keys go through shared memory (cp.async, double-buffered), S = Q K^T and
+//   O += P V on tensor cores with Q and P rounded to the cache type (as the prefill kernel does).
+//   A SIMT version of that per-key work was bound by issue (16-bit -> f32 conversions, 4-level
+//   shuffle reductions, FMAs: 50 % of copy bandwidth at 256 rows x 1500 keys), and a cp.async
+//   pipeline in front of the same arithmetic did not help (43.6 %).
+// - row_attention_kernel, everything else (f32 caches or f32 compute, other head dims, strided up
+//   to 256): each warp loads KPW keys at a time straight into registers, LPK lanes per key, every
+//   lane NV dims of the head, K and V of 16-bit caches kept packed until used; scores are a dot
+//   product and an LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into
+//   q), P.V accumulates in registers in f32.
 #include <cmath>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_utils.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -75,7 +73,7 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
 // The warps' partial results (m, l and unnormalised o per warp and head, in shared memory) merged
 // in warp order into the split's result: the output itself when the row has one split, else the
 // split's slot of the workspace.
-template <int WARPS>
+template <int WARPS, int HPB>
 __device__ __forceinline__ void store_split(const RowAttentionParams& p, const float* o_s, int o_ld, const float* ml_s,
                                             int r, int h0, int nh, int ns, int split, int64_t tok) {
   const int D = static_cast<int>(p.cache.head_dim);
@@ -84,15 +82,15 @@ __device__ __forceinline__ void store_split(const RowAttentionParams& p, const f
     const int h = i / D, d = i - h * D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, ml_s[(w * kMaxG + h) * 2]);
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, ml_s[(w * HPB + h) * 2]);
     float L = 0.0f, O = 0.0f;
     if (M != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) {
-        const float mw = ml_s[(w * kMaxG + h) * 2];
+        const float mw = ml_s[(w * HPB + h) * 2];
         const float f = mw == -INFINITY ? 0.0f : exp2f(mw - M);
-        L += ml_s[(w * kMaxG + h) * 2 + 1] * f;
-        O += o_s[(w * kMaxG + h) * o_ld + d] * f;
+        L += ml_s[(w * HPB + h) * 2 + 1] * f;
+        O += o_s[(w * HPB + h) * o_ld + d] * f;
       }
     }
     const float val = L > 0.0f ? O / L : 0.0f;
@@ -360,61 +358,56 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
     }
   }
   __syncthreads();
-  store_split<kWarps>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
+  store_split<kWarps, kMaxG>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
-// ---- Pipelined kernel: f16 / bf16 cache, head_dim 64 or 128 ------------------------------------
+// ---- Tensor-core kernel: f16 / bf16 cache, head_dim 64 or 128 -----------------------------------
+//
+// The GQA heads of one KV head are the rows of an m16n8k16 tile (up to kMmaHeads of the 16 rows
+// used), so one K / V tile feeds all of them at tensor-core rates and the per-key SIMT work (16-bit
+// to f32 conversions, shuffle reductions, FMAs) disappears. Per split: K / V tiles of kMmaKeys keys
+// go through shared memory, double-buffered with cp.async (the next tile loads while this one
+// computes), gathered through the block table, zero-filled past the split's end; warp w owns keys
+// [16 w, 16 w + 16) of every tile: S = Q K^T (Q rounded to the cache type, as in prefill), mask,
+// online softmax in registers (exp2, log2(e) folded into the scale), P (16-bit) V via
+// ldmatrix.trans. The warps' partial results are merged in warp order through shared memory (the
+// tile ring, reused), then as in the SIMT kernel (split slot or direct store, last block combines).
 
-constexpr int kPipeWarps = 4;
-constexpr int kPipeStages = 4;        // ring of stages: kPipeStages - 1 tiles in flight while one computes
-constexpr int kPipeTileBytes = 8192;  // K bytes of a stage (as many V bytes)
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+constexpr int kMmaWarps = 4;
+constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
+constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of the m16 tile)
 
 template <int D>
-struct PipeShape {
-  static constexpr int LPK = D / 8;                        // lanes per key, 8 dims (16 bytes) a lane
-  static constexpr int KPW = 32 / LPK;                     // keys a warp holds at once
-  static constexpr int TILE = kPipeTileBytes / (D * 2);    // keys a stage: 32 (D = 128) or 64 (D = 64)
-  static constexpr int U = TILE / (kPipeWarps * KPW);      // key groups per warp and stage
-  static constexpr int RPP = kPipeWarps * 32 / LPK;        // rows one copy pass of the block covers
-  static constexpr int PASSES = TILE / RPP;                // copy passes per stage (K and V each)
-  static constexpr int kStageBytes = 2 * kPipeTileBytes;
-  static constexpr int kSmem = kPipeStages * kStageBytes;
-  static_assert(U * kPipeWarps * KPW == TILE && PASSES * RPP == TILE, "tile shape");
-  static_assert(kPipeWarps * (kMaxG * D + kMaxG * 2) * 4 <= kSmem, "the warp merge reuses the ring");
+struct MmaShape {
+  static constexpr int LD = D + 8;  // padded shared-memory row (elements): ldmatrix rows hit distinct banks
+  static constexpr int kTileElems = kMmaKeys * LD;
+  static constexpr int kSmem = 2 * 2 * kTileElems * 2;  // 2 stages x (K, V) x 16-bit
+  static_assert(kMmaWarps * kMmaHeads * (D + 2) * 4 <= kSmem, "the warp merge reuses the ring");
 };
 
 template <class KVT, int D>
-__global__ __launch_bounds__(kPipeWarps * 32, 3) void row_attention_pipe_kernel(RowAttentionParams p) {
-  using S = PipeShape<D>;
-  constexpr int LPK = S::LPK, KPW = S::KPW, TILE = S::TILE, U = S::U, RPP = S::RPP, PASSES = S::PASSES;
-  extern __shared__ __align__(16) uint8_t ring[];
+__global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
+  using S = MmaShape<D>;
+  constexpr int LD = S::LD;
+  extern __shared__ __align__(16) uint8_t smem[];
+  KVT* sK = reinterpret_cast<KVT*>(smem);  // [2][kMmaKeys][LD]
+  KVT* sV = sK + 2 * S::kTileElems;        // [2][kMmaKeys][LD]
   __shared__ int last_block;
+  const KVT tag{};
   pdl_trigger();
   pdl_wait();
 
   const int r = blockIdx.x;
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int H = static_cast<int>(p.num_heads);
-  const int G = H / KVH;
-  const int chunks = (G + kMaxG - 1) / kMaxG;
+  const int G = static_cast<int>(p.num_heads) / KVH;
+  const int chunks = (G + kMmaHeads - 1) / kMmaHeads;
   const int kvh = blockIdx.y / chunks;
   const int hc = blockIdx.y - kvh * chunks;
-  const int h0 = kvh * G + hc * kMaxG;
-  const int nh = min(kMaxG, G - hc * kMaxG);
+  const int h0 = kvh * G + hc * kMmaHeads;
+  const int nh = min(kMmaHeads, G - hc * kMmaHeads);
   const int ctx = p.row_ctx[r];
   const int lo = p.window > 0 ? max(0, ctx - static_cast<int>(p.window)) : 0;
   const int keys = ctx - lo;
@@ -429,200 +422,195 @@ __global__ __launch_bounds__(kPipeWarps * 32, 3) void row_attention_pipe_kernel(
   if (static_cast<int>(blockIdx.z) >= ns) return;
   const int per = (keys + ns - 1) / ns;
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int grp = lane / LPK, gl = lane - grp * LPK;
-  const float qscale = p.scale * kLog2e;
-  float qr[kMaxG][8];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  // Q as A fragments (rows = heads; rows g + 8 and rows >= nh are zero), rounded to the cache type.
+  uint32_t qf[D / 16][4];
+  {
+    const float* qrow = p.q + tok * p.q_stride + static_cast<int64_t>(h0 + g) * D;
 #pragma unroll
-  for (int h = 0; h < kMaxG; ++h)
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      qr[h][i] = h < nh ? p.q[tok * p.q_stride + static_cast<int64_t>(h0 + h) * D + gl * 8 + i] * qscale : 0.0f;
+    for (int kk = 0; kk < D / 16; ++kk) {
+      float2 a = make_float2(0.f, 0.f), b = make_float2(0.f, 0.f);
+      if (g < nh) {
+        a = *reinterpret_cast<const float2*>(qrow + kk * 16 + 2 * t4);
+        b = *reinterpret_cast<const float2*>(qrow + kk * 16 + 8 + 2 * t4);
+      }
+      qf[kk][0] = pack2(a.x, a.y, tag);
+      qf[kk][1] = 0u;
+      qf[kk][2] = pack2(b.x, b.y, tag);
+      qf[kk][3] = 0u;
+    }
+  }
+  const float sl2 = p.scale * kLog2e;
 
   const int32_t* table = p.block_tables + static_cast<int64_t>(p.row_seq[r]) * p.bt_stride;
   const int bs = static_cast<int>(p.cache.block_size);
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
-  // Copies: thread t moves 16-byte chunk t % LPK of tile rows t / LPK + RPP * j (K and V), its
-  // keys' places in the block table kept as (table index, offset in the page), advanced a tile at
-  // a time.
-  const int crow = threadIdx.x / LPK, cchunk = threadIdx.x - crow * LPK;
-  const int adv_blk = TILE / bs, adv_off = TILE - adv_blk * bs;
-  const int64_t head_off = static_cast<int64_t>(kvh) * bs * D + cchunk * 8;
   const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
-  // Keys of this thread in a stage: rows warp * U * KPW + u * KPW + grp.
-  const int my_row = warp * U * KPW + grp;
+  const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
+  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
 
   int done = 0;
   for (int split = blockIdx.z; split < ns; split += gridDim.z) {
     ++done;
     const int ks = lo + split * per;
     const int ke = min(ctx, ks + per);
-    const int ntiles = (ke - ks + TILE - 1) / TILE;
-    // Per copied row j: the key's table index and offset in its page, and its page, read a tile
-    // ahead (the table load is not waited for when the copy is issued).
-    int tb[PASSES], to[PASSES], pg[PASSES];
+    const int ntiles = (ke - ks + kMmaKeys - 1) / kMmaKeys;
+    auto load_tile = [&](int t, int stage) {
+      KVT* dK = sK + stage * S::kTileElems;
+      KVT* dV = sV + stage * S::kTileElems;
 #pragma unroll
-    for (int j = 0; j < PASSES; ++j) {
-      const int key = ks + crow + RPP * j;
-      tb[j] = key / bs;
-      to[j] = key - tb[j] * bs;
-      pg[j] = key < ke ? table[tb[j]] : 0;
-    }
-    // Tiles are issued in order 0, 1, ...: each call copies the next one into its ring slot. Rows
-    // past the split's end are zero-filled (their scores are masked, and 0 * V must stay 0).
-    int issued = 0;
-    auto issue_next = [&]() {
-      KVT* sk = reinterpret_cast<KVT*>(ring + (issued % kPipeStages) * S::kStageBytes);
-      KVT* sv = sk + kPipeTileBytes / 2;
-#pragma unroll
-      for (int j = 0; j < PASSES; ++j) {
-        const int row = crow + RPP * j;
-        const int key = ks + issued * TILE + row;
+      for (int row = crow; row < kMmaKeys; row += kRowsPerPass) {
+        const int key = ks + t * kMmaKeys + row;
         const bool valid = key < ke;
-        const int64_t off = valid ? pg[j] * page_elems + head_off + to[j] * D : 0;
-        cp_async16(sk + row * D + cchunk * 8, kc + off, valid);
-        cp_async16(sv + row * D + cchunk * 8, vc + off, valid);
-        to[j] += adv_off;
-        tb[j] += adv_blk;
-        if (to[j] >= bs) {
-          to[j] -= bs;
-          ++tb[j];
+        int64_t off = 0;
+        if (valid) {
+          const int blk = bs_pow2 ? key >> bs_shift : key / bs;
+          const int in_blk = key - blk * bs;
+          off = table[blk] * page_elems + head_elems + static_cast<int64_t>(in_blk) * D + cchunk;
         }
-        pg[j] = key + TILE < ke ? table[tb[j]] : 0;
+        cp_async16(dK + row * LD + cchunk, kc + off, valid);
+        cp_async16(dV + row * LD + cchunk, vc + off, valid);
       }
-      ++issued;
-    };
-#pragma unroll
-    for (int st = 0; st < kPipeStages - 1; ++st) {
-      if (st < ntiles) issue_next();
-      cp_async_commit();  // (empty groups keep the count uniform)
-    }
-
-    float m[kMaxG], l[kMaxG], o[kMaxG][8];
-#pragma unroll
-    for (int h = 0; h < kMaxG; ++h) {
-      m[h] = -INFINITY;
-      l[h] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[h][i] = 0.0f;
-    }
-    for (int t = 0; t < ntiles; ++t) {
-      // Tile t has landed (this thread's copies; the barrier makes everyone's visible), and every
-      // warp is done with tile t - 1, whose slot the next copy reuses.
-      cp_async_wait<kPipeStages - 2>();
-      __syncthreads();
-      if (issued < ntiles) issue_next();
       cp_async_commit();
+    };
+    load_tile(0, 0);
 
-      const KVT* sk = reinterpret_cast<const KVT*>(ring + (t % kPipeStages) * S::kStageBytes);
-      const KVT* sv = sk + kPipeTileBytes / 2;
-      const int kbase = ks + t * TILE + my_row;
-      float sc[U][kMaxG];
+    float o[D / 8][4];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float kf[8];
-        unpack8<KVT>(*reinterpret_cast<const uint4*>(sk + (my_row + u * KPW) * D + gl * 8), kf);
-        const bool valid = kbase + u * KPW < ke;
-#pragma unroll
-        for (int h = 0; h < kMaxG; ++h) {
-          float s = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) s = fmaf(qr[h][i], kf[i], s);
-#pragma unroll
-          for (int x = LPK / 2; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
-          sc[u][h] = valid ? s : -INFINITY;
-        }
-      }
-      // Online softmax; sc becomes the probabilities (0 while a lane group has no valid key).
-#pragma unroll
-      for (int h = 0; h < kMaxG; ++h) {
-        float mx = sc[0][h];
-#pragma unroll
-        for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[u][h]);
-        const float mn = fmaxf(m[h], mx);
-        const bool any = mn != -INFINITY;
-        const float a = any ? exp2f(m[h] - mn) : 1.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          sc[u][h] = any ? exp2f(sc[u][h] - mn) : 0.0f;
-          sum += sc[u][h];
-        }
-        l[h] = l[h] * a + sum;
-        m[h] = mn;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o[h][i] *= a;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float vf[8];
-        unpack8<KVT>(*reinterpret_cast<const uint4*>(sv + (my_row + u * KPW) * D + gl * 8), vf);
-#pragma unroll
-        for (int h = 0; h < kMaxG; ++h)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) o[h][i] = fmaf(sc[u][h], vf[i], o[h][i]);
-      }
-    }
-    cp_async_wait<0>();  // (only empty groups can be left)
+    for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
-    // Merge the KPW lane groups of the warp (lanes with the same gl hold the same dims).
-#pragma unroll
-    for (int x = LPK; x < 32; x <<= 1) {
-#pragma unroll
-      for (int h = 0; h < kMaxG; ++h) {
-        const float mo = __shfl_xor_sync(0xffffffffu, m[h], x);
-        const float lo2 = __shfl_xor_sync(0xffffffffu, l[h], x);
-        const float mn = fmaxf(m[h], mo);
-        const float a = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - mn);
-        const float b = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
-        l[h] = l[h] * a + lo2 * b;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], x) * b;
-        m[h] = mn;
+    for (int t = 0; t < ntiles; ++t) {
+      const int stage = t & 1;
+      if (t + 1 < ntiles) {
+        load_tile(t + 1, stage ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
       }
-    }
-    // The ring becomes the warps' partial results once every warp is done reading it.
-    __syncthreads();
-    float* o_s = reinterpret_cast<float*>(ring);          // [warp][head][D]
-    float* ml_s = o_s + kPipeWarps * kMaxG * D;          // [warp][head][2]
-    if (grp == 0) {
+      __syncthreads();
+      const KVT* cK = sK + stage * S::kTileElems + warp * 16 * LD;
+      const KVT* cV = sV + stage * S::kTileElems + warp * 16 * LD;
+
+      // S = Q K^T over this warp's 16 keys (two n8 tiles).
+      float sc[2][4];
 #pragma unroll
-      for (int h = 0; h < kMaxG; ++h) {
+      for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) o_s[(warp * kMaxG + h) * D + gl * 8 + i] = o[h][i];
-        if (gl == 0) {
-          ml_s[(warp * kMaxG + h) * 2] = m[h];
-          ml_s[(warp * kMaxG + h) * 2 + 1] = l[h];
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4(b, cK + (((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
+        mma16816(sc[0], qf[kk], b[0], b[1], tag);
+        mma16816(sc[1], qf[kk], b[2], b[3], tag);
+      }
+      // Mask keys past the split's end, scale, row max over the quad.
+      const int kbase = ks + t * kMmaKeys + warp * 16;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
+          sc[n][e] = key < ke ? sc[n][e] * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
         }
+      float mu[2], alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float mn = fmaxf(mrow[i], mx[i]);
+        mu[i] = mn == -INFINITY ? 0.0f : mn;
+        alpha[i] = exp2f(mrow[i] - mu[i]);
+        mrow[i] = mn;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sc[n][e] = exp2f(sc[n][e] - mu[e >> 1]);
+          rs[e >> 1] += sc[n][e];
+        }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][0] *= alpha[0];
+        o[dn][1] *= alpha[0];
+        o[dn][2] *= alpha[1];
+        o[dn][3] *= alpha[1];
+      }
+      // O += P V: P (16 heads x 16 keys) from the score fragments, V through ldmatrix.trans.
+      uint32_t a[4];
+      a[0] = pack2(sc[0][0], sc[0][1], tag);
+      a[1] = pack2(sc[0][2], sc[0][3], tag);
+      a[2] = pack2(sc[1][0], sc[1][1], tag);
+      a[3] = pack2(sc[1][2], sc[1][3], tag);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, cV + ((((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
+        mma16816(o[2 * dn], a, b[0], b[1], tag);
+        mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
+      }
+      __syncthreads();  // this stage is overwritten by the load two tiles on
+    }
+
+    // Per-warp results into the (now idle) ring, merged in warp order.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+    }
+    float* o_s = reinterpret_cast<float*>(smem);         // [warp][head][D]
+    float* ml_s = o_s + kMmaWarps * kMmaHeads * D;       // [warp][head][2]
+    if (g < nh) {
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4] = o[dn][0];
+        o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4 + 1] = o[dn][1];
+      }
+      if (t4 == 0) {
+        ml_s[(warp * kMmaHeads + g) * 2] = mrow[0];
+        ml_s[(warp * kMmaHeads + g) * 2 + 1] = lrow[0];
       }
     }
     __syncthreads();
-    store_split<kPipeWarps>(p, o_s, D, ml_s, r, h0, nh, ns, split, tok);
+    store_split<kMmaWarps, kMmaHeads>(p, o_s, D, ml_s, r, h0, nh, ns, split, tok);
     __syncthreads();  // the next split's copies overwrite o_s / ml_s
   }  // split
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
 template <class KVT, int D>
-void launch_pipe(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  constexpr int smem = PipeShape<D>::kSmem;
+void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+  constexpr int smem = MmaShape<D>::kSmem;
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(row_attention_pipe_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    CUDA_CHECK(cudaFuncSetAttribute(row_attention_pipe_kernel<KVT, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared));
+    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     configured = true;
   }
-  launch_pdl(row_attention_pipe_kernel<KVT, D>, grid, dim3(kPipeWarps * 32), smem, s, p);
+  launch_pdl(row_attention_mma_kernel<KVT, D>, grid, dim3(kMmaWarps * 32), smem, s, p);
+}
+
+// The tensor-core kernel applies: asked for, 16-bit cache, head_dim 64 / 128.
+bool use_mma(const RowAttentionParams& p) {
+  return p.tensor_cores && (p.cache.dtype == DType::kF16 || p.cache.dtype == DType::kBF16) &&
+         (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }
 
 template <class KVT>
 void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   const int64_t D = p.cache.head_dim;
   if constexpr (sizeof(KVT) == 2) {
-    if (!p.legacy_kernel && D == 128) return launch_pipe<KVT, 128>(p, grid, s);
-    if (!p.legacy_kernel && D == 64) return launch_pipe<KVT, 64>(p, grid, s);
+    if (use_mma(p)) return D == 128 ? launch_mma<KVT, 128>(p, grid, s) : launch_mma<KVT, 64>(p, grid, s);
   }
   // <lanes per key, dims per lane, keys per lane group per iteration, strided dims>
   if (D == 64) {
@@ -651,12 +639,14 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s) {
   p.check();
   if (p.num_rows <= 0) return;
   const int64_t G = p.num_heads / p.cache.num_kv_heads;
-  const int64_t chunks = ceil_div(G, kMaxG);
-  // Enough blocks to fill the GPU (~4 per SM); a block loops over the splits beyond gridDim.z.
+  const bool mma = use_mma(p);
+  const int64_t chunks = ceil_div(G, mma ? kMmaHeads : kMaxG);
+  // Enough blocks to fill the GPU (the blocks an SM holds: 3 of the tensor-core kernel, ~4 of the
+  // SIMT one); a block loops over the splits beyond gridDim.z.
   const int sms = p.num_sms > 0 ? p.num_sms : 132;
   const int64_t blocks_per_split = p.num_rows * p.cache.num_kv_heads * chunks;
   const int max_splits = p.max_keys > 0 ? row_num_splits(p.max_keys) : kRowMaxSplits;
-  int64_t z = ceil_div(int64_t{4} * sms, blocks_per_split);
+  int64_t z = ceil_div(int64_t{mma ? 3 : 4} * sms, blocks_per_split);
   z = z < 1 ? 1 : (z > max_splits ? max_splits : z);
   dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.cache.num_kv_heads * chunks),
             static_cast<unsigned>(z));

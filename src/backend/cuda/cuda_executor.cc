@@ -256,7 +256,7 @@ class CudaExecutor final : public ModelExecutor {
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
-  bool legacy_row_attention_ = false;  // PAGODA_ROW_ATTENTION=legacy: the unpipelined split-KV kernel
+  bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -270,7 +270,7 @@ Status CudaExecutor::init() {
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
   if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  if (const char* e = std::getenv("PAGODA_ROW_ATTENTION"); e && std::string(e) == "legacy") legacy_row_attention_ = true;
+  if (const char* e = std::getenv("PAGODA_ROW_ATTENTION"); e && std::string(e) == "simt") simt_row_attention_ = true;
   if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
     return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -491,7 +491,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         ap.part_o = part_o_.as<float>();
         ap.part_ml = part_ml_.as<float>();
         ap.counters = att_counters_.as<int>();
-        ap.legacy_kernel = legacy_row_attention_;
+        ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
         cuda::row_attention(ap, stream_);
       }
       profiler_.mark("attention split-kv", stream_);

@@ -103,8 +103,10 @@ struct RowAttentionParams {
   int num_sms = 132;            // multiprocessors of the device (grid sizing)
   float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
   float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
-  int* counters = nullptr;      // workspace [R, num_kv_heads * ceil(G / 4)] int, zero (left zero)
-  bool legacy_kernel = false;   // benchmarks/tests: the pre-pipelining kernel for 16-bit caches
+  int* counters = nullptr;      // workspace [R, num_heads] int, zero (left zero)
+  // Tensor cores for f16 / bf16 caches at head_dim 64 / 128 (Q and P rounded to the cache type);
+  // false: f32 arithmetic throughout (the f32 compute path).
+  bool tensor_cores = false;
 
   void check() const;
 };
