@@ -123,7 +123,7 @@ stage_model() {  # 8b | 1b
   ensure_model $1
   m=$(model_dir $1)
   TAILN=14 step bench_$1 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
-  TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
+  [ "${PP64:-1}" = 1 ] && TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
   TAILN=4 step tp128_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
 }
 stage_tp1000() {
