@@ -130,7 +130,7 @@ stage_tp1000() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  TAILN=12 step tp1000_$1 ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs 256
+  TAILN=12 step tp1000_$1 ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs ${TP_SEQS:-256}
 }
 # The server and the Engine front ends on the device: `pagoda serve --device cuda` answers a
 # completion; `pagoda bench throughput --device cuda` (Engine, batched vs one at a time).
