@@ -70,6 +70,41 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
+// A block's share of the grid (row, KV head x head chunk, split): row r (token tok), its KV head,
+// its query heads [h0, h0 + nh) (chunks of HPB heads of the GQA group), the row's visible keys
+// [lo, ctx) in ns splits of `per` keys.
+struct RowBlock {
+  int r, kvh, h0, nh, ctx, lo, ns, per;
+  int64_t tok;
+};
+// Fills b. False when the block has nothing to do: a padding row (context 0; block z = 0 writes its
+// zeros) or a split index past the row's splits.
+template <int HPB>
+__device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, RowBlock& b) {
+  const int KVH = static_cast<int>(p.cache.num_kv_heads);
+  const int G = static_cast<int>(p.num_heads) / KVH;
+  const int chunks = (G + HPB - 1) / HPB;
+  b.r = blockIdx.x;
+  b.kvh = blockIdx.y / chunks;
+  const int hc = blockIdx.y - b.kvh * chunks;
+  b.h0 = b.kvh * G + hc * HPB;
+  b.nh = min(HPB, G - hc * HPB);
+  b.ctx = p.row_ctx[b.r];
+  b.lo = p.window > 0 ? max(0, b.ctx - static_cast<int>(p.window)) : 0;
+  const int keys = b.ctx - b.lo;
+  b.ns = device_num_splits(keys);
+  b.tok = p.row_token[b.r];
+  if (b.ns == 0) {
+    if (blockIdx.z == 0)
+      for (int i = threadIdx.x; i < b.nh * D; i += blockDim.x)
+        store_as(p.out, p.out_dtype, b.tok * p.out_stride + static_cast<int64_t>(b.h0) * D + i, 0.0f);
+    return false;
+  }
+  if (static_cast<int>(blockIdx.z) >= b.ns) return false;
+  b.per = (keys + b.ns - 1) / b.ns;
+  return true;
+}
+
 // The warps' partial results (m, l and unnormalised o per warp and head, in shared memory) merged
 // in warp order into the split's result: the output itself when the row has one split, else the
 // split's slot of the workspace.
@@ -149,29 +184,12 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   pdl_trigger();
   pdl_wait();
 
-  const int r = blockIdx.x;
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int H = static_cast<int>(p.num_heads);
-  const int G = H / KVH;
-  const int chunks = (G + kMaxG - 1) / kMaxG;
-  const int kvh = blockIdx.y / chunks;
-  const int hc = blockIdx.y - kvh * chunks;
-  const int h0 = kvh * G + hc * kMaxG;
-  const int nh = min(kMaxG, G - hc * kMaxG);
-  const int ctx = p.row_ctx[r];
-  const int lo = p.window > 0 ? max(0, ctx - static_cast<int>(p.window)) : 0;
-  const int keys = ctx - lo;
-  const int ns = device_num_splits(keys);
-  const int64_t tok = p.row_token[r];
-  if (ns == 0) {  // padding row: defined output
-    if (blockIdx.z == 0)
-      for (int i = threadIdx.x; i < nh * D; i += blockDim.x)
-        store_as(p.out, p.out_dtype, tok * p.out_stride + static_cast<int64_t>(h0) * D + i, 0.0f);
-    return;
-  }
-  if (static_cast<int>(blockIdx.z) >= ns) return;
-  const int per = (keys + ns - 1) / ns;
+  RowBlock b;
+  if (!row_block<kMaxG>(p, D, b)) return;
+  const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
+  const int64_t tok = b.tok;
 
   const float qscale = p.scale * kLog2e;
   for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
@@ -400,27 +418,11 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   pdl_trigger();
   pdl_wait();
 
-  const int r = blockIdx.x;
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int G = static_cast<int>(p.num_heads) / KVH;
-  const int chunks = (G + kMmaHeads - 1) / kMmaHeads;
-  const int kvh = blockIdx.y / chunks;
-  const int hc = blockIdx.y - kvh * chunks;
-  const int h0 = kvh * G + hc * kMmaHeads;
-  const int nh = min(kMmaHeads, G - hc * kMmaHeads);
-  const int ctx = p.row_ctx[r];
-  const int lo = p.window > 0 ? max(0, ctx - static_cast<int>(p.window)) : 0;
-  const int keys = ctx - lo;
-  const int ns = device_num_splits(keys);
-  const int64_t tok = p.row_token[r];
-  if (ns == 0) {  // padding row: defined output
-    if (blockIdx.z == 0)
-      for (int i = threadIdx.x; i < nh * D; i += blockDim.x)
-        store_as(p.out, p.out_dtype, tok * p.out_stride + static_cast<int64_t>(h0) * D + i, 0.0f);
-    return;
-  }
-  if (static_cast<int>(blockIdx.z) >= ns) return;
-  const int per = (keys + ns - 1) / ns;
+  RowBlock b;
+  if (!row_block<kMmaHeads>(p, D, b)) return;
+  const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
+  const int64_t tok = b.tok;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
@@ -520,33 +522,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
           sc[n][e] = key < ke ? sc[n][e] * sl2 : -INFINITY;
           mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
         }
-      float mu[2], alpha[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float mn = fmaxf(mrow[i], mx[i]);
-        mu[i] = mn == -INFINITY ? 0.0f : mn;
-        alpha[i] = exp2f(mrow[i] - mu[i]);
-        mrow[i] = mn;
-      }
-      float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sc[n][e] = exp2f(sc[n][e] - mu[e >> 1]);
-          rs[e >> 1] += sc[n][e];
-        }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][0] *= alpha[0];
-        o[dn][1] *= alpha[0];
-        o[dn][2] *= alpha[1];
-        o[dn][3] *= alpha[1];
-      }
+      online_softmax_tile(sc, mx, mrow, lrow, o);
       // O += P V: P (16 heads x 16 keys) from the score fragments, V through ldmatrix.trans.
       uint32_t a[4];
       a[0] = pack2(sc[0][0], sc[0][1], tag);

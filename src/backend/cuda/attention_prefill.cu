@@ -153,33 +153,7 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
           mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
     }
-    float mu[2], alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float mn = fmaxf(mrow[i], mx[i]);
-      mu[i] = mn == -INFINITY ? 0.0f : mn;
-      alpha[i] = exp2f(mrow[i] - mu[i]);
-      mrow[i] = mn;
-    }
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - mu[e >> 1]);
-        rs[e >> 1] += s[n][e];
-      }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o[dn][0] *= alpha[0];
-      o[dn][1] *= alpha[0];
-      o[dn][2] *= alpha[1];
-      o[dn][3] *= alpha[1];
-    }
+    online_softmax_tile(s, mx, mrow, lrow, o);
 
     // O += P V.
 #pragma unroll

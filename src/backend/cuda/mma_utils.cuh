@@ -3,6 +3,8 @@
 // m16n8k16 bf16 / f16 mma with f32 accumulators, and packing two floats into a 16-bit pair.
 #pragma once
 
+#include <cmath>
+
 #include "backend/cuda/device_utils.cuh"
 
 namespace pagoda::cuda {
@@ -56,6 +58,43 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, bf16) {
 __device__ __forceinline__ uint32_t pack2(float a, float b, f16) {
   __half2 v = __floats2half2_rn(a, b);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// One online-softmax step of a warp's m16 x (8 NT) score tile in mma C-fragment layout (this
+// thread: rows g and g + 8 in s[n][0..1] and s[n][2..3]; scores already in log2 units, masked
+// ones -inf; mx: this thread's maxima of its two rows). Reduces the maxima over the quad, turns s
+// into probabilities, updates the running maxima mrow and the thread's partial row sums lrow
+// (summed over the quad at the end), and rescales the O accumulators (DN n8 tiles).
+template <int NT, int DN>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&mx)[2], float (&mrow)[2],
+                                                    float (&lrow)[2], float (&o)[DN][4]) {
+  float mu[2], alpha[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    const float mn = fmaxf(mrow[i], mx[i]);
+    mu[i] = mn == -INFINITY ? 0.0f : mn;
+    alpha[i] = exp2f(mrow[i] - mu[i]);
+    mrow[i] = mn;
+  }
+  float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = exp2f(s[n][e] - mu[e >> 1]);
+      rs[e >> 1] += s[n][e];
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
+#pragma unroll
+  for (int dn = 0; dn < DN; ++dn) {
+    o[dn][0] *= alpha[0];
+    o[dn][1] *= alpha[0];
+    o[dn][2] *= alpha[1];
+    o[dn][3] *= alpha[1];
+  }
 }
 
 }  // namespace pagoda::cuda
