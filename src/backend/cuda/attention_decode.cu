@@ -576,9 +576,10 @@ void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   launch_pdl(row_attention_mma_kernel<KVT, D>, grid, dim3(kMmaWarps * 32), smem, s, p);
 }
 
-// The tensor-core kernel applies: asked for, 16-bit cache, head_dim 64 / 128.
+// The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
 bool use_mma(const RowAttentionParams& p) {
-  return p.tensor_cores && (p.cache.dtype == DType::kF16 || p.cache.dtype == DType::kBF16) &&
+  return p.tensor_cores && !row_attention_short(p.num_rows, p.max_keys) &&
+         (p.cache.dtype == DType::kF16 || p.cache.dtype == DType::kBF16) &&
          (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }
 

@@ -82,6 +82,15 @@ inline int row_num_splits(int64_t keys) {
   const int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
   return static_cast<int>(s < kRowMaxSplits ? s : kRowMaxSplits);
 }
+// A launch of at most kRowShortRows rows whose keys are bounded by max_keys <= kRowShortKeys runs
+// the SIMT kernel even when tensor cores are asked for: measured on the H200 (Llama-3-8B shape),
+// batch-1 decode of tg128 227.4 tok/s with the SIMT kernel vs 219.9 with the tensor-core one, while
+// one row over 8192 keys takes 49.9 vs 40.4 us and 256 rows over 1500 keys 744 vs 521 us. (Not a
+// batch-invariant choice; the --batch-invariant mode never asks for tensor cores.)
+constexpr int64_t kRowShortRows = 8, kRowShortKeys = 1024;
+inline bool row_attention_short(int64_t rows, int64_t max_keys) {
+  return rows <= kRowShortRows && max_keys > 0 && max_keys <= kRowShortKeys;
+}
 
 struct RowAttentionParams {
   const float* q = nullptr;     // f32, row t at q + t * q_stride, head h at + h * head_dim (rotated)
@@ -104,8 +113,8 @@ struct RowAttentionParams {
   float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
   float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
   int* counters = nullptr;      // workspace [R, num_heads] int, zero (left zero)
-  // Tensor cores for f16 / bf16 caches at head_dim 64 / 128 (Q and P rounded to the cache type);
-  // false: f32 arithmetic throughout (the f32 compute path).
+  // Tensor cores for f16 / bf16 caches at head_dim 64 / 128 (Q and P rounded to the cache type),
+  // except for short launches (row_attention_short); false: f32 arithmetic throughout.
   bool tensor_cores = false;
 
   void check() const;
