@@ -27,6 +27,7 @@
 
 #include "backend/cuda/blas.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
@@ -37,95 +38,16 @@
 namespace pagoda {
 namespace {
 
+using cuda::align_up;
+using cuda::Capacities;
 using cuda::DeviceBuffer;
+using cuda::Dims;
+using cuda::elem_bytes;
 using cuda::GemmOut;
+using cuda::graph_buckets;
 using cuda::PinnedBuffer;
-
-int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
-Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt) {
-  if (opt == "f32") return DType::kF32;
-  if (opt == "bf16") return DType::kBF16;
-  if (opt != "auto") return invalid_argument("--dtype must be auto, f32 or bf16, got '{}'", opt);
-  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wqkv).dtype();
-  return w == DType::kF32 ? DType::kF32 : DType::kBF16;
-}
-
-// Model dimensions the executor uses.
-struct Dims {
-  int64_t D, H, KVH, Dh, F, V, L, Q, Nqkv, half, max_pos;
-  explicit Dims(const LlamaModel& m) {
-    const ModelConfig& c = m.config();
-    D = c.hidden_size;
-    H = c.num_heads;
-    KVH = c.num_kv_heads;
-    Dh = c.head_dim;
-    F = c.intermediate_size;
-    V = c.vocab_size;
-    L = c.num_layers;
-    Q = H * Dh;
-    Nqkv = (H + 2 * KVH) * Dh;
-    half = m.rope().rope_dim() / 2;
-    max_pos = m.rope().max_positions();
-  }
-};
-
-// Largest decode batch captured as a graph, and the buckets.
-std::vector<int64_t> graph_buckets(int64_t max_seqs) {
-  std::vector<int64_t> b;
-  for (int64_t x : {1, 2, 4, 8})
-    if (x <= max_seqs) b.push_back(x);
-  for (int64_t x = 16; x <= 64 && x <= max_seqs; x += 8) b.push_back(x);
-  for (int64_t x = 96; x <= 512 && x <= max_seqs; x += 32) b.push_back(x);
-  for (int64_t x = 576; x <= 1024 && x <= max_seqs; x += 64) b.push_back(x);
-  if (b.empty() || b.back() < std::min<int64_t>(max_seqs, 1024)) b.push_back(std::min<int64_t>(max_seqs, 1024));
-  return b;
-}
-
-// Capacities everything is sized from (shared by the planner and the executor).
-struct Capacities {
-  int64_t tokens;     // workspace rows
-  int64_t seqs;       // sequences per step (block-table rows, sampling rows)
-  int64_t logits;     // logits rows
-  int64_t att_rows;   // split-KV rows per launch (split buffers)
-  int64_t max_bucket;
-  Capacities(const CudaExecutorOptions& o) {
-    const auto buckets = graph_buckets(std::max<int64_t>(1, o.max_num_seqs));
-    max_bucket = o.cuda_graphs ? buckets.back() : 0;
-    seqs = std::max<int64_t>({1, o.max_num_seqs, max_bucket});
-    tokens = std::max<int64_t>({16, o.max_num_tokens, seqs});
-    logits = seqs;
-    att_rows = std::max<int64_t>(256, seqs);
-  }
-};
-
-int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows) {
-  const int64_t e = elem_bytes(act);
-  const int64_t per_token = d.D * 4 + d.D * e + d.Nqkv * 4 + d.Q * 4 + d.Q * e + 2 * d.F * e + d.F * e;
-  const int64_t split = att_rows * d.H * cuda::kRowMaxSplits * (d.Dh + 2) * 4;
-  return tokens * per_token + split;
-}
-int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
-  return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(cuda::SampleOutput)});
-}
-constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack
-
-bool tied_output(const LlamaModel& m) {
-  return linear_weight_tensor(*m.weights().output).data() == m.weights().token_embd.data();
-}
-
-int64_t weight_bytes_for(const LlamaModel& m, DType act) {
-  const Dims d(m);
-  const ModelConfig& c = m.config();
-  const int64_t e = elem_bytes(act);
-  int64_t per_layer = (d.Nqkv * d.D + d.D * d.Q + 2 * d.F * d.D + d.D * d.F) * e + 2 * d.D * 4;
-  if (c.attention_bias) per_layer += d.Nqkv * 4;
-  if (c.qk_norm) per_layer += 2 * d.Dh * 4;
-  int64_t total = d.L * per_layer + d.V * d.D * e + d.D * 4 + 2 * d.max_pos * d.half * 4;
-  if (!tied_output(m)) total += d.V * d.D * e;
-  return total;
-}
+using cuda::resolve_compute_dtype;
+using cuda::tied_output;
 
 // Fixed-layout step inputs: a pinned host mirror and its device copy. Small int32 arrays of
 // tok_cap entries first (copied in one go), then prefill sequences / items, then block tables.
@@ -172,15 +94,9 @@ struct StepShape {
   int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
 };
 
-// Few split-KV rows over short contexts run the SIMT attention kernel, everything else the
-// tensor-core one (bf16 compute). Measured on the H200, Llama-3-8B shape: batch-1 decode of
-// tg128 227.4 tok/s with the SIMT kernel vs 219.9 with the tensor-core one, while one row over
-// 8192 keys takes 49.9 vs 40.4 us and 256 rows over 1500 keys 744 vs 521 us. Decode graphs of the
-// buckets up to kShortRows are captured both ways and replayed by the batch's longest context.
-// (Default mode is not batch-invariant anyway: the GEMV / cuBLASLt switch also depends on M.)
-constexpr int64_t kShortRows = 8, kShortKeys = 1024;
-bool short_attention(int64_t rows, int64_t max_keys) { return rows <= kShortRows && max_keys <= kShortKeys; }
-// Graph of a decode bucket: the tensor-core attention one, or the short one (SIMT attention).
+// Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
+// with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel there: kernels.h),
+// replayed by the batch's longest context.
 int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
 
 class CudaExecutor final : public ModelExecutor {
@@ -406,7 +322,7 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   sample_out_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleOutput));
   sample_params_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleRowParams));
   eager_.allocate(tokens, std::max<int64_t>(caps_.seqs, tokens / 16 + 1), bt_stride_);
-  workspace_bytes_ = workspace_bytes_for(d_, act_, tokens, rows) + logits_bytes_for(d_, act_, logits_rows, srows);
+  workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) + cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }
 
 cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
@@ -502,7 +418,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         ap.part_o = part_o_.as<float>();
         ap.part_ml = part_ml_.as<float>();
         ap.counters = att_counters_.as<int>();
-        ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_ && !short_attention(sh.rows, sh.max_keys);
+        ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
         cuda::row_attention(ap, stream_);
       }
       profiler_.mark("attention split-kv", stream_);
@@ -597,9 +513,10 @@ void CudaExecutor::capture_graphs() {
     for (bool short_keys : {false, true}) {
       StepShape sh;
       sh.tokens = sh.rows = sh.logits = b;
-      sh.max_keys = short_keys ? std::min(kShortKeys, opt_.max_model_len) : opt_.max_model_len;
+      sh.max_keys = short_keys ? std::min(cuda::kRowShortKeys, opt_.max_model_len) : opt_.max_model_len;
       // The short graph only where it differs from the other one.
-      if (short_keys && (!short_attention(b, sh.max_keys) || short_attention(b, opt_.max_model_len))) continue;
+      if (short_keys && (!cuda::row_attention_short(b, sh.max_keys) || cuda::row_attention_short(b, opt_.max_model_len)))
+        continue;
       launch_forward(in, sh);  // warm-up: cuBLASLt heuristics and kernel attributes outside the capture
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       cudaGraph_t graph;
@@ -640,7 +557,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
     int64_t max_ctx = 0;
     for (const auto& sq : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, sq.context_len);
-    auto it = graphs_.find(graph_key(B, short_attention(B, max_ctx)));
+    auto it = graphs_.find(graph_key(B, cuda::row_attention_short(B, max_ctx)));
     if (it == graphs_.end()) it = graphs_.find(graph_key(B, false));
     decode = it != graphs_.end();
     if (decode) {
@@ -834,18 +751,6 @@ void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
 }
 
 }  // namespace
-
-Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options) {
-  PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
-  const Dims d(model);
-  const Capacities caps(options);
-  CudaMemoryTerms t;
-  t.weights = weight_bytes_for(model, act);
-  t.workspace = workspace_bytes_for(d, act, caps.tokens, caps.att_rows);
-  t.logits = logits_bytes_for(d, act, caps.logits, caps.seqs);
-  t.overhead = kOverhead;
-  return t;
-}
 
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options) {

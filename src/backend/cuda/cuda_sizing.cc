@@ -1,0 +1,95 @@
+#include "backend/cuda/cuda_sizing.h"
+
+#include <algorithm>
+
+#include "backend/cuda/kernels.h"
+#include "ops/linear.h"
+
+namespace pagoda {
+namespace cuda {
+
+Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt) {
+  if (opt == "f32") return DType::kF32;
+  if (opt == "bf16") return DType::kBF16;
+  if (opt != "auto") return invalid_argument("--dtype must be auto, f32 or bf16, got '{}'", opt);
+  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wqkv).dtype();
+  return w == DType::kF32 ? DType::kF32 : DType::kBF16;
+}
+
+Dims::Dims(const LlamaModel& m) {
+  const ModelConfig& c = m.config();
+  D = c.hidden_size;
+  H = c.num_heads;
+  KVH = c.num_kv_heads;
+  Dh = c.head_dim;
+  F = c.intermediate_size;
+  V = c.vocab_size;
+  L = c.num_layers;
+  Q = H * Dh;
+  Nqkv = (H + 2 * KVH) * Dh;
+  half = m.rope().rope_dim() / 2;
+  max_pos = m.rope().max_positions();
+}
+
+// 1, 2, 4, 8, then steps of 8 to 64, of 32 to 512, of 64 to 1024, capped at max_seqs.
+std::vector<int64_t> graph_buckets(int64_t max_seqs) {
+  std::vector<int64_t> b;
+  for (int64_t x : {1, 2, 4, 8})
+    if (x <= max_seqs) b.push_back(x);
+  for (int64_t x = 16; x <= 64 && x <= max_seqs; x += 8) b.push_back(x);
+  for (int64_t x = 96; x <= 512 && x <= max_seqs; x += 32) b.push_back(x);
+  for (int64_t x = 576; x <= 1024 && x <= max_seqs; x += 64) b.push_back(x);
+  if (b.empty() || b.back() < std::min<int64_t>(max_seqs, 1024)) b.push_back(std::min<int64_t>(max_seqs, 1024));
+  return b;
+}
+
+Capacities::Capacities(const CudaExecutorOptions& o) {
+  const auto buckets = graph_buckets(std::max<int64_t>(1, o.max_num_seqs));
+  max_bucket = o.cuda_graphs ? buckets.back() : 0;
+  seqs = std::max<int64_t>({1, o.max_num_seqs, max_bucket});
+  tokens = std::max<int64_t>({16, o.max_num_tokens, seqs});
+  logits = seqs;
+  att_rows = std::max<int64_t>(256, seqs);
+}
+
+int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows) {
+  const int64_t e = elem_bytes(act);
+  const int64_t per_token = d.D * 4 + d.D * e + d.Nqkv * 4 + d.Q * 4 + d.Q * e + 2 * d.F * e + d.F * e;
+  const int64_t split = att_rows * d.H * kRowMaxSplits * (d.Dh + 2) * 4;
+  return tokens * per_token + split;
+}
+int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
+  return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(SampleOutput)});
+}
+
+bool tied_output(const LlamaModel& m) {
+  return linear_weight_tensor(*m.weights().output).data() == m.weights().token_embd.data();
+}
+
+int64_t weight_bytes_for(const LlamaModel& m, DType act) {
+  const Dims d(m);
+  const ModelConfig& c = m.config();
+  const int64_t e = elem_bytes(act);
+  int64_t per_layer = (d.Nqkv * d.D + d.D * d.Q + 2 * d.F * d.D + d.D * d.F) * e + 2 * d.D * 4;
+  if (c.attention_bias) per_layer += d.Nqkv * 4;
+  if (c.qk_norm) per_layer += 2 * d.Dh * 4;
+  int64_t total = d.L * per_layer + d.V * d.D * e + d.D * 4 + 2 * d.max_pos * d.half * 4;
+  if (!tied_output(m)) total += d.V * d.D * e;
+  return total;
+}
+
+}  // namespace cuda
+
+Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options) {
+  PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
+  const cuda::Dims d(model);
+  const cuda::Capacities caps(options);
+  CudaMemoryTerms t;
+  t.weights = cuda::weight_bytes_for(model, act);
+  t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows);
+  t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
+  t.overhead = cuda::kOverhead;
+  return t;
+}
+
+}  // namespace pagoda

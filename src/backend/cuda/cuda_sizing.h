@@ -1,0 +1,50 @@
+// What the CUDA executor allocates, computed from the model and the options alone: the model
+// dimensions it uses, the decode-graph batch buckets, the capacities the workspace is sized from
+// and the byte counts of weights, activation workspace and logits. Shared by the executor (which
+// allocates exactly these) and the memory planner (cuda_memory_terms, runtime/cuda_executor.h),
+// so a plan and the allocation cannot drift apart (CudaEngine.PlannedMemoryMatchesAllocated).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/llama_model.h"
+#include "runtime/cuda_executor.h"
+
+namespace pagoda::cuda {
+
+inline int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// --dtype auto | f32 | bf16 -> the compute dtype (auto: f32 for f32 weights, else bf16).
+Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt);
+
+// Model dimensions the executor uses.
+struct Dims {
+  int64_t D, H, KVH, Dh, F, V, L, Q, Nqkv, half, max_pos;
+  explicit Dims(const LlamaModel& m);
+};
+
+// Batch sizes captured as decode graphs (ascending; the last is the largest).
+std::vector<int64_t> graph_buckets(int64_t max_seqs);
+
+// Capacities everything is sized from.
+struct Capacities {
+  int64_t tokens;     // workspace rows
+  int64_t seqs;       // sequences per step (block-table rows, sampling rows)
+  int64_t logits;     // logits rows
+  int64_t att_rows;   // split-KV rows per launch (split buffers)
+  int64_t max_bucket;
+  explicit Capacities(const CudaExecutorOptions& o);
+};
+
+int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows);
+int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
+// The output projection is the token embedding.
+bool tied_output(const LlamaModel& m);
+int64_t weight_bytes_for(const LlamaModel& m, DType act);
+constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack
+
+}  // namespace pagoda::cuda
