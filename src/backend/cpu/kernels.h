@@ -43,6 +43,24 @@ constexpr int64_t kQBlock = 32;
 
 enum class PackKind { kNone, kQint, kQintK, kFloat };
 
+// The layouts above as compile-time offsets, for the kernels (T: a qint / qint k format).
+template <DType T>
+struct QintLayout {
+  static constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;   // m[16] after d[16]
+  static constexpr bool kHigh = T == DType::kQ5_0 || T == DType::kQ5_1;  // qh masks after the codes
+  static constexpr bool kQ8 = T == DType::kQ8_0;                         // 8 code vectors, not 4
+  static constexpr int64_t kCodesAt = kMin ? 64 : 32;
+  static constexpr int64_t kRecord = kCodesAt + (kQ8 ? 512 : 256) + (kHigh ? 64 : 0);
+};
+template <DType T>
+struct QintKLayout {
+  static constexpr bool kQ6 = T == DType::kQ6_K;
+  static constexpr bool kHigh = T == DType::kQ5_K;
+  static constexpr int64_t kHeader = kQ6 ? 64 : 128;
+  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
+  static constexpr int64_t kSuper = kHeader + 8 * kRecord;
+};
+
 // Bytes of one (group, block) record of a qint format.
 int64_t qint_record_bytes(DType t);
 // Bytes of one (group, super-block) of a qint k format (header + 8 records).

@@ -76,13 +76,8 @@ inline __m256i expand_bits(uint32_t bits, char value) {
 inline __m256i expand_bits16(uint32_t bits) { return expand_bits(bits, 16); }
 
 template <DType T>
-struct QFmt {
-  static constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
-  static constexpr bool kHigh = T == DType::kQ5_0 || T == DType::kQ5_1;
-  static constexpr bool kQ8 = T == DType::kQ8_0;
+struct QFmt : QintLayout<T> {
   static constexpr float kOffset = T == DType::kQ4_0 ? 8.f : T == DType::kQ5_0 ? 16.f : 0.f;
-  static constexpr int64_t kCodesAt = kMin ? 64 : 32;
-  static constexpr int64_t kRecord = kCodesAt + (kQ8 ? 512 : 256) + (kHigh ? 64 : 0);
 };
 
 template <DType T, int MT>
@@ -193,13 +188,7 @@ void qgemm_t(const uint8_t* packed, int64_t k, int64_t g0, int64_t g1, const Act
 
 // ---- k-quants (layout in kernels.h), one half (8 rows) at a time ----
 template <DType T>
-struct KFmt {
-  static constexpr bool kQ6 = T == DType::kQ6_K;
-  static constexpr bool kHigh = T == DType::kQ5_K;
-  static constexpr int64_t kHeader = kQ6 ? 64 : 128;
-  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
-  static constexpr int64_t kSuper = kHeader + 8 * kRecord;
-};
+using KFmt = QintKLayout<T>;
 
 inline __m256 widen8(const uint8_t* p, bool is_signed) {
   const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));

@@ -60,13 +60,8 @@ inline __m512i add_high(__m512i c, const uint8_t* mask, char value) {
 
 // ---- legacy formats (q4_0, q4_1, q5_0, q5_1, q8_0) ----
 template <DType T>
-struct QFmt {
-  static constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
-  static constexpr bool kHigh = T == DType::kQ5_0 || T == DType::kQ5_1;
-  static constexpr bool kQ8 = T == DType::kQ8_0;
+struct QFmt : QintLayout<T> {
   static constexpr int32_t kOffset = T == DType::kQ4_0 ? 8 : T == DType::kQ5_0 ? 16 : T == DType::kQ8_0 ? 128 : 0;
-  static constexpr int64_t kCodesAt = kMin ? 64 : 32;
-  static constexpr int64_t kRecord = kCodesAt + (kQ8 ? 512 : 256) + (kHigh ? 64 : 0);
 };
 
 // Code vectors of dwords v and v + 4 of a record (elements 4v.. and 16 + 4v.. of each row).
@@ -150,13 +145,7 @@ inline void qtile(const uint8_t* const* rec0, int64_t nb, const ActQ8& a, int64_
 // ---- k-quants (q4_k, q5_k, q6_k): per super-block f32 row scales, per 32-element sub-block 6/8-bit
 // scales widened in registers ----
 template <DType T>
-struct KFmt {
-  static constexpr bool kQ6 = T == DType::kQ6_K;
-  static constexpr bool kHigh = T == DType::kQ5_K;
-  static constexpr int64_t kHeader = kQ6 ? 64 : 128;
-  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
-  static constexpr int64_t kSuper = kHeader + 8 * kRecord;
-};
+using KFmt = QintKLayout<T>;
 
 inline __m512 widen_u8(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));

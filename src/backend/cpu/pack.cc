@@ -226,20 +226,20 @@ PackKind pack_kind(DType t) {
 
 int64_t qint_record_bytes(DType t) {
   switch (t) {
-    case DType::kQ4_0: return 32 + 256;
-    case DType::kQ4_1: return 64 + 256;
-    case DType::kQ5_0: return 32 + 256 + 64;
-    case DType::kQ5_1: return 64 + 256 + 64;
-    case DType::kQ8_0: return 32 + 512;
+    case DType::kQ4_0: return QintLayout<DType::kQ4_0>::kRecord;
+    case DType::kQ4_1: return QintLayout<DType::kQ4_1>::kRecord;
+    case DType::kQ5_0: return QintLayout<DType::kQ5_0>::kRecord;
+    case DType::kQ5_1: return QintLayout<DType::kQ5_1>::kRecord;
+    case DType::kQ8_0: return QintLayout<DType::kQ8_0>::kRecord;
     default: return 0;
   }
 }
 
 int64_t qint_k_superblock_bytes(DType t) {
   switch (t) {
-    case DType::kQ4_K: return 128 + 8 * (32 + 256);
-    case DType::kQ5_K: return 128 + 8 * (32 + 256 + 64);
-    case DType::kQ6_K: return 64 + 8 * (32 + 256 + 128);
+    case DType::kQ4_K: return QintKLayout<DType::kQ4_K>::kSuper;
+    case DType::kQ5_K: return QintKLayout<DType::kQ5_K>::kSuper;
+    case DType::kQ6_K: return QintKLayout<DType::kQ6_K>::kSuper;
     default: return 0;
   }
 }
