@@ -53,7 +53,7 @@ struct BenchOptions {
   bool json = false;
   std::string device = "cpu";
   std::string dtype = "auto";
-  bool no_graphs = false;
+  bool cuda_graphs = true;
   bool compare_graphs = false;
   bool batch_invariant = false;
   int prefill_tile = 128;
@@ -95,7 +95,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.threads = o.threads;
   cfg.device = o.device;
   cfg.dtype = o.dtype;
-  cfg.cuda_graphs = !o.no_graphs;
+  cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
   cfg.kv_dtype = kv_dtype;
   cfg.max_model_len = max_len;
@@ -310,7 +310,7 @@ int run_bench(const BenchOptions& o) {
       co.max_num_tokens = std::max<int64_t>(o.prompt, seqs);
       co.max_num_seqs = seqs;
       co.max_model_len = max_ctx;
-      co.cuda_graphs = !o.no_graphs;
+      co.cuda_graphs = o.cuda_graphs;
       co.batch_invariant = o.batch_invariant;
       co.prefill_tile_q = o.prefill_tile;
       auto r = make_cuda_executor(*loaded->model, spec, co);
@@ -478,9 +478,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("-r,--repeats", o->repeats, "Timed repetitions (after one warm-up)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
-  app->add_option("--device", o->device, "cpu, cuda or cuda:N");
-  app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto, f32, bf16");
-  app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
+  add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
   app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)");

@@ -32,7 +32,7 @@ struct ThroughputOptions {
   bool json = false;
   std::string device = "cpu";
   std::string dtype = "auto";
-  bool no_graphs = false;
+  bool cuda_graphs = true;
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -61,7 +61,7 @@ int run_throughput(const ThroughputOptions& o) {
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.device = o.device;
   cfg.dtype = o.dtype;
-  cfg.cuda_graphs = !o.no_graphs;
+  cfg.cuda_graphs = o.cuda_graphs;
   auto engine = Engine::create(cfg);
   if (!engine.ok()) {
     std::cerr << "pagoda bench throughput: " << engine.status().to_string() << "\n";
@@ -189,9 +189,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--max-num-seqs", o->max_num_seqs, "Sequences batched together");
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)");
   app->add_option("--seed", o->seed, "Seed of the random prompts");
-  app->add_option("--device", o->device, "cpu, cuda or cuda:N");
-  app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
-  app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
+  add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };
 });

@@ -32,7 +32,7 @@ struct GenerateOptions {
   int64_t max_model_len = 0;
   std::string device = "cpu";
   std::string dtype = "auto";
-  bool no_graphs = false;
+  bool cuda_graphs = true;
   bool verbose = false;
 };
 
@@ -44,7 +44,7 @@ int run_generate(const GenerateOptions& o) {
   cfg.max_model_len = o.max_model_len;
   cfg.device = o.device;
   cfg.dtype = o.dtype;
-  cfg.cuda_graphs = !o.no_graphs;
+  cfg.cuda_graphs = o.cuda_graphs;
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
     std::cerr << "pagoda generate: unknown --kv-dtype '" << o.kv_dtype << "'\n";
@@ -142,9 +142,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
   app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
-  app->add_option("--device", o->device, "cpu, cuda or cuda:N");
-  app->add_option("--dtype", o->dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
-  app->add_flag("--no-cuda-graphs", o->no_graphs, "CUDA: run decode steps eagerly");
+  add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });

@@ -154,10 +154,8 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--idle-timeout", s.idle_timeout_s, "Seconds to wait for a request on an open connection");
   app->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a slow client may take");
   app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)");
-  app->add_option("--device", e.device, "cpu, cuda or cuda:N");
-  app->add_option("--dtype", e.dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
+  add_device_options(app, e.device, e.dtype, e.cuda_graphs);
   app->add_option("--gpu-memory-utilization", e.memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)");
-  app->add_flag_callback("--no-cuda-graphs", [&e] { e.cuda_graphs = false; }, "CUDA: run decode steps eagerly");
   app->add_option("--max-model-len", e.max_model_len, "Maximum sequence length (default: the model's)");
   app->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Sequences batched together");
   app->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens, "Token budget of one engine step");

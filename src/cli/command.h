@@ -33,6 +33,13 @@ struct BenchSubcommandRegistration {
   }
 };
 
+// --device, --dtype and --no-cuda-graphs: the same for every subcommand that runs a model.
+inline void add_device_options(CLI::App* app, std::string& device, std::string& dtype, bool& cuda_graphs) {
+  app->add_option("--device", device, "cpu, cuda or cuda:N");
+  app->add_option("--dtype", dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
+  app->add_flag_callback("--no-cuda-graphs", [&cuda_graphs] { cuda_graphs = false; }, "CUDA: run decode steps eagerly");
+}
+
 struct CommandRegistration {
   CommandRegistration(std::string name, std::string description, CommandSetup setup) {
     command_registry().push_back({std::move(name), std::move(description), std::move(setup)});
