@@ -1,7 +1,7 @@
 // Prefill / chunked-prefill attention over the paged KV cache on tensor cores, FlashAttention-2
 // style (our own code, written from the algorithm): varlen batch, causal, GQA, sliding window.
 //
-// Grid (query tile of one sequence, query head); a tile is 64 or 128 queries (4 or 8 warps),
+// Grid (query head, query tile of one sequence); a tile is 64 or 128 queries (4 or 8 warps),
 // each warp owns 16 query rows. The Q tile
 // (converted from the f32 rotated queries to the cache's 16-bit type) stays in registers as mma
 // A fragments; K and V tiles of 64 keys stream through shared memory, double-buffered with
@@ -10,7 +10,8 @@
 // accumulate), causal / window mask, online softmax in registers (exp2, log2(e) folded into the
 // scale), P re-packed in registers as the A operand of O += P V (ldmatrix.trans reads V).
 // Shared-memory rows are padded by 16 bytes so ldmatrix's 8-row reads hit distinct banks.
-// Work items are ordered longest first (the host builds them) to shorten the tail.
+// Work items are ordered longest first (the host builds them) and the grid runs them in that order
+// over all heads, to shorten the tail.
 #include <cmath>
 
 #include "backend/cuda/device_utils.cuh"
@@ -23,9 +24,11 @@ namespace {
 constexpr int kBN = 64;  // keys per tile
 constexpr float kLog2e = 1.4426950408889634f;
 
-// kBM queries per block, 16 per warp.
-template <class KVT, int D, int kBM>
-__global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAttentionParams p) {
+// kBM queries per block, 16 per warp. Tile 128 (QS): the Q fragments are re-read from shared
+// memory for every K tile instead of living in registers, so that two 8-warp blocks fit an SM
+// (128 registers): 254.7 vs 226.0 TFLOP/s at 8192 causal tokens on the H200 (CudaKernelBench).
+template <class KVT, int D, int kBM, bool QS = (kBM == 128)>
+__global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(PrefillAttentionParams p) {
   constexpr int kThreads = kBM * 2;
   constexpr int LD = D + 8;  // padded shared-memory row (elements)
   extern __shared__ __align__(16) uint8_t smem[];
@@ -37,9 +40,9 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
   pdl_wait();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const PrefillItem item = p.items[blockIdx.x];
+  const PrefillItem item = p.items[blockIdx.y];
   const PrefillSeq sq = p.seqs[item.seq];
-  const int h = blockIdx.y;
+  const int h = blockIdx.x;
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
   const int kvh = h / (static_cast<int>(p.num_heads) / KVH);
   const int nq = min(kBM, sq.num_queries - item.q0);
@@ -49,6 +52,8 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
   const int kv_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
   const int t_begin = kv_begin / kBN, t_end = (kv_end + kBN - 1) / kBN;
   const int bs = static_cast<int>(p.cache.block_size);
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
   const int32_t* table = p.block_tables + static_cast<int64_t>(sq.bt_row) * p.bt_stride;
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
@@ -77,8 +82,8 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
       const bool valid = key < kv_end;
       int64_t off = 0;
       if (valid) {
-        const int page = table[key / bs];
-        off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + c;
+        const int blk = bs_pow2 ? key >> bs_shift : key / bs;
+        off = ((static_cast<int64_t>(table[blk]) * KVH + kvh) * bs + (key - blk * bs)) * D + c;
       }
       cp_async16(dK + row * LD + c, kc + off, valid);
       cp_async16(dV + row * LD + c, vc + off, valid);
@@ -89,9 +94,12 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
   load_tile(t_begin, 0);
   __syncthreads();  // Q tile stored
 
-  uint32_t qf[D / 16][4];
+  const KVT* qsrc = sQ + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+  uint32_t qf[QS ? 1 : D / 16][4];
+  if constexpr (!QS) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQ + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+    for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], qsrc + kk * 16);
+  }
 
   float o[D / 8][4];
 #pragma unroll
@@ -119,12 +127,15 @@ __global__ __launch_bounds__(kBM * 2) void prefill_attention_kernel(PrefillAtten
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qs[4];
+      if constexpr (QS) ldmatrix_x4(qs, qsrc + kk * 16);
+      const uint32_t(&a)[4] = QS ? qs : qf[QS ? 0 : kk];
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, cK + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
-        mma16816(s[2 * np], qf[kk], b[0], b[1], tag);
-        mma16816(s[2 * np + 1], qf[kk], b[2], b[3], tag);
+        mma16816(s[2 * np], a, b[0], b[1], tag);
+        mma16816(s[2 * np + 1], a, b[2], b[3], tag);
       }
     }
 
@@ -208,7 +219,9 @@ void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
                                     smem));
     configured = true;
   }
-  dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.num_heads));
+  // Heads fastest: blocks start in item order (longest first) across all heads, and the query
+  // heads of a KV head run side by side (their K / V tiles hit in L2).
+  dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_items));
   launch_pdl(prefill_attention_kernel<KVT, D, kBM>, grid, dim3(kBM * 2), smem, s, p);
 }
 
@@ -236,6 +249,7 @@ void PrefillAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "prefill_attention: out dtype");
   PAGODA_CUDA_REQUIRE(q_stride % 4 == 0 && out_stride % 2 == 0, "prefill_attention: strides");
   PAGODA_CUDA_REQUIRE(tile_q == 64 || tile_q == 128, "prefill_attention: tile_q must be 64 or 128");
+  PAGODA_CUDA_REQUIRE(num_items <= 65535, "prefill_attention: at most 65535 query tiles a launch");
 }
 
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
