@@ -2,9 +2,13 @@
 // position embedding (interleaved or half-split pairs, cos/sin from the model's RopeTable, so
 // llama3 scaling and rope_freqs are already in the table), and the paged KV write.
 //
-// One warp per (token, head) over the q, k and v heads of the fused projection output; a head's
-// values pass through a per-warp shared-memory row so a lane can read its rotation partner. All
-// arithmetic in f32 as the CPU op (ops/rope.cc); K and V are rounded once, at the cache store.
+// Head dims 64 / 128 fully rotated (rope_kv_vec4_kernel): one block per token, four values a
+// thread. Otherwise one warp per (token, head) over the q, k and v heads of the fused projection
+// output; a head's values pass through a per-warp shared-memory row so a lane can read its
+// rotation partner. All arithmetic in f32 as the CPU op (ops/rope.cc); K and V are rounded once,
+// at the cache store.
+#include <algorithm>
+
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -74,6 +78,96 @@ __global__ __launch_bounds__(kWarps * 32) void rope_kv_kernel(RopeKvParams p) {
   }
 }
 
+// Four values of a K or V head into the cache (8 bytes for 16-bit caches, 16 for f32).
+__device__ __forceinline__ void store4_as(void* base, DType dt, int64_t idx, float4 v) {
+  if (dt == DType::kF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + idx) = v;
+  } else if (dt == DType::kBF16) {
+    uint2 u;
+    *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(v.x, v.y);
+    *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(static_cast<bf16*>(base) + idx) = u;
+  } else {
+    uint2 u;
+    *reinterpret_cast<__half2*>(&u.x) = __floats2half2_rn(v.x, v.y);
+    *reinterpret_cast<__half2*>(&u.y) = __floats2half2_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(static_cast<f16*>(base) + idx) = u;
+  }
+}
+
+// The same for head_dim 64 / 128 with the whole head rotated (every Llama / Qwen / Mistral): one
+// block per token, each thread four consecutive values of a head (16-byte loads and stores); a head
+// is CPH = D / 4 consecutive lanes of one warp, so the per-head norm is a CPH-lane shuffle
+// reduction and the half-split rotation partner (d +- D / 2) is lane ^ (CPH / 2). The position and
+// the cache slot are read before the row, so no load waits on another.
+template <int D>
+__global__ __launch_bounds__(256) void rope_kv_vec4_kernel(RopeKvParams p) {
+  constexpr int CPH = D / 4;  // lanes a head
+  pdl_trigger();
+  pdl_wait();
+  const int H = static_cast<int>(p.num_heads), KVH = static_cast<int>(p.cache.num_kv_heads);
+  const int64_t t = blockIdx.x;
+  const int pos = p.positions[t];
+  const int slot = p.slots[t];
+  const int chunks = (H + 2 * KVH) * CPH;
+  const float4* src = reinterpret_cast<const float4*>(p.qkv) + t * chunks;
+  const float4* bias = reinterpret_cast<const float4*>(p.bias);
+  const int half = D / 2;
+  const float* cs = p.cos + static_cast<int64_t>(pos) * half;
+  const float* sn = p.sin + static_cast<int64_t>(pos) * half;
+  const int bs = static_cast<int>(p.cache.block_size);
+  const int64_t page = slot >= 0 ? slot / bs : 0, in_page = slot >= 0 ? slot % bs : 0;
+  // Every lane of a warp runs every iteration (the shuffles need them); lanes past the row idle.
+  for (int base = threadIdx.x - (threadIdx.x & 31); base < chunks; base += blockDim.x) {
+    const int idx = base + (threadIdx.x & 31);
+    const bool valid = idx < chunks;
+    const int hh = idx / CPH, c = idx - hh * CPH, d0 = c * 4;
+    float4 v = valid ? src[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (bias && valid) {
+      const float4 b = bias[idx];
+      v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+    }
+    const bool is_q = hh < H, is_k = !is_q && hh < H + KVH;
+    const float* nw = is_q ? p.q_norm : (is_k ? p.k_norm : nullptr);
+    if (p.q_norm || p.k_norm) {  // uniform over the block: every lane takes part in the shuffles
+      float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+      for (int o = 1; o < CPH; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (nw) {
+        const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.norm_eps);
+        const float4 g = reinterpret_cast<const float4*>(nw)[c];
+        v = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+      }
+    }
+    float4 pv;  // the rotation partners of the half-split layout
+    pv.x = __shfl_xor_sync(0xffffffffu, v.x, CPH / 2);
+    pv.y = __shfl_xor_sync(0xffffffffu, v.y, CPH / 2);
+    pv.z = __shfl_xor_sync(0xffffffffu, v.z, CPH / 2);
+    pv.w = __shfl_xor_sync(0xffffffffu, v.w, CPH / 2);
+    if (!valid) continue;
+    if (hh < H + KVH) {
+      if (p.interleaved) {
+        const float2 c2 = *reinterpret_cast<const float2*>(cs + d0 / 2), s2 = *reinterpret_cast<const float2*>(sn + d0 / 2);
+        v = make_float4(v.x * c2.x - v.y * s2.x, v.x * s2.x + v.y * c2.x, v.z * c2.y - v.w * s2.y, v.z * s2.y + v.w * c2.y);
+      } else if (d0 < half) {
+        const float4 c4 = *reinterpret_cast<const float4*>(cs + d0), s4 = *reinterpret_cast<const float4*>(sn + d0);
+        v = make_float4(v.x * c4.x - pv.x * s4.x, v.y * c4.y - pv.y * s4.y, v.z * c4.z - pv.z * s4.z, v.w * c4.w - pv.w * s4.w);
+      } else {
+        const float4 c4 = *reinterpret_cast<const float4*>(cs + d0 - half), s4 = *reinterpret_cast<const float4*>(sn + d0 - half);
+        v = make_float4(pv.x * s4.x + v.x * c4.x, pv.y * s4.y + v.y * c4.y, pv.z * s4.z + v.z * c4.z, pv.w * s4.w + v.w * c4.w);
+      }
+    }
+    if (is_q) {
+      reinterpret_cast<float4*>(p.q_out + t * H * D)[idx] = v;
+    } else if (slot >= 0) {
+      const int kvh = is_k ? hh - H : hh - H - KVH;
+      store4_as(is_k ? p.cache.k : p.cache.v, p.cache.dtype, ((page * KVH + kvh) * bs + in_page) * D + d0, v);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 void RopeKvParams::check() const {
@@ -86,6 +180,17 @@ void RopeKvParams::check() const {
 void rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   p.check();
   if (p.num_tokens <= 0) return;
+  const bool vec4 = (p.head_dim == 64 || p.head_dim == 128) && p.rope_dim == p.head_dim && aligned16(p.qkv) &&
+                    aligned16(p.q_out) && aligned16(p.bias) && aligned16(p.q_norm) && aligned16(p.k_norm) &&
+                    aligned16(p.cos) && aligned16(p.sin) && aligned16(p.cache.k) && aligned16(p.cache.v);
+  if (vec4) {
+    const int64_t chunks = (p.num_heads + 2 * p.cache.num_kv_heads) * p.head_dim / 4;
+    const int threads = static_cast<int>(std::min<int64_t>(256, ceil_div(chunks, 32) * 32));
+    if (p.head_dim == 128) launch_pdl(rope_kv_vec4_kernel<128>, dim3(p.num_tokens), dim3(threads), 0, s, p);
+    else launch_pdl(rope_kv_vec4_kernel<64>, dim3(p.num_tokens), dim3(threads), 0, s, p);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t heads = p.num_heads + 2 * p.cache.num_kv_heads;
   dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(ceil_div(heads, kWarps)));
   launch_pdl(rope_kv_kernel, grid, dim3(kWarps * 32), 0, s, p);
