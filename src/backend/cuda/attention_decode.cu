@@ -386,33 +386,42 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 //
 // The GQA heads of one KV head are the rows of an m16n8k16 tile (up to kMmaHeads of the 16 rows
 // used), so one K / V tile feeds all of them at tensor-core rates and the per-key SIMT work (16-bit
-// to f32 conversions, shuffle reductions, FMAs) disappears. Per split: K / V tiles of kMmaKeys keys
-// go through shared memory, double-buffered with cp.async (the next tile loads while this one
-// computes), gathered through the block table, zero-filled past the split's end; warp w owns keys
-// [16 w, 16 w + 16) of every tile: S = Q K^T (Q rounded to the cache type, as in prefill), mask,
-// online softmax in registers (exp2, log2(e) folded into the scale), P (16-bit) V via
-// ldmatrix.trans. The warps' partial results are merged in warp order through shared memory (the
-// tile ring, reused), then as in the SIMT kernel (split slot or direct store, last block combines).
+// to f32 conversions, shuffle reductions, FMAs) disappears. A block streams the K / V tiles of all
+// its splits (blockIdx.z, + gridDim.z, ...) as one sequence of kMmaKeys-key tiles through a
+// two-stage shared-memory ring with cp.async: the next tile, also the first tile of the next split,
+// loads while this one computes, so a split boundary leaves no gap in the memory stream (the
+// first tile is issued before Q is read). Tiles are gathered through the block table and
+// zero-filled past the split's end; warp w owns keys [16 w, 16 w + 16) of every tile: S = Q K^T (Q
+// rounded to the cache type, as in prefill), mask, online softmax in registers (exp2, log2(e)
+// folded into the scale), P (16-bit) V via ldmatrix.trans. At a split's end the warps' partial
+// results are merged in warp order through the stage just computed (the other one is loading),
+// then as in the SIMT kernel (split slot or direct store, last block combines).
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
 constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of the m16 tile)
+// K / V ring depth. Measured on the H200 (256 rows x 1500 keys, f16 cache, D 128): 2 stages (3
+// blocks an SM) 516 us, 3 stages (2 blocks) 610 us, 4 stages (1 block) 1046 us: more blocks an SM
+// beat deeper rings.
+constexpr int kMmaStages = 2;
+constexpr int kMmaBlocksPerSm = 3;  // resident (134 registers a thread; 70 KiB of shared memory at D = 128)
 
-template <int D>
+template <int D, int STAGES>
 struct MmaShape {
   static constexpr int LD = D + 8;  // padded shared-memory row (elements): ldmatrix rows hit distinct banks
   static constexpr int kTileElems = kMmaKeys * LD;
-  static constexpr int kSmem = 2 * 2 * kTileElems * 2;  // 2 stages x (K, V) x 16-bit
-  static_assert(kMmaWarps * kMmaHeads * (D + 2) * 4 <= kSmem, "the warp merge reuses the ring");
+  static constexpr int kSmem = STAGES * 2 * kTileElems * 2;  // stages x (K, V) x 16-bit
+  static_assert(kMmaWarps * kMmaHeads * D * 4 <= kTileElems * 2, "the warp merge's o fits in a K stage");
+  static_assert(kMmaWarps * kMmaHeads * 2 * 4 <= kTileElems * 2, "the warp merge's m, l fit in a V stage");
 };
 
-template <class KVT, int D>
+template <class KVT, int D, int STAGES>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
-  using S = MmaShape<D>;
+  using S = MmaShape<D, STAGES>;
   constexpr int LD = S::LD;
   extern __shared__ __align__(16) uint8_t smem[];
-  KVT* sK = reinterpret_cast<KVT*>(smem);  // [2][kMmaKeys][LD]
-  KVT* sV = sK + 2 * S::kTileElems;        // [2][kMmaKeys][LD]
+  KVT* sK = reinterpret_cast<KVT*>(smem);       // [STAGES][kMmaKeys][LD]
+  KVT* sV = sK + STAGES * S::kTileElems;        // [STAGES][kMmaKeys][LD]
   __shared__ int last_block;
   const KVT tag{};
   pdl_trigger();
@@ -423,9 +432,65 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   if (!row_block<kMmaHeads>(p, D, b)) return;
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
   const int64_t tok = b.tok;
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
+
+  const int32_t* table = p.block_tables + static_cast<int64_t>(p.row_seq[r]) * p.bt_stride;
+  const int bs = static_cast<int>(p.cache.block_size);
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
+  const KVT* kc = static_cast<const KVT*>(p.cache.k);
+  const KVT* vc = static_cast<const KVT*>(p.cache.v);
+  const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
+  const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
+  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
+  auto split_end = [&](int split) { return min(ctx, lo + (split + 1) * per); };
+  auto split_tiles = [&](int split) { return (split_end(split) - (lo + split * per) + kMmaKeys - 1) / kMmaKeys; };
+  // A position in the block's tile stream: tile t of `split` (of nt tiles); past the end: split >= ns.
+  struct Cursor {
+    int split, t, nt;
+  };
+  auto advance = [&](Cursor& c) {
+    if (++c.t == c.nt) {
+      c.split += gridDim.z;
+      c.t = 0;
+      if (c.split < ns) c.nt = split_tiles(c.split);
+    }
+  };
+  // The tile at cursor c into a ring stage (one commit group, empty past the stream's end).
+  auto load_tile = [&](const Cursor& c, int stage) {
+    if (c.split < ns) {
+      KVT* dK = sK + stage * S::kTileElems;
+      KVT* dV = sV + stage * S::kTileElems;
+      const int ke = split_end(c.split);
+      const int k0 = lo + c.split * per + c.t * kMmaKeys;
+#pragma unroll
+      for (int row = crow; row < kMmaKeys; row += kRowsPerPass) {
+        const int key = k0 + row;
+        const bool valid = key < ke;
+        int64_t off = 0;
+        if (valid) {
+          const int blk = bs_pow2 ? key >> bs_shift : key / bs;
+          const int in_blk = key - blk * bs;
+          off = table[blk] * page_elems + head_elems + static_cast<int64_t>(in_blk) * D + cchunk;
+        }
+        cp_async16(dK + row * LD + cchunk, kc + off, valid);
+        cp_async16(dV + row * LD + cchunk, vc + off, valid);
+      }
+    }
+    cp_async_commit();
+  };
+  Cursor cur{static_cast<int>(blockIdx.z), 0, 0};
+  cur.nt = split_tiles(cur.split);
+  Cursor ld = cur;
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    load_tile(ld, i);
+    advance(ld);
+  }
+
   // Q as A fragments (rows = heads; rows g + 8 and rows >= nh are zero), rounded to the cache type.
   uint32_t qf[D / 16][4];
   {
@@ -445,135 +510,114 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   }
   const float sl2 = p.scale * kLog2e;
 
-  const int32_t* table = p.block_tables + static_cast<int64_t>(p.row_seq[r]) * p.bt_stride;
-  const int bs = static_cast<int>(p.cache.block_size);
-  const bool bs_pow2 = (bs & (bs - 1)) == 0;
-  const int bs_shift = __ffs(bs) - 1;
-  const KVT* kc = static_cast<const KVT*>(p.cache.k);
-  const KVT* vc = static_cast<const KVT*>(p.cache.v);
-  const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
-  const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
-  constexpr int CPR = D / 8;  // 16-byte chunks per row
-  constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
-  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
-
-  int done = 0;
-  for (int split = blockIdx.z; split < ns; split += gridDim.z) {
-    ++done;
-    const int ks = lo + split * per;
-    const int ke = min(ctx, ks + per);
-    const int ntiles = (ke - ks + kMmaKeys - 1) / kMmaKeys;
-    auto load_tile = [&](int t, int stage) {
-      KVT* dK = sK + stage * S::kTileElems;
-      KVT* dV = sV + stage * S::kTileElems;
-#pragma unroll
-      for (int row = crow; row < kMmaKeys; row += kRowsPerPass) {
-        const int key = ks + t * kMmaKeys + row;
-        const bool valid = key < ke;
-        int64_t off = 0;
-        if (valid) {
-          const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-          const int in_blk = key - blk * bs;
-          off = table[blk] * page_elems + head_elems + static_cast<int64_t>(in_blk) * D + cchunk;
-        }
-        cp_async16(dK + row * LD + cchunk, kc + off, valid);
-        cp_async16(dV + row * LD + cchunk, vc + off, valid);
-      }
-      cp_async_commit();
-    };
-    load_tile(0, 0);
-
-    float o[D / 8][4];
+  float o[D / 8][4];
+  float mrow[2], lrow[2];
+  auto reset = [&] {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    mrow[0] = mrow[1] = -INFINITY;
+    lrow[0] = lrow[1] = 0.0f;
+  };
+  reset();
+  int done = 0, stage = 0, load_stage = STAGES - 1;
+  for (;;) {
+    // Refill the stage computed last iteration with the tile STAGES - 1 ahead, wait for this one.
+    load_tile(ld, load_stage);
+    advance(ld);
+    load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();
+    const KVT* cK = sK + stage * S::kTileElems + warp * 16 * LD;
+    const KVT* cV = sV + stage * S::kTileElems + warp * 16 * LD;
 
-    for (int t = 0; t < ntiles; ++t) {
-      const int stage = t & 1;
-      if (t + 1 < ntiles) {
-        load_tile(t + 1, stage ^ 1);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
+    // S = Q K^T over this warp's 16 keys (two n8 tiles).
+    float sc[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(b, cK + (((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
+      mma16816(sc[0], qf[kk], b[0], b[1], tag);
+      mma16816(sc[1], qf[kk], b[2], b[3], tag);
+    }
+    // Mask keys past the split's end, scale, row max over the quad.
+    const int ke = split_end(cur.split);
+    const int kbase = lo + cur.split * per + cur.t * kMmaKeys + warp * 16;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = kbase + n * 8 + t4 * 2 + (e & 1);
+        sc[n][e] = key < ke ? sc[n][e] * sl2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
+      }
+    online_softmax_tile(sc, mx, mrow, lrow, o);
+    // O += P V: P (16 heads x 16 keys) from the score fragments, V through ldmatrix.trans.
+    uint32_t a[4];
+    a[0] = pack2(sc[0][0], sc[0][1], tag);
+    a[1] = pack2(sc[0][2], sc[0][3], tag);
+    a[2] = pack2(sc[1][0], sc[1][1], tag);
+    a[3] = pack2(sc[1][2], sc[1][3], tag);
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, cV + ((((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
+      mma16816(o[2 * dn], a, b[0], b[1], tag);
+      mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
+    }
+    __syncthreads();  // this stage is free: the merge below may use it, the next iteration refills it
+
+    if (cur.t + 1 == cur.nt) {
+      // The split is complete: per-warp results into this stage (the others hold loads in
+      // flight), merged in warp order.
+      ++done;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+        lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+      }
+      float* o_s = reinterpret_cast<float*>(sK + stage * S::kTileElems);   // [warp][head][D]
+      float* ml_s = reinterpret_cast<float*>(sV + stage * S::kTileElems);  // [warp][head][2]
+      if (g < nh) {
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4] = o[dn][0];
+          o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4 + 1] = o[dn][1];
+        }
+        if (t4 == 0) {
+          ml_s[(warp * kMmaHeads + g) * 2] = mrow[0];
+          ml_s[(warp * kMmaHeads + g) * 2 + 1] = lrow[0];
+        }
       }
       __syncthreads();
-      const KVT* cK = sK + stage * S::kTileElems + warp * 16 * LD;
-      const KVT* cV = sV + stage * S::kTileElems + warp * 16 * LD;
-
-      // S = Q K^T over this warp's 16 keys (two n8 tiles).
-      float sc[2][4];
-#pragma unroll
-      for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t b[4];
-        ldmatrix_x4(b, cK + (((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
-        mma16816(sc[0], qf[kk], b[0], b[1], tag);
-        mma16816(sc[1], qf[kk], b[2], b[3], tag);
-      }
-      // Mask keys past the split's end, scale, row max over the quad.
-      const int kbase = ks + t * kMmaKeys + warp * 16;
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
-          sc[n][e] = key < ke ? sc[n][e] * sl2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
-        }
-      online_softmax_tile(sc, mx, mrow, lrow, o);
-      // O += P V: P (16 heads x 16 keys) from the score fragments, V through ldmatrix.trans.
-      uint32_t a[4];
-      a[0] = pack2(sc[0][0], sc[0][1], tag);
-      a[1] = pack2(sc[0][2], sc[0][3], tag);
-      a[2] = pack2(sc[1][0], sc[1][1], tag);
-      a[3] = pack2(sc[1][2], sc[1][3], tag);
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, cV + ((((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
-        mma16816(o[2 * dn], a, b[0], b[1], tag);
-        mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
-      }
-      __syncthreads();  // this stage is overwritten by the load two tiles on
+      store_split<kMmaWarps, kMmaHeads>(p, o_s, D, ml_s, r, h0, nh, ns, cur.split, tok);
+      __syncthreads();  // the next iteration refills this stage
+      if (cur.split + static_cast<int>(gridDim.z) >= ns) break;
+      reset();
     }
-
-    // Per-warp results into the (now idle) ring, merged in warp order.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-    }
-    float* o_s = reinterpret_cast<float*>(smem);         // [warp][head][D]
-    float* ml_s = o_s + kMmaWarps * kMmaHeads * D;       // [warp][head][2]
-    if (g < nh) {
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4] = o[dn][0];
-        o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4 + 1] = o[dn][1];
-      }
-      if (t4 == 0) {
-        ml_s[(warp * kMmaHeads + g) * 2] = mrow[0];
-        ml_s[(warp * kMmaHeads + g) * 2 + 1] = lrow[0];
-      }
-    }
-    __syncthreads();
-    store_split<kMmaWarps, kMmaHeads>(p, o_s, D, ml_s, r, h0, nh, ns, split, tok);
-    __syncthreads();  // the next split's copies overwrite o_s / ml_s
-  }  // split
+    advance(cur);
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();  // the empty groups committed past the stream's end
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
-template <class KVT, int D>
-void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  constexpr int smem = MmaShape<D>::kSmem;
+template <class KVT, int D, int STAGES>
+void launch_mma_stages(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+  constexpr int smem = MmaShape<D, STAGES>::kSmem;
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D, STAGES>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     configured = true;
   }
-  launch_pdl(row_attention_mma_kernel<KVT, D>, grid, dim3(kMmaWarps * 32), smem, s, p);
+  launch_pdl(row_attention_mma_kernel<KVT, D, STAGES>, grid, dim3(kMmaWarps * 32), smem, s, p);
+}
+template <class KVT, int D>
+void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+  launch_mma_stages<KVT, D, kMmaStages>(p, grid, s);
 }
 
 // The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
@@ -623,7 +667,10 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s) {
   const int sms = p.num_sms > 0 ? p.num_sms : 132;
   const int64_t blocks_per_split = p.num_rows * p.cache.num_kv_heads * chunks;
   const int max_splits = p.max_keys > 0 ? row_num_splits(p.max_keys) : kRowMaxSplits;
-  int64_t z = ceil_div(int64_t{mma ? 3 : 4} * sms, blocks_per_split);
+  // Twice the blocks an SM holds for the tensor-core kernel (64 rows x 1000 keys: 110 us vs 123
+  // with one wave's worth), ~4 for the SIMT one.
+  const int64_t per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : (mma ? 2 * kMmaBlocksPerSm : 4);
+  int64_t z = ceil_div(per_sm * sms, blocks_per_split);
   z = z < 1 ? 1 : (z > max_splits ? max_splits : z);
   dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.cache.num_kv_heads * chunks),
             static_cast<unsigned>(z));

@@ -110,6 +110,7 @@ struct RowAttentionParams {
   int64_t window = 0;           // 0: unlimited; else keys in (pos - window, pos]
   int64_t max_keys = 0;         // bound on any row's visible keys, sizes the grid (0: unknown)
   int num_sms = 132;            // multiprocessors of the device (grid sizing)
+  int blocks_per_sm = 0;        // grid sizing: blocks aimed at per SM (0: the kernel's default; benchmarks vary it)
   float* part_o = nullptr;      // workspace [R, num_heads, kRowMaxSplits, head_dim] f32
   float* part_ml = nullptr;     // workspace [R, num_heads, kRowMaxSplits, 2] f32
   int* counters = nullptr;      // workspace [R, num_heads] int, zero (left zero)
