@@ -5,7 +5,8 @@
 // Types: bf16 x/w with f32 or bf16 y, or f32 everywhere (pure FP32: CUBLAS_COMPUTE_32F, never
 // TF32); always f32 accumulation. accumulate = true adds into y (beta = 1, C == D in place): the
 // residual add as an epilogue. The heuristic's choice is cached per (M, N, K, types, beta), with
-// its descriptors, so a shape pays for the heuristic once; the workspace is fixed at
+// its descriptors (decode-sized M: the fastest of the heuristic's candidates, timed once), so a
+// shape pays for the choice once; the workspace is fixed at
 // construction, so calls are capturable in CUDA graphs.
 // Thread-safety: one instance per stream/thread (the executor owns one).
 #pragma once
@@ -31,11 +32,21 @@ class BlasLt {
               bool accumulate, cudaStream_t stream);
 
   size_t workspace_bytes() const { return workspace_.bytes(); }
+  // Autotuning, while on (off by default; the CUDA executor turns it on for the warm-up of its
+  // decode graphs, so a new M in a serving step never pays for it): the first call of a shape with
+  // kTuneMinM <= M <= kTuneMaxM times up to kTuneCandidates of the heuristic's algorithms on its
+  // own operands (into a scratch output), outside graph capture, and keeps the fastest; off: the
+  // heuristic's first choice.
+  void set_autotune(bool on) { autotune_ = on; }
+
+  static constexpr int kTuneCandidates = 8, kTuneRuns = 20;
+  static constexpr int64_t kTuneMinM = 5, kTuneMaxM = 1024, kTuneMaxOutBytes = int64_t{64} << 20;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   DeviceBuffer workspace_;
+  bool autotune_ = false;
 };
 
 }  // namespace pagoda::cuda

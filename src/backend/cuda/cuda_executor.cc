@@ -517,7 +517,11 @@ void CudaExecutor::capture_graphs() {
       // The short graph only where it differs from the other one.
       if (short_keys && (!cuda::row_attention_short(b, sh.max_keys) || cuda::row_attention_short(b, opt_.max_model_len)))
         continue;
-      launch_forward(in, sh);  // warm-up: cuBLASLt heuristics and kernel attributes outside the capture
+      // Warm-up: cuBLASLt plans (autotuned for these decode shapes) and kernel attributes outside
+      // the capture.
+      blas_->set_autotune(true);
+      launch_forward(in, sh);
+      blas_->set_autotune(false);
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       cudaGraph_t graph;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
