@@ -175,7 +175,7 @@ stage_decode1() {
   m=$(model_dir $1)
   TAILN=3 step decode1${2:-}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
 }
-stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 90 $TESTS --gtest_filter='CudaKernelBench.*'; }
+stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
 stage_bench() {
@@ -189,7 +189,7 @@ for s in "$@"; do
     bench) stage_bench ;;
     tests) stage_tests ;;
     quicktests) stage_quicktests ;;
-    env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv' ;;
+    env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; ls /usr/local/cuda/bin | tr "\n" " "; command -v ncu nsys' ;;
     alltests) stage_alltests ;;
     m8b) stage_model 8b ;;
     m1b) stage_model 1b ;;

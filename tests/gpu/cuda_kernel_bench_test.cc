@@ -93,8 +93,8 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
                           {"gate/up 28672x4096 +norm +swiglu", 2 * F, D, cuda::GemmOut::kSwiGlu, true},
                           {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false},
                           {"lm_head 128256x4096 +norm", V, D, cuda::GemmOut::kStoreF32, true}};
-  auto x = random_device(64 * F * 2), res = random_device(64 * D * 4), g = random_device(D * 4);
-  cuda::DeviceBuffer y(size_t{64} * V * 4);
+  auto x = random_device(384 * F * 2), res = random_device(64 * D * 4), g = random_device(D * 4);
+  cuda::DeviceBuffer y(std::max(size_t{64} * V * 4, size_t{384} * 2 * F * 4));
   CUDA_CHECK(cudaMemset(res.get(), 0, res.bytes()));  // residual values only scale the norm
   CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
   for (const Shape& sh : shapes) {
@@ -108,13 +108,22 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       });
     };
     for (int64_t M : {1, 2, 4}) report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, run_gemv(M));
-    for (int64_t M : {1, 8, 64}) {
-      const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;
-      const double ms = time_ms([&] {
-        blas.matmul(x.get(), w.get(), DType::kBF16, M, sh.N, sh.K, y.get(), f32_out ? DType::kF32 : DType::kBF16,
+    // cuBLASLt at decode batches: the heuristic's first choice, then autotuned (BlasLt::set_autotune).
+    for (int64_t M : {1, 8, 64, 256, 384}) {
+      for (bool tuned : {false, true}) {
+        if (M > 64 && sh.N == V) continue;  // x / y buffers hold 64 rows of the vocabulary
+        if (tuned && M < cuda::BlasLt::kTuneMinM) continue;
+        cuda::BlasLt bl;
+        bl.set_autotune(tuned);
+        const bool f32_out = sh.mode != cuda::GemmOut::kSwiGlu;
+        const double ms = time_ms([&] {
+          bl.matmul(x.get(), w.get(), DType::kBF16, M, sh.N, sh.K, y.get(), f32_out ? DType::kF32 : DType::kBF16,
                     sh.mode == cuda::GemmOut::kAddF32, nullptr);
-      });
-      report_bw(fmt::format("cublasLt M={} {}", M, sh.name), bytes, ms);
+        });
+        std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n",
+                    fmt::format("cublasLt M={} {}{}", M, sh.name, tuned ? " tuned" : "").c_str(), ms * 1e3,
+                    2.0 * M * sh.N * sh.K / ms / 1e9);
+      }
     }
   }
   // Split-KV attention: batch 256 x 1500 keys, 64 x 1000, and batch 1 at 8192 and 32768 keys; the
@@ -150,10 +159,13 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     p.part_o = po.as<float>();
     p.part_ml = pml.as<float>();
     p.counters = cnt.as<int>();
-    for (bool simt : {false, true}) {
-      p.tensor_cores = !simt;
+    // Tensor cores, then with a grid of one wave (3 blocks an SM; the default is two waves), SIMT.
+    for (int variant : {0, 3, -1}) {
+      p.tensor_cores = variant >= 0;
+      p.blocks_per_sm = variant > 0 ? variant : 0;
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
-      report_bw(fmt::format("split-KV attention {} x {}{}", rows, ctx, simt ? " (SIMT)" : ""),
+      report_bw(fmt::format("split-KV attention {} x {}{}", rows, ctx,
+                            variant < 0 ? " (SIMT)" : (variant > 0 ? " grid 3/SM" : "")),
                 2.0 * rows * ctx * KVH * Dh * 2, ms);
     }
   }
@@ -193,6 +205,38 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n", fmt::format("prefill attention 8192 tile {}", tile).c_str(),
                   ms * 1e3, flops / ms / 1e9);
     }
+  }
+  // The elementwise kernels of prefill at 8192 tokens (bytes read + written).
+  {
+    const int64_t T = 8192, bs = 16, blocks = T / bs;
+    auto gu = random_device(static_cast<size_t>(T * 2 * F * 2));
+    cuda::DeviceBuffer act(static_cast<size_t>(T * F * 2));
+    report_bw("swiglu 8192 x 14336 bf16", 3.0 * T * F * 2,
+              time_ms([&] { cuda::swiglu(gu.get(), T, F, act.get(), DType::kBF16, nullptr); }, 10));
+    cuda::DeviceBuffer xr(static_cast<size_t>(T * D * 4)), xn(static_cast<size_t>(T * D * 2));
+    CUDA_CHECK(cudaMemset(xr.get(), 0, xr.bytes()));
+    report_bw("rms_norm 8192 x 4096 f32 -> bf16", double(T) * D * 6,
+              time_ms([&] { cuda::rms_norm(xr.as<float>(), nullptr, T, D, g.as<float>(), 1e-5f, xn.get(), DType::kBF16, nullptr); }, 10));
+    cuda::DeviceBuffer qkv(static_cast<size_t>(T * Nqkv * 4)), qo(static_cast<size_t>(T * H * Dh * 4));
+    CUDA_CHECK(cudaMemset(qkv.get(), 0, qkv.bytes()));
+    cuda::DeviceBuffer kc(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc(kc.bytes());
+    std::vector<float> cs(static_cast<size_t>(T * Dh / 2), 1.0f), sn(cs.size(), 0.0f);
+    std::vector<int32_t> pos(T), slots(T);
+    for (int64_t i = 0; i < T; ++i) pos[i] = slots[i] = static_cast<int32_t>(i);
+    auto dcs = to_device(cs), dsn = to_device(sn), dpos = to_device(pos), dslots = to_device(slots);
+    cuda::RopeKvParams rp;
+    rp.qkv = qkv.as<float>();
+    rp.num_tokens = T;
+    rp.num_heads = H;
+    rp.head_dim = rp.rope_dim = Dh;
+    rp.cos = dcs.as<float>();
+    rp.sin = dsn.as<float>();
+    rp.positions = dpos.as<int32_t>();
+    rp.slots = dslots.as<int32_t>();
+    rp.q_out = qo.as<float>();
+    rp.cache = {kc.get(), vc.get(), DType::kF16, blocks, bs, KVH, Dh};
+    report_bw("rope + KV write 8192 tokens", double(T) * (Nqkv * 4 + H * Dh * 4 + 2 * KVH * Dh * 2),
+              time_ms([&] { cuda::rope_kv_write(rp, nullptr); }, 10));
   }
   // Prefill GEMMs at M = 8192 (cuBLASLt): f32 out, bf16 out, f32 accumulate.
   {

@@ -64,7 +64,7 @@ std::vector<float> download_as(const cuda::DeviceBuffer& b, size_t n, DType t) {
 
 TEST(CudaOps, RmsNormEmbeddingSwiGlu) {
   PAGODA_REQUIRE_GPU();
-  for (int64_t D : {72, 4096}) {
+  for (int64_t D : {70, 72, 4096}) {  // 70: the scalar kernel; D % 4 == 0: the float4 one
     const int64_t T = 5;
     auto x = random_floats(T * D, 1, -3, 3), w = random_floats(D, 2, 0.5f, 1.5f);
     std::vector<float> ref(T * D);
@@ -96,8 +96,9 @@ TEST(CudaOps, RmsNormEmbeddingSwiGlu) {
     for (size_t i = 0; i < ids.size(); ++i)
       for (int64_t d = 0; d < D; ++d) ASSERT_EQ(got[i * D + d], rt[ids[i] * D + d]) << dtype_name(t);
   }
-  // SwiGLU over [T, 2F].
-  const int64_t T = 3, F = 100;
+  // SwiGLU over [T, 2F]: F = 96 takes the 8-wide bf16 kernel, F = 100 the scalar one.
+  for (int64_t F : {100, 96}) {
+  const int64_t T = 3;
   auto gu = random_floats(T * 2 * F, 4, -4, 4);
   for (DType t : {DType::kF32, DType::kBF16}) {
     auto r = round_to(gu, t);
@@ -106,7 +107,8 @@ TEST(CudaOps, RmsNormEmbeddingSwiGlu) {
     auto dgu = upload_as(gu, t);
     cuda::DeviceBuffer out(T * F * 4);
     cuda::swiglu(dgu.get(), T, F, out.get(), t, nullptr);
-    EXPECT_LT(nmse(download_as(out, T * F, t), ref), t == DType::kF32 ? 1e-12 : 1e-5) << dtype_name(t);
+    EXPECT_LT(nmse(download_as(out, T * F, t), ref), t == DType::kF32 ? 1e-12 : 1e-5) << dtype_name(t) << " F " << F;
+  }
   }
 }
 
