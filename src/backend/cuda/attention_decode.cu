@@ -390,8 +390,8 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 // its splits (blockIdx.z, + gridDim.z, ...) as one sequence of kMmaKeys-key tiles through a
 // two-stage shared-memory ring with cp.async: the next tile, also the first tile of the next split,
 // loads while this one computes, so a split boundary leaves no gap in the memory stream (the
-// first tile is issued before Q is read). Tiles are gathered through the block table and
-// zero-filled past the split's end; warp w owns keys [16 w, 16 w + 16) of every tile: S = Q K^T (Q
+// first tile is issued before Q is read). Tiles are gathered through the block table (its entries
+// read a tile ahead of the copies that need them) and zero-filled past the split's end; warp w owns keys [16 w, 16 w + 16) of every tile: S = Q K^T (Q
 // rounded to the cache type, as in prefill), mask, online softmax in registers (exp2, log2(e)
 // folded into the scale), P (16-bit) V via ldmatrix.trans. At a split's end the warps' partial
 // results are merged in warp order through the stage just computed (the other one is loading),
@@ -459,22 +459,35 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
       if (c.split < ns) c.nt = split_tiles(c.split);
     }
   };
+  // The block-table entries of this thread's rows of the tile at cursor c. Read one tile ahead of
+  // their use (PAGES), so no cp.async waits on a dependent table load.
+  constexpr int kPasses = kMmaKeys / kRowsPerPass;
+  auto fetch_pages = [&](const Cursor& c, int (&pages)[kPasses]) {
+    if (c.split >= ns) return;
+    const int ke = split_end(c.split);
+    const int k0 = lo + c.split * per + c.t * kMmaKeys;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int key = k0 + crow + i * kRowsPerPass;
+      pages[i] = key < ke ? table[bs_pow2 ? key >> bs_shift : key / bs] : 0;
+    }
+  };
   // The tile at cursor c into a ring stage (one commit group, empty past the stream's end).
-  auto load_tile = [&](const Cursor& c, int stage) {
+  auto load_tile = [&](const Cursor& c, const int (&pages)[kPasses], int stage) {
     if (c.split < ns) {
       KVT* dK = sK + stage * S::kTileElems;
       KVT* dV = sV + stage * S::kTileElems;
       const int ke = split_end(c.split);
       const int k0 = lo + c.split * per + c.t * kMmaKeys;
 #pragma unroll
-      for (int row = crow; row < kMmaKeys; row += kRowsPerPass) {
+      for (int i = 0; i < kPasses; ++i) {
+        const int row = crow + i * kRowsPerPass;
         const int key = k0 + row;
         const bool valid = key < ke;
         int64_t off = 0;
         if (valid) {
           const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-          const int in_blk = key - blk * bs;
-          off = table[blk] * page_elems + head_elems + static_cast<int64_t>(in_blk) * D + cchunk;
+          off = pages[i] * page_elems + head_elems + static_cast<int64_t>(key - blk * bs) * D + cchunk;
         }
         cp_async16(dK + row * LD + cchunk, kc + off, valid);
         cp_async16(dV + row * LD + cchunk, vc + off, valid);
@@ -485,11 +498,14 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   Cursor cur{static_cast<int>(blockIdx.z), 0, 0};
   cur.nt = split_tiles(cur.split);
   Cursor ld = cur;
+  int pages[kPasses];
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
-    load_tile(ld, i);
+    fetch_pages(ld, pages);
+    load_tile(ld, pages, i);
     advance(ld);
   }
+  fetch_pages(ld, pages);
 
   // Q as A fragments (rows = heads; rows g + 8 and rows >= nh are zero), rounded to the cache type.
   uint32_t qf[D / 16][4];
@@ -522,8 +538,9 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   int done = 0, stage = 0, load_stage = STAGES - 1;
   for (;;) {
     // Refill the stage computed last iteration with the tile STAGES - 1 ahead, wait for this one.
-    load_tile(ld, load_stage);
+    load_tile(ld, pages, load_stage);
     advance(ld);
+    fetch_pages(ld, pages);  // used next iteration
     load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
     cp_async_wait<STAGES - 1>();
     __syncthreads();
