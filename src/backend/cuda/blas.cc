@@ -33,6 +33,46 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// The fastest of the `found` candidates for plan p on these operands: each launched once, then
+// timed over `runs` launches into a scratch output (beta = 0, so y is not touched). The first
+// candidate when no scratch memory is left.
+cublasLtMatmulAlgo_t fastest_algo(cublasLtHandle_t handle, const Plan& p, const cublasLtMatmulHeuristicResult_t* cand,
+                                  int found, const void* x, const void* w, size_t out_bytes, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t stream, int runs) {
+  void* scratch = nullptr;
+  if (cudaMalloc(&scratch, out_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the allocation error; tuning is optional
+    return cand[0].algo;
+  }
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const float one = 1.0f, zero = 0.0f;
+  cublasLtMatmulAlgo_t best_algo = cand[0].algo;
+  float best = 0.0f;
+  for (int i = 0; i < found; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle, p.desc, &one, w, p.a, x, p.b, &zero, scratch, p.c, scratch, p.c, &cand[i].algo,
+                            workspace, workspace_bytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int r = 0; r < runs; ++r) CUBLAS_CHECK(run());
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (best == 0.0f || ms < best) {
+      best = ms;
+      best_algo = cand[i].algo;
+    }
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  CUDA_CHECK(cudaFree(scratch));
+  return best_algo;
+}
+
 }  // namespace
 
 struct BlasLt::Impl {
@@ -87,32 +127,8 @@ void BlasLt::matmul(const void* x, const void* w, DType in_dtype, int64_t M, int
     CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
     if (autotune_ && found > 1 && M >= kTuneMinM && M <= kTuneMaxM && out_bytes <= kTuneMaxOutBytes &&
         capturing == cudaStreamCaptureStatusNone) {
-      // Time the candidates on the real operands into a scratch output (beta = 0: y is not touched).
-      DeviceBuffer scratch(static_cast<size_t>(out_bytes));
-      cudaEvent_t e0, e1;
-      CUDA_CHECK(cudaEventCreate(&e0));
-      CUDA_CHECK(cudaEventCreate(&e1));
-      const float one = 1.0f, zero = 0.0f;
-      float best = 0.0f;
-      for (int i = 0; i < found; ++i) {
-        auto run = [&] {
-          return cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, x, p.b, &zero, scratch.get(), p.c, scratch.get(),
-                                p.c, &res[i].algo, workspace_.get(), workspace_.bytes(), stream);
-        };
-        if (run() != CUBLAS_STATUS_SUCCESS) continue;
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int r = 0; r < kTuneRuns; ++r) CUBLAS_CHECK(run());
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (best == 0.0f || ms < best) {
-          best = ms;
-          p.algo = res[i].algo;
-        }
-      }
-      CUDA_CHECK(cudaEventDestroy(e0));
-      CUDA_CHECK(cudaEventDestroy(e1));
+      p.algo = fastest_algo(impl_->handle, p, res, found, x, w, static_cast<size_t>(out_bytes), workspace_.get(),
+                            workspace_.bytes(), stream, kTuneRuns);
     }
     it = impl_->plans.emplace(key, p).first;
   }
