@@ -109,6 +109,7 @@ bench_model() {  # SHAPE
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
+#   ncu       Nsight Compute sections for the kernel bench's kernels matching NCU_KERNELS (not yet run)
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 stage_alltests() {
@@ -176,6 +177,14 @@ stage_decode1() {
   TAILN=3 step decode1${2:-}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
 }
 stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
+# Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
+# stalls and occupancy of the kernels matching NCU_KERNELS (a regex), NCU_COUNT launches each.
+stage_ncu() {
+  local k=${NCU_KERNELS:-row_attention_mma_kernel|gemv_kernel}
+  PAGODA_GPU_KERNEL_BENCH=1 TAILN=200 step ncu 300 ncu --kernel-name "regex:$k" --launch-count "${NCU_COUNT:-6}" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats $TESTS --gtest_filter='CudaKernelBench.*'
+}
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
 stage_bench() {
@@ -205,6 +214,7 @@ for s in "$@"; do
     decode8b) stage_decode1 8b ;;
     decodesimt8b) PAGODA_ROW_ATTENTION=simt stage_decode1 8b simt ;;
     kbench) stage_kbench ;;
+    ncu) stage_ncu ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;
   esac
