@@ -1,7 +1,8 @@
 // Kernel micro-benchmarks on Llama-3-8B shapes (the numbers behind docs/cuda.md's kernel table):
-// decode GEMVs vs cuBLASLt at M = 1 / 8 / 64, split-KV attention at batch 256 x 1500 keys, 64 x 1000
-// and batch 1 x 8192 / 32768 keys (tensor-core and SIMT kernels), tensor-core prefill attention at 8192 tokens (query tiles 64 and 128),
-// and the prefill GEMMs. Median of CUDA-event timings after warm-ups, on random data. Runs only
+// decode GEMVs vs cuBLASLt (heuristic and autotuned) at M = 1 .. 384, split-KV attention at batch
+// 256 x 1500 keys, 64 x 1000 and batch 1 x 8192 / 32768 keys (tensor-core and SIMT kernels),
+// tensor-core prefill attention at 8192 tokens (query tiles 64 and 128), the prefill elementwise
+// kernels and the prefill GEMMs. Median of CUDA-event timings after warm-ups, on random data. Runs only
 // with PAGODA_GPU_KERNEL_BENCH=1 (it is a measurement, not a check).
 #include <gtest/gtest.h>
 

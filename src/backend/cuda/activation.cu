@@ -76,8 +76,7 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
     launch_pdl(swiglu_kernel<float>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
   } else {
     PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "swiglu: dtype must be f32 or bf16");
-    const bool aligned = reinterpret_cast<uintptr_t>(gu) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-    if (F % 8 == 0 && aligned && T * (F / 8) < (int64_t{1} << 31)) {
+    if (F % 8 == 0 && aligned16(gu) && aligned16(out) && T * (F / 8) < (int64_t{1} << 31)) {
       const int64_t n8 = T * (F / 8);
       launch_pdl(swiglu_bf16x8_kernel, dim3(grid_for(n8, 256)), dim3(256), 0, s, static_cast<const uint4*>(gu),
                  static_cast<int>(T), static_cast<int>(F / 8), static_cast<uint4*>(out));

@@ -391,9 +391,10 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 // two-stage shared-memory ring with cp.async: the next tile, also the first tile of the next split,
 // loads while this one computes, so a split boundary leaves no gap in the memory stream (the
 // first tile is issued before Q is read). Tiles are gathered through the block table (its entries
-// read a tile ahead of the copies that need them) and zero-filled past the split's end; warp w owns keys [16 w, 16 w + 16) of every tile: S = Q K^T (Q
-// rounded to the cache type, as in prefill), mask, online softmax in registers (exp2, log2(e)
-// folded into the scale), P (16-bit) V via ldmatrix.trans. At a split's end the warps' partial
+// read a tile ahead of the copies that need them) and zero-filled past the split's end; warp w
+// owns keys [16 w, 16 w + 16) of every tile: S = Q K^T (Q rounded to the cache type, as in
+// prefill), mask, online softmax in registers (exp2, log2(e) folded into the scale), P (16-bit) V
+// via ldmatrix.trans. At a split's end the warps' partial
 // results are merged in warp order through the stage just computed (the other one is loading),
 // then as in the SIMT kernel (split slot or direct store, last block combines).
 
@@ -406,22 +407,23 @@ constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of
 constexpr int kMmaStages = 2;
 constexpr int kMmaBlocksPerSm = 3;  // resident (134 registers a thread; 70 KiB of shared memory at D = 128)
 
-template <int D, int STAGES>
+template <int D>
 struct MmaShape {
   static constexpr int LD = D + 8;  // padded shared-memory row (elements): ldmatrix rows hit distinct banks
   static constexpr int kTileElems = kMmaKeys * LD;
-  static constexpr int kSmem = STAGES * 2 * kTileElems * 2;  // stages x (K, V) x 16-bit
+  static constexpr int kSmem = kMmaStages * 2 * kTileElems * 2;  // stages x (K, V) x 16-bit
   static_assert(kMmaWarps * kMmaHeads * D * 4 <= kTileElems * 2, "the warp merge's o fits in a K stage");
   static_assert(kMmaWarps * kMmaHeads * 2 * 4 <= kTileElems * 2, "the warp merge's m, l fit in a V stage");
 };
 
-template <class KVT, int D, int STAGES>
+template <class KVT, int D>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
-  using S = MmaShape<D, STAGES>;
+  using S = MmaShape<D>;
   constexpr int LD = S::LD;
+  constexpr int STAGES = kMmaStages;
   extern __shared__ __align__(16) uint8_t smem[];
-  KVT* sK = reinterpret_cast<KVT*>(smem);       // [STAGES][kMmaKeys][LD]
-  KVT* sV = sK + STAGES * S::kTileElems;        // [STAGES][kMmaKeys][LD]
+  KVT* sK = reinterpret_cast<KVT*>(smem);  // [STAGES][kMmaKeys][LD]
+  KVT* sV = sK + STAGES * S::kTileElems;   // [STAGES][kMmaKeys][LD]
   __shared__ int last_block;
   const KVT tag{};
   pdl_trigger();
@@ -448,6 +450,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
   auto split_end = [&](int split) { return min(ctx, lo + (split + 1) * per); };
   auto split_tiles = [&](int split) { return (split_end(split) - (lo + split * per) + kMmaKeys - 1) / kMmaKeys; };
+  auto tile_first_key = [&](int split, int t) { return lo + split * per + t * kMmaKeys; };
   // A position in the block's tile stream: tile t of `split` (of nt tiles); past the end: split >= ns.
   struct Cursor {
     int split, t, nt;
@@ -464,8 +467,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   constexpr int kPasses = kMmaKeys / kRowsPerPass;
   auto fetch_pages = [&](const Cursor& c, int (&pages)[kPasses]) {
     if (c.split >= ns) return;
-    const int ke = split_end(c.split);
-    const int k0 = lo + c.split * per + c.t * kMmaKeys;
+    const int ke = split_end(c.split), k0 = tile_first_key(c.split, c.t);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int key = k0 + crow + i * kRowsPerPass;
@@ -477,8 +479,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
     if (c.split < ns) {
       KVT* dK = sK + stage * S::kTileElems;
       KVT* dV = sV + stage * S::kTileElems;
-      const int ke = split_end(c.split);
-      const int k0 = lo + c.split * per + c.t * kMmaKeys;
+      const int ke = split_end(c.split), k0 = tile_first_key(c.split, c.t);
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
         const int row = crow + i * kRowsPerPass;
@@ -559,8 +560,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
       mma16816(sc[1], qf[kk], b[2], b[3], tag);
     }
     // Mask keys past the split's end, scale, row max over the quad.
-    const int ke = split_end(cur.split);
-    const int kbase = lo + cur.split * per + cur.t * kMmaKeys + warp * 16;
+    const int ke = split_end(cur.split), kbase = tile_first_key(cur.split, cur.t) + warp * 16;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -621,20 +621,15 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
-template <class KVT, int D, int STAGES>
-void launch_mma_stages(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  constexpr int smem = MmaShape<D, STAGES>::kSmem;
-  static bool configured = false;  // per instantiation; the attribute is per device function
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D, STAGES>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
-  launch_pdl(row_attention_mma_kernel<KVT, D, STAGES>, grid, dim3(kMmaWarps * 32), smem, s, p);
-}
 template <class KVT, int D>
 void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  launch_mma_stages<KVT, D, kMmaStages>(p, grid, s);
+  constexpr int smem = MmaShape<D>::kSmem;
+  static bool configured = false;  // per instantiation; the attribute is per device function
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  launch_pdl(row_attention_mma_kernel<KVT, D>, grid, dim3(kMmaWarps * 32), smem, s, p);
 }
 
 // The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
@@ -679,13 +674,12 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s) {
   const int64_t G = p.num_heads / p.cache.num_kv_heads;
   const bool mma = use_mma(p);
   const int64_t chunks = ceil_div(G, mma ? kMmaHeads : kMaxG);
-  // Enough blocks to fill the GPU (the blocks an SM holds: 3 of the tensor-core kernel, ~4 of the
-  // SIMT one); a block loops over the splits beyond gridDim.z.
+  // A block loops over the splits beyond gridDim.z. Aimed at: twice the blocks an SM holds for the
+  // tensor-core kernel (64 rows x 1000 keys: 110 us vs 123 with one wave's worth), ~4 blocks an SM
+  // for the SIMT one.
   const int sms = p.num_sms > 0 ? p.num_sms : 132;
   const int64_t blocks_per_split = p.num_rows * p.cache.num_kv_heads * chunks;
   const int max_splits = p.max_keys > 0 ? row_num_splits(p.max_keys) : kRowMaxSplits;
-  // Twice the blocks an SM holds for the tensor-core kernel (64 rows x 1000 keys: 110 us vs 123
-  // with one wave's worth), ~4 for the SIMT one.
   const int64_t per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : (mma ? 2 * kMmaBlocksPerSm : 4);
   int64_t z = ceil_div(per_sm * sms, blocks_per_split);
   z = z < 1 ? 1 : (z > max_splits ? max_splits : z);

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_common.h"
@@ -37,6 +38,34 @@ __device__ __forceinline__ void store_as(void* base, DType dt, int64_t idx, floa
   else static_cast<f16*>(base)[idx] = __float2half_rn(v);
 }
 
+// Four consecutive values at base[idx] (idx a multiple of 4, the address 8- or 16-byte aligned):
+// one 8-byte store for 16-bit types, one 16-byte store for f32.
+template <class T>
+__device__ __forceinline__ void store4(T* base, int64_t idx, float4 v) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(base + idx) = v;
+  } else {
+    uint2 u;
+    if constexpr (std::is_same_v<T, bf16>) {
+      *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(v.z, v.w);
+    } else {
+      *reinterpret_cast<__half2*>(&u.x) = __floats2half2_rn(v.x, v.y);
+      *reinterpret_cast<__half2*>(&u.y) = __floats2half2_rn(v.z, v.w);
+    }
+    *reinterpret_cast<uint2*>(base + idx) = u;
+  }
+}
+// The same into a buffer of runtime dtype (f32 | f16 | bf16).
+__device__ __forceinline__ void store4_as(void* base, DType dt, int64_t idx, float4 v) {
+  if (dt == DType::kF32) store4(static_cast<float*>(base), idx, v);
+  else if (dt == DType::kBF16) store4(static_cast<bf16*>(base), idx, v);
+  else store4(static_cast<f16*>(base), idx, v);
+}
+
+// Whether a pointer allows 16-byte vector access (nullptr does: optional inputs).
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -63,6 +92,46 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
   __syncthreads();
   return scratch[32];
+}
+
+// RMSNorm of one f32 row of d4 float4 (D = 4 d4 values) by the whole block: thread i takes float4
+// elements i, i + blockDim.x, ...; the first N of them stay in registers (all loads in flight
+// together) between the reduction and the normalisation, the rest are read again. Calls
+// put(j, x[j] * inv * w[j]) for every j < d4. Fixed summation order (block_sum), so the fused
+// (GEMV prologue) and standalone norms of a row agree.
+template <int N, class Put>
+__device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float4* w4, int d4, float eps, float* scratch,
+                                                   Put&& put) {
+  float4 v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int j = threadIdx.x + i * blockDim.x;
+    v[i] = j < d4 ? __ldcg(xr + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    ss = fmaf(v[i].x, v[i].x, ss);
+    ss = fmaf(v[i].y, v[i].y, ss);
+    ss = fmaf(v[i].z, v[i].z, ss);
+    ss = fmaf(v[i].w, v[i].w, ss);
+  }
+  for (int j = threadIdx.x + N * blockDim.x; j < d4; j += blockDim.x) {
+    const float4 t = __ldcg(xr + j);
+    ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * d4) + eps);
+  auto out = [&](int j, const float4& t) {
+    const float4 g = w4[j];
+    put(j, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
+  };
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int j = threadIdx.x + i * blockDim.x;
+    if (j < d4) out(j, v[i]);
+  }
+  for (int j = threadIdx.x + N * blockDim.x; j < d4; j += blockDim.x) out(j, __ldcg(xr + j));
 }
 
 // NV consecutive elements of T at p (16-byte aligned when NV * sizeof(T) >= 16) into floats.

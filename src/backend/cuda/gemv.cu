@@ -140,46 +140,17 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   pdl_wait();
   const uint4* x;
   if constexpr (NORM) {
-    // The row is read once into registers (up to kNormCache float4 per thread, all loads in
-    // flight together), reduced, then normalised from the registers; K beyond that re-reads.
-    constexpr int kNormCache = 8;
+    // The row is read once into registers (up to 8 float4 a thread), reduced, then normalised from
+    // the registers into shared memory as bf16.
     __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
-    const int k4 = K / 4;
     const float4* g4 = reinterpret_cast<const float4*>(a.norm_w);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float4* xr = reinterpret_cast<const float4*>(a.residual + static_cast<int64_t>(a.rows ? a.rows[m] : m) * K);
-      float4 v[kNormCache];
-#pragma unroll
-      for (int i = 0; i < kNormCache; ++i) {
-        const int j = threadIdx.x + i * blockDim.x;
-        v[i] = j < k4 ? __ldcg(xr + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      float ss = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kNormCache; ++i) {
-        ss = fmaf(v[i].x, v[i].x, ss);
-        ss = fmaf(v[i].y, v[i].y, ss);
-        ss = fmaf(v[i].z, v[i].z, ss);
-        ss = fmaf(v[i].w, v[i].w, ss);
-      }
-      for (int j = threadIdx.x + kNormCache * blockDim.x; j < k4; j += blockDim.x) {
-        const float4 t = __ldcg(xr + j);
-        ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
-      }
-      ss = block_sum(ss, scratch);
-      const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + a.eps);
-      auto put = [&](int j, const float4& t) {
-        const float4 g = g4[j];
-        xh[m * (K / 2) + 2 * j] = __floats2bfloat162_rn(t.x * inv * g.x, t.y * inv * g.y);
-        xh[m * (K / 2) + 2 * j + 1] = __floats2bfloat162_rn(t.z * inv * g.z, t.w * inv * g.w);
-      };
-#pragma unroll
-      for (int i = 0; i < kNormCache; ++i) {
-        const int j = threadIdx.x + i * blockDim.x;
-        if (j < k4) put(j, v[i]);
-      }
-      for (int j = threadIdx.x + kNormCache * blockDim.x; j < k4; j += blockDim.x) put(j, __ldcg(xr + j));
+      block_rms_norm_row<8>(xr, g4, K / 4, a.eps, scratch, [&](int j, const float4& y) {
+        xh[m * (K / 2) + 2 * j] = __floats2bfloat162_rn(y.x, y.y);
+        xh[m * (K / 2) + 2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
+      });
     }
     __syncthreads();
     x = xs;

@@ -44,58 +44,19 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __re
   for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = from_f32<TOut>(xr[j] * inv * w[j]);
 }
 
-// The same for D % 4 == 0 (every real model): the row is read once with 16-byte loads into
-// registers (kCache float4 a thread, the rest re-read), normalised from there, stored 4 at a time.
-template <class TOut>
-__device__ __forceinline__ void store4(TOut* o, int j, float4 v) {
-  if constexpr (sizeof(TOut) == 4) {
-    reinterpret_cast<float4*>(o)[j] = v;
-  } else {
-    uint2 u;
-    *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(v.x, v.y);
-    *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(v.z, v.w);
-    reinterpret_cast<uint2*>(o)[j] = u;
-  }
-}
-
+// The same for D % 4 == 0 (every real model): 16-byte loads, the row kept in registers between
+// the reduction and the normalisation (block_rms_norm_row, as the GEMV's fused norm), 4-wide stores.
 template <class TOut>
 __global__ void rms_norm_vec4_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
                                      const float* __restrict__ w, float eps, TOut* __restrict__ out) {
-  constexpr int kCache = 4;
   __shared__ float scratch[33];
   pdl_trigger();
   pdl_wait();
   const int64_t i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
-  const float4* xr = reinterpret_cast<const float4*>(x + r * D);
-  const float4* w4 = reinterpret_cast<const float4*>(w);
-  const int d4 = D / 4;
-  float4 v[kCache];
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kCache; ++k) {
-    const int j = threadIdx.x + k * blockDim.x;
-    v[k] = j < d4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int k = 0; k < kCache; ++k) ss = fmaf(v[k].x, v[k].x, fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss))));
-  for (int j = threadIdx.x + kCache * blockDim.x; j < d4; j += blockDim.x) {
-    const float4 t = xr[j];
-    ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
   TOut* o = out + i * D;
-  auto put = [&](int j, const float4& t) {
-    const float4 g = w4[j];
-    store4(o, j, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
-  };
-#pragma unroll
-  for (int k = 0; k < kCache; ++k) {
-    const int j = threadIdx.x + k * blockDim.x;
-    if (j < d4) put(j, v[k]);
-  }
-  for (int j = threadIdx.x + kCache * blockDim.x; j < d4; j += blockDim.x) put(j, xr[j]);
+  block_rms_norm_row<4>(reinterpret_cast<const float4*>(x + r * D), reinterpret_cast<const float4*>(w), D / 4, eps,
+                        scratch, [&](int j, const float4& y) { store4(o, int64_t{4} * j, y); });
 }
 
 }  // namespace
@@ -123,9 +84,7 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
               DType out_dtype, cudaStream_t s) {
   if (n <= 0) return;
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
-  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  if (D % 4 == 0 && aligned) {
+  if (D % 4 == 0 && aligned16(x) && aligned16(w) && aligned16(out)) {
     // Threads for about 4 float4 each (whole warps, 32..256).
     const int64_t d4 = D / 4;
     const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(d4, 4), 32) * 32)));

@@ -78,23 +78,6 @@ __global__ __launch_bounds__(kWarps * 32) void rope_kv_kernel(RopeKvParams p) {
   }
 }
 
-// Four values of a K or V head into the cache (8 bytes for 16-bit caches, 16 for f32).
-__device__ __forceinline__ void store4_as(void* base, DType dt, int64_t idx, float4 v) {
-  if (dt == DType::kF32) {
-    *reinterpret_cast<float4*>(static_cast<float*>(base) + idx) = v;
-  } else if (dt == DType::kBF16) {
-    uint2 u;
-    *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(v.x, v.y);
-    *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(static_cast<bf16*>(base) + idx) = u;
-  } else {
-    uint2 u;
-    *reinterpret_cast<__half2*>(&u.x) = __floats2half2_rn(v.x, v.y);
-    *reinterpret_cast<__half2*>(&u.y) = __floats2half2_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(static_cast<f16*>(base) + idx) = u;
-  }
-}
-
 // The same for head_dim 64 / 128 with the whole head rotated (every Llama / Qwen / Mistral): one
 // block per token, each thread four consecutive values of a head (16-byte loads and stores); a head
 // is CPH = D / 4 consecutive lanes of one warp, so the per-head norm is a CPH-lane shuffle
@@ -165,8 +148,6 @@ __global__ __launch_bounds__(256) void rope_kv_vec4_kernel(RopeKvParams p) {
     }
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
