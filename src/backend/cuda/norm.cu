@@ -24,7 +24,10 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
   for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = to_f32(row[i]);
 }
 
-template <class TOut>
+// VEC4 (D % 4 == 0, 16-byte aligned: every real model): 16-byte loads, the row kept in registers
+// between the reduction and the normalisation (block_rms_norm_row, as the GEMV's fused norm),
+// 4-wide stores. Otherwise one value at a time, the row read twice.
+template <class TOut, bool VEC4>
 __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
                                 const float* __restrict__ w, float eps, TOut* __restrict__ out) {
   __shared__ float scratch[33];
@@ -33,30 +36,20 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __re
   const int64_t i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
   const float* xr = x + r * D;
-  float ss = 0.0f;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    const float v = xr[j];
-    ss = fmaf(v, v, ss);
+  TOut* o = out + i * D;
+  if constexpr (VEC4) {
+    block_rms_norm_row<4>(reinterpret_cast<const float4*>(xr), reinterpret_cast<const float4*>(w), D / 4, eps, scratch,
+                          [&](int j, const float4& y) { store4(o, int64_t{4} * j, y); });
+  } else {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+      const float v = xr[j];
+      ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = from_f32<TOut>(xr[j] * inv * w[j]);
   }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-  TOut* o = out + i * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = from_f32<TOut>(xr[j] * inv * w[j]);
-}
-
-// The same for D % 4 == 0 (every real model): 16-byte loads, the row kept in registers between
-// the reduction and the normalisation (block_rms_norm_row, as the GEMV's fused norm), 4-wide stores.
-template <class TOut>
-__global__ void rms_norm_vec4_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
-                                     const float* __restrict__ w, float eps, TOut* __restrict__ out) {
-  __shared__ float scratch[33];
-  pdl_trigger();
-  pdl_wait();
-  const int64_t i = blockIdx.x;
-  const int64_t r = rows ? rows[i] : i;
-  TOut* o = out + i * D;
-  block_rms_norm_row<4>(reinterpret_cast<const float4*>(x + r * D), reinterpret_cast<const float4*>(w), D / 4, eps,
-                        scratch, [&](int j, const float4& y) { store4(o, int64_t{4} * j, y); });
 }
 
 }  // namespace
@@ -84,24 +77,19 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
               DType out_dtype, cudaStream_t s) {
   if (n <= 0) return;
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
-  if (D % 4 == 0 && aligned16(x) && aligned16(w) && aligned16(out)) {
-    // Threads for about 4 float4 each (whole warps, 32..256).
-    const int64_t d4 = D / 4;
-    const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(d4, 4), 32) * 32)));
-    if (out_dtype == DType::kF32) {
-      launch_pdl(rms_norm_vec4_kernel<float>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<float*>(out));
-    } else {
-      launch_pdl(rms_norm_vec4_kernel<bf16>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<bf16*>(out));
-    }
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const int threads = D >= 2048 ? 512 : (D >= 256 ? 256 : 64);
+  const bool vec4 = D % 4 == 0 && aligned16(x) && aligned16(w) && aligned16(out);
+  // Vectorised: threads for about 4 float4 each (whole warps, 32..256).
+  const int threads = vec4 ? static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(D / 4, 4), 32) * 32)))
+                           : (D >= 2048 ? 512 : (D >= 256 ? 256 : 64));
+  const int d = static_cast<int>(D);
   if (out_dtype == DType::kF32) {
-    launch_pdl(rms_norm_kernel<float>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<float*>(out));
+    auto* o = static_cast<float*>(out);
+    vec4 ? launch_pdl(rms_norm_kernel<float, true>, dim3(n), dim3(threads), 0, s, x, rows, d, w, eps, o)
+         : launch_pdl(rms_norm_kernel<float, false>, dim3(n), dim3(threads), 0, s, x, rows, d, w, eps, o);
   } else {
-    PAGODA_CUDA_REQUIRE(out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
-    launch_pdl(rms_norm_kernel<bf16>, dim3(n), dim3(threads), 0, s, x, rows, static_cast<int>(D), w, eps, static_cast<bf16*>(out));
+    auto* o = static_cast<bf16*>(out);
+    vec4 ? launch_pdl(rms_norm_kernel<bf16, true>, dim3(n), dim3(threads), 0, s, x, rows, d, w, eps, o)
+         : launch_pdl(rms_norm_kernel<bf16, false>, dim3(n), dim3(threads), 0, s, x, rows, d, w, eps, o);
   }
   CUDA_CHECK_LAUNCH();
 }
