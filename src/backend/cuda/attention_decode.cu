@@ -405,7 +405,9 @@ constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of
 // blocks an SM) 516 us, 3 stages (2 blocks) 610 us, 4 stages (1 block) 1046 us: more blocks an SM
 // beat deeper rings.
 constexpr int kMmaStages = 2;
-constexpr int kMmaBlocksPerSm = 3;  // resident (134 registers a thread; 70 KiB of shared memory at D = 128)
+// Blocks resident an SM at D = 128 (158 registers a thread, 70 KiB of shared memory); D = 64 fits
+// more, the grid sizing uses this figure for both.
+constexpr int kMmaBlocksPerSm = 3;
 
 template <int D>
 struct MmaShape {
