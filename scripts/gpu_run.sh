@@ -109,7 +109,8 @@ bench_model() {  # SHAPE
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
-#   ncu       Nsight Compute sections for the kernel bench's kernels matching NCU_KERNELS (not yet run)
+#   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
+#             NCU_ONLY, NCU_TAG)
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 stage_alltests() {
@@ -178,12 +179,15 @@ stage_decode1() {
 }
 stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
-# stalls and occupancy of the kernels matching NCU_KERNELS (a regex), NCU_COUNT launches each.
+# stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
+# launches after skipping NCU_SKIP, in the bench sections NCU_ONLY (PAGODA_KBENCH_ONLY). NCU_TAG
+# names the step, so one call can profile several launches.
 stage_ncu() {
   local k=${NCU_KERNELS:-row_attention_mma_kernel|gemv_kernel}
-  PAGODA_GPU_KERNEL_BENCH=1 TAILN=200 step ncu 300 ncu --kernel-name "regex:$k" --launch-count "${NCU_COUNT:-6}" \
+  PAGODA_KBENCH_ONLY=${NCU_ONLY:-gemv,decode} PAGODA_GPU_KERNEL_BENCH=1 TAILN=200 step ncu${NCU_TAG:-} 300 \
+    ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-6}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats $TESTS --gtest_filter='CudaKernelBench.*'
+    --section LaunchStats --section SchedulerStats $TESTS --gtest_filter='CudaKernelBench.*'
 }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "gpu_test_util.h"
@@ -73,6 +74,9 @@ cuda::DeviceBuffer random_device(size_t bytes) {
 TEST(CudaKernelBench, LlamaEightBShapes) {
   PAGODA_REQUIRE_GPU();
   if (!std::getenv("PAGODA_GPU_KERNEL_BENCH")) GTEST_SKIP() << "a measurement: set PAGODA_GPU_KERNEL_BENCH=1";
+  // PAGODA_KBENCH_ONLY=gemv,decode,... runs only the sections named (all when unset).
+  const char* only = std::getenv("PAGODA_KBENCH_ONLY");
+  auto want = [&](const char* section) { return !only || std::strstr(only, section) != nullptr; };
   auto ceil = cuda_measure_ceilings(0, int64_t{2} << 30, 8192);
   ASSERT_TRUE(ceil.ok());
   const double bw = ceil->copy_bandwidth;
@@ -99,6 +103,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
   CUDA_CHECK(cudaMemset(res.get(), 0, res.bytes()));  // residual values only scale the norm
   CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
   for (const Shape& sh : shapes) {
+    if (!want("gemv")) break;
     auto w = random_device(static_cast<size_t>(sh.N * sh.K * 2));
     const double bytes = static_cast<double>(sh.N) * sh.K * 2;
     const cuda::GemvNorm nrm{res.as<float>(), nullptr, g.as<float>(), 1e-5f};
@@ -127,13 +132,41 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       }
     }
   }
+  // Batch-1 GEMVs with their weights cold in L2 (a different copy of the matrix each run, 8 copies
+  // of 33-50 MB: more than the L2 holds) against hot (the same copy each run, as the gemv section
+  // times them): how much of a small GEMV's time is DRAM and how much is the kernel's own latency.
+  if (want("l2")) {
+    for (const Shape& sh : shapes) {
+      if (sh.N > 2 * D * 2) continue;  // qkv and o only: they fit the L2
+      const double bytes = static_cast<double>(sh.N) * sh.K * 2;
+      std::vector<cuda::DeviceBuffer> ws;
+      for (int i = 0; i < 8; ++i) ws.push_back(random_device(static_cast<size_t>(bytes)));
+      const cuda::GemvNorm nrm{res.as<float>(), nullptr, g.as<float>(), 1e-5f};
+      for (bool cold : {false, true}) {
+        int next = 0;
+        const double ms = time_ms([&] {
+          const void* w = ws[cold ? (next++ % 8) : 0].get();
+          cuda::gemv_bf16(x.get(), w, 1, sh.N, sh.K, y.get(), sh.N, sh.mode, nullptr, sh.norm ? &nrm : nullptr);
+        });
+        report_bw(fmt::format("gemv M=1 {} L2 {}", sh.name, cold ? "cold" : "hot"), bytes, ms);
+      }
+    }
+  }
   // Split-KV attention: batch 256 x 1500 keys, 64 x 1000, and batch 1 at 8192 and 32768 keys; the
   // tensor-core kernel, then the SIMT one (RowAttentionParams::tensor_cores off) for comparison.
-  for (auto [rows, ctx] : {std::pair<int64_t, int64_t>{256, 1500}, {64, 1000}, {1, 8192}, {1, 32768}}) {
+  // Block tables scattered over the cache (as a long-running engine's are), and for 256 x 1500 also
+  // in order (each row's pages adjacent): the cost of the scatter (DRAM pages, TLB reach).
+  struct AttnCase {
+    int64_t rows, ctx;
+    bool in_order;
+  };
+  for (auto [rows, ctx, in_order] : {AttnCase{256, 1500, false}, AttnCase{256, 1500, true}, AttnCase{64, 1000, false},
+                                     AttnCase{1, 8192, false}, AttnCase{1, 32768, false}}) {
+    if (!want("decode")) break;
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
     std::vector<int32_t> tables(rows * blocks_per), rt(rows), rs(rows), rc(rows, static_cast<int32_t>(ctx));
-    for (int64_t i = 0; i < rows * blocks_per; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
+    for (int64_t i = 0; i < rows * blocks_per; ++i) tables[i] = static_cast<int32_t>(in_order ? i : (i * 7919) % blocks);
     for (int64_t r = 0; r < rows; ++r) rt[r] = rs[r] = static_cast<int32_t>(r);
     auto dt = to_device(tables), drt = to_device(rt), drs = to_device(rs), drc = to_device(rc);
     auto q = random_device(static_cast<size_t>(rows * H * Dh * 4));
@@ -165,13 +198,13 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.tensor_cores = variant >= 0;
       p.blocks_per_sm = variant > 0 ? variant : 0;
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
-      report_bw(fmt::format("split-KV attention {} x {}{}", rows, ctx,
+      report_bw(fmt::format("split-KV attention {} x {}{}{}", rows, ctx, in_order ? " in order" : "",
                             variant < 0 ? " (SIMT)" : (variant > 0 ? " grid 3/SM" : "")),
                 2.0 * rows * ctx * KVH * Dh * 2, ms);
     }
   }
   // Tensor-core prefill attention, 8192 tokens, one layer.
-  {
+  if (want("prefill")) {
     const int64_t T = 8192, bs = 16, blocks = T / bs;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
     auto q = random_device(static_cast<size_t>(T * H * Dh * 4));
@@ -208,7 +241,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     }
   }
   // The elementwise kernels of prefill at 8192 tokens (bytes read + written).
-  {
+  if (want("elementwise")) {
     const int64_t T = 8192, bs = 16, blocks = T / bs;
     auto gu = random_device(static_cast<size_t>(T * 2 * F * 2));
     cuda::DeviceBuffer act(static_cast<size_t>(T * F * 2));
@@ -240,7 +273,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
               time_ms([&] { cuda::rope_kv_write(rp, nullptr); }, 10));
   }
   // Prefill GEMMs at M = 8192 (cuBLASLt): f32 out, bf16 out, f32 accumulate.
-  {
+  if (want("prefill")) {
     const int64_t M = 8192;
     auto xa = random_device(static_cast<size_t>(M * F * 2));
     cuda::DeviceBuffer ya(static_cast<size_t>(M) * 2 * F * 4);

@@ -75,11 +75,14 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
 // [lo, ctx) in ns splits of `per` keys.
 struct RowBlock {
   int r, kvh, h0, nh, ctx, lo, ns, per;
+  int first;  // the first visible key: lo rounded down to LO_ALIGN, keys in [lo, first) are masked
   int64_t tok;
 };
 // Fills b. False when the block has nothing to do: a padding row (context 0; block z = 0 writes its
-// zeros) or a split index past the row's splits.
-template <int HPB>
+// zeros) or a split index past the row's splits. LO_ALIGN / PER_ALIGN: the keys [lo, ctx) start at
+// a multiple of LO_ALIGN (a window's first keys are then masked, see `first`) and the splits are
+// multiples of PER_ALIGN keys (the tensor-core kernel: whole tiles, 16-key page chunks).
+template <int HPB, int LO_ALIGN = 1, int PER_ALIGN = 1>
 __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, RowBlock& b) {
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
   const int G = static_cast<int>(p.num_heads) / KVH;
@@ -90,7 +93,8 @@ __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, Ro
   b.h0 = b.kvh * G + hc * HPB;
   b.nh = min(HPB, G - hc * HPB);
   b.ctx = p.row_ctx[b.r];
-  b.lo = p.window > 0 ? max(0, b.ctx - static_cast<int>(p.window)) : 0;
+  b.first = p.window > 0 ? max(0, b.ctx - static_cast<int>(p.window)) : 0;
+  b.lo = b.first - b.first % LO_ALIGN;
   const int keys = b.ctx - b.lo;
   b.ns = device_num_splits(keys);
   b.tok = p.row_token[b.r];
@@ -100,9 +104,12 @@ __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, Ro
         store_as(p.out, p.out_dtype, b.tok * p.out_stride + static_cast<int64_t>(b.h0) * D + i, 0.0f);
     return false;
   }
-  if (static_cast<int>(blockIdx.z) >= b.ns) return false;
   b.per = (keys + b.ns - 1) / b.ns;
-  return true;
+  if (PER_ALIGN > 1) {
+    b.per = (b.per + PER_ALIGN - 1) / PER_ALIGN * PER_ALIGN;
+    b.ns = (keys + b.per - 1) / b.per;
+  }
+  return static_cast<int>(blockIdx.z) < b.ns;
 }
 
 // The warps' partial results (m, l and unnormalised o per warp and head, in shared memory) merged
@@ -418,7 +425,43 @@ struct MmaShape {
   static_assert(kMmaWarps * kMmaHeads * 2 * 4 <= kTileElems * 2, "the warp merge's m, l fit in a V stage");
 };
 
-template <class KVT, int D>
+// Online softmax over one warp's 16-key tile for rows 0..7 of the m16 tile (the heads; rows 8..15
+// are zero and stay so: their P is set to zero). Row max over the quad, exp2, row sums; the O
+// accumulators are rescaled only when some row's max grew (alpha != 1: multiplying by 1 changes
+// nothing, so skipping it keeps the results).
+template <int DN>
+__device__ __forceinline__ void online_softmax_rows8(float (&sc)[2][4], float mx, float& mrow, float& lrow,
+                                                     float (&o)[DN][4]) {
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float mn = fmaxf(mrow, mx);
+  const float mu = mn == -INFINITY ? 0.0f : mn;
+  const float alpha = exp2f(mrow - mu);
+  mrow = mn;
+  float rs = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      sc[n][e] = exp2f(sc[n][e] - mu);
+      rs += sc[n][e];
+    }
+  lrow = lrow * alpha + rs;
+  if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+    for (int dn = 0; dn < DN; ++dn) {
+      o[dn][0] *= alpha;
+      o[dn][1] *= alpha;
+    }
+  }
+}
+
+// CHUNKS (block size a multiple of 16): warp w loads the keys it computes, [16 w, 16 w + 16) of
+// each tile, which lie in one page (tiles start at multiples of 16): one block-table entry a warp
+// and tile, a base address and D / 16 pairs of 16-byte copies a lane with constant offsets, and
+// the warps need no block-wide barrier per tile (each waits for its own copies). Otherwise the
+// block loads a tile together, row by row through the table, with a barrier per tile.
+template <class KVT, int D, bool CHUNKS>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
   using S = MmaShape<D>;
   constexpr int LD = S::LD;
@@ -433,8 +476,9 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
 
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
   RowBlock b;
-  if (!row_block<kMmaHeads>(p, D, b)) return;
+  if (!row_block<kMmaHeads, 16, kMmaKeys>(p, D, b)) return;
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
+  const int first = b.first;
   const int64_t tok = b.tok;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
@@ -443,13 +487,12 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   const int bs = static_cast<int>(p.cache.block_size);
   const bool bs_pow2 = (bs & (bs - 1)) == 0;
   const int bs_shift = __ffs(bs) - 1;
+  auto page_of = [&](int key) { return bs_pow2 ? key >> bs_shift : key / bs; };
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
   const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
   const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
   constexpr int CPR = D / 8;  // 16-byte chunks per row
-  constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
-  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
   auto split_end = [&](int split) { return min(ctx, lo + (split + 1) * per); };
   auto split_tiles = [&](int split) { return (split_end(split) - (lo + split * per) + kMmaKeys - 1) / kMmaKeys; };
   auto tile_first_key = [&](int split, int t) { return lo + split * per + t * kMmaKeys; };
@@ -464,39 +507,66 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
       if (c.split < ns) c.nt = split_tiles(c.split);
     }
   };
-  // The block-table entries of this thread's rows of the tile at cursor c. Read one tile ahead of
-  // their use (PAGES), so no cp.async waits on a dependent table load.
-  constexpr int kPasses = kMmaKeys / kRowsPerPass;
+  // Block-wide loading (!CHUNKS): thread rows crow + i * kRowsPerPass of a tile, one table entry each.
+  constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
+  constexpr int kPasses = CHUNKS ? 1 : kMmaKeys / kRowsPerPass;
+  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
+  // Warp loading (CHUNKS): lane rows wrow + i * kLaneRowStep of the warp's 16 keys, column wcol.
+  constexpr int kLaneRowStep = 32 / CPR, kLaneCopies = 16 / kLaneRowStep;
+  const int wrow = lane / CPR, wcol = (lane - wrow * CPR) * 8;
+  // The block-table entries the copies of the tile at cursor c need (CHUNKS: the warp's page). Read
+  // one tile ahead of their use, so no cp.async waits on a dependent table load.
   auto fetch_pages = [&](const Cursor& c, int (&pages)[kPasses]) {
     if (c.split >= ns) return;
     const int ke = split_end(c.split), k0 = tile_first_key(c.split, c.t);
+    if constexpr (CHUNKS) {
+      const int key = k0 + 16 * warp;
+      pages[0] = key < ke ? table[page_of(key)] : 0;
+    } else {
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int key = k0 + crow + i * kRowsPerPass;
-      pages[i] = key < ke ? table[bs_pow2 ? key >> bs_shift : key / bs] : 0;
+      for (int i = 0; i < kPasses; ++i) {
+        const int key = k0 + crow + i * kRowsPerPass;
+        pages[i] = key < ke ? table[page_of(key)] : 0;
+      }
     }
   };
-  // The tile at cursor c into a ring stage (one commit group, empty past the stream's end).
+  // The tile at cursor c into a ring stage (one commit group, empty past the stream's end); CHUNKS:
+  // this warp's rows only.
   auto load_tile = [&](const Cursor& c, const int (&pages)[kPasses], int stage) {
     if (c.split < ns) {
       KVT* dK = sK + stage * S::kTileElems;
       KVT* dV = sV + stage * S::kTileElems;
       const int ke = split_end(c.split), k0 = tile_first_key(c.split, c.t);
+      if constexpr (CHUNKS) {
+        const int key0 = k0 + 16 * warp;
+        const int in_page = key0 < ke ? key0 - page_of(key0) * bs : 0;
+        const int64_t off = pages[0] * page_elems + head_elems + static_cast<int64_t>(in_page + wrow) * D + wcol;
+        const int drow = (16 * warp + wrow) * LD + wcol;
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int row = crow + i * kRowsPerPass;
-        const int key = k0 + row;
-        const bool valid = key < ke;
-        int64_t off = 0;
-        if (valid) {
-          const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-          off = pages[i] * page_elems + head_elems + static_cast<int64_t>(key - blk * bs) * D + cchunk;
+        for (int i = 0; i < kLaneCopies; ++i) {
+          const bool valid = key0 + wrow + i * kLaneRowStep < ke;
+          cp_async16(dK + drow + i * kLaneRowStep * LD, kc + off + i * kLaneRowStep * D, valid);
+          cp_async16(dV + drow + i * kLaneRowStep * LD, vc + off + i * kLaneRowStep * D, valid);
         }
-        cp_async16(dK + row * LD + cchunk, kc + off, valid);
-        cp_async16(dV + row * LD + cchunk, vc + off, valid);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int row = crow + i * kRowsPerPass;
+          const int key = k0 + row;
+          const bool valid = key < ke;
+          int64_t off = 0;
+          if (valid) off = pages[i] * page_elems + head_elems + static_cast<int64_t>(key - page_of(key) * bs) * D + cchunk;
+          cp_async16(dK + row * LD + cchunk, kc + off, valid);
+          cp_async16(dV + row * LD + cchunk, vc + off, valid);
+        }
       }
     }
     cp_async_commit();
+  };
+  // CHUNKS: a warp reads only what it copied, so a warp barrier orders its lanes' copies and reads.
+  auto tile_barrier = [] {
+    if constexpr (CHUNKS) __syncwarp();
+    else __syncthreads();
   };
   Cursor cur{static_cast<int>(blockIdx.z), 0, 0};
   cur.nt = split_tiles(cur.split);
@@ -529,13 +599,14 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   }
   const float sl2 = p.scale * kLog2e;
 
+  // Accumulators of rows g (elements 0, 1); elements 2, 3 belong to the zero rows g + 8.
   float o[D / 8][4];
-  float mrow[2], lrow[2];
+  float mrow, lrow;
   auto reset = [&] {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    mrow[0] = mrow[1] = -INFINITY;
-    lrow[0] = lrow[1] = 0.0f;
+    mrow = -INFINITY;
+    lrow = 0.0f;
   };
   reset();
   int done = 0, stage = 0, load_stage = STAGES - 1;
@@ -546,7 +617,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
     fetch_pages(ld, pages);  // used next iteration
     load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
     cp_async_wait<STAGES - 1>();
-    __syncthreads();
+    tile_barrier();
     const KVT* cK = sK + stage * S::kTileElems + warp * 16 * LD;
     const KVT* cV = sV + stage * S::kTileElems + warp * 16 * LD;
 
@@ -556,47 +627,55 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
     for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, cK + (((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
-      mma16816(sc[0], qf[kk], b[0], b[1], tag);
-      mma16816(sc[1], qf[kk], b[2], b[3], tag);
+      uint32_t bf[4];
+      ldmatrix_x4(bf, cK + (((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
+      mma16816(sc[0], qf[kk], bf[0], bf[1], tag);
+      mma16816(sc[1], qf[kk], bf[2], bf[3], tag);
     }
-    // Mask keys past the split's end, scale, row max over the quad.
+    // Scale; mask keys outside [first, split end) (only a tile that reaches past either); row max.
     const int ke = split_end(cur.split), kbase = tile_first_key(cur.split, cur.t) + warp * 16;
-    float mx[2] = {-INFINITY, -INFINITY};
+    float mx = -INFINITY;
+    if (kbase + 16 <= ke && kbase >= first) {
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kbase + n * 8 + t4 * 2 + (e & 1);
-        sc[n][e] = key < ke ? sc[n][e] * sl2 : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
-      }
-    online_softmax_tile(sc, mx, mrow, lrow, o);
-    // O += P V: P (16 heads x 16 keys) from the score fragments, V through ldmatrix.trans.
+        for (int e = 0; e < 2; ++e) {
+          sc[n][e] *= sl2;
+          mx = fmaxf(mx, sc[n][e]);
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = kbase + n * 8 + t4 * 2 + e;
+          sc[n][e] = key < ke && key >= first ? sc[n][e] * sl2 : -INFINITY;
+          mx = fmaxf(mx, sc[n][e]);
+        }
+    }
+    online_softmax_rows8(sc, mx, mrow, lrow, o);
+    // O += P V: P (rows g: heads; rows g + 8: zero) from the score fragments, V through ldmatrix.trans.
     uint32_t a[4];
     a[0] = pack2(sc[0][0], sc[0][1], tag);
-    a[1] = pack2(sc[0][2], sc[0][3], tag);
+    a[1] = 0u;
     a[2] = pack2(sc[1][0], sc[1][1], tag);
-    a[3] = pack2(sc[1][2], sc[1][3], tag);
+    a[3] = 0u;
 #pragma unroll
     for (int dn = 0; dn < D / 16; ++dn) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, cV + ((((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
-      mma16816(o[2 * dn], a, b[0], b[1], tag);
-      mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, cV + ((((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
+      mma16816(o[2 * dn], a, bf[0], bf[1], tag);
+      mma16816(o[2 * dn + 1], a, bf[2], bf[3], tag);
     }
-    __syncthreads();  // this stage is free: the merge below may use it, the next iteration refills it
+    tile_barrier();  // this stage is free: the next iteration refills it
 
     if (cur.t + 1 == cur.nt) {
-      // The split is complete: per-warp results into this stage (the others hold loads in
-      // flight), merged in warp order.
+      // The split is complete: per-warp results into this stage (the other holds loads in flight),
+      // merged in warp order.
       ++done;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-        lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-      }
+      __syncthreads();  // CHUNKS: every warp is done reading this stage
+      lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+      lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
       float* o_s = reinterpret_cast<float*>(sK + stage * S::kTileElems);   // [warp][head][D]
       float* ml_s = reinterpret_cast<float*>(sV + stage * S::kTileElems);  // [warp][head][2]
       if (g < nh) {
@@ -606,8 +685,8 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
           o_s[(warp * kMmaHeads + g) * D + dn * 8 + 2 * t4 + 1] = o[dn][1];
         }
         if (t4 == 0) {
-          ml_s[(warp * kMmaHeads + g) * 2] = mrow[0];
-          ml_s[(warp * kMmaHeads + g) * 2 + 1] = lrow[0];
+          ml_s[(warp * kMmaHeads + g) * 2] = mrow;
+          ml_s[(warp * kMmaHeads + g) * 2 + 1] = lrow;
         }
       }
       __syncthreads();
@@ -623,15 +702,21 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
-template <class KVT, int D>
-void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+template <class KVT, int D, bool CHUNKS>
+void launch_mma_kernel(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   constexpr int smem = MmaShape<D>::kSmem;
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D, CHUNKS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
     configured = true;
   }
-  launch_pdl(row_attention_mma_kernel<KVT, D>, grid, dim3(kMmaWarps * 32), smem, s, p);
+  launch_pdl(row_attention_mma_kernel<KVT, D, CHUNKS>, grid, dim3(kMmaWarps * 32), smem, s, p);
+}
+template <class KVT, int D>
+void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+  if (p.cache.block_size % 16 == 0) launch_mma_kernel<KVT, D, true>(p, grid, s);
+  else launch_mma_kernel<KVT, D, false>(p, grid, s);
 }
 
 // The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
