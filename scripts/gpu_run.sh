@@ -170,7 +170,8 @@ stage_wave() {
   m=$(model_dir $1)
   TAILN=4 step wave${2:-}_$1 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len 300 --max-num-seqs 256
 }
-# Batch-1 decode only (tg128, graphs), e.g. with PAGODA_ROW_ATTENTION=simt in front.
+# Batch-1 decode only (tg128, graphs), e.g. with PAGODA_ROW_ATTENTION=simt (or =mma: tensor cores for
+# the short launches too) in front.
 stage_decode1() {
   local m
   ensure_model $1
@@ -217,6 +218,7 @@ for s in "$@"; do
     wavesimt8b) PAGODA_ROW_ATTENTION=simt stage_wave 8b simt ;;
     decode8b) stage_decode1 8b ;;
     decodesimt8b) PAGODA_ROW_ATTENTION=simt stage_decode1 8b simt ;;
+    decodemma8b) PAGODA_ROW_ATTENTION=mma stage_decode1 8b mma ;;
     kbench) stage_kbench ;;
     ncu) stage_ncu ;;
     serve) stage_serve ;;

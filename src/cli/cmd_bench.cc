@@ -144,6 +144,11 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
     }
     const double secs = seconds_since(t0);
     std::cerr << (*core)->executor().profile_report();
+    {
+      const CoreStats& cs = (*core)->stats();
+      std::cerr << fmt::format("engine steps {}: schedule {:.2f} s, runner {:.2f} s, update {:.2f} s\n", cs.steps,
+                               cs.schedule_s, cs.execute_s, cs.update_s);
+    }
     const int64_t out_tokens = int64_t{n_req} * out_len, in_tokens = int64_t{n_req} * in_len;
     const DeviceMemoryStats dm = (*core)->executor().device_memory();
     nlohmann::json r;

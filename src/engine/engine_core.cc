@@ -155,9 +155,11 @@ void EngineCore::finish(const std::string& id, RequestStatus status, std::string
 std::vector<CoreOutput> EngineCore::step() {
   std::vector<CoreOutput> outputs = std::move(pending_finished_);
   pending_finished_.clear();
+  const double t_schedule = now();
   SchedulerOutput sched = scheduler_->schedule();
   if (sched.empty() && sched.finished.empty() && sched.preempted.empty() && sched.swap_out.empty()) return outputs;
   const double t = now();
+  stats_.schedule_s += t - t_schedule;
   for (const auto& st : sched.num_scheduled_tokens) first_scheduled_.try_emplace(st.id, t);
   for (const auto& st : sched.num_scheduled_tokens) {
     const Request* r = find(st.id);
@@ -178,6 +180,8 @@ std::vector<CoreOutput> EngineCore::step() {
     outputs.insert(outputs.end(), failed.begin(), failed.end());
     return outputs;
   }
+  const double t_update = now();
+  stats_.execute_s += t_update - t;
   ++stats_.steps;
   stats_.last_step_tokens = ran.num_tokens;
   std::vector<SampledToken> sampled;
@@ -197,6 +201,7 @@ std::vector<CoreOutput> EngineCore::step() {
     first_scheduled_.erase(r->id);
     requests_.erase(r->id);
   }
+  stats_.update_s += now() - t_update;
   return outputs;
 }
 

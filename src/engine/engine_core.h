@@ -36,6 +36,9 @@ struct CoreStats {
   int64_t prompt_tokens = 0;      // prompt tokens computed (prefix hits excluded)
   int64_t generation_tokens = 0;  // tokens sampled
   int64_t last_step_tokens = 0;   // tokens in the last forward batch
+  // Wall time of step()'s phases, seconds: scheduling, the runner (inputs, the forward pass and
+  // sampling, waiting for the device), the scheduler's update and the outputs.
+  double schedule_s = 0, execute_s = 0, update_s = 0;
 };
 
 class EngineCore {

@@ -161,7 +161,8 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     bool in_order;
   };
   for (auto [rows, ctx, in_order] : {AttnCase{256, 1500, false}, AttnCase{256, 1500, true}, AttnCase{64, 1000, false},
-                                     AttnCase{1, 8192, false}, AttnCase{1, 32768, false}}) {
+                                     AttnCase{1, 8192, false}, AttnCase{1, 32768, false}, AttnCase{1, 512, false},
+                                     AttnCase{8, 1024, false}}) {
     if (!want("decode")) break;
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
@@ -193,13 +194,23 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     p.part_o = po.as<float>();
     p.part_ml = pml.as<float>();
     p.counters = cnt.as<int>();
-    // Tensor cores, then with a grid of one wave (3 blocks an SM; the default is two waves), SIMT.
-    for (int variant : {0, 3, -1}) {
-      p.tensor_cores = variant >= 0;
-      p.blocks_per_sm = variant > 0 ? variant : 0;
+    // The default choice (tensor cores, SIMT for short launches), a grid of one wave (3 blocks an SM;
+    // the default is two waves), SIMT, and for short launches tensor cores.
+    struct Variant {
+      const char* label;
+      bool tensor_cores, tc_short;
+      int blocks_per_sm;
+    };
+    const bool short_launch = cuda::row_attention_short(rows, ctx);
+    for (const Variant& v : {Variant{"", true, false, 0}, Variant{" grid 3/SM", true, false, 3},
+                             Variant{" (SIMT)", false, false, 0}, Variant{" (tensor cores)", true, true, 0}}) {
+      if (v.tc_short && !short_launch) continue;
+      if (short_launch && v.tensor_cores && !v.tc_short) continue;  // the same launch as SIMT
+      p.tensor_cores = v.tensor_cores;
+      p.tensor_cores_short = v.tc_short;
+      p.blocks_per_sm = v.blocks_per_sm;
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
-      report_bw(fmt::format("split-KV attention {} x {}{}{}", rows, ctx, in_order ? " in order" : "",
-                            variant < 0 ? " (SIMT)" : (variant > 0 ? " grid 3/SM" : "")),
+      report_bw(fmt::format("split-KV attention {} x {}{}{}", rows, ctx, in_order ? " in order" : "", v.label),
                 2.0 * rows * ctx * KVH * Dh * 2, ms);
     }
   }

@@ -410,7 +410,8 @@ constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
 constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of the m16 tile)
 // K / V ring depth. Measured on the H200 (256 rows x 1500 keys, f16 cache, D 128): 2 stages (3
 // blocks an SM) 516 us, 3 stages (2 blocks) 610 us, 4 stages (1 block) 1046 us: more blocks an SM
-// beat deeper rings.
+// beat deeper rings. Also measured and dropped after the warps loaded their own keys (466 us):
+// 3 stages (503 us), and an L2 bulk prefetch of each warp's chunks of the tile after next (502 us).
 constexpr int kMmaStages = 2;
 // Blocks resident an SM at D = 128 (158 registers a thread, 70 KiB of shared memory); D = 64 fits
 // more, the grid sizing uses this figure for both.
@@ -721,7 +722,7 @@ void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 
 // The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
 bool use_mma(const RowAttentionParams& p) {
-  return p.tensor_cores && !row_attention_short(p.num_rows, p.max_keys) &&
+  return p.tensor_cores && (p.tensor_cores_short || !row_attention_short(p.num_rows, p.max_keys)) &&
          (p.cache.dtype == DType::kF16 || p.cache.dtype == DType::kBF16) &&
          (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }

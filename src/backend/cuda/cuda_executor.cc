@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -108,6 +109,8 @@ class CudaExecutor final : public ModelExecutor {
     cudaSetDevice(opt_.device);
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    for (cudaEvent_t e : graph_events_)
+      if (e) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -128,7 +131,7 @@ class CudaExecutor final : public ModelExecutor {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
   }
-  std::string profile_report() const override { return profiler_.report(); }
+  std::string profile_report() const override;
 
  private:
   struct Layer {
@@ -183,7 +186,21 @@ class CudaExecutor final : public ModelExecutor {
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
+  // Host wall time of forward_sample's phases over its calls, seconds: inputs and launches,
+  // the sampling set-up, and waiting for the device (what the host adds to a step is the rest).
+  // For decode graphs also the host time of cudaGraphLaunch and the device time from an event
+  // recorded before the launch to one after it.
+  struct HostTimes {
+    double launch_s = 0, sampling_s = 0, wait_s = 0;
+    int64_t steps = 0;
+    double graph_launch_s = 0, graph_device_s = 0;
+    int64_t graph_steps = 0;
+  } host_times_;
+  cudaEvent_t graph_events_[2] = {nullptr, nullptr};
+  bool graph_timed_ = false;  // the events bracket this step's graph
+  void add_graph_time();      // after the step's synchronisation
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
+  bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -197,7 +214,10 @@ Status CudaExecutor::init() {
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
   if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  if (const char* e = std::getenv("PAGODA_ROW_ATTENTION"); e && std::string(e) == "simt") simt_row_attention_ = true;
+  if (const char* e = std::getenv("PAGODA_ROW_ATTENTION")) {
+    simt_row_attention_ = std::string(e) == "simt";
+    mma_short_rows_ = std::string(e) == "mma";
+  }
   if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
     return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -419,6 +439,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         ap.part_ml = part_ml_.as<float>();
         ap.counters = att_counters_.as<int>();
         ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
+        ap.tensor_cores_short = mma_short_rows_;
         cuda::row_attention(ap, stream_);
       }
       profiler_.mark("attention split-kv", stream_);
@@ -581,7 +602,14 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
         }
       }
       copy_inputs(in, T, max_blocks, 0);
+      if (!graph_events_[0])
+        for (cudaEvent_t& e : graph_events_) CUDA_CHECK(cudaEventCreate(&e));
+      const auto t_launch = std::chrono::steady_clock::now();
+      CUDA_CHECK(cudaEventRecord(graph_events_[0], stream_));
       CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      CUDA_CHECK(cudaEventRecord(graph_events_[1], stream_));
+      host_times_.graph_launch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_launch).count();
+      graph_timed_ = true;
       last_logits_rows_ = n_logits;
       return;
     }
@@ -642,16 +670,47 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   profiler_.mark("logits to host", stream_);
   profiler_.end();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  add_graph_time();
   logits_tensor_ = Tensor::view(DType::kF32, {n, d_.V}, logits_host_.get(), nullptr);
   return logits_tensor_;
 }
 
+std::string CudaExecutor::profile_report() const {
+  std::string r = profiler_.report();
+  const HostTimes& h = host_times_;
+  if (h.steps > 0)
+    r += fmt::format("host time per step ({} steps): inputs + launches {:.3f} ms, sampling set-up {:.3f} ms, waiting "
+                     "for the device {:.3f} ms\n",
+                     h.steps, 1e3 * h.launch_s / h.steps, 1e3 * h.sampling_s / h.steps, 1e3 * h.wait_s / h.steps);
+  if (h.graph_steps > 0)
+    r += fmt::format("decode graphs ({} steps): cudaGraphLaunch {:.3f} ms on the host, {:.3f} ms on the device\n",
+                     h.graph_steps, 1e3 * h.graph_launch_s / h.graph_steps, 1e3 * h.graph_device_s / h.graph_steps);
+  return r;
+}
+
+void CudaExecutor::add_graph_time() {
+  if (!graph_timed_) return;
+  graph_timed_ = false;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, graph_events_[0], graph_events_[1]) == cudaSuccess) {
+    host_times_.graph_device_s += ms * 1e-3;
+    ++host_times_.graph_steps;
+  }
+}
+
 void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                                   std::vector<SampleResult>& results) {
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto t_start = Clock::now();
   run_step(batch);
+  const auto t_launched = Clock::now();
+  host_times_.launch_s += secs(t_start, t_launched);
+  ++host_times_.steps;
   results.assign(specs.size(), SampleResult{});
   const int64_t cap = caps_.seqs;
   for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
+    const auto t_chunk = Clock::now();
     const size_t n = std::min(specs.size() - c0, static_cast<size_t>(cap));
     auto* prm = sample_params_host_.as<cuda::SampleRowParams>();
     std::vector<cuda::PenaltyEntry> pens;
@@ -714,7 +773,10 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
                                cudaMemcpyDeviceToHost, stream_));
     profiler_.mark("sampling", stream_);
+    const auto t_wait = Clock::now();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host_times_.wait_s += secs(t_wait, Clock::now());
+    host_times_.sampling_s += secs(t_chunk, t_wait);
     const auto* so = sample_out_host_.as<cuda::SampleOutput>();
     for (size_t i = 0; i < n; ++i) {
       SampleResult& res = results[c0 + i];
@@ -729,6 +791,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
   }
   profiler_.end();
   if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  add_graph_time();
 }
 
 void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {

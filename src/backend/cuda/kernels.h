@@ -117,6 +117,7 @@ struct RowAttentionParams {
   // Tensor cores for f16 / bf16 caches at head_dim 64 / 128 (Q and P rounded to the cache type),
   // except for short launches (row_attention_short); false: f32 arithmetic throughout.
   bool tensor_cores = false;
+  bool tensor_cores_short = false;  // ... for short launches too (comparisons: PAGODA_ROW_ATTENTION=mma)
 
   void check() const;
 };
