@@ -1,9 +1,12 @@
-// Kernel micro-benchmarks on Llama-3-8B shapes (the numbers behind docs/cuda.md's kernel table):
-// decode GEMVs vs cuBLASLt (heuristic and autotuned) at M = 1 .. 384, split-KV attention at batch
-// 256 x 1500 keys, 64 x 1000 and batch 1 x 8192 / 32768 keys (tensor-core and SIMT kernels),
-// tensor-core prefill attention at 8192 tokens (query tiles 64 and 128), the prefill elementwise
-// kernels and the prefill GEMMs. Median of CUDA-event timings after warm-ups, on random data. Runs only
-// with PAGODA_GPU_KERNEL_BENCH=1 (it is a measurement, not a check).
+// Kernel micro-benchmarks on Llama-3-8B shapes (the numbers behind docs/cuda.md's kernel tables),
+// in sections PAGODA_KBENCH_ONLY can pick (a list such as "gemv,decode"; all when unset): gemv
+// (decode GEMVs vs cuBLASLt, heuristic and autotuned, at M = 1 .. 384), l2 (batch-1 GEMVs with
+// their weights hot vs cold in L2), decode (split-KV attention at 256 x 1500 keys with scattered
+// and in-order block tables, 64 x 1000, 1 x 8192 / 32768 and the short launches 1 x 512, 8 x 1024:
+// tensor-core and SIMT kernels), prefill (tensor-core prefill attention at 8192 tokens, query
+// tiles 64 and 128; the prefill GEMMs), elementwise (the prefill elementwise kernels). Median of
+// CUDA-event timings after warm-ups, on random data. Runs only with PAGODA_GPU_KERNEL_BENCH=1 (it
+// is a measurement, not a check).
 #include <gtest/gtest.h>
 
 #include <algorithm>
