@@ -3,6 +3,7 @@
 // n > 1 sharing the prompt's blocks, seeds, stop strings, admission errors, planned vs actual memory.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -232,8 +233,17 @@ TEST(Engine, PlannedMemoryMatchesActualWithinTwoPercent) {
     r->stop.max_tokens = 1;
     ASSERT_TRUE((*core)->add_request(std::move(r)).ok());
   }
+  const auto t_step = std::chrono::steady_clock::now();
   (*core)->step();
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   EXPECT_EQ((*core)->stats().last_step_tokens, 512);
+  // The step's phases are timed (pagoda bench prints them): the forward pass takes time, and the
+  // phases are parts of the step.
+  const CoreStats& cs = (*core)->stats();
+  EXPECT_GT(cs.execute_s, 0.0);
+  EXPECT_GE(cs.schedule_s, 0.0);
+  EXPECT_GE(cs.update_s, 0.0);
+  EXPECT_LE(cs.schedule_s + cs.execute_s + cs.update_s, step_s);
   const double ws_actual = static_cast<double>((*core)->executor().workspace_bytes());
   EXPECT_NEAR(ws_actual, static_cast<double>(plan.workspace + plan.logits), 0.02 * (plan.workspace + plan.logits));
 }
