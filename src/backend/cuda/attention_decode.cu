@@ -545,7 +545,8 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
         const int drow = (16 * warp + wrow) * LD + wcol;
 #pragma unroll
         for (int i = 0; i < kLaneCopies; ++i) {
-          const bool valid = key0 + wrow + i * kLaneRowStep < ke;
+          const int key = key0 + wrow + i * kLaneRowStep;
+          const bool valid = key < ke && key >= first;  // zero-fill, not read: masked keys stay finite
           cp_async16(dK + drow + i * kLaneRowStep * LD, kc + off + i * kLaneRowStep * D, valid);
           cp_async16(dV + drow + i * kLaneRowStep * LD, vc + off + i * kLaneRowStep * D, valid);
         }
@@ -554,7 +555,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
         for (int i = 0; i < kPasses; ++i) {
           const int row = crow + i * kRowsPerPass;
           const int key = k0 + row;
-          const bool valid = key < ke;
+          const bool valid = key < ke && key >= first;
           int64_t off = 0;
           if (valid) off = pages[i] * page_elems + head_elems + static_cast<int64_t>(key - page_of(key) * bs) * D + cchunk;
           cp_async16(dK + row * LD + cchunk, kc + off, valid);

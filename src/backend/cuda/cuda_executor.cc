@@ -208,6 +208,7 @@ class CudaExecutor final : public ModelExecutor {
 Status CudaExecutor::init() {
   CUDA_CHECK(cudaSetDevice(opt_.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : graph_events_) CUDA_CHECK(cudaEventCreate(&e));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, opt_.device));
   sms_ = prop.multiProcessorCount;
@@ -558,6 +559,7 @@ void CudaExecutor::capture_graphs() {
 
 void CudaExecutor::run_step(const ForwardBatch& batch) {
   CUDA_CHECK(cudaSetDevice(opt_.device));
+  graph_timed_ = false;  // a step that threw before its synchronisation is not timed
   const int64_t T = batch.num_tokens();
   const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
   const int64_t n_logits = static_cast<int64_t>(batch.logits_rows.size());
@@ -602,13 +604,11 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
         }
       }
       copy_inputs(in, T, max_blocks, 0);
-      if (!graph_events_[0])
-        for (cudaEvent_t& e : graph_events_) CUDA_CHECK(cudaEventCreate(&e));
-      const auto t_launch = std::chrono::steady_clock::now();
       CUDA_CHECK(cudaEventRecord(graph_events_[0], stream_));
+      const auto t_launch = std::chrono::steady_clock::now();
       CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-      CUDA_CHECK(cudaEventRecord(graph_events_[1], stream_));
       host_times_.graph_launch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_launch).count();
+      CUDA_CHECK(cudaEventRecord(graph_events_[1], stream_));
       graph_timed_ = true;
       last_logits_rows_ = n_logits;
       return;
@@ -695,6 +695,8 @@ void CudaExecutor::add_graph_time() {
   if (cudaEventElapsedTime(&ms, graph_events_[0], graph_events_[1]) == cudaSuccess) {
     host_times_.graph_device_s += ms * 1e-3;
     ++host_times_.graph_steps;
+  } else {
+    (void)cudaGetLastError();  // a timing, not a failure of the step: do not leave it for the next check
   }
 }
 
