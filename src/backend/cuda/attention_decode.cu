@@ -75,7 +75,7 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
 // [lo, ctx) in ns splits of `per` keys.
 struct RowBlock {
   int r, kvh, h0, nh, ctx, lo, ns, per;
-  int first;  // the first visible key: lo rounded down to LO_ALIGN, keys in [lo, first) are masked
+  int first;  // the first visible key (a window's start); lo is first rounded down to LO_ALIGN, keys in [lo, first) masked
   int64_t tok;
 };
 // Fills b. False when the block has nothing to do: a padding row (context 0; block z = 0 writes its
@@ -413,8 +413,8 @@ constexpr int kMmaHeads = 8;              // query heads per block (rows 0..7 of
 // beat deeper rings. Also measured and dropped after the warps loaded their own keys (466 us):
 // 3 stages (503 us), and an L2 bulk prefetch of each warp's chunks of the tile after next (502 us).
 constexpr int kMmaStages = 2;
-// Blocks resident an SM at D = 128 (158 registers a thread, 70 KiB of shared memory); D = 64 fits
-// more, the grid sizing uses this figure for both.
+// Blocks resident an SM at D = 128 (140 registers a thread with per-warp loading, 166 without;
+// 70 KiB of shared memory); D = 64 fits more, the grid sizing uses this figure for both.
 constexpr int kMmaBlocksPerSm = 3;
 
 template <int D>

@@ -20,7 +20,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -32,6 +31,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
+#include "backend/cuda/step_timer.h"
 #include "backend/cuda/weight_uploader.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
@@ -109,8 +109,6 @@ class CudaExecutor final : public ModelExecutor {
     cudaSetDevice(opt_.device);
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
-    for (cudaEvent_t e : graph_events_)
-      if (e) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -131,7 +129,7 @@ class CudaExecutor final : public ModelExecutor {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
   }
-  std::string profile_report() const override;
+  std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
 
  private:
   struct Layer {
@@ -186,19 +184,7 @@ class CudaExecutor final : public ModelExecutor {
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
-  // Host wall time of forward_sample's phases over its calls, seconds: inputs and launches,
-  // the sampling set-up, and waiting for the device (what the host adds to a step is the rest).
-  // For decode graphs also the host time of cudaGraphLaunch and the device time from an event
-  // recorded before the launch to one after it.
-  struct HostTimes {
-    double launch_s = 0, sampling_s = 0, wait_s = 0;
-    int64_t steps = 0;
-    double graph_launch_s = 0, graph_device_s = 0;
-    int64_t graph_steps = 0;
-  } host_times_;
-  cudaEvent_t graph_events_[2] = {nullptr, nullptr};
-  bool graph_timed_ = false;  // the events bracket this step's graph
-  void add_graph_time();      // after the step's synchronisation
+  cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
   Tensor logits_tensor_;
@@ -208,7 +194,7 @@ class CudaExecutor final : public ModelExecutor {
 Status CudaExecutor::init() {
   CUDA_CHECK(cudaSetDevice(opt_.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  for (cudaEvent_t& e : graph_events_) CUDA_CHECK(cudaEventCreate(&e));
+  step_timer_.init();
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, opt_.device));
   sms_ = prop.multiProcessorCount;
@@ -559,7 +545,7 @@ void CudaExecutor::capture_graphs() {
 
 void CudaExecutor::run_step(const ForwardBatch& batch) {
   CUDA_CHECK(cudaSetDevice(opt_.device));
-  graph_timed_ = false;  // a step that threw before its synchronisation is not timed
+  step_timer_.begin_step();
   const int64_t T = batch.num_tokens();
   const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
   const int64_t n_logits = static_cast<int64_t>(batch.logits_rows.size());
@@ -604,12 +590,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
         }
       }
       copy_inputs(in, T, max_blocks, 0);
-      CUDA_CHECK(cudaEventRecord(graph_events_[0], stream_));
-      const auto t_launch = std::chrono::steady_clock::now();
-      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-      host_times_.graph_launch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_launch).count();
-      CUDA_CHECK(cudaEventRecord(graph_events_[1], stream_));
-      graph_timed_ = true;
+      step_timer_.launch_graph(it->second, stream_);
       last_logits_rows_ = n_logits;
       return;
     }
@@ -670,45 +651,18 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   profiler_.mark("logits to host", stream_);
   profiler_.end();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  add_graph_time();
+  step_timer_.end_step();
   logits_tensor_ = Tensor::view(DType::kF32, {n, d_.V}, logits_host_.get(), nullptr);
   return logits_tensor_;
 }
 
-std::string CudaExecutor::profile_report() const {
-  std::string r = profiler_.report();
-  const HostTimes& h = host_times_;
-  if (h.steps > 0)
-    r += fmt::format("host time per step ({} steps): inputs + launches {:.3f} ms, sampling set-up {:.3f} ms, waiting "
-                     "for the device {:.3f} ms\n",
-                     h.steps, 1e3 * h.launch_s / h.steps, 1e3 * h.sampling_s / h.steps, 1e3 * h.wait_s / h.steps);
-  if (h.graph_steps > 0)
-    r += fmt::format("decode graphs ({} steps): cudaGraphLaunch {:.3f} ms on the host, {:.3f} ms on the device\n",
-                     h.graph_steps, 1e3 * h.graph_launch_s / h.graph_steps, 1e3 * h.graph_device_s / h.graph_steps);
-  return r;
-}
-
-void CudaExecutor::add_graph_time() {
-  if (!graph_timed_) return;
-  graph_timed_ = false;
-  float ms = 0;
-  if (cudaEventElapsedTime(&ms, graph_events_[0], graph_events_[1]) == cudaSuccess) {
-    host_times_.graph_device_s += ms * 1e-3;
-    ++host_times_.graph_steps;
-  } else {
-    (void)cudaGetLastError();  // a timing, not a failure of the step: do not leave it for the next check
-  }
-}
-
 void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                                   std::vector<SampleResult>& results) {
-  using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  using Clock = cuda::StepTimer::Clock;
   const auto t_start = Clock::now();
   run_step(batch);
-  const auto t_launched = Clock::now();
-  host_times_.launch_s += secs(t_start, t_launched);
-  ++host_times_.steps;
+  const double launch_s = cuda::StepTimer::seconds(t_start, Clock::now());
+  double sampling_s = 0, wait_s = 0;
   results.assign(specs.size(), SampleResult{});
   const int64_t cap = caps_.seqs;
   for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
@@ -777,8 +731,8 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     profiler_.mark("sampling", stream_);
     const auto t_wait = Clock::now();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    host_times_.wait_s += secs(t_wait, Clock::now());
-    host_times_.sampling_s += secs(t_chunk, t_wait);
+    wait_s += cuda::StepTimer::seconds(t_wait, Clock::now());
+    sampling_s += cuda::StepTimer::seconds(t_chunk, t_wait);
     const auto* so = sample_out_host_.as<cuda::SampleOutput>();
     for (size_t i = 0; i < n; ++i) {
       SampleResult& res = results[c0 + i];
@@ -793,7 +747,8 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
   }
   profiler_.end();
   if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
-  add_graph_time();
+  step_timer_.end_step();
+  step_timer_.add_host(launch_s, sampling_s, wait_s);
 }
 
 void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
