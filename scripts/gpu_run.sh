@@ -107,7 +107,9 @@ bench_model() {  # SHAPE
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
 #   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
-#   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt)
+#   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt; decodeunfused8b /
+#             decodeplain8b: PAGODA_UNFUSED_ROPE=1 / 2; decodenowarm8b: PAGODA_GEMV_WARM=0;
+#             decode1b / decodenowarm1b: the same for the 1B shape)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
@@ -178,6 +180,16 @@ stage_decode1() {
   m=$(model_dir $1)
   TAILN=3 step decode1${2:-}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
 }
+# EXPERIMENT: batch-1 decode with one op of every layer left out (PAGODA_CUDA_KNOCKOUT; output
+# is garbage, the device time per token tells what each op costs inside the graph).
+stage_knockout() {
+  local m k
+  ensure_model $1
+  m=$(model_dir $1)
+  for k in ${KNOCK:-none rope attn rope,attn o qkv gu down}; do
+    PAGODA_CUDA_KNOCKOUT=$k TAILN=3 step knock_${k/,/+}_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
+  done
+}
 stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
@@ -219,7 +231,13 @@ for s in "$@"; do
     decode8b) stage_decode1 8b ;;
     decodesimt8b) PAGODA_ROW_ATTENTION=simt stage_decode1 8b simt ;;
     decodemma8b) PAGODA_ROW_ATTENTION=mma stage_decode1 8b mma ;;
+    decodeunfused8b) PAGODA_UNFUSED_ROPE=1 stage_decode1 8b unfused ;;
+    decodeplain8b) PAGODA_UNFUSED_ROPE=2 stage_decode1 8b plain ;;
+    decodenowarm8b) PAGODA_GEMV_WARM=0 stage_decode1 8b nowarm ;;
+    decode1b) stage_decode1 1b ;;
+    decodenowarm1b) PAGODA_GEMV_WARM=0 stage_decode1 1b nowarm ;;
     kbench) stage_kbench ;;
+    knock8b) stage_knockout 8b ;;
     ncu) stage_ncu ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;

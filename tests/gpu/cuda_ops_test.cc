@@ -378,6 +378,158 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
   }
 }
 
+// Decode steps fuse the RoPE + KV write into the SIMT split-KV kernel (row_attention with
+// p.rope set): the same output bits and the same cache bits as rope_kv_write followed by the
+// unfused kernel, for both rotation layouts, bias, q/k norms, a window, every cache dtype, and
+// contexts from 1 key to several splits. The early L2 warming (fresh_keys) changes no bits either.
+TEST(CudaOps, FusedRopeDecodeAttentionMatchesUnfused) {
+  PAGODA_REQUIRE_GPU();
+  struct Case {
+    AttnCase a;
+    RopeLayout layout;
+    bool bias, qk_norm, tensor_cores;
+  };
+  const Case cases[] = {
+      {{32, 8, 128, 16, DType::kF16, 0, DType::kBF16}, RopeLayout::kHalfSplit, false, false, true},
+      {{14, 2, 64, 16, DType::kBF16, 0, DType::kBF16}, RopeLayout::kInterleaved, true, false, true},
+      {{16, 8, 128, 32, DType::kBF16, 37, DType::kF32}, RopeLayout::kHalfSplit, false, true, false},
+      {{8, 2, 64, 8, DType::kF32, 0, DType::kF32}, RopeLayout::kHalfSplit, true, true, false},
+      {{16, 2, 128, 1, DType::kBF16, 0, DType::kBF16}, RopeLayout::kInterleaved, false, false, false},
+  };
+  std::mt19937 rng(7);
+  for (const Case& cs : cases) {
+    const AttnCase& a = cs.a;
+    const std::vector<int32_t> ctxs = {1, 17, 100, 257, 700, 1000};  // one row each, then a padding row
+    const int64_t H = a.heads, KVH = a.kv_heads, D = a.head_dim, bs = a.block_size;
+    int64_t num_blocks = 0;  // no page shared between rows: a row's new key is no other row's old one
+    for (int32_t c : ctxs) num_blocks += (c + bs - 1) / bs;
+    const int64_t T = static_cast<int64_t>(ctxs.size()) + 1, W = (H + 2 * KVH) * D;
+    const uint64_t seed = rng();
+    PagedFixture ref_fx(a, num_blocks, seed), fused_fx(a, num_blocks, seed);
+    ModelConfig cfg;
+    cfg.vocab_size = 10;
+    cfg.hidden_size = H * D;
+    cfg.intermediate_size = 4;
+    cfg.num_layers = 1;
+    cfg.num_heads = H;
+    cfg.num_kv_heads = KVH;
+    cfg.head_dim = D;
+    cfg.rope_dim = D;
+    cfg.max_position_embeddings = 1024;
+    cfg.rope_layout = cs.layout;
+    cfg.rope_theta = 500000;
+    RopeTable rope(cfg, 1024);
+    std::vector<float> cs_host(rope.cos(0), rope.cos(0) + 1024 * D / 2), sn_host(rope.sin(0), rope.sin(0) + 1024 * D / 2);
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int64_t stride = 1024 / bs + 1;
+    std::vector<int32_t> tables(T * stride, 0), row_tok, row_seq, row_ctx, pos, slots;
+    size_t next = 0;
+    for (int64_t r = 0; r < T; ++r) {
+      const int32_t ctx = r + 1 < T ? ctxs[r] : 0;
+      for (int64_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * stride + b] = perm[next++];
+      row_tok.push_back(static_cast<int32_t>(r));
+      row_seq.push_back(static_cast<int32_t>(r));
+      row_ctx.push_back(ctx);
+      pos.push_back(ctx > 0 ? ctx - 1 : 0);
+      slots.push_back(ctx > 0 ? static_cast<int32_t>(tables[r * stride + (ctx - 1) / bs] * bs + (ctx - 1) % bs) : -1);
+    }
+    auto qkv = random_floats(T * W, rng(), -2, 2), bias = random_floats(W, rng(), -0.5f, 0.5f);
+    auto qn = random_floats(D, rng(), 0.5f, 1.5f), kn = random_floats(D, rng(), 0.5f, 1.5f);
+    auto d_qkv = to_device(qkv), d_bias = to_device(bias), d_qn = to_device(qn), d_kn = to_device(kn);
+    auto d_cos = to_device(cs_host), d_sin = to_device(sn_host), d_pos = to_device(pos), d_slots = to_device(slots);
+    auto dt = to_device(tables), drt = to_device(row_tok), drs = to_device(row_seq), drc = to_device(row_ctx);
+    cuda::DeviceBuffer q_out(T * H * D * 4), out_ref(T * H * D * 4), out_fused(T * H * D * 4),
+        po(T * H * cuda::kRowMaxSplits * D * 4), pml(T * H * cuda::kRowMaxSplits * 2 * 4), counters(T * H * 4);
+    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+    cuda::RopeKvParams rp;
+    rp.qkv = d_qkv.as<float>();
+    rp.num_tokens = T;
+    rp.num_heads = H;
+    rp.head_dim = D;
+    rp.rope_dim = D;
+    rp.bias = cs.bias ? d_bias.as<float>() : nullptr;
+    rp.q_norm = cs.qk_norm ? d_qn.as<float>() : nullptr;
+    rp.k_norm = cs.qk_norm ? d_kn.as<float>() : nullptr;
+    rp.cos = d_cos.as<float>();
+    rp.sin = d_sin.as<float>();
+    rp.interleaved = cs.layout == RopeLayout::kInterleaved;
+    rp.positions = d_pos.as<int32_t>();
+    rp.slots = d_slots.as<int32_t>();
+    rp.q_out = q_out.as<float>();
+    auto params = [&](PagedFixture& fx, cuda::DeviceBuffer& out) {
+      cuda::RowAttentionParams p;
+      p.q = q_out.as<float>();
+      p.q_stride = H * D;
+      p.out = out.get();
+      p.out_dtype = a.out;
+      p.out_stride = H * D;
+      p.num_rows = T;
+      p.row_token = drt.as<int32_t>();
+      p.row_seq = drs.as<int32_t>();
+      p.row_ctx = drc.as<int32_t>();
+      p.block_tables = dt.as<int32_t>();
+      p.bt_stride = stride;
+      p.cache = fx.layer();
+      p.num_heads = H;
+      p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+      p.window = a.window;
+      p.max_keys = 1000;  // T <= kRowShortRows: a short launch, the SIMT kernel even with tensor cores asked for
+      p.part_o = po.as<float>();
+      p.part_ml = pml.as<float>();
+      p.counters = counters.as<int>();
+      p.tensor_cores = cs.tensor_cores;
+      return p;
+    };
+    const std::string what = "heads " + std::to_string(H) + "/" + std::to_string(KVH) + " d " + std::to_string(D) +
+                             " kv " + std::string(dtype_name(a.kv)) + " layout " + std::string(rope_layout_name(cs.layout));
+    // Reference: the separate kernels.
+    rp.cache = ref_fx.layer();
+    cuda::rope_kv_write(rp, nullptr);
+    cuda::RowAttentionParams pr = params(ref_fx, out_ref);
+    CUDA_CHECK(cudaMemset(out_ref.get(), 0xff, out_ref.bytes()));
+    cuda::row_attention(pr, nullptr);
+    const size_t out_bytes = static_cast<size_t>(T * H * D) * (a.out == DType::kF32 ? 4 : 2);
+    auto ref_bits = to_host<uint8_t>(out_ref, out_bytes);
+    // The same with the early L2 warming of the older keys.
+    pr.fresh_keys = 1;
+    CUDA_CHECK(cudaMemset(out_ref.get(), 0xff, out_ref.bytes()));
+    cuda::row_attention(pr, nullptr);
+    EXPECT_EQ(to_host<uint8_t>(out_ref, out_bytes), ref_bits) << what << ": warming the L2 changed the output";
+    // Fused.
+    cuda::RowAttentionParams pf = params(fused_fx, out_fused);
+    pf.q = nullptr;
+    pf.fresh_keys = 1;
+    pf.rope = rp;
+    pf.rope.cache = fused_fx.layer();
+    pf.rope.q_out = nullptr;
+    ASSERT_TRUE(cuda::row_attention_fuses_rope(pf)) << what;
+    CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
+    cuda::row_attention(pf, nullptr);
+    auto fused_bits = to_host<uint8_t>(out_fused, out_bytes);
+    size_t diff = 0;
+    for (size_t i = 0; i < out_bytes; ++i) diff += fused_bits[i] != ref_bits[i];
+    EXPECT_EQ(diff, 0u) << what << ": fused output bytes differ";
+    const int64_t cache_bytes = num_blocks * KVH * bs * D * (a.kv == DType::kF32 ? 4 : 2);
+    EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache";
+    EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache";
+    // And against the dense reference (the rotated q of the reference run, the updated cache).
+    auto q_host = to_host<float>(q_out, T * H * D);
+    PagedFixture& fx = ref_fx;
+    fx.k = download_as(fx.dk, fx.k.size(), a.kv);
+    fx.v = download_as(fx.dv, fx.v.size(), a.kv);
+    auto got = download_as(out_fused, T * H * D, a.out);
+    for (int64_t r = 0; r + 1 < T; ++r) {
+      std::vector<int32_t> table(tables.begin() + r * stride, tables.begin() + (r + 1) * stride);
+      auto dense = fx.dense(q_host.data() + r * H * D, 1, ctxs[r], table, pr.scale, a.window);
+      EXPECT_LT(nmse(got.data() + r * H * D, dense.data(), H * D), a.out == DType::kF32 ? 1e-10 : 1e-5)
+          << what << " ctx " << ctxs[r];
+    }
+    for (int64_t i = 0; i < H * D; ++i) ASSERT_EQ(got[(T - 1) * H * D + i], 0.0f) << "padding row not zero";
+  }
+}
+
 TEST(CudaOps, TensorCorePrefillAttentionMatchesDenseReference) {
   PAGODA_REQUIRE_GPU();
   std::mt19937 rng(7);

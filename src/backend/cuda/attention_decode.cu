@@ -8,7 +8,10 @@
 // the GPU even at batch 1, and a split is long enough to amortise its merge at batch 256. A block
 // handles splits blockIdx.z, + gridDim.z, ..., each with the same arithmetic whatever the grid.
 // Warps and splits are merged in a fixed order; the last block of a row to finish (an atomic
-// count) combines the splits, so decode is one kernel.
+// count) combines the splits, so decode is one kernel. A block reads the row's geometry and block
+// table (step inputs) before it waits for its predecessor; in decode steps the SIMT kernel also
+// warms the L2 with its older keys then (fresh_keys), and takes the RoPE + KV write of the step's
+// tokens into itself (p.rope: one kernel and one dependent round trip fewer a layer at batch 1).
 //
 // Two kernels share that outline:
 // - row_attention_mma_kernel (tensor_cores set, f16 / bf16 caches at head_dim 64 and 128: the
@@ -28,6 +31,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_utils.cuh"
+#include "backend/cuda/rope_chunk.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -78,8 +82,9 @@ struct RowBlock {
   int first;  // the first visible key (a window's start); lo is first rounded down to LO_ALIGN, keys in [lo, first) masked
   int64_t tok;
 };
-// Fills b. False when the block has nothing to do: a padding row (context 0; block z = 0 writes its
-// zeros) or a split index past the row's splits. LO_ALIGN / PER_ALIGN: the keys [lo, ctx) start at
+// Fills b, reading only the step's inputs (so it may run before the kernel waits for its
+// predecessor). False when the block has nothing to do: a padding row (context 0; block z = 0
+// writes its zeros, row_pad_zeros) or a split index past the row's splits. LO_ALIGN / PER_ALIGN: the keys [lo, ctx) start at
 // a multiple of LO_ALIGN (a window's first keys are then masked, see `first`) and the splits are
 // multiples of PER_ALIGN keys (the tensor-core kernel: whole tiles, 16-key page chunks).
 template <int HPB, int LO_ALIGN = 1, int PER_ALIGN = 1>
@@ -98,18 +103,85 @@ __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, Ro
   const int keys = b.ctx - b.lo;
   b.ns = device_num_splits(keys);
   b.tok = p.row_token[b.r];
-  if (b.ns == 0) {
-    if (blockIdx.z == 0)
-      for (int i = threadIdx.x; i < b.nh * D; i += blockDim.x)
-        store_as(p.out, p.out_dtype, b.tok * p.out_stride + static_cast<int64_t>(b.h0) * D + i, 0.0f);
-    return false;
-  }
+  if (b.ns == 0) return false;
   b.per = (keys + b.ns - 1) / b.ns;
   if (PER_ALIGN > 1) {
     b.per = (b.per + PER_ALIGN - 1) / PER_ALIGN * PER_ALIGN;
     b.ns = (keys + b.per - 1) / b.per;
   }
   return static_cast<int>(blockIdx.z) < b.ns;
+}
+
+// A padding row's output is zeros (written by the blocks z = 0 of the row, after the wait).
+__device__ __forceinline__ void row_pad_zeros(const RowAttentionParams& p, int D, const RowBlock& b) {
+  if (b.ns == 0 && blockIdx.z == 0)
+    for (int i = threadIdx.x; i < b.nh * D; i += blockDim.x)
+      store_as(p.out, p.out_dtype, b.tok * p.out_stride + static_cast<int64_t>(b.h0) * D + i, 0.0f);
+}
+
+// Before the wait for the predecessor: warms the L2 with the K / V lines of the keys of the
+// block's splits that earlier steps wrote ([lo, ctx - fresh_keys), at most kWarmKeys), so the
+// loads after the wait (a batch-1 decode's whole attention is a few dependent round trips) find
+// them there.
+constexpr int kWarmKeys = 256;
+template <class KVT>
+__device__ __forceinline__ void warm_keys_l2(const RowAttentionParams& p, const RowBlock& b, const int32_t* table, int D) {
+  constexpr int kLine = 128;
+  const int KVH = static_cast<int>(p.cache.num_kv_heads), bs = static_cast<int>(p.cache.block_size);
+  const int row_bytes = D * static_cast<int>(sizeof(KVT));
+  const int lines = (row_bytes + kLine - 1) / kLine;
+  const int stable_end = b.ctx - p.fresh_keys;
+  int budget = kWarmKeys;
+  for (int split = blockIdx.z; split < b.ns && budget > 0; split += gridDim.z) {
+    const int ks = b.lo + split * b.per;
+    const int n = min(min(stable_end, ks + b.per) - ks, budget);
+    if (n <= 0) continue;
+    budget -= n;
+    for (int i = threadIdx.x; i < n * lines * 2; i += blockDim.x) {
+      const int key = ks + i / (2 * lines), rem = i % (2 * lines);
+      const int64_t row = (static_cast<int64_t>(table[key / bs]) * KVH + b.kvh) * bs + key % bs;
+      const char* a = static_cast<const char*>(rem < lines ? p.cache.k : p.cache.v) + row * row_bytes +
+                      (rem < lines ? rem : rem - lines) * kLine;
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+    }
+  }
+}
+
+// Fused RoPE + KV write (p.rope.qkv set): the block's query heads of its decode row (token b.tok at
+// position ctx - 1) rotated into q_s (times qscale), the row's new key and value rounded to the
+// cache type into new_kv, and, by the first head chunk's z = 0 block of the KV head, written to
+// the cache: the same bits as rope_kv_write (rope_chunk4) followed by the unfused kernel.
+template <int D, class KVT>
+__device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, const RowBlock& b, float qscale,
+                                                float (*q_s)[kMaxHeadDim], KVT (*new_kv)[kMaxHeadDim]) {
+  constexpr int CPH = D / 4;
+  const RopeKvParams& rp = p.rope;
+  const int H = static_cast<int>(p.num_heads), KVH = static_cast<int>(p.cache.num_kv_heads);
+  const int pos = rp.positions[b.tok], slot = rp.slots[b.tok];
+  const float* cs = rp.cos + static_cast<int64_t>(pos) * (D / 2);
+  const float* sn = rp.sin + static_cast<int64_t>(pos) * (D / 2);
+  const float4* src = reinterpret_cast<const float4*>(rp.qkv) + b.tok * (H + 2 * KVH) * CPH;
+  const bool writer = blockIdx.z == 0 && b.h0 == b.kvh * (H / KVH) && slot >= 0;
+  const int bs = static_cast<int>(p.cache.block_size);
+  const int64_t cache_row = (static_cast<int64_t>(slot / bs) * KVH + b.kvh) * bs + slot % bs;
+  const int chunks = (b.nh + 2) * CPH;  // the block's q heads, then the k head, then the v head
+  for (int base = threadIdx.x - (threadIdx.x & 31); base < chunks; base += blockDim.x) {
+    const int idx = base + (threadIdx.x & 31);
+    const bool valid = idx < chunks;
+    const int j = idx / CPH, c = idx - j * CPH;
+    const int hh = j < b.nh ? b.h0 + j : (j == b.nh ? H + b.kvh : H + KVH + b.kvh);
+    const float4 v = rope_chunk4<D>(rp, src, hh, c, valid, cs, sn);
+    if (!valid) continue;
+    if (j < b.nh) {
+      q_s[j][4 * c] = v.x * qscale;
+      q_s[j][4 * c + 1] = v.y * qscale;
+      q_s[j][4 * c + 2] = v.z * qscale;
+      q_s[j][4 * c + 3] = v.w * qscale;
+    } else {
+      store4(&new_kv[j - b.nh][0], 4 * c, v);
+      if (writer) store4_as(j == b.nh ? p.cache.k : p.cache.v, p.cache.dtype, cache_row * D + 4 * c, v);
+    }
+  }
 }
 
 // The warps' partial results (m, l and unnormalised o per warp and head, in shared memory) merged
@@ -187,21 +259,35 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ float q_s[kMaxG][kMaxHeadDim];
   __shared__ float o_s[kWarps][kMaxG][kMaxHeadDim];
   __shared__ float ml_s[kWarps][kMaxG][2];
+  __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
   __shared__ int last_block;
   pdl_trigger();
-  pdl_wait();
 
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
+  // The row's geometry, block-table row and (decode) the lines of its older keys come from the
+  // step's inputs and earlier steps: read before waiting for the predecessor.
   RowBlock b;
-  if (!row_block<kMaxG>(p, D, b)) return;
+  const bool work = row_block<kMaxG>(p, D, b);
+  const int32_t* table = work ? p.block_tables + static_cast<int64_t>(p.row_seq[b.r]) * p.bt_stride : nullptr;
+  if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
+  pdl_wait();
+  if (!work) return row_pad_zeros(p, D, b);
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
   const int64_t tok = b.tok;
 
   const float qscale = p.scale * kLog2e;
-  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-    const int h = i / D, d = i - h * D;
-    q_s[h][d] = p.q[tok * p.q_stride + static_cast<int64_t>(h0 + h) * D + d] * qscale;
+  // Fused RoPE (non-strided kernels: D = LPK * NV is 64 or 128): key ctx - 1 is new_kv's.
+  const bool fused = !STRIDED && p.rope.qkv != nullptr;
+  const int newest = fused ? ctx - 1 : -1;
+  if constexpr (!STRIDED) {
+    if (fused) rope_decode_row<LPK * NV, KVT>(p, b, qscale, q_s, new_kv);
+  }
+  if (!fused) {
+    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+      const int h = i / D, d = i - h * D;
+      q_s[h][d] = p.q[tok * p.q_stride + static_cast<int64_t>(h0 + h) * D + d] * qscale;
+    }
   }
   __syncthreads();
 
@@ -215,7 +301,6 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
       const int d = STRIDED ? gl + LPK * i : gl * NV + i;
       qr[h][i] = (h < nh && d < D) ? q_s[h][d] : 0.0f;
     }
-  const int32_t* table = p.block_tables + static_cast<int64_t>(p.row_seq[r]) * p.bt_stride;
   const int bs = static_cast<int>(p.cache.block_size);
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
@@ -247,8 +332,9 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         if (key < ke) {
           const int page = table[key / bs];
           const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + gl * NV;
-          kr[u] = *reinterpret_cast<const uint4*>(kc + off);
-          vr[u] = *reinterpret_cast<const uint4*>(vc + off);
+          const bool nk = key == newest;
+          kr[u] = *reinterpret_cast<const uint4*>(nk ? &new_kv[0][gl * NV] : kc + off);
+          vr[u] = *reinterpret_cast<const uint4*>(nk ? &new_kv[1][gl * NV] : vc + off);
         }
       }
 #pragma unroll
@@ -298,18 +384,22 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
     } else {
     float kv[U][NV];
     float sc[U][kMaxG];
-    int64_t off[U];
+    const KVT* kp[U];
+    const KVT* vp[U];
     bool valid[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int key = base + u * KPW + grp;
       valid[u] = key < ke;
-      off[u] = 0;
+      kp[u] = kc;
+      vp[u] = vc;
       if (valid[u]) {
         const int page = table[key / bs];
-        off[u] = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D;
+        const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D;
+        kp[u] = key == newest ? new_kv[0] : kc + off;
+        vp[u] = key == newest ? new_kv[1] : vc + off;
       }
-      load_row<KVT, NV, LPK, STRIDED>(kc + off[u], gl, D, valid[u], kv[u]);
+      load_row<KVT, NV, LPK, STRIDED>(kp[u], gl, D, valid[u], kv[u]);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -323,7 +413,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         sc[u][h] = valid[u] ? s : -INFINITY;
       }
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_row<KVT, NV, LPK, STRIDED>(vc + off[u], gl, D, valid[u], kv[u]);
+    for (int u = 0; u < U; ++u) load_row<KVT, NV, LPK, STRIDED>(vp[u], gl, D, valid[u], kv[u]);
 #pragma unroll
     for (int h = 0; h < kMaxG; ++h) {
       float mx = sc[0][h];
@@ -477,7 +567,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
 
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
   RowBlock b;
-  if (!row_block<kMmaHeads, 16, kMmaKeys>(p, D, b)) return;
+  if (!row_block<kMmaHeads, 16, kMmaKeys>(p, D, b)) return row_pad_zeros(p, D, b);
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
   const int first = b.first;
   const int64_t tok = b.tok;
@@ -748,8 +838,16 @@ void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 
 }  // namespace
 
+bool row_attention_fuses_rope(const RowAttentionParams& p) {
+  const RopeKvParams& r = p.rope;
+  return r.qkv && r.positions && r.slots && r.cos && r.sin && !use_mma(p) && rope_vec4_supported(r) &&
+         r.head_dim == p.cache.head_dim && r.num_heads == p.num_heads && r.cache.k == p.cache.k &&
+         r.cache.v == p.cache.v && r.cache.num_kv_heads == p.cache.num_kv_heads;
+}
+
 void RowAttentionParams::check() const {
-  PAGODA_CUDA_REQUIRE(q && out && row_token && row_seq && row_ctx && block_tables && cache.k && cache.v,
+  PAGODA_CUDA_REQUIRE(!rope.qkv || row_attention_fuses_rope(*this), "row_attention: the RoPE cannot be fused here");
+  PAGODA_CUDA_REQUIRE((q || rope.qkv) && out && row_token && row_seq && row_ctx && block_tables && cache.k && cache.v,
                       "row_attention: missing input");
   PAGODA_CUDA_REQUIRE(part_o && part_ml && counters, "row_attention: missing split workspace");
   PAGODA_CUDA_REQUIRE(cache.head_dim > 0 && cache.head_dim <= kMaxHeadDim, "row_attention: head_dim must be in [1, 256]");

@@ -17,6 +17,7 @@
 // device buffers, so a decode step (every sequence one new token, up to the largest bucket) is
 // one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
 // 0 (attention writes zeros) and slot -1 (no KV write).
+#include <cstdio>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -93,6 +94,7 @@ struct StepShape {
   int64_t items = 0;     // prefill tiles
   int64_t logits = 0;    // logits rows
   int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
+  bool decode = false;   // every token is a decode row: its own key is the only one this step writes
 };
 
 // Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
@@ -187,6 +189,13 @@ class CudaExecutor final : public ModelExecutor {
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
+  // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
+  // L2 warming of the older keys either (comparisons).
+  bool unfused_rope_ = false, warm_keys_ = true;
+  // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
+  // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
+  std::string knockout_;
+  bool skip(const char* op) const { return !knockout_.empty() && knockout_.find(op) != std::string::npos; }
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -204,6 +213,14 @@ Status CudaExecutor::init() {
   if (const char* e = std::getenv("PAGODA_ROW_ATTENTION")) {
     simt_row_attention_ = std::string(e) == "simt";
     mma_short_rows_ = std::string(e) == "mma";
+  }
+  if (const char* e = std::getenv("PAGODA_UNFUSED_ROPE"); e && *e && std::string(e) != "0") {
+    unfused_rope_ = true;
+    warm_keys_ = std::string(e) != "2";
+  }
+  if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
+    knockout_ = std::string(",") + e + ",";
+    std::fprintf(stderr, "pagoda: PAGODA_CUDA_KNOCKOUT=%s: these ops are skipped, outputs are wrong (timing only)\n", e);
   }
   if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
     return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
@@ -371,7 +388,8 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   for (int64_t l = 0; l < d_.L; ++l) {
     const Layer& ly = layers_[l];
     const cuda::KvCacheLayer kv = kv_layer(l);
-    if (fused_norm) {
+    if (skip(",qkv,")) {
+    } else if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
       profiler_.mark("norm+qkv gemv", stream_);
@@ -399,37 +417,47 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     rp.slots = in.d<int32_t>(in.o_slots);
     rp.q_out = q_.as<float>();
     rp.cache = kv;
-    cuda::rope_kv_write(rp, stream_);
-    profiler_.mark("rope+kv write", stream_);
+    cuda::RowAttentionParams ap;
+    ap.q = q_.as<float>();
+    ap.q_stride = d_.Q;
+    ap.out = attn_.get();
+    ap.out_dtype = act_;
+    ap.out_stride = d_.Q;
+    ap.block_tables = in.d<int32_t>(in.o_bt);
+    ap.bt_stride = in.bt_stride;
+    ap.cache = kv;
+    ap.num_heads = d_.H;
+    ap.scale = scale;
+    ap.window = c.sliding_window;
+    ap.max_keys = sh.max_keys;
+    ap.num_sms = sms_;
+    ap.part_o = part_o_.as<float>();
+    ap.part_ml = part_ml_.as<float>();
+    ap.counters = att_counters_.as<int>();
+    ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
+    ap.tensor_cores_short = mma_short_rows_;
+    ap.fresh_keys = sh.decode && warm_keys_ ? 1 : -1;
+    // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
+    // one dependent round trip fewer a layer); ap.num_rows only has to be > 0 for the check.
+    ap.rope = rp;
+    ap.num_rows = sh.rows;
+    const bool fuse_rope = sh.decode && sh.rows > 0 && !unfused_rope_ && cuda::row_attention_fuses_rope(ap);
+    if (!fuse_rope) {
+      ap.rope = cuda::RopeKvParams{};
+      if (!skip(",rope,")) cuda::rope_kv_write(rp, stream_);
+      profiler_.mark("rope+kv write", stream_);
+    }
 
-    if (sh.rows > 0) {
+    if (sh.rows > 0 && !skip(",attn,")) {
       for (int64_t r0 = 0; r0 < sh.rows; r0 += caps_.att_rows) {
-        cuda::RowAttentionParams ap;
-        ap.q = q_.as<float>();
-        ap.q_stride = d_.Q;
-        ap.out = attn_.get();
-        ap.out_dtype = act_;
-        ap.out_stride = d_.Q;
-        ap.num_rows = std::min(caps_.att_rows, sh.rows - r0);
-        ap.row_token = in.d<int32_t>(in.o_rtok) + r0;
-        ap.row_seq = in.d<int32_t>(in.o_rseq) + r0;
-        ap.row_ctx = in.d<int32_t>(in.o_rctx) + r0;
-        ap.block_tables = in.d<int32_t>(in.o_bt);
-        ap.bt_stride = in.bt_stride;
-        ap.cache = kv;
-        ap.num_heads = d_.H;
-        ap.scale = scale;
-        ap.window = c.sliding_window;
-        ap.max_keys = sh.max_keys;
-        ap.num_sms = sms_;
-        ap.part_o = part_o_.as<float>();
-        ap.part_ml = part_ml_.as<float>();
-        ap.counters = att_counters_.as<int>();
-        ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
-        ap.tensor_cores_short = mma_short_rows_;
-        cuda::row_attention(ap, stream_);
+        cuda::RowAttentionParams cp = ap;
+        cp.num_rows = std::min(caps_.att_rows, sh.rows - r0);
+        cp.row_token = in.d<int32_t>(in.o_rtok) + r0;
+        cp.row_seq = in.d<int32_t>(in.o_rseq) + r0;
+        cp.row_ctx = in.d<int32_t>(in.o_rctx) + r0;
+        cuda::row_attention(cp, stream_);
       }
-      profiler_.mark("attention split-kv", stream_);
+      profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", stream_);
     }
     if (sh.items > 0) {
       cuda::PrefillAttentionParams pp;
@@ -451,9 +479,10 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::prefill_attention(pp, stream_);
       profiler_.mark("attention prefill", stream_);
     }
-    linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
+    if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("o", stream_);
-    if (fused_norm) {
+    if (skip(",gu,")) {
+    } else if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
       profiler_.mark("norm+gate/up+swiglu gemv", stream_);
@@ -465,7 +494,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
       profiler_.mark("swiglu", stream_);
     }
-    linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
+    if (!skip(",down,")) linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("down", stream_);
   }
   if (sh.logits > 0) {
@@ -521,6 +550,7 @@ void CudaExecutor::capture_graphs() {
     for (bool short_keys : {false, true}) {
       StepShape sh;
       sh.tokens = sh.rows = sh.logits = b;
+      sh.decode = true;
       sh.max_keys = short_keys ? std::min(cuda::kRowShortKeys, opt_.max_model_len) : opt_.max_model_len;
       // The short graph only where it differs from the other one.
       if (short_keys && (!cuda::row_attention_short(b, sh.max_keys) || cuda::row_attention_short(b, opt_.max_model_len)))
@@ -635,6 +665,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     return last(a) > last(b);
   });
   for (int64_t i = 0; i < n_logits; ++i) in.h<int32_t>(in.o_lrows)[i] = batch.logits_rows[i];
+  sh.decode = sh.items == 0 && sh.rows == T && n_seqs == T;  // T rows of T sequences: one token each
   profiler_.begin(sh.items == 0 ? "decode" : sh.rows == 0 ? "prefill" : "mixed", stream_);
   copy_inputs(in, n_seqs, max_blocks, sh.items);
   profiler_.mark("input copies", stream_);

@@ -118,9 +118,20 @@ struct RowAttentionParams {
   // except for short launches (row_attention_short); false: f32 arithmetic throughout.
   bool tensor_cores = false;
   bool tensor_cores_short = false;  // ... for short launches too (comparisons: PAGODA_ROW_ATTENTION=mma)
+  // Keys at the end of a row that the preceding kernels of this step may have written (decode: 1,
+  // its own token); the keys before them come from earlier steps, so the SIMT kernel warms their
+  // cache lines in L2 before it waits for its predecessor. -1: unknown, nothing read early.
+  int fresh_keys = -1;
+  // RoPE + KV write fused in (rope.qkv set; row_attention_fuses_rope): every row is one decode
+  // token at position ctx - 1 whose q, k and v come from rope.qkv (q and rope.q_out unused); the
+  // kernel rotates them and writes the new key and value to the cache (rope.cache == cache).
+  RopeKvParams rope;
 
   void check() const;
 };
+// Whether row_attention can take the RoPE + KV write of p.rope (its SIMT kernel at head_dim 64 /
+// 128 with the whole head rotated, aligned inputs).
+bool row_attention_fuses_rope(const RowAttentionParams& p);
 // Split-KV attention of R query rows (flash-decoding); the last block of a row to finish its
 // splits combines them (no second kernel).
 void row_attention(const RowAttentionParams& p, cudaStream_t s);

@@ -3,7 +3,7 @@
 // llama3 scaling and rope_freqs are already in the table), and the paged KV write.
 //
 // Head dims 64 / 128 fully rotated (rope_kv_vec4_kernel): one block per token, four values a
-// thread. Otherwise one warp per (token, head) over the q, k and v heads of the fused projection
+// thread (rope_chunk4, which the decode attention uses too when it fuses this step in). Otherwise one warp per (token, head) over the q, k and v heads of the fused projection
 // output; a head's values pass through a per-warp shared-memory row so a lane can read its
 // rotation partner. All arithmetic in f32 as the CPU op (ops/rope.cc); K and V are rounded once,
 // at the cache store.
@@ -11,6 +11,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/rope_chunk.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -79,10 +80,9 @@ __global__ __launch_bounds__(kWarps * 32) void rope_kv_kernel(RopeKvParams p) {
 }
 
 // The same for head_dim 64 / 128 with the whole head rotated (every Llama / Qwen / Mistral): one
-// block per token, each thread four consecutive values of a head (16-byte loads and stores); a head
-// is CPH = D / 4 consecutive lanes of one warp, so the per-head norm is a CPH-lane shuffle
-// reduction and the half-split rotation partner (d +- D / 2) is lane ^ (CPH / 2). The position and
-// the cache slot are read before the row, so no load waits on another.
+// block per token, each thread four consecutive values of a head (16-byte loads and stores,
+// rope_chunk4). The position and the cache slot are read before the row, so no load waits on
+// another.
 template <int D>
 __global__ __launch_bounds__(256) void rope_kv_vec4_kernel(RopeKvParams p) {
   constexpr int CPH = D / 4;  // lanes a head
@@ -94,57 +94,23 @@ __global__ __launch_bounds__(256) void rope_kv_vec4_kernel(RopeKvParams p) {
   const int slot = p.slots[t];
   const int chunks = (H + 2 * KVH) * CPH;
   const float4* src = reinterpret_cast<const float4*>(p.qkv) + t * chunks;
-  const float4* bias = reinterpret_cast<const float4*>(p.bias);
-  const int half = D / 2;
-  const float* cs = p.cos + static_cast<int64_t>(pos) * half;
-  const float* sn = p.sin + static_cast<int64_t>(pos) * half;
+  const float* cs = p.cos + static_cast<int64_t>(pos) * (D / 2);
+  const float* sn = p.sin + static_cast<int64_t>(pos) * (D / 2);
   const int bs = static_cast<int>(p.cache.block_size);
   const int64_t page = slot >= 0 ? slot / bs : 0, in_page = slot >= 0 ? slot % bs : 0;
   // Every lane of a warp runs every iteration (the shuffles need them); lanes past the row idle.
   for (int base = threadIdx.x - (threadIdx.x & 31); base < chunks; base += blockDim.x) {
     const int idx = base + (threadIdx.x & 31);
     const bool valid = idx < chunks;
-    const int hh = idx / CPH, c = idx - hh * CPH, d0 = c * 4;
-    float4 v = valid ? src[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
-    if (bias && valid) {
-      const float4 b = bias[idx];
-      v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
-    }
-    const bool is_q = hh < H, is_k = !is_q && hh < H + KVH;
-    const float* nw = is_q ? p.q_norm : (is_k ? p.k_norm : nullptr);
-    if (p.q_norm || p.k_norm) {  // uniform over the block: every lane takes part in the shuffles
-      float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-#pragma unroll
-      for (int o = 1; o < CPH; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (nw) {
-        const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.norm_eps);
-        const float4 g = reinterpret_cast<const float4*>(nw)[c];
-        v = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
-      }
-    }
-    float4 pv;  // the rotation partners of the half-split layout
-    pv.x = __shfl_xor_sync(0xffffffffu, v.x, CPH / 2);
-    pv.y = __shfl_xor_sync(0xffffffffu, v.y, CPH / 2);
-    pv.z = __shfl_xor_sync(0xffffffffu, v.z, CPH / 2);
-    pv.w = __shfl_xor_sync(0xffffffffu, v.w, CPH / 2);
+    const int hh = idx / CPH, c = idx - hh * CPH;
+    const float4 v = rope_chunk4<D>(p, src, hh, c, valid, cs, sn);
     if (!valid) continue;
-    if (hh < H + KVH) {
-      if (p.interleaved) {
-        const float2 c2 = *reinterpret_cast<const float2*>(cs + d0 / 2), s2 = *reinterpret_cast<const float2*>(sn + d0 / 2);
-        v = make_float4(v.x * c2.x - v.y * s2.x, v.x * s2.x + v.y * c2.x, v.z * c2.y - v.w * s2.y, v.z * s2.y + v.w * c2.y);
-      } else if (d0 < half) {
-        const float4 c4 = *reinterpret_cast<const float4*>(cs + d0), s4 = *reinterpret_cast<const float4*>(sn + d0);
-        v = make_float4(v.x * c4.x - pv.x * s4.x, v.y * c4.y - pv.y * s4.y, v.z * c4.z - pv.z * s4.z, v.w * c4.w - pv.w * s4.w);
-      } else {
-        const float4 c4 = *reinterpret_cast<const float4*>(cs + d0 - half), s4 = *reinterpret_cast<const float4*>(sn + d0 - half);
-        v = make_float4(pv.x * s4.x + v.x * c4.x, pv.y * s4.y + v.y * c4.y, pv.z * s4.z + v.z * c4.z, pv.w * s4.w + v.w * c4.w);
-      }
-    }
-    if (is_q) {
+    if (hh < H) {
       reinterpret_cast<float4*>(p.q_out + t * H * D)[idx] = v;
     } else if (slot >= 0) {
+      const bool is_k = hh < H + KVH;
       const int kvh = is_k ? hh - H : hh - H - KVH;
-      store4_as(is_k ? p.cache.k : p.cache.v, p.cache.dtype, ((page * KVH + kvh) * bs + in_page) * D + d0, v);
+      store4_as(is_k ? p.cache.k : p.cache.v, p.cache.dtype, ((page * KVH + kvh) * bs + in_page) * D + c * 4, v);
     }
   }
 }
@@ -161,10 +127,7 @@ void RopeKvParams::check() const {
 void rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   p.check();
   if (p.num_tokens <= 0) return;
-  const bool vec4 = (p.head_dim == 64 || p.head_dim == 128) && p.rope_dim == p.head_dim && aligned16(p.qkv) &&
-                    aligned16(p.q_out) && aligned16(p.bias) && aligned16(p.q_norm) && aligned16(p.k_norm) &&
-                    aligned16(p.cos) && aligned16(p.sin) && aligned16(p.cache.k) && aligned16(p.cache.v);
-  if (vec4) {
+  if (rope_vec4_supported(p) && aligned16(p.q_out)) {
     const int64_t chunks = (p.num_heads + 2 * p.cache.num_kv_heads) * p.head_dim / 4;
     const int threads = static_cast<int>(std::min<int64_t>(256, ceil_div(chunks, 32) * 32));
     if (p.head_dim == 128) launch_pdl(rope_kv_vec4_kernel<128>, dim3(p.num_tokens), dim3(threads), 0, s, p);
