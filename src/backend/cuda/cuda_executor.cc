@@ -17,10 +17,10 @@
 // device buffers, so a decode step (every sequence one new token, up to the largest bucket) is
 // one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
 // 0 (attention writes zeros) and slot -1 (no KV write).
-#include <cstdio>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
