@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -117,6 +118,66 @@ int64_t kv_index(int64_t slot, int64_t h, int64_t d, int64_t kvh, int64_t bs, in
   return ((slot / bs * kvh + h) * bs + slot % bs) * dh + d;
 }
 
+// rope_kv_write's operands on the device: random fused QKV rows of T tokens (seed, seed + 1, ...
+// for rows, bias, q norm, k norm), the cos / sin table of a one-layer config, positions and slots.
+struct RopeFixture {
+  int64_t H, KVH, D, T;
+  ModelConfig cfg;
+  std::unique_ptr<RopeTable> rope;
+  std::vector<float> qkv, bias, qn, kn;
+  cuda::DeviceBuffer d_qkv, d_bias, d_qn, d_kn, d_cos, d_sin, d_pos, d_slots;
+  RopeFixture(int64_t heads, int64_t kv_heads, int64_t head_dim, RopeLayout layout, bool llama3_scaling,
+              int64_t max_pos, const std::vector<int32_t>& pos, const std::vector<int32_t>& slots, uint64_t seed)
+      : H(heads), KVH(kv_heads), D(head_dim), T(static_cast<int64_t>(pos.size())) {
+    cfg.vocab_size = 10;
+    cfg.hidden_size = H * D;
+    cfg.intermediate_size = 4;
+    cfg.num_layers = 1;
+    cfg.num_heads = H;
+    cfg.num_kv_heads = KVH;
+    cfg.head_dim = D;
+    cfg.rope_dim = D;
+    cfg.max_position_embeddings = max_pos;
+    cfg.rope_layout = layout;
+    cfg.rope_theta = 500000;
+    if (llama3_scaling) {
+      cfg.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+      cfg.rope_scaling.factor = 8;
+      cfg.rope_scaling.original_max_position = 64;
+    }
+    rope = std::make_unique<RopeTable>(cfg, max_pos);
+    const int64_t W = (H + 2 * KVH) * D, half = D / 2;
+    qkv = random_floats(T * W, seed, -2, 2);
+    bias = random_floats(W, seed + 1, -0.5f, 0.5f);
+    qn = random_floats(D, seed + 2, 0.5f, 1.5f);
+    kn = random_floats(D, seed + 3, 0.5f, 1.5f);
+    d_qkv = to_device(qkv), d_bias = to_device(bias), d_qn = to_device(qn), d_kn = to_device(kn);
+    d_cos = to_device(std::vector<float>(rope->cos(0), rope->cos(0) + max_pos * half));
+    d_sin = to_device(std::vector<float>(rope->sin(0), rope->sin(0) + max_pos * half));
+    d_pos = to_device(pos), d_slots = to_device(slots);
+  }
+  cuda::RopeKvParams params(bool with_bias, bool qk_norm, float* q_out, cuda::KvCacheLayer cache) const {
+    cuda::RopeKvParams p;
+    p.qkv = d_qkv.as<float>();
+    p.num_tokens = T;
+    p.num_heads = H;
+    p.head_dim = D;
+    p.rope_dim = D;
+    p.bias = with_bias ? d_bias.as<float>() : nullptr;
+    p.q_norm = qk_norm ? d_qn.as<float>() : nullptr;
+    p.k_norm = qk_norm ? d_kn.as<float>() : nullptr;
+    p.norm_eps = 1e-6f;
+    p.cos = d_cos.as<float>();
+    p.sin = d_sin.as<float>();
+    p.interleaved = cfg.rope_layout == RopeLayout::kInterleaved;
+    p.positions = d_pos.as<int32_t>();
+    p.slots = d_slots.as<int32_t>();
+    p.q_out = q_out;
+    p.cache = cache;
+    return p;
+  }
+};
+
 TEST(CudaOps, RopeKvWriteMatchesReference) {
   PAGODA_REQUIRE_GPU();
   struct Case {
@@ -131,53 +192,19 @@ TEST(CudaOps, RopeKvWriteMatchesReference) {
                         {RopeLayout::kInterleaved, true, true, DType::kF32, 16}};
   for (const Case& cs : cases) {
     const int64_t H = 8, KVH = 2, D = cs.dh, bs = 16, blocks = 8, T = 6;
-    ModelConfig cfg;
-    cfg.vocab_size = 10;
-    cfg.hidden_size = H * D;
-    cfg.intermediate_size = 4;
-    cfg.num_layers = 1;
-    cfg.num_heads = H;
-    cfg.num_kv_heads = KVH;
-    cfg.head_dim = D;
-    cfg.rope_dim = D;
-    cfg.max_position_embeddings = 512;
-    cfg.rope_layout = cs.layout;
-    cfg.rope_theta = 500000;
-    cfg.rope_scaling.kind = RopeScaling::Kind::kLlama3;
-    cfg.rope_scaling.factor = 8;
-    cfg.rope_scaling.original_max_position = 64;
-    RopeTable rope(cfg, 512);
-    const int64_t W = (H + 2 * KVH) * D;
-    auto qkv = random_floats(T * W, 11, -2, 2), bias = random_floats(W, 12, -0.5f, 0.5f);
-    auto qn = random_floats(D, 13, 0.5f, 1.5f), kn = random_floats(D, 14, 0.5f, 1.5f);
     const std::vector<int32_t> pos = {0, 1, 2, 77, 78, 300};
     const std::vector<int32_t> slots = {5, 6, 7, 40, -1, 127};
-    const int64_t half = D / 2;
-    std::vector<float> cs_host(rope.cos(0), rope.cos(0) + 512 * half), sn_host(rope.sin(0), rope.sin(0) + 512 * half);
-    auto d_qkv = to_device(qkv), d_bias = to_device(bias), d_qn = to_device(qn), d_kn = to_device(kn);
-    auto d_cos = to_device(cs_host), d_sin = to_device(sn_host), d_pos = to_device(pos), d_slots = to_device(slots);
+    const RopeFixture rf(H, KVH, D, cs.layout, true, 512, pos, slots, 11);
+    const int64_t W = (H + 2 * KVH) * D;
+    const std::vector<float>&qkv = rf.qkv, &bias = rf.bias, &qn = rf.qn, &kn = rf.kn;
+    const RopeTable& rope = *rf.rope;
     const int64_t cache_elems = blocks * KVH * bs * D;
     const int64_t eb = cs.kv == DType::kF32 ? 4 : 2;
     cuda::DeviceBuffer kc(cache_elems * eb), vc(cache_elems * eb), q_out(T * H * D * 4);
     CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
     CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
-    cuda::RopeKvParams p;
-    p.qkv = d_qkv.as<float>();
-    p.num_tokens = T;
-    p.num_heads = H;
-    p.head_dim = D;
-    p.rope_dim = D;
-    p.bias = cs.bias ? d_bias.as<float>() : nullptr;
-    p.q_norm = cs.qk_norm ? d_qn.as<float>() : nullptr;
-    p.k_norm = cs.qk_norm ? d_kn.as<float>() : nullptr;
-    p.norm_eps = 1e-6f;
-    p.cos = d_cos.as<float>();
-    p.sin = d_sin.as<float>();
-    p.interleaved = cs.layout == RopeLayout::kInterleaved;
-    p.positions = d_pos.as<int32_t>();
-    p.slots = d_slots.as<int32_t>();
-    p.q_out = q_out.as<float>();
-    p.cache = {kc.get(), vc.get(), cs.kv, blocks, bs, KVH, D};
+    const cuda::RopeKvParams p =
+        rf.params(cs.bias, cs.qk_norm, q_out.as<float>(), {kc.get(), vc.get(), cs.kv, blocks, bs, KVH, D});
     cuda::rope_kv_write(p, nullptr);
     auto q_got = to_host<float>(q_out, T * H * D);
     auto k_got = download_as(kc, cache_elems, cs.kv), v_got = download_as(vc, cache_elems, cs.kv);
@@ -265,6 +292,44 @@ struct PagedFixture {
   }
 };
 
+// The rows of a split-KV launch on the device (token, sequence and context of each row, the block
+// tables), its split workspace, and the launch's parameters over them for a case (q and out rows
+// of heads * head_dim values).
+struct RowBatch {
+  int64_t rows, stride;
+  cuda::DeviceBuffer tok, seq, ctx, tables, part_o, part_ml, counters;
+  RowBatch(const std::vector<int32_t>& row_tok, const std::vector<int32_t>& row_seq, const std::vector<int32_t>& row_ctx,
+           const std::vector<int32_t>& block_tables, int64_t bt_stride, const AttnCase& c)
+      : rows(static_cast<int64_t>(row_tok.size())), stride(bt_stride), tok(to_device(row_tok)), seq(to_device(row_seq)),
+        ctx(to_device(row_ctx)), tables(to_device(block_tables)),
+        part_o(rows * c.heads * cuda::kRowMaxSplits * c.head_dim * 4),
+        part_ml(rows * c.heads * cuda::kRowMaxSplits * 2 * 4), counters(rows * c.heads * 4) {
+    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+  }
+  cuda::RowAttentionParams params(const AttnCase& c, const float* q, void* out, cuda::KvCacheLayer cache) const {
+    cuda::RowAttentionParams p;
+    p.q = q;
+    p.q_stride = c.heads * c.head_dim;
+    p.out = out;
+    p.out_dtype = c.out;
+    p.out_stride = c.heads * c.head_dim;
+    p.num_rows = rows;
+    p.row_token = tok.as<int32_t>();
+    p.row_seq = seq.as<int32_t>();
+    p.row_ctx = ctx.as<int32_t>();
+    p.block_tables = tables.as<int32_t>();
+    p.bt_stride = stride;
+    p.cache = cache;
+    p.num_heads = c.heads;
+    p.scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim)));
+    p.window = c.window;
+    p.part_o = part_o.as<float>();
+    p.part_ml = part_ml.as<float>();
+    p.counters = counters.as<int>();
+    return p;
+  }
+};
+
 TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
   PAGODA_REQUIRE_GPU();
   const AttnCase cases[] = {
@@ -314,33 +379,12 @@ TEST(CudaOps, SplitKvRowAttentionMatchesDenseReference) {
     row_tok.push_back(T);
     row_seq.push_back(0);
     row_ctx.push_back(0);
-    const int64_t R = static_cast<int64_t>(row_tok.size());
     const int64_t width = cs.heads * cs.head_dim;
     auto q = random_floats((T + 1) * width, rng(), -1, 1);
-    auto dq = to_device(q), dt = to_device(tables), drt = to_device(row_tok), drs = to_device(row_seq), drc = to_device(row_ctx);
-    cuda::DeviceBuffer out((T + 1) * width * 4), po(R * cs.heads * cuda::kRowMaxSplits * cs.head_dim * 4),
-        pml(R * cs.heads * cuda::kRowMaxSplits * 2 * 4), counters(R * cs.heads * 4);
-    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-    CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // poison: every element must be written
-    cuda::RowAttentionParams p;
-    p.q = dq.as<float>();
-    p.q_stride = width;
-    p.out = out.get();
-    p.out_dtype = cs.out;
-    p.out_stride = width;
-    p.num_rows = R;
-    p.row_token = drt.as<int32_t>();
-    p.row_seq = drs.as<int32_t>();
-    p.row_ctx = drc.as<int32_t>();
-    p.block_tables = dt.as<int32_t>();
-    p.bt_stride = stride;
-    p.cache = fx.layer();
-    p.num_heads = cs.heads;
-    p.scale = static_cast<float>(1.0 / std::sqrt(double(cs.head_dim)));
-    p.window = cs.window;
-    p.part_o = po.as<float>();
-    p.part_ml = pml.as<float>();
-    p.counters = counters.as<int>();
+    auto dq = to_device(q);
+    const RowBatch rb(row_tok, row_seq, row_ctx, tables, stride, cs);
+    cuda::DeviceBuffer out((T + 1) * width * 4);
+    cuda::RowAttentionParams p = rb.params(cs, dq.as<float>(), out.get(), fx.layer());
     // 16-bit caches at head_dim 64 / 128 have a tensor-core kernel (Q and P rounded to the cache
     // type: the prefill kernel's bounds); everything runs the f32 SIMT kernel too.
     const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128);
@@ -403,23 +447,9 @@ TEST(CudaOps, FusedRopeDecodeAttentionMatchesUnfused) {
     const int64_t H = a.heads, KVH = a.kv_heads, D = a.head_dim, bs = a.block_size;
     int64_t num_blocks = 0;  // no page shared between rows: a row's new key is no other row's old one
     for (int32_t c : ctxs) num_blocks += (c + bs - 1) / bs;
-    const int64_t T = static_cast<int64_t>(ctxs.size()) + 1, W = (H + 2 * KVH) * D;
+    const int64_t T = static_cast<int64_t>(ctxs.size()) + 1;
     const uint64_t seed = rng();
     PagedFixture ref_fx(a, num_blocks, seed), fused_fx(a, num_blocks, seed);
-    ModelConfig cfg;
-    cfg.vocab_size = 10;
-    cfg.hidden_size = H * D;
-    cfg.intermediate_size = 4;
-    cfg.num_layers = 1;
-    cfg.num_heads = H;
-    cfg.num_kv_heads = KVH;
-    cfg.head_dim = D;
-    cfg.rope_dim = D;
-    cfg.max_position_embeddings = 1024;
-    cfg.rope_layout = cs.layout;
-    cfg.rope_theta = 500000;
-    RopeTable rope(cfg, 1024);
-    std::vector<float> cs_host(rope.cos(0), rope.cos(0) + 1024 * D / 2), sn_host(rope.sin(0), rope.sin(0) + 1024 * D / 2);
     std::vector<int32_t> perm(num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
@@ -435,57 +465,19 @@ TEST(CudaOps, FusedRopeDecodeAttentionMatchesUnfused) {
       pos.push_back(ctx > 0 ? ctx - 1 : 0);
       slots.push_back(ctx > 0 ? static_cast<int32_t>(tables[r * stride + (ctx - 1) / bs] * bs + (ctx - 1) % bs) : -1);
     }
-    auto qkv = random_floats(T * W, rng(), -2, 2), bias = random_floats(W, rng(), -0.5f, 0.5f);
-    auto qn = random_floats(D, rng(), 0.5f, 1.5f), kn = random_floats(D, rng(), 0.5f, 1.5f);
-    auto d_qkv = to_device(qkv), d_bias = to_device(bias), d_qn = to_device(qn), d_kn = to_device(kn);
-    auto d_cos = to_device(cs_host), d_sin = to_device(sn_host), d_pos = to_device(pos), d_slots = to_device(slots);
-    auto dt = to_device(tables), drt = to_device(row_tok), drs = to_device(row_seq), drc = to_device(row_ctx);
-    cuda::DeviceBuffer q_out(T * H * D * 4), out_ref(T * H * D * 4), out_fused(T * H * D * 4),
-        po(T * H * cuda::kRowMaxSplits * D * 4), pml(T * H * cuda::kRowMaxSplits * 2 * 4), counters(T * H * 4);
-    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-    cuda::RopeKvParams rp;
-    rp.qkv = d_qkv.as<float>();
-    rp.num_tokens = T;
-    rp.num_heads = H;
-    rp.head_dim = D;
-    rp.rope_dim = D;
-    rp.bias = cs.bias ? d_bias.as<float>() : nullptr;
-    rp.q_norm = cs.qk_norm ? d_qn.as<float>() : nullptr;
-    rp.k_norm = cs.qk_norm ? d_kn.as<float>() : nullptr;
-    rp.cos = d_cos.as<float>();
-    rp.sin = d_sin.as<float>();
-    rp.interleaved = cs.layout == RopeLayout::kInterleaved;
-    rp.positions = d_pos.as<int32_t>();
-    rp.slots = d_slots.as<int32_t>();
-    rp.q_out = q_out.as<float>();
+    const RopeFixture rf(H, KVH, D, cs.layout, false, 1024, pos, slots, rng());
+    const RowBatch rb(row_tok, row_seq, row_ctx, tables, stride, a);
+    cuda::DeviceBuffer q_out(T * H * D * 4), out_ref(T * H * D * 4), out_fused(T * H * D * 4);
+    cuda::RopeKvParams rp = rf.params(cs.bias, cs.qk_norm, q_out.as<float>(), ref_fx.layer());
     auto params = [&](PagedFixture& fx, cuda::DeviceBuffer& out) {
-      cuda::RowAttentionParams p;
-      p.q = q_out.as<float>();
-      p.q_stride = H * D;
-      p.out = out.get();
-      p.out_dtype = a.out;
-      p.out_stride = H * D;
-      p.num_rows = T;
-      p.row_token = drt.as<int32_t>();
-      p.row_seq = drs.as<int32_t>();
-      p.row_ctx = drc.as<int32_t>();
-      p.block_tables = dt.as<int32_t>();
-      p.bt_stride = stride;
-      p.cache = fx.layer();
-      p.num_heads = H;
-      p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-      p.window = a.window;
+      cuda::RowAttentionParams p = rb.params(a, q_out.as<float>(), out.get(), fx.layer());
       p.max_keys = 1000;  // T <= kRowShortRows: a short launch, the SIMT kernel even with tensor cores asked for
-      p.part_o = po.as<float>();
-      p.part_ml = pml.as<float>();
-      p.counters = counters.as<int>();
       p.tensor_cores = cs.tensor_cores;
       return p;
     };
     const std::string what = "heads " + std::to_string(H) + "/" + std::to_string(KVH) + " d " + std::to_string(D) +
                              " kv " + std::string(dtype_name(a.kv)) + " layout " + std::string(rope_layout_name(cs.layout));
     // Reference: the separate kernels.
-    rp.cache = ref_fx.layer();
     cuda::rope_kv_write(rp, nullptr);
     cuda::RowAttentionParams pr = params(ref_fx, out_ref);
     CUDA_CHECK(cudaMemset(out_ref.get(), 0xff, out_ref.bytes()));
