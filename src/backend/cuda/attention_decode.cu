@@ -332,9 +332,13 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         if (key < ke) {
           const int page = table[key / bs];
           const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + gl * NV;
-          const bool nk = key == newest;
-          kr[u] = *reinterpret_cast<const uint4*>(nk ? &new_kv[0][gl * NV] : kc + off);
-          vr[u] = *reinterpret_cast<const uint4*>(nk ? &new_kv[1][gl * NV] : vc + off);
+          if (key != newest) {
+            kr[u] = *reinterpret_cast<const uint4*>(kc + off);
+            vr[u] = *reinterpret_cast<const uint4*>(vc + off);
+          } else {
+            kr[u] = *reinterpret_cast<const uint4*>(&new_kv[0][gl * NV]);
+            vr[u] = *reinterpret_cast<const uint4*>(&new_kv[1][gl * NV]);
+          }
         }
       }
 #pragma unroll
