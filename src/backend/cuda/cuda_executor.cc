@@ -189,6 +189,10 @@ class CudaExecutor final : public ModelExecutor {
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
+  // Rows up to which linear layers use the GEMV instead of cuBLASLt. Measured on the H200
+  // (docs/cuda.md, fifth session): the GEMV wins at one row; at 2-4 rows cuBLASLt is faster for the
+  // wide matrices (gate/up, lm_head), so 1. PAGODA_GEMV_MAX_ROWS=1..4 for comparisons.
+  int64_t gemv_max_rows_ = 1;
   // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
   // L2 warming of the older keys either (comparisons).
   bool unfused_rope_ = false, warm_keys_ = true;
@@ -218,6 +222,8 @@ Status CudaExecutor::init() {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
   }
+  if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
+    gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
     knockout_ = std::string(",") + e + ",";
     std::fprintf(stderr, "pagoda: PAGODA_CUDA_KNOCKOUT=%s: these ops are skipped, outputs are wrong (timing only)\n", e);
@@ -365,7 +371,7 @@ void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, in
   if (M <= 0) return;
   if (opt_.batch_invariant) {
     cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
-  } else if (act_ == DType::kBF16 && cuda::gemv_supported(M, K)) {
+  } else if (act_ == DType::kBF16 && M <= gemv_max_rows_ && cuda::gemv_supported(M, K)) {
     cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
@@ -382,7 +388,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const int32_t* ids = in.d<int32_t>(in.o_ids);
   // Decode-sized bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
   const bool gemv_path = !opt_.batch_invariant && act_ == DType::kBF16;
-  const bool fused_norm = gemv_path && cuda::gemv_norm_supported(T, d_.D);
+  const bool fused_norm = gemv_path && T <= gemv_max_rows_ && cuda::gemv_norm_supported(T, d_.D);
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
@@ -498,7 +504,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     profiler_.mark("down", stream_);
   }
   if (sh.logits > 0) {
-    if (gemv_path && cuda::gemv_norm_supported(sh.logits, d_.D)) {
+    if (gemv_path && sh.logits <= gemv_max_rows_ && cuda::gemv_norm_supported(sh.logits, d_.D)) {
       const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
       cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
     } else {
