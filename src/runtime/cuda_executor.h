@@ -11,7 +11,7 @@
 //   f32   everything f32 (pure FP32 GEMMs, no TF32): the exact path the f32 reference sets and
 //         the CPU/CUDA agreement tests use; also what tiny models and stories260K run.
 // Batch invariance: in the default mode a request's greedy tokens can depend on the batch (the
-// GEMM algorithm cuBLASLt picks depends on M; decode (M <= 4) uses our GEMV; prefill rows use the
+// GEMM algorithm cuBLASLt picks depends on M; one-row steps use our GEMV; prefill rows use the
 // tensor-core attention, decode rows the split-KV kernel). batch_invariant = true makes every
 // linear layer a fixed-order SIMT GEMM and every attention row the split-KV kernel (splits depend
 // on the row's context length only), so each row's arithmetic is the same in any batch: the

@@ -506,6 +506,12 @@ TEST(CudaOps, FusedRopeDecodeAttentionMatchesUnfused) {
     const int64_t cache_bytes = num_blocks * KVH * bs * D * (a.kv == DType::kF32 ? 4 : 2);
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache";
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache";
+    // A one-SM grid: each block loops over several splits (and rewrites the same new key / value).
+    pf.num_sms = 1;
+    CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
+    cuda::row_attention(pf, nullptr);
+    EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output on a one-SM grid";
+    EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache, one SM";
     // And against the dense reference (the rotated q of the reference run, the updated cache).
     auto q_host = to_host<float>(q_out, T * H * D);
     PagedFixture& fx = ref_fx;

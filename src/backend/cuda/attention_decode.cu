@@ -142,7 +142,7 @@ __device__ __forceinline__ void warm_keys_l2(const RowAttentionParams& p, const 
       const int64_t row = (static_cast<int64_t>(table[key / bs]) * KVH + b.kvh) * bs + key % bs;
       const char* a = static_cast<const char*>(rem < lines ? p.cache.k : p.cache.v) + row * row_bytes +
                       (rem < lines ? rem : rem - lines) * kLine;
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(a)));
     }
   }
 }
@@ -388,22 +388,22 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
     } else {
     float kv[U][NV];
     float sc[U][kMaxG];
-    const KVT* kp[U];
-    const KVT* vp[U];
-    bool valid[U];
+    // The new key of a fused launch comes from shared memory in its own branch (a pointer that
+    // may point to either space would make every load a generic one); never when STRIDED.
+    int64_t off[U];
+    bool valid[U], nk[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int key = base + u * KPW + grp;
       valid[u] = key < ke;
-      kp[u] = kc;
-      vp[u] = vc;
+      nk[u] = !STRIDED && valid[u] && key == newest;
+      off[u] = 0;
       if (valid[u]) {
         const int page = table[key / bs];
-        const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D;
-        kp[u] = key == newest ? new_kv[0] : kc + off;
-        vp[u] = key == newest ? new_kv[1] : vc + off;
+        off[u] = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D;
       }
-      load_row<KVT, NV, LPK, STRIDED>(kp[u], gl, D, valid[u], kv[u]);
+      if (nk[u]) load_row<KVT, NV, LPK, STRIDED>(new_kv[0], gl, D, true, kv[u]);
+      else load_row<KVT, NV, LPK, STRIDED>(kc + off[u], gl, D, valid[u], kv[u]);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -417,7 +417,10 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         sc[u][h] = valid[u] ? s : -INFINITY;
       }
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_row<KVT, NV, LPK, STRIDED>(vp[u], gl, D, valid[u], kv[u]);
+    for (int u = 0; u < U; ++u) {
+      if (nk[u]) load_row<KVT, NV, LPK, STRIDED>(new_kv[1], gl, D, true, kv[u]);
+      else load_row<KVT, NV, LPK, STRIDED>(vc + off[u], gl, D, valid[u], kv[u]);
+    }
 #pragma unroll
     for (int h = 0; h < kMaxG; ++h) {
       float mx = sc[0][h];

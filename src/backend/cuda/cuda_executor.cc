@@ -8,9 +8,11 @@
 //     RoPE, K/V into the cache) -> q f32 ; attention (split-KV rows and/or tensor-core prefill
 //     tiles) -> attn (act) ; O matmul adds into residual ; rms_norm -> hidden ; gate/up matmul +
 //     SwiGLU -> act ; down matmul adds into residual
+//   (decode steps on the SIMT split-KV kernel: rope_kv_write runs inside the attention kernel)
 //   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
-// Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with M <= 4 -> our GEMV (SwiGLU fused
-// into the gate/up GEMV); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
+// Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with one row -> our GEMV (RMSNorm fused
+// into the QKV / gate-up / lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as
+// its beta = 1 epilogue).
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -198,6 +200,7 @@ class CudaExecutor final : public ModelExecutor {
   bool unfused_rope_ = false, warm_keys_ = true;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
+  // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.
   std::string knockout_;
   bool skip(const char* op) const { return !knockout_.empty() && knockout_.find(op) != std::string::npos; }
   Tensor logits_tensor_;
@@ -671,7 +674,8 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     return last(a) > last(b);
   });
   for (int64_t i = 0; i < n_logits; ++i) in.h<int32_t>(in.o_lrows)[i] = batch.logits_rows[i];
-  sh.decode = sh.items == 0 && sh.rows == T && n_seqs == T;  // T rows of T sequences: one token each
+  sh.decode = sh.items == 0 && sh.rows == T && n_seqs == T;
+  for (int64_t si = 0; sh.decode && si < n_seqs; ++si) sh.decode = batch.seqs[si].num_tokens == 1;
   profiler_.begin(sh.items == 0 ? "decode" : sh.rows == 0 ? "prefill" : "mixed", stream_);
   copy_inputs(in, n_seqs, max_blocks, sh.items);
   profiler_.mark("input copies", stream_);

@@ -99,6 +99,8 @@ struct RowAttentionParams {
   DType out_dtype = DType::kF32;
   int64_t out_stride = 0;
   int64_t num_rows = 0;         // R (grid)
+  // row_token, row_seq, row_ctx and block_tables are read before the kernel waits for its
+  // predecessor (programmatic dependent launch): step inputs, never written by an earlier kernel.
   const int32_t* row_token = nullptr;  // [R] row of q / out
   const int32_t* row_seq = nullptr;    // [R] row of block_tables
   const int32_t* row_ctx = nullptr;    // [R] the query sits at position ctx - 1 and sees keys < ctx; 0: padding
@@ -123,7 +125,8 @@ struct RowAttentionParams {
   // cache lines in L2 before it waits for its predecessor. -1: unknown, nothing read early.
   int fresh_keys = -1;
   // RoPE + KV write fused in (rope.qkv set; row_attention_fuses_rope): every row is one decode
-  // token at position ctx - 1 whose q, k and v come from rope.qkv (q and rope.q_out unused); the
+  // token at position ctx - 1 whose q, k and v come from rope.qkv (q and rope.q_out unused), one
+  // row a sequence, and rope.slots[token] is the cache slot of key ctx - 1 in the row's table. The
   // kernel rotates them and writes the new key and value to the cache (rope.cache == cache).
   RopeKvParams rope;
 

@@ -29,7 +29,7 @@ __device__ __forceinline__ float4 rope_chunk4(const RopeKvParams& p, const float
   const bool is_q = hh < H, is_k = !is_q && hh < H + KVH;
   const float* nw = is_q ? p.q_norm : (is_k ? p.k_norm : nullptr);
   if (p.q_norm || p.k_norm) {  // uniform over the block: every lane takes part in the shuffles
-    float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    float ss = __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
 #pragma unroll
     for (int o = 1; o < CPH; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (nw && valid) {
@@ -44,16 +44,23 @@ __device__ __forceinline__ float4 rope_chunk4(const RopeKvParams& p, const float
   pv.z = __shfl_xor_sync(0xffffffffu, v.z, CPH / 2);
   pv.w = __shfl_xor_sync(0xffffffffu, v.w, CPH / 2);
   if (!valid || hh >= H + KVH) return v;
+  // a * c - b * s and b * s + a * c as explicit roundings (a multiply, then a fused multiply-add):
+  // the compiler may not contract them differently in the two kernels that share this step.
+  auto sub = [](float a, float c, float b, float sv) { return __fmaf_rn(a, c, -__fmul_rn(b, sv)); };
+  auto add = [](float b, float sv, float a, float c) { return __fmaf_rn(b, sv, __fmul_rn(a, c)); };
   if (p.interleaved) {
     const float2 c2 = *reinterpret_cast<const float2*>(cs + d0 / 2), s2 = *reinterpret_cast<const float2*>(sn + d0 / 2);
-    return make_float4(v.x * c2.x - v.y * s2.x, v.x * s2.x + v.y * c2.x, v.z * c2.y - v.w * s2.y, v.z * s2.y + v.w * c2.y);
+    return make_float4(sub(v.x, c2.x, v.y, s2.x), add(v.x, s2.x, v.y, c2.x), sub(v.z, c2.y, v.w, s2.y),
+                       add(v.z, s2.y, v.w, c2.y));
   }
   if (d0 < half) {
     const float4 c4 = *reinterpret_cast<const float4*>(cs + d0), s4 = *reinterpret_cast<const float4*>(sn + d0);
-    return make_float4(v.x * c4.x - pv.x * s4.x, v.y * c4.y - pv.y * s4.y, v.z * c4.z - pv.z * s4.z, v.w * c4.w - pv.w * s4.w);
+    return make_float4(sub(v.x, c4.x, pv.x, s4.x), sub(v.y, c4.y, pv.y, s4.y), sub(v.z, c4.z, pv.z, s4.z),
+                       sub(v.w, c4.w, pv.w, s4.w));
   }
   const float4 c4 = *reinterpret_cast<const float4*>(cs + d0 - half), s4 = *reinterpret_cast<const float4*>(sn + d0 - half);
-  return make_float4(pv.x * s4.x + v.x * c4.x, pv.y * s4.y + v.y * c4.y, pv.z * s4.z + v.z * c4.z, pv.w * s4.w + v.w * c4.w);
+  return make_float4(add(pv.x, s4.x, v.x, c4.x), add(pv.y, s4.y, v.y, c4.y), add(pv.z, s4.z, v.z, c4.z),
+                     add(pv.w, s4.w, v.w, c4.w));
 }
 
 // Whether the vectorised path applies: head_dim 64 / 128 rotated whole, 16-byte aligned inputs.
