@@ -40,7 +40,8 @@ class BlasLt {
   void set_autotune(bool on) { autotune_ = on; }
 
   static constexpr int kTuneCandidates = 8, kTuneRuns = 20;
-  static constexpr int64_t kTuneMinM = 5, kTuneMaxM = 1024, kTuneMaxOutBytes = int64_t{64} << 20;
+  // From 2 rows: one-row layers take the GEMV (cuda_executor.cc), every other decode shape cuBLASLt.
+  static constexpr int64_t kTuneMinM = 2, kTuneMaxM = 1024, kTuneMaxOutBytes = int64_t{64} << 20;
 
  private:
   struct Impl;

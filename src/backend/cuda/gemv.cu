@@ -1,6 +1,7 @@
 // Matmuls outside cuBLASLt.
 //
-// gemv_bf16: decode-sized (M <= 4) y = x W^T with bf16 weights, the batch-1 hot path. Bound by
+// gemv_bf16: decode-sized (M <= 4) y = x W^T with bf16 weights, the batch-1 hot path (the
+// executor uses it for one row only: from two rows cuBLASLt is faster, docs/cuda.md). Bound by
 // reading W once: one warp per output row (two for the fused gate/up + SwiGLU), each lane
 // streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads),
 // f32 FMAs, one warp reduction per output at the end. Launched with programmatic dependent
