@@ -108,8 +108,8 @@ bench_model() {  # SHAPE
 #   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt; decodeunfused8b /
-#             decodeplain8b: PAGODA_UNFUSED_ROPE=1 / 2; decodenowarm8b: PAGODA_GEMV_WARM=0;
-#             decode1b / decodenowarm1b: the same for the 1B shape)
+#             decodeplain8b: PAGODA_UNFUSED_ROPE=1 / 2; decode1b: the default on the 1B shape)
+#   knock8b   tg128 once per entry of KNOCK with PAGODA_CUDA_KNOCKOUT set to it (timing only)
 #   smallb8b  tg128 at batch 1-4 with the GEMV up to 1, 4 and 2 rows (PAGODA_GEMV_MAX_ROWS; needs
 #             the 8B model: run after m8b or decode8b)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
@@ -235,10 +235,8 @@ for s in "$@"; do
     decodemma8b) PAGODA_ROW_ATTENTION=mma stage_decode1 8b mma ;;
     decodeunfused8b) PAGODA_UNFUSED_ROPE=1 stage_decode1 8b unfused ;;
     decodeplain8b) PAGODA_UNFUSED_ROPE=2 stage_decode1 8b plain ;;
-    decodenowarm8b) PAGODA_GEMV_WARM=0 stage_decode1 8b nowarm ;;
     decode1b) stage_decode1 1b ;;
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
-    decodenowarm1b) PAGODA_GEMV_WARM=0 stage_decode1 1b nowarm ;;
     kbench) stage_kbench ;;
     knock8b) stage_knockout 8b ;;
     ncu) stage_ncu ;;
