@@ -79,14 +79,15 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&out)[8]) {
 // [lo, ctx) in ns splits of `per` keys.
 struct RowBlock {
   int r, kvh, h0, nh, ctx, lo, ns, per;
-  int first;  // the first visible key (a window's start); lo is first rounded down to LO_ALIGN, keys in [lo, first) masked
+  int first;  // the first visible key (a window's start); lo: first rounded down to LO_ALIGN, [lo, first) masked
   int64_t tok;
 };
 // Fills b, reading only the step's inputs (so it may run before the kernel waits for its
 // predecessor). False when the block has nothing to do: a padding row (context 0; block z = 0
-// writes its zeros, row_pad_zeros) or a split index past the row's splits. LO_ALIGN / PER_ALIGN: the keys [lo, ctx) start at
-// a multiple of LO_ALIGN (a window's first keys are then masked, see `first`) and the splits are
-// multiples of PER_ALIGN keys (the tensor-core kernel: whole tiles, 16-key page chunks).
+// writes its zeros, row_pad_zeros) or a split index past the row's splits. LO_ALIGN / PER_ALIGN:
+// the keys [lo, ctx) start at a multiple of LO_ALIGN (a window's first keys are then masked, see
+// `first`) and the splits are multiples of PER_ALIGN keys (the tensor-core kernel: whole tiles,
+// 16-key page chunks).
 template <int HPB, int LO_ALIGN = 1, int PER_ALIGN = 1>
 __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, RowBlock& b) {
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
@@ -163,7 +164,7 @@ __device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, con
   const float4* src = reinterpret_cast<const float4*>(rp.qkv) + b.tok * (H + 2 * KVH) * CPH;
   const bool writer = blockIdx.z == 0 && b.h0 == b.kvh * (H / KVH) && slot >= 0;
   const int bs = static_cast<int>(p.cache.block_size);
-  const int64_t cache_row = (static_cast<int64_t>(slot / bs) * KVH + b.kvh) * bs + slot % bs;
+  const int64_t cache_row = writer ? (static_cast<int64_t>(slot / bs) * KVH + b.kvh) * bs + slot % bs : 0;
   const int chunks = (b.nh + 2) * CPH;  // the block's q heads, then the k head, then the v head
   for (int base = threadIdx.x - (threadIdx.x & 31); base < chunks; base += blockDim.x) {
     const int idx = base + (threadIdx.x & 31);

@@ -4,9 +4,9 @@
 // Grid (query head, query tile of one sequence); a tile is 64 or 128 queries (4 or 8 warps),
 // each warp owns 16 query rows. The Q tile is converted from the f32 rotated queries to the
 // cache's 16-bit type in shared memory; its mma A fragments stay in registers (tile 64) or are
-// re-read for every K tile (tile 128, two blocks an SM); K and V tiles of 64 keys stream through shared memory, double-buffered with
-// cp.async (the next tile loads while this one computes), gathered through the block table row
-// by row, zero-filled past the last key. Per tile: S = Q K^T with mma.sync m16n8k16 (f32
+// re-read for every K tile (tile 128, two blocks an SM); K and V tiles of 64 keys stream through
+// shared memory, double-buffered with cp.async (the next tile loads while this one computes),
+// gathered through the block table row by row, zero-filled past the last key. Per tile: S = Q K^T with mma.sync m16n8k16 (f32
 // accumulate), causal / window mask, online softmax in registers (exp2, log2(e) folded into the
 // scale), P re-packed in registers as the A operand of O += P V (ldmatrix.trans reads V).
 // Shared-memory rows are padded by 16 bytes so ldmatrix's 8-row reads hit distinct banks.

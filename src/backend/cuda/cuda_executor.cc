@@ -149,6 +149,28 @@ class CudaExecutor final : public ModelExecutor {
   void destroy_graphs();
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
+  // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
+  // most gemv_max_rows_ rows), with the preceding RMSNorm fused in when `norm`.
+  bool use_gemv(int64_t M, int64_t K, bool norm) const {
+    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= gemv_max_rows_ &&
+           (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
+  }
+  // The operands both attention kernels take from a step: q, the output, block tables, the layer's
+  // cache, heads, scale, window.
+  template <class P>
+  void set_attention_operands(P& p, const InputRegion& in, const cuda::KvCacheLayer& kv) const {
+    p.q = q_.as<float>();
+    p.q_stride = d_.Q;
+    p.out = attn_.get();
+    p.out_dtype = act_;
+    p.out_stride = d_.Q;
+    p.block_tables = in.d<int32_t>(in.o_bt);
+    p.bt_stride = in.bt_stride;
+    p.cache = kv;
+    p.num_heads = d_.H;
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
+    p.window = model_.config().sliding_window;
+  }
   void launch_forward(const InputRegion& in, const StepShape& sh);
   // Runs the forward pass of `batch`; logits rows [0, n) are then in logits_.
   void run_step(const ForwardBatch& batch);
@@ -374,7 +396,7 @@ void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, in
   if (M <= 0) return;
   if (opt_.batch_invariant) {
     cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
-  } else if (act_ == DType::kBF16 && M <= gemv_max_rows_ && cuda::gemv_supported(M, K)) {
+  } else if (use_gemv(M, K, false)) {
     cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
@@ -387,11 +409,9 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const ModelConfig& c = model_.config();
   const int64_t T = sh.tokens;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
   const int32_t* ids = in.d<int32_t>(in.o_ids);
-  // Decode-sized bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
-  const bool gemv_path = !opt_.batch_invariant && act_ == DType::kBF16;
-  const bool fused_norm = gemv_path && T <= gemv_max_rows_ && cuda::gemv_norm_supported(T, d_.D);
+  // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
+  const bool fused_norm = use_gemv(T, d_.D, true);
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
@@ -427,17 +447,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     rp.q_out = q_.as<float>();
     rp.cache = kv;
     cuda::RowAttentionParams ap;
-    ap.q = q_.as<float>();
-    ap.q_stride = d_.Q;
-    ap.out = attn_.get();
-    ap.out_dtype = act_;
-    ap.out_stride = d_.Q;
-    ap.block_tables = in.d<int32_t>(in.o_bt);
-    ap.bt_stride = in.bt_stride;
-    ap.cache = kv;
-    ap.num_heads = d_.H;
-    ap.scale = scale;
-    ap.window = c.sliding_window;
+    set_attention_operands(ap, in, kv);
     ap.max_keys = sh.max_keys;
     ap.num_sms = sms_;
     ap.part_o = part_o_.as<float>();
@@ -447,7 +457,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.tensor_cores_short = mma_short_rows_;
     ap.fresh_keys = sh.decode && warm_keys_ ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
-    // one dependent round trip fewer a layer); ap.num_rows only has to be > 0 for the check.
+    // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
     ap.num_rows = sh.rows;
     const bool fuse_rope = sh.decode && sh.rows > 0 && !unfused_rope_ && cuda::row_attention_fuses_rope(ap);
@@ -470,20 +480,10 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     }
     if (sh.items > 0) {
       cuda::PrefillAttentionParams pp;
-      pp.q = q_.as<float>();
-      pp.q_stride = d_.Q;
-      pp.out = attn_.get();
-      pp.out_dtype = act_;
-      pp.out_stride = d_.Q;
+      set_attention_operands(pp, in, kv);
       pp.seqs = in.d<cuda::PrefillSeq>(in.o_pseqs);
       pp.items = in.d<cuda::PrefillItem>(in.o_pitems);
       pp.num_items = sh.items;
-      pp.block_tables = in.d<int32_t>(in.o_bt);
-      pp.bt_stride = in.bt_stride;
-      pp.cache = kv;
-      pp.num_heads = d_.H;
-      pp.scale = scale;
-      pp.window = c.sliding_window;
       pp.tile_q = opt_.prefill_tile_q;
       cuda::prefill_attention(pp, stream_);
       profiler_.mark("attention prefill", stream_);
@@ -507,7 +507,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     profiler_.mark("down", stream_);
   }
   if (sh.logits > 0) {
-    if (gemv_path && sh.logits <= gemv_max_rows_ && cuda::gemv_norm_supported(sh.logits, d_.D)) {
+    if (use_gemv(sh.logits, d_.D, true)) {
       const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
       cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
     } else {

@@ -3,10 +3,11 @@
 // llama3 scaling and rope_freqs are already in the table), and the paged KV write.
 //
 // Head dims 64 / 128 fully rotated (rope_kv_vec4_kernel): one block per token, four values a
-// thread (rope_chunk4, which the decode attention uses too when it fuses this step in). Otherwise one warp per (token, head) over the q, k and v heads of the fused projection
-// output; a head's values pass through a per-warp shared-memory row so a lane can read its
-// rotation partner. All arithmetic in f32 as the CPU op (ops/rope.cc); K and V are rounded once,
-// at the cache store.
+// thread (rope_chunk4, which the decode attention uses too when it fuses this step in).
+// Otherwise one warp per (token, head) over the q, k and v heads of the fused projection output;
+// a head's values pass through a per-warp shared-memory row so a lane can read its rotation
+// partner. All arithmetic in f32 as the CPU op (ops/rope.cc); K and V are rounded once, at the
+// cache store.
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
