@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 
+#include "cuda_fixtures.h"
 #include "gpu_test_util.h"
 
 #if PAGODA_HAVE_CUDA
@@ -159,44 +160,26 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
   // short launches 1 x 512 and 8 x 1024 (the SIMT kernel by default); variants below.
   // Block tables scattered over the cache (as a long-running engine's are), and for 256 x 1500 also
   // in order (each row's pages adjacent): the cost of the scatter (DRAM pages, TLB reach).
-  struct AttnCase {
+  struct DecodeCase {
     int64_t rows, ctx;
     bool in_order;
   };
-  for (auto [rows, ctx, in_order] : {AttnCase{256, 1500, false}, AttnCase{256, 1500, true}, AttnCase{64, 1000, false},
-                                     AttnCase{1, 8192, false}, AttnCase{1, 32768, false}, AttnCase{1, 512, false},
-                                     AttnCase{8, 1024, false}}) {
+  for (auto [rows, ctx, in_order] : {DecodeCase{256, 1500, false}, DecodeCase{256, 1500, true}, DecodeCase{64, 1000, false},
+                                     DecodeCase{1, 8192, false}, DecodeCase{1, 32768, false}, DecodeCase{1, 512, false},
+                                     DecodeCase{8, 1024, false}}) {
     if (!want("decode")) break;
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
     std::vector<int32_t> tables(rows * blocks_per), rt(rows), rs(rows), rc(rows, static_cast<int32_t>(ctx));
     for (int64_t i = 0; i < rows * blocks_per; ++i) tables[i] = static_cast<int32_t>(in_order ? i : (i * 7919) % blocks);
     for (int64_t r = 0; r < rows; ++r) rt[r] = rs[r] = static_cast<int32_t>(r);
-    auto dt = to_device(tables), drt = to_device(rt), drs = to_device(rs), drc = to_device(rc);
     auto q = random_device(static_cast<size_t>(rows * H * Dh * 4));
     CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
-    cuda::DeviceBuffer out(rows * H * Dh * 2), po(rows * H * cuda::kRowMaxSplits * Dh * 4),
-        pml(rows * H * cuda::kRowMaxSplits * 2 * 4), cnt(rows * H * 4);
-    CUDA_CHECK(cudaMemset(cnt.get(), 0, cnt.bytes()));
-    cuda::RowAttentionParams p;
-    p.q = q.as<float>();
-    p.q_stride = H * Dh;
-    p.out = out.get();
-    p.out_dtype = DType::kBF16;
-    p.out_stride = H * Dh;
-    p.num_rows = rows;
-    p.row_token = drt.as<int32_t>();
-    p.row_seq = drs.as<int32_t>();
-    p.row_ctx = drc.as<int32_t>();
-    p.block_tables = dt.as<int32_t>();
-    p.bt_stride = blocks_per;
-    p.cache = {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh};
-    p.num_heads = H;
-    p.scale = 0.088f;
+    cuda::DeviceBuffer out(rows * H * Dh * 2);
+    const test::AttnCase shape{H, KVH, Dh, bs, DType::kBF16, 0, DType::kBF16};
+    const test::RowBatch rb(rt, rs, rc, tables, blocks_per, shape);
+    cuda::RowAttentionParams p = rb.params(shape, q.as<float>(), out.get(), {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh});
     p.max_keys = ctx;
-    p.part_o = po.as<float>();
-    p.part_ml = pml.as<float>();
-    p.counters = cnt.as<int>();
     // The default choice (tensor cores, SIMT for short launches), a grid of one wave (3 blocks an SM;
     // the default is two waves), SIMT, and for short launches tensor cores.
     struct Variant {
