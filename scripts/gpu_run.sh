@@ -192,6 +192,22 @@ stage_knockout() {
     PAGODA_CUDA_KNOCKOUT=$k TAILN=3 step knock_${k/,/+}_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
   done
 }
+# A/B runs in one call: tg128 at batch 1 (SWEEP_B: other batch sizes) once per entry of SWEEP, each
+# entry a comma-separated list of VAR=value settings for that run ("-" for none), e.g.
+# SWEEP="- PAGODA_GEMV_MAX_ROWS=4".
+stage_sweep() {
+  local m v
+  ensure_model $1
+  m=$(model_dir $1)
+  for v in ${SWEEP:--}; do
+    local settings=${v//,/ }
+    [ "$v" = - ] && settings=
+    (
+      [ -n "$settings" ] && export $settings
+      TAILN=3 step "sweep_${v//[^A-Za-z0-9_]/_}_$1" 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b ${SWEEP_B:-1} -r 3
+    )
+  done
+}
 stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
@@ -202,7 +218,7 @@ stage_ncu() {
   PAGODA_KBENCH_ONLY=${NCU_ONLY:-gemv,decode} PAGODA_GPU_KERNEL_BENCH=1 TAILN=200 step ncu${NCU_TAG:-} 300 \
     ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-6}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats $TESTS --gtest_filter='CudaKernelBench.*'
+    --section LaunchStats --section SchedulerStats --section InstructionStats $TESTS --gtest_filter='CudaKernelBench.*'
 }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
@@ -239,6 +255,8 @@ for s in "$@"; do
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
     kbench) stage_kbench ;;
     knock8b) stage_knockout 8b ;;
+    sweep8b) stage_sweep 8b ;;
+    sweep1b) stage_sweep 1b ;;
     ncu) stage_ncu ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;

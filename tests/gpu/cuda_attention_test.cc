@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "backend/reference/reference_ops.h"
 #include "cuda_fixtures.h"
@@ -113,7 +114,8 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
   for (const AttnCase& cs : cases) {
     const int64_t num_blocks = 600;
     PagedFixture fx(cs, num_blocks, rng());
-    // (2, 9000): more than kRowMaxSplits * kRowSplitKeys keys, so splits longer than 256 keys.
+    // (2, 9000): more than kRowMaxSplits * kRowSplitKeys keys, so splits longer than 256 keys even
+    // when a row may take 32.
     const std::vector<std::pair<int32_t, int32_t>> shapes = {{1, 1},    {1, 17},   {5, 5},    {33, 33}, {7, 100},
                                                              {1, 1000}, {3, 700},  {1, 2500}, {2, 9000}};
     std::vector<int32_t> perm(num_blocks);
@@ -151,9 +153,12 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
     // 16-bit caches at head_dim 64 / 128 have a tensor-core kernel (Q and P rounded to the cache
     // type: the prefill kernel's bounds); everything runs the f32 SIMT kernel too.
     const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128);
-    for (bool mma : {true, false}) {
+    // The tensor-core kernel with a row's splits bounded by 32 (one per 256 keys), 3 and 1
+    // (row_attention_splits picks the bound by the launch's size).
+    for (const auto [mma, splits] : {std::pair{true, 32}, std::pair{true, 3}, std::pair{true, 1}, std::pair{false, 0}}) {
       if (mma && !has_mma) continue;
       p.tensor_cores = mma;
+      p.target_splits = splits;
       p.num_sms = 132;
       p.max_keys = 0;
       CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // poison: every element must be written
@@ -168,7 +173,8 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
         const double mma_bound = cs.kv == DType::kBF16 ? 1e-4 : 2e-5;
         EXPECT_LT(e, mma ? out_bound + mma_bound : out_bound)
             << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " bs " << cs.block_size << " kv "
-            << dtype_name(cs.kv) << " window " << cs.window << " seq (" << nq << ", " << ctx << ") tensor cores " << mma;
+            << dtype_name(cs.kv) << " window " << cs.window << " seq (" << nq << ", " << ctx << ") tensor cores " << mma
+            << " splits <= " << splits;
         tb += nq;
       }
       for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
@@ -180,7 +186,8 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
       cuda::row_attention(p, nullptr);
       auto again = download_as(out, (T + 1) * width, cs.out);
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(std::memcmp(&got[i], &again[i], sizeof(float)), 0) << "grid-dependent result at " << i << " tensor cores " << mma;
+        ASSERT_EQ(std::memcmp(&got[i], &again[i], sizeof(float)), 0)
+            << "grid-dependent result at " << i << " tensor cores " << mma << " splits <= " << splits;
     }
   }
 }

@@ -164,9 +164,22 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     int64_t rows, ctx;
     bool in_order;
   };
-  for (auto [rows, ctx, in_order] : {DecodeCase{256, 1500, false}, DecodeCase{256, 1500, true}, DecodeCase{64, 1000, false},
-                                     DecodeCase{1, 8192, false}, DecodeCase{1, 32768, false}, DecodeCase{1, 512, false},
-                                     DecodeCase{8, 1024, false}}) {
+  std::vector<DecodeCase> cases = {{256, 1500, false}, {256, 1500, true}, {64, 1000, false}, {1, 8192, false},
+                                   {1, 32768, false},  {1, 512, false},   {8, 1024, false}};
+  // PAGODA_KBENCH_DECODE=ROWS:KEYS,...: these cases instead (scattered tables), e.g. a throughput
+  // run's decode step (440:1500) for Nsight Compute.
+  if (const char* e = std::getenv("PAGODA_KBENCH_DECODE"); e && *e) {
+    cases.clear();
+    for (const char* c = e; *c;) {
+      char* end = nullptr;
+      const int64_t rows = std::strtoll(c, &end, 10);
+      const int64_t ctx = *end == ':' ? std::strtoll(end + 1, &end, 10) : 0;
+      ASSERT_TRUE(rows > 0 && ctx > 0) << "PAGODA_KBENCH_DECODE: ROWS:KEYS,... expected, got " << e;
+      cases.push_back({rows, ctx, false});
+      c = *end == ',' ? end + 1 : end;
+    }
+  }
+  for (auto [rows, ctx, in_order] : cases) {
     if (!want("decode")) break;
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
     auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
@@ -198,6 +211,15 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
       report_bw(fmt::format("split-KV attention {} x {}{}{}", rows, ctx, in_order ? " in order" : "", v.label),
                 2.0 * rows * ctx * KVH * Dh * 2, ms);
+      // The tensor-core kernel's bound on a row's splits (row_attention_splits picks it by default;
+      // 32: one split per 256 keys, the rule before).
+      if (std::getenv("PAGODA_KBENCH_SPLITS") && v.tensor_cores && !v.tc_short && v.blocks_per_sm == 0)
+        for (int ns : {32, 16, 4, 2, 1}) {
+          p.target_splits = ns;
+          const double kms = time_ms([&] { cuda::row_attention(p, nullptr); });
+          p.target_splits = 0;
+          report_bw(fmt::format("split-KV attention {} x {} splits <= {}", rows, ctx, ns), 2.0 * rows * ctx * KVH * Dh * 2, kms);
+        }
     }
   }
   // Tensor-core prefill attention, 8192 tokens, one layer.

@@ -408,9 +408,14 @@ void RowAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "row_attention: out dtype");
 }
 
-void row_attention(const RowAttentionParams& p, cudaStream_t s) {
-  p.check();
-  if (p.num_rows <= 0) return;
+int row_attention_splits(int64_t blocks_per_split, int sms) {
+  return blocks_per_split >= sms ? 1 : static_cast<int>(sms / blocks_per_split);
+}
+
+void row_attention(const RowAttentionParams& params, cudaStream_t s) {
+  params.check();
+  if (params.num_rows <= 0) return;
+  RowAttentionParams p = params;
   const int64_t G = p.num_heads / p.cache.num_kv_heads;
   const bool mma = use_mma(p);
   const int64_t chunks = ceil_div(G, mma ? kMmaHeads : kMaxG);
@@ -419,7 +424,9 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s) {
   // for the SIMT one.
   const int sms = p.num_sms > 0 ? p.num_sms : 132;
   const int64_t blocks_per_split = p.num_rows * p.cache.num_kv_heads * chunks;
-  const int max_splits = p.max_keys > 0 ? row_num_splits(p.max_keys) : kRowMaxSplits;
+  if (!mma) p.target_splits = 0;
+  else if (p.target_splits <= 0) p.target_splits = row_attention_splits(blocks_per_split, sms);
+  const int max_splits = row_num_splits(p.max_keys > 0 ? p.max_keys : int64_t{1} << 30, p.target_splits);
   const int64_t per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : (mma ? 2 * kMmaBlocksPerSm : 4);
   int64_t z = ceil_div(per_sm * sms, blocks_per_split);
   z = z < 1 ? 1 : (z > max_splits ? max_splits : z);

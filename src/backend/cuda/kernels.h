@@ -73,14 +73,17 @@ void rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 
 // ---- attention_decode.cu: one query row at a time (decode, and the generic path) ------------
 
-// Splits of a row with `keys` visible keys: a function of the key count only (so a row's result
-// does not depend on the batch), at most kRowMaxSplits, about kRowSplitKeys keys each.
+// Splits of a row with `keys` visible keys: one per kRowSplitKeys keys, at most kRowMaxSplits (the
+// SIMT kernel: a function of the key count only, so a row's arithmetic is the same in any batch;
+// the batch-invariant mode relies on it), and at most `target` when target > 0 (the tensor-core
+// kernel: row_attention_splits).
 constexpr int kRowMaxSplits = 32;
 constexpr int kRowSplitKeys = 256;
-inline int row_num_splits(int64_t keys) {
+inline int row_num_splits(int64_t keys, int target = 0) {
   if (keys <= 0) return 0;
-  const int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
-  return static_cast<int>(s < kRowMaxSplits ? s : kRowMaxSplits);
+  int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
+  if (s > kRowMaxSplits) s = kRowMaxSplits;
+  return static_cast<int>(target > 0 && s > target ? target : s);
 }
 // A launch of at most kRowShortRows rows whose keys are bounded by max_keys <= kRowShortKeys runs
 // the SIMT kernel even when tensor cores are asked for: measured on the H200 (Llama-3-8B shape),
@@ -129,9 +132,17 @@ struct RowAttentionParams {
   // row a sequence, and rope.slots[token] is the cache slot of key ctx - 1 in the row's table. The
   // kernel rotates them and writes the new key and value to the cache (rope.cache == cache).
   RopeKvParams rope;
+  // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
+  // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
+  int target_splits = 0;
 
   void check() const;
 };
+// The tensor-core kernel's splits a row aims at, for a launch of `blocks_per_split` blocks a split
+// (rows x KV heads x head chunks) on `sms` multiprocessors: about one block an SM in all. Every
+// split costs a merge of the warps' results and a combine; the kernel bench (440 rows x 1500 keys)
+// ran at 84 % of copy bandwidth with splits of 256 keys and 98 % with one split a row.
+int row_attention_splits(int64_t blocks_per_split, int sms);
 // Whether row_attention can take the RoPE + KV write of p.rope (its SIMT kernel at head_dim 64 /
 // 128 with the whole head rotated, aligned inputs).
 bool row_attention_fuses_rope(const RowAttentionParams& p);

@@ -16,10 +16,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMmaHeads = 8;
 constexpr int kMmaBlocksPerSm = 3;
 
-__device__ __forceinline__ int device_num_splits(int keys) {
+// row_num_splits on the device.
+__device__ __forceinline__ int device_num_splits(int keys, int target) {
   if (keys <= 0) return 0;
-  const int s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
-  return s < kRowMaxSplits ? s : kRowMaxSplits;
+  int s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
+  s = s < kRowMaxSplits ? s : kRowMaxSplits;
+  return target > 0 && s > target ? target : s;
 }
 
 // A block's share of the grid (row, KV head x head chunk, split): row r (token tok), its KV head,
@@ -50,7 +52,7 @@ __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, Ro
   b.first = p.window > 0 ? max(0, b.ctx - static_cast<int>(p.window)) : 0;
   b.lo = b.first - b.first % LO_ALIGN;
   const int keys = b.ctx - b.lo;
-  b.ns = device_num_splits(keys);
+  b.ns = device_num_splits(keys, p.target_splits);
   b.tok = p.row_token[b.r];
   if (b.ns == 0) return false;
   b.per = (keys + b.ns - 1) / b.ns;
