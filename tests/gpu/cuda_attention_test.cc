@@ -155,7 +155,7 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
     const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128);
     // The tensor-core kernel with a row's splits bounded by 32 (one per 256 keys), 3 and 1
     // (row_attention_splits picks the bound by the launch's size).
-    for (const auto [mma, splits] : {std::pair{true, 32}, std::pair{true, 3}, std::pair{true, 1}, std::pair{false, 0}}) {
+    for (const auto& [mma, splits] : {std::pair{true, 32}, std::pair{true, 3}, std::pair{true, 1}, std::pair{false, 0}}) {
       if (mma && !has_mma) continue;
       p.tensor_cores = mma;
       p.target_splits = splits;

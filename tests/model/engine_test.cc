@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "common/dtype.h"
 #include "common/process_stats.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
@@ -181,6 +182,21 @@ TEST(Engine, AdmissionErrorsNameTheNumbers) {
   g.sampling.top_p = 1;
   g.prompt_ids = {-1};
   EXPECT_FALSE((*engine)->submit(g).ok());
+}
+
+// A KV dtype the cache cannot store (e.g. --kv-dtype q8_0) is a clear error at start-up, not an
+// abort inside the cache's constructor.
+TEST(Engine, KvDtypesTheCacheCannotStoreAreAClearError) {
+  const std::string model = smollm2_or_skip();
+  ASSERT_FALSE(model.empty());
+  for (DType kv : {DType::kQ8_0, DType::kI8}) {
+    EngineConfig c = base_config(model);
+    c.kv_dtype = kv;
+    auto engine = Engine::create(c);
+    ASSERT_FALSE(engine.ok()) << dtype_name(kv);
+    EXPECT_NE(engine.status().message().find(std::string(dtype_name(kv))), std::string::npos) << engine.status().message();
+    EXPECT_NE(engine.status().message().find("f16"), std::string::npos) << engine.status().message();
+  }
 }
 
 TEST(Engine, CancelFreesBlocksAndFinishesWithAbort) {
