@@ -9,6 +9,7 @@
 
 #include "backend/cpu/isa.h"
 #include "common/cpu_features.h"
+#include "model/model_config.h"
 
 namespace pagoda::test {
 
@@ -33,6 +34,21 @@ inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+// A one-layer config with just the attention shape (op tests of attention, RoPE and the KV cache).
+inline ModelConfig attention_config(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_positions = 4096) {
+  ModelConfig c;
+  c.vocab_size = 10;
+  c.hidden_size = heads * head_dim;
+  c.intermediate_size = 4;
+  c.num_layers = 1;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.rope_dim = head_dim;
+  c.max_position_embeddings = max_positions;
+  return c;
 }
 
 // Every ISA level this machine can run and this build has kernels for, scalar first.

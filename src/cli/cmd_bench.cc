@@ -31,6 +31,7 @@
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/device_spec.h"
+#include "runtime/memory_plan.h"
 
 namespace pagoda::cli {
 
@@ -230,7 +231,7 @@ int run_bench(const BenchOptions& o) {
   }
   const bool cuda = dev->type == Device::kCuda;
   auto kv_dtype = dtype_from_name(o.kv_dtype);
-  if (!kv_dtype || (*kv_dtype != DType::kF32 && *kv_dtype != DType::kF16 && *kv_dtype != DType::kBF16)) {
+  if (!kv_dtype || !kv_cache_dtype_supported(*kv_dtype)) {
     std::cerr << "pagoda bench: --kv-dtype must be f32, f16 or bf16\n";
     return 2;
   }

@@ -112,7 +112,7 @@ int run_memplan(const MemplanOptions& o) {
   in.block_size = o.block_size;
   in.memory_utilization = o.memory_utilization;
   auto kv = dtype_from_name(o.kv_dtype);
-  if (!kv || (*kv != DType::kF32 && *kv != DType::kF16 && *kv != DType::kBF16)) {
+  if (!kv || !kv_cache_dtype_supported(*kv)) {
     std::cerr << "pagoda memplan: --kv-dtype must be f32, f16 or bf16\n";
     return 2;
   }

@@ -24,9 +24,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const ModelConfig& mc = model.config;
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
-  if (config.kv_dtype != DType::kF32 && config.kv_dtype != DType::kF16 && config.kv_dtype != DType::kBF16)
-    return invalid_argument("KV cache dtype {} is not supported on {}: use f16, bf16 or f32", dtype_name(config.kv_dtype),
-                            cuda ? "CUDA" : "the CPU");
   CudaExecutorOptions co;
   co.device = dev.index;
   co.dtype = config.dtype;

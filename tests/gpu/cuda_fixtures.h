@@ -60,16 +60,8 @@ struct RopeFixture {
   cuda::DeviceBuffer d_qkv, d_bias, d_qn, d_kn, d_cos, d_sin, d_pos, d_slots;
   RopeFixture(int64_t heads, int64_t kv_heads, int64_t head_dim, RopeLayout layout, bool llama3_scaling,
               int64_t max_pos, const std::vector<int32_t>& pos, const std::vector<int32_t>& slots, uint64_t seed)
-      : H(heads), KVH(kv_heads), D(head_dim), T(static_cast<int64_t>(pos.size())) {
-    cfg.vocab_size = 10;
-    cfg.hidden_size = H * D;
-    cfg.intermediate_size = 4;
-    cfg.num_layers = 1;
-    cfg.num_heads = H;
-    cfg.num_kv_heads = KVH;
-    cfg.head_dim = D;
-    cfg.rope_dim = D;
-    cfg.max_position_embeddings = max_pos;
+      : H(heads), KVH(kv_heads), D(head_dim), T(static_cast<int64_t>(pos.size())),
+        cfg(attention_config(heads, kv_heads, head_dim, max_pos)) {
     cfg.rope_layout = layout;
     cfg.rope_theta = 500000;
     if (llama3_scaling) {

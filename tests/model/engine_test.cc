@@ -184,8 +184,8 @@ TEST(Engine, AdmissionErrorsNameTheNumbers) {
   EXPECT_FALSE((*engine)->submit(g).ok());
 }
 
-// A KV dtype the cache cannot store (e.g. --kv-dtype q8_0) is a clear error at start-up, not an
-// abort inside the cache's constructor.
+// A KV dtype the cache cannot store (e.g. --kv-dtype q8_0) is a clear error at start-up (the
+// memory planner refuses it), not an abort inside the cache's constructor.
 TEST(Engine, KvDtypesTheCacheCannotStoreAreAClearError) {
   const std::string model = smollm2_or_skip();
   ASSERT_FALSE(model.empty());

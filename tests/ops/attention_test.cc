@@ -20,20 +20,6 @@ namespace {
 using test::nmse;
 using test::random_floats;
 
-ModelConfig attn_config(int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  ModelConfig c;
-  c.vocab_size = 10;
-  c.hidden_size = heads * head_dim;
-  c.intermediate_size = 4;
-  c.num_layers = 1;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.rope_dim = head_dim;
-  c.max_position_embeddings = 4096;
-  return c;
-}
-
 void fill_cache(KvCacheStorage& kv, uint64_t seed) {
   KvLayerView l = kv.layer(0);
   const int64_t n = l.num_blocks * l.block_elems();
@@ -71,7 +57,7 @@ TEST_P(AttentionByIsa, PagedMatchesDenseReference) {
   for (const Case& cs : cases) {
     for (int pool_size : {1, 2}) {
       ThreadPool pool(pool_size);
-      const ModelConfig cfg = attn_config(cs.heads, cs.kv_heads, cs.head_dim);
+      const ModelConfig cfg = test::attention_config(cs.heads, cs.kv_heads, cs.head_dim);
       const int64_t num_blocks = 200;
       KvCacheStorage kv(cfg, num_blocks, cs.block_size, cs.kv_dtype);
       fill_cache(kv, rng());
@@ -125,7 +111,7 @@ TEST_P(AttentionByIsa, RopeKvWriteMatchesReference) {
   ThreadPool pool(2);
   for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kHalfSplit}) {
     for (DType dt : {DType::kF32, DType::kF16}) {
-      ModelConfig cfg = attn_config(8, 2, 64);
+      ModelConfig cfg = test::attention_config(8, 2, 64);
       cfg.rope_layout = layout;
       cfg.rope_theta = 500000;
       cfg.rope_scaling.kind = RopeScaling::Kind::kLlama3;
@@ -176,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(AllIsa, AttentionByIsa, ::testing::ValuesIn(test::suppo
                          [](const auto& info) { std::string s = isa_level_name(info.param); for (auto& c : s) if (c == '-') c = '_'; return s; });
 
 TEST(RopeTable, Llama3ScalingMatchesFormula) {
-  ModelConfig cfg = attn_config(1, 1, 64);
+  ModelConfig cfg = test::attention_config(1, 1, 64);
   cfg.rope_theta = 500000;
   cfg.rope_scaling.kind = RopeScaling::Kind::kLlama3;
   cfg.rope_scaling.factor = 8;

@@ -426,6 +426,7 @@ void row_attention(const RowAttentionParams& params, cudaStream_t s) {
   const int64_t blocks_per_split = p.num_rows * p.cache.num_kv_heads * chunks;
   if (!mma) p.target_splits = 0;
   else if (p.target_splits <= 0) p.target_splits = row_attention_splits(blocks_per_split, sms);
+  // No bound on the keys (max_keys 0): as many splits as the longest possible row takes.
   const int max_splits = row_num_splits(p.max_keys > 0 ? p.max_keys : int64_t{1} << 30, p.target_splits);
   const int64_t per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : (mma ? 2 * kMmaBlocksPerSm : 4);
   int64_t z = ceil_div(per_sm * sms, blocks_per_split);

@@ -140,8 +140,8 @@ struct RowAttentionParams {
 };
 // The tensor-core kernel's splits a row aims at, for a launch of `blocks_per_split` blocks a split
 // (rows x KV heads x head chunks) on `sms` multiprocessors: about one block an SM in all. Every
-// split costs a merge of the warps' results and a combine; the kernel bench (440 rows x 1500 keys)
-// ran at 84 % of copy bandwidth with splits of 256 keys and 98 % with one split a row.
+// split costs a merge of the warps' results and a combine; the kernel bench (440 rows x 1500 keys,
+// two device calls) ran at 82-84 % of copy bandwidth with splits of 256 keys, 95-98 % with one.
 int row_attention_splits(int64_t blocks_per_split, int sms);
 // Whether row_attention can take the RoPE + KV write of p.rope (its SIMT kernel at head_dim 64 /
 // 128 with the whole head rotated, aligned inputs).
