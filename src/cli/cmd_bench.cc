@@ -232,7 +232,7 @@ int run_bench(const BenchOptions& o) {
   const bool cuda = dev->type == Device::kCuda;
   auto kv_dtype = dtype_from_name(o.kv_dtype);
   if (!kv_dtype || !kv_cache_dtype_supported(*kv_dtype)) {
-    std::cerr << "pagoda bench: --kv-dtype must be f32, f16 or bf16\n";
+    std::cerr << "pagoda bench: --kv-dtype must be f32, f16, bf16 or f8_e4m3 (fp8, CUDA only)\n";
     return 2;
   }
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
@@ -326,6 +326,10 @@ int run_bench(const BenchOptions& o) {
       }
       ex = std::move(*r);
     } else {
+      if (*kv_dtype == DType::kF8E4M3) {
+        std::cerr << "pagoda bench: --kv-dtype f8_e4m3 needs --device cuda\n";
+        return 2;
+      }
       ex = make_cpu_executor(*loaded->model, spec, pool);
     }
 
@@ -482,7 +486,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("-b,--batch", o->batches, "Sequences decoded together in the tg test (several: -b 1,8,64)")->delimiter(',');
   app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
   app->add_option("-r,--repeats", o->repeats, "Timed repetitions (after one warm-up)");
-  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
+  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");

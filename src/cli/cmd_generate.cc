@@ -140,7 +140,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
   app->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
   app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
-  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
+  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");

@@ -113,7 +113,7 @@ int run_memplan(const MemplanOptions& o) {
   in.memory_utilization = o.memory_utilization;
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv || !kv_cache_dtype_supported(*kv)) {
-    std::cerr << "pagoda memplan: --kv-dtype must be f32, f16 or bf16\n";
+    std::cerr << "pagoda memplan: --kv-dtype must be f32, f16, bf16 or f8_e4m3\n";
     return 2;
   }
   in.kv_dtype = *kv;

@@ -160,7 +160,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Sequences batched together");
   app->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens, "Token budget of one engine step");
   app->add_option("--block-size", e.block_size, "KV cache block size (tokens)");
-  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32");
+  app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)");
   app->add_option("--swap-space", e.swap_space, "Host bytes for swap preemption (0: recompute)");
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");

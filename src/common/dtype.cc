@@ -30,13 +30,14 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::kI32, "i32", 1, 4, false, false},
     DTypeTraits{DType::kI64, "i64", 1, 8, false, false},
     DTypeTraits{DType::kF64, "f64", 1, 8, false, false},
+    DTypeTraits{DType::kF8E4M3, "f8_e4m3", 1, 1, false, false},
 };
 
 }  // namespace
 
 std::optional<DTypeTraits> dtype_traits_of(uint32_t raw) {
   for (const auto& t : kTraits)
-    if (static_cast<uint32_t>(t.dtype) == raw) return t;
+    if (static_cast<uint32_t>(t.dtype) == raw && t.dtype != DType::kF8E4M3) return t;  // GGUF ids only
   return std::nullopt;
 }
 
@@ -49,6 +50,7 @@ const DTypeTraits& dtype_traits(DType t) {
 std::optional<DType> dtype_from_name(std::string_view name) {
   std::string lower(name);
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "fp8") return DType::kF8E4M3;  // vLLM's name for the E4M3 KV cache
   for (const auto& t : kTraits)
     if (t.name == lower) return t.dtype;
   return std::nullopt;

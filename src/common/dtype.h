@@ -32,6 +32,9 @@ enum class DType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  // Not a GGUF type (dtype_traits_of never returns it): the FP8 E4M3 KV cache of the CUDA backend
+  // (1 sign, 4 exponent, 3 mantissa bits, bias 7, no infinities, max 448; half.h converts).
+  kF8E4M3 = 0x1000,
 };
 
 struct DTypeTraits {

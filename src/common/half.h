@@ -1,5 +1,7 @@
-// Scalar conversions between f32 and the 16-bit float formats (IEEE fp16, bfloat16).
-// Bit-exact with hardware conversion (round to nearest even; NaN preserved).
+// Scalar conversions between f32 and the 16-bit float formats (IEEE fp16, bfloat16), and FP8
+// E4M3 (the OCP / NVIDIA format: bias 7, no infinities, 0x7f / 0xff NaN, max 448).
+// Bit-exact with hardware conversion (round to nearest even; NaN preserved; f32 -> E4M3 saturates
+// finite values to +-448, as CUDA's __NV_SATFINITE does).
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,41 @@ inline uint16_t f32_to_bf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
+}
+
+inline float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, man = b & 0x7u;
+  if (exp == 0xf && man == 0x7) return f32_from_bits(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) {
+    const float v = static_cast<float>(man) * 0.001953125f;  // subnormal: man * 2^-9
+    return sign ? -v : v;
+  }
+  return f32_from_bits(sign | ((exp + 120) << 23) | (man << 20));
+}
+
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  uint32_t x = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  if (x >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
+  if (x < 0x3c800000u) {
+    // below 2^-6: a subnormal of E4M3, round(value / 2^-9) to nearest even
+    if (x < 0x3a000000u) return sign;  // below 2^-11: far under the tie at 2^-10, rounds to 0
+    const uint32_t exp = x >> 23;
+    const uint32_t man = (x & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 141 - exp;  // value / 2^-9 = man * 2^(exp - 127 - 23 + 9)
+    uint32_t q = man >> shift;
+    const uint32_t rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+    return static_cast<uint8_t>(sign | q);  // q == 8 is the smallest normal, 0x08
+  }
+  uint32_t b = ((x >> 20) - (120u << 3));  // exponent rebias 127 -> 7, 3 mantissa bits
+  const uint32_t rem = x & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (b & 1u))) ++b;
+  if (b > 0x7eu) b = 0x7eu;  // rounding up past 448 saturates
+  return static_cast<uint8_t>(sign | b);
 }
 
 }  // namespace pagoda

@@ -24,6 +24,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const ModelConfig& mc = model.config;
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
+  // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
+  if (!cuda && config.kv_dtype == DType::kF8E4M3)
+    return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
   CudaExecutorOptions co;
   co.device = dev.index;
   co.dtype = config.dtype;

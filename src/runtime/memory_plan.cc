@@ -33,7 +33,7 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   PAGODA_RETURN_IF_ERROR(in.config.validate());
   if (in.block_size <= 0) return invalid_argument("block size must be positive");
   if (!kv_cache_dtype_supported(in.kv_dtype))
-    return invalid_argument("KV cache dtype {} is not supported: use f16, bf16 or f32", dtype_name(in.kv_dtype));
+    return invalid_argument("KV cache dtype {} is not supported: use f16, bf16, f32 or (CUDA) f8_e4m3", dtype_name(in.kv_dtype));
   if (in.max_num_seqs <= 0 || in.max_num_batched_tokens <= 0) return invalid_argument("max_num_seqs and max_num_batched_tokens must be positive");
   MemoryPlan p;
   p.max_model_len = in.max_model_len > 0 ? in.max_model_len : in.config.max_position_embeddings;

@@ -48,7 +48,9 @@ TEST(CudaAttention, RopeKvWriteMatchesReference) {
   const Case cases[] = {{RopeLayout::kInterleaved, false, false, DType::kF32, 64},
                         {RopeLayout::kHalfSplit, true, false, DType::kBF16, 64},
                         {RopeLayout::kHalfSplit, false, true, DType::kF16, 128},
-                        {RopeLayout::kInterleaved, true, true, DType::kF32, 16}};
+                        {RopeLayout::kInterleaved, true, true, DType::kF32, 16},
+                        {RopeLayout::kHalfSplit, true, true, DType::kF8E4M3, 128},
+                        {RopeLayout::kInterleaved, false, false, DType::kF8E4M3, 64}};
   for (const Case& cs : cases) {
     const int64_t H = 8, KVH = 2, D = cs.dh, bs = 16, blocks = 8, T = 6;
     const std::vector<int32_t> pos = {0, 1, 2, 77, 78, 300};
@@ -58,7 +60,7 @@ TEST(CudaAttention, RopeKvWriteMatchesReference) {
     const std::vector<float>&qkv = rf.qkv, &bias = rf.bias, &qn = rf.qn, &kn = rf.kn;
     const RopeTable& rope = *rf.rope;
     const int64_t cache_elems = blocks * KVH * bs * D;
-    const int64_t eb = cs.kv == DType::kF32 ? 4 : 2;
+    const int64_t eb = row_bytes(cs.kv, 1);
     cuda::DeviceBuffer kc(cache_elems * eb), vc(cache_elems * eb), q_out(T * H * D * 4);
     CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
     CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
@@ -82,7 +84,8 @@ TEST(CudaAttention, RopeKvWriteMatchesReference) {
         } else if (slots[t] >= 0) {
           const int64_t h = is_k ? hh - H : hh - H - KVH;
           const auto& got = is_k ? k_got : v_got;
-          const double tol = cs.kv == DType::kF32 ? 3e-5 : (cs.kv == DType::kBF16 ? 2e-2 : 3e-3);
+          // E4M3 keeps 3 mantissa bits: half an ulp is 1/16 of the value (2^-10 below 2^-6).
+          const double tol = cs.kv == DType::kF32 ? 3e-5 : cs.kv == DType::kBF16 ? 2e-2 : cs.kv == DType::kF8E4M3 ? 7e-2 : 3e-3;
           for (int64_t d = 0; d < D; ++d)
             ASSERT_NEAR(got[kv_index(slots[t], h, d, KVH, bs, D)], x[d], tol * std::max(1.0f, std::abs(x[d])))
                 << (is_k ? "K" : "V") << " token " << t << " head " << h << " dim " << d;
@@ -109,6 +112,10 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
       {8, 8, 128, 48, DType::kF16, 0, DType::kBF16},  {8, 2, 64, 1, DType::kBF16, 0, DType::kF32},
       {32, 8, 128, 16, DType::kBF16, 300, DType::kF32},
       {28, 4, 128, 16, DType::kBF16, 0, DType::kBF16}, {16, 1, 64, 16, DType::kF16, 0, DType::kF32},
+      // FP8 E4M3 caches: tensor cores at block sizes a multiple of 16 (and a window, head_dim 64),
+      // the SIMT kernel only at block size 8.
+      {32, 8, 128, 16, DType::kF8E4M3, 0, DType::kF32}, {16, 2, 64, 32, DType::kF8E4M3, 0, DType::kBF16},
+      {32, 8, 128, 16, DType::kF8E4M3, 300, DType::kF32}, {8, 2, 128, 8, DType::kF8E4M3, 0, DType::kF32},
   };
   std::mt19937 rng(99);
   for (const AttnCase& cs : cases) {
@@ -152,7 +159,8 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
     cuda::RowAttentionParams p = rb.params(cs, dq.as<float>(), out.get(), fx.layer());
     // 16-bit caches at head_dim 64 / 128 have a tensor-core kernel (Q and P rounded to the cache
     // type: the prefill kernel's bounds); everything runs the f32 SIMT kernel too.
-    const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128);
+    const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128) &&
+                         (cs.kv != DType::kF8E4M3 || cs.block_size % 16 == 0);
     // The tensor-core kernel with a row's splits bounded by 32 (one per 256 keys), 3 and 1
     // (row_attention_splits picks the bound by the launch's size).
     for (const auto& [mma, splits] : {std::pair{true, 32}, std::pair{true, 3}, std::pair{true, 1}, std::pair{false, 0}}) {
@@ -209,6 +217,8 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
       {{16, 8, 128, 32, DType::kBF16, 37, DType::kF32}, RopeLayout::kHalfSplit, false, true, false},
       {{8, 2, 64, 8, DType::kF32, 0, DType::kF32}, RopeLayout::kHalfSplit, true, true, false},
       {{16, 2, 128, 1, DType::kBF16, 0, DType::kBF16}, RopeLayout::kInterleaved, false, false, false},
+      {{32, 8, 128, 16, DType::kF8E4M3, 0, DType::kBF16}, RopeLayout::kHalfSplit, true, true, true},
+      {{8, 2, 64, 8, DType::kF8E4M3, 20, DType::kF32}, RopeLayout::kInterleaved, false, false, false},
   };
   std::mt19937 rng(7);
   for (const Case& cs : cases) {
@@ -273,7 +283,7 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
     size_t diff = 0;
     for (size_t i = 0; i < out_bytes; ++i) diff += fused_bits[i] != ref_bits[i];
     EXPECT_EQ(diff, 0u) << what << ": fused output bytes differ";
-    const int64_t cache_bytes = num_blocks * KVH * bs * D * (a.kv == DType::kF32 ? 4 : 2);
+    const int64_t cache_bytes = num_blocks * KVH * bs * D * row_bytes(a.kv, 1);
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache";
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache";
     // A one-SM grid: each block loops over several splits (and rewrites the same new key / value).
@@ -303,7 +313,7 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
   std::mt19937 rng(7);
   for (int tile : {64, 128})
   for (int64_t D : {64, 128})
-    for (DType kv : {DType::kBF16, DType::kF16})
+    for (DType kv : {DType::kBF16, DType::kF16, DType::kF8E4M3})
       for (auto [H, KVH] : {std::pair<int64_t, int64_t>{8, 2}, {14, 2}})
         for (int64_t window : {int64_t{0}, int64_t{50}}) {
           const AttnCase cs{H, KVH, D, 16, kv, window, D == 64 ? DType::kBF16 : DType::kF32};
@@ -359,7 +369,8 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           for (size_t s = 0; s < shapes.size(); ++s) {
             const auto [nq, ctx] = shapes[s];
             auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, window);
-            // Q and P are rounded to the cache's 16-bit type for the tensor cores.
+            // Q and P are rounded to the cache's 16-bit type for the tensor cores (f16 for an FP8
+            // cache, whose values the reference reads as stored).
             const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
             EXPECT_LT(nmse(got.data() + tb * width, ref.data(), nq * width), bound)
                 << "tile " << tile << " D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " seq ("

@@ -25,22 +25,35 @@ inline std::vector<uint16_t> to_bits(const std::vector<float>& v, DType t) {
   for (size_t i = 0; i < v.size(); ++i) b[i] = t == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_fp16(v[i]);
   return b;
 }
+// Values rounded through t (f32, f16, bf16 or f8_e4m3).
 inline std::vector<float> round_to(const std::vector<float>& v, DType t) {
   if (t == DType::kF32) return v;
   std::vector<float> r(v.size());
   for (size_t i = 0; i < v.size(); ++i)
-    r[i] = t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(v[i])) : fp16_to_f32(f32_to_fp16(v[i]));
+    r[i] = t == DType::kBF16   ? bf16_to_f32(f32_to_bf16(v[i]))
+           : t == DType::kF8E4M3 ? fp8_e4m3_to_f32(f32_to_fp8_e4m3(v[i]))
+                                 : fp16_to_f32(f32_to_fp16(v[i]));
   return r;
 }
-// Device buffer of v stored as t (f32, f16 or bf16).
+// Device buffer of v stored as t (f32, f16, bf16 or f8_e4m3).
 inline cuda::DeviceBuffer upload_as(const std::vector<float>& v, DType t) {
   if (t == DType::kF32) return to_device(v);
+  if (t == DType::kF8E4M3) {
+    std::vector<uint8_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_fp8_e4m3(v[i]);
+    return to_device(b);
+  }
   return to_device(to_bits(v, t));
 }
 inline std::vector<float> download_as(const cuda::DeviceBuffer& b, size_t n, DType t) {
   if (t == DType::kF32) return to_host<float>(b, n);
-  auto bits = to_host<uint16_t>(b, n);
   std::vector<float> r(n);
+  if (t == DType::kF8E4M3) {
+    auto bytes = to_host<uint8_t>(b, n);
+    for (size_t i = 0; i < n; ++i) r[i] = fp8_e4m3_to_f32(bytes[i]);
+    return r;
+  }
+  auto bits = to_host<uint16_t>(b, n);
   for (size_t i = 0; i < n; ++i) r[i] = t == DType::kBF16 ? bf16_to_f32(bits[i]) : fp16_to_f32(bits[i]);
   return r;
 }

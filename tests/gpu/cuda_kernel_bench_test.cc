@@ -164,6 +164,10 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     int64_t rows, ctx;
     bool in_order;
   };
+  // PAGODA_KBENCH_KV=f8_e4m3: the attention sections on an FP8 cache (the KV bytes halve).
+  const char* kv_env = std::getenv("PAGODA_KBENCH_KV");
+  const DType kv_dt = kv_env && dtype_from_name(kv_env) == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
+  const int64_t kv_es = row_bytes(kv_dt, 1);
   std::vector<DecodeCase> cases = {{256, 1500, false}, {256, 1500, true}, {64, 1000, false}, {1, 8192, false},
                                    {1, 32768, false},  {1, 512, false},   {8, 1024, false}};
   // PAGODA_KBENCH_DECODE=ROWS:KEYS,...: these cases instead (scattered tables), e.g. a throughput
@@ -182,16 +186,16 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
   for (auto [rows, ctx, in_order] : cases) {
     if (!want("decode")) break;
     const int64_t bs = 16, blocks_per = (ctx + bs - 1) / bs, blocks = rows * blocks_per;
-    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
+    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * kv_es)), vc = random_device(kc.bytes());
     std::vector<int32_t> tables(rows * blocks_per), rt(rows), rs(rows), rc(rows, static_cast<int32_t>(ctx));
     for (int64_t i = 0; i < rows * blocks_per; ++i) tables[i] = static_cast<int32_t>(in_order ? i : (i * 7919) % blocks);
     for (int64_t r = 0; r < rows; ++r) rt[r] = rs[r] = static_cast<int32_t>(r);
     auto q = random_device(static_cast<size_t>(rows * H * Dh * 4));
     CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
     cuda::DeviceBuffer out(rows * H * Dh * 2);
-    const test::AttnCase shape{H, KVH, Dh, bs, DType::kBF16, 0, DType::kBF16};
+    const test::AttnCase shape{H, KVH, Dh, bs, kv_dt, 0, DType::kBF16};
     const test::RowBatch rb(rt, rs, rc, tables, blocks_per, shape);
-    cuda::RowAttentionParams p = rb.params(shape, q.as<float>(), out.get(), {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh});
+    cuda::RowAttentionParams p = rb.params(shape, q.as<float>(), out.get(), {kc.get(), vc.get(), kv_dt, blocks, bs, KVH, Dh});
     p.max_keys = ctx;
     // The default choice (tensor cores, SIMT for short launches), a grid of one wave (3 blocks an SM;
     // the default is two waves), SIMT, and for short launches tensor cores.
@@ -210,7 +214,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.blocks_per_sm = v.blocks_per_sm;
       const double ms = time_ms([&] { cuda::row_attention(p, nullptr); });
       report_bw(fmt::format("split-KV attention {} x {}{}{}", rows, ctx, in_order ? " in order" : "", v.label),
-                2.0 * rows * ctx * KVH * Dh * 2, ms);
+                2.0 * rows * ctx * KVH * Dh * kv_es, ms);
       // The tensor-core kernel's bound on a row's splits (row_attention_splits picks it by default;
       // 32: one split per 256 keys, the rule before).
       if (std::getenv("PAGODA_KBENCH_SPLITS") && v.tensor_cores && !v.tc_short && v.blocks_per_sm == 0)
@@ -218,14 +222,14 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
           p.target_splits = ns;
           const double kms = time_ms([&] { cuda::row_attention(p, nullptr); });
           p.target_splits = 0;
-          report_bw(fmt::format("split-KV attention {} x {} splits <= {}", rows, ctx, ns), 2.0 * rows * ctx * KVH * Dh * 2, kms);
+          report_bw(fmt::format("split-KV attention {} x {} splits <= {}", rows, ctx, ns), 2.0 * rows * ctx * KVH * Dh * kv_es, kms);
         }
     }
   }
   // Tensor-core prefill attention, 8192 tokens, one layer.
   if (want("prefill")) {
     const int64_t T = 8192, bs = 16, blocks = T / bs;
-    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * 2)), vc = random_device(kc.bytes());
+    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * kv_es)), vc = random_device(kc.bytes());
     auto q = random_device(static_cast<size_t>(T * H * Dh * 4));
     CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
     std::vector<int32_t> table(blocks);
@@ -249,7 +253,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.num_items = static_cast<int64_t>(items.size());
       p.block_tables = dt.as<int32_t>();
       p.bt_stride = blocks;
-      p.cache = {kc.get(), vc.get(), DType::kBF16, blocks, bs, KVH, Dh};
+      p.cache = {kc.get(), vc.get(), kv_dt, blocks, bs, KVH, Dh};
       p.num_heads = H;
       p.scale = 0.088f;
       p.tile_q = tile;

@@ -184,19 +184,25 @@ TEST(Engine, AdmissionErrorsNameTheNumbers) {
   EXPECT_FALSE((*engine)->submit(g).ok());
 }
 
-// A KV dtype the cache cannot store (e.g. --kv-dtype q8_0) is a clear error at start-up (the
-// memory planner refuses it), not an abort inside the cache's constructor.
-TEST(Engine, KvDtypesTheCacheCannotStoreAreAClearError) {
+// KV dtypes the CPU backend does not store (the FP8 cache is CUDA's; q8_0 and i8 no cache stores)
+// are a clear error at start-up, not an abort inside the cache's constructor.
+TEST(Engine, KvDtypesTheCpuCannotStoreAreAClearError) {
   const std::string model = smollm2_or_skip();
   ASSERT_FALSE(model.empty());
-  for (DType kv : {DType::kQ8_0, DType::kI8}) {
+  for (DType kv : {DType::kF8E4M3, DType::kQ8_0, DType::kI8}) {
     EngineConfig c = base_config(model);
     c.kv_dtype = kv;
     auto engine = Engine::create(c);
     ASSERT_FALSE(engine.ok()) << dtype_name(kv);
     EXPECT_NE(engine.status().message().find(std::string(dtype_name(kv))), std::string::npos) << engine.status().message();
     EXPECT_NE(engine.status().message().find("f16"), std::string::npos) << engine.status().message();
+    if (kv == DType::kF8E4M3) EXPECT_NE(engine.status().message().find("cuda"), std::string::npos) << engine.status().message();
   }
+  // "fp8" names the E4M3 cache, as vLLM's --kv-cache-dtype does.
+  EXPECT_EQ(dtype_from_name("fp8"), DType::kF8E4M3);
+  EXPECT_EQ(dtype_from_name("F8_E4M3"), DType::kF8E4M3);
+  // Not a GGUF tensor type: a file naming its id is rejected like any unknown type.
+  EXPECT_FALSE(dtype_traits_of(static_cast<uint32_t>(DType::kF8E4M3)).has_value());
 }
 
 TEST(Engine, CancelFreesBlocksAndFinishesWithAbort) {

@@ -21,6 +21,7 @@ TEST(MemoryPlan, KvBytesPerTokenOfPublishedShapes) {
   EXPECT_EQ(config("llama-3-70b").kv_bytes_per_token(DType::kF16), 2 * 80 * 8 * 128 * 2);   // 320 KiB
   EXPECT_EQ(config("qwen2.5-7b").kv_bytes_per_token(DType::kF16), 2 * 28 * 4 * 128 * 2);    // 56 KiB
   EXPECT_EQ(config("llama-3-8b").kv_bytes_per_token(DType::kF32), 2 * 32 * 8 * 128 * 4);
+  EXPECT_EQ(config("llama-3-8b").kv_bytes_per_token(DType::kF8E4M3), 2 * 32 * 8 * 128);  // 64 KiB: FP8 cache
 }
 
 TEST(MemoryPlan, ParameterCountsOfPublishedShapes) {

@@ -369,8 +369,9 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 
 // The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
 bool use_mma(const RowAttentionParams& p) {
+  const DType t = p.cache.dtype;
   return p.tensor_cores && (p.tensor_cores_short || !row_attention_short(p.num_rows, p.max_keys)) &&
-         (p.cache.dtype == DType::kF16 || p.cache.dtype == DType::kBF16) &&
+         (t == DType::kF16 || t == DType::kBF16 || (t == DType::kF8E4M3 && p.cache.block_size % 16 == 0)) &&
          (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }
 
@@ -442,7 +443,8 @@ void row_attention(const RowAttentionParams& params, cudaStream_t s) {
     case DType::kF32: launch_rows<float>(p, grid, s); break;
     case DType::kF16: launch_rows<f16>(p, grid, s); break;
     case DType::kBF16: launch_rows<bf16>(p, grid, s); break;
-    default: PAGODA_CUDA_REQUIRE(false, "row_attention: kv dtype must be f32, f16 or bf16");
+    case DType::kF8E4M3: launch_rows<f8>(p, grid, s); break;
+    default: PAGODA_CUDA_REQUIRE(false, "row_attention: kv dtype must be f32, f16, bf16 or f8_e4m3");
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -33,11 +33,16 @@ constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
 // 3 stages (503 us), and an L2 bulk prefetch of each warp's chunks of the tile after next (502 us).
 constexpr int kMmaStages = 2;
 
-template <int D>
+// KVT: the cache's element type. 16-bit caches go through the ring as they are. An FP8 cache
+// (F8) goes through the ring as bytes (rows of D bytes) and each warp converts its rows of the
+// current tile to f16 in one converted tile (K, V) before the mma (exact: every E4M3 value is an
+// f16 value); the FP8 ring holds half the bytes of a 16-bit one.
+template <int D, bool F8 = false>
 struct MmaShape {
   static constexpr int LD = D + 8;  // padded shared-memory row (elements): ldmatrix rows hit distinct banks
   static constexpr int kTileElems = kMmaKeys * LD;
-  static constexpr int kSmem = kMmaStages * 2 * kTileElems * 2;  // stages x (K, V) x 16-bit
+  static constexpr int kRingTiles = F8 ? 1 : kMmaStages;  // 16-bit tiles (K and V each)
+  static constexpr int kSmem = kRingTiles * 2 * kTileElems * 2 + (F8 ? kMmaStages * 2 * kMmaKeys * D : 0);
   static_assert(kMmaWarps * kMmaHeads * D * 4 <= kTileElems * 2, "the warp merge's o fits in a K stage");
   static_assert(kMmaWarps * kMmaHeads * 2 * 4 <= kTileElems * 2, "the warp merge's m, l fit in a V stage");
 };
@@ -80,14 +85,21 @@ __device__ __forceinline__ void online_softmax_rows8(float (&sc)[2][4], float mx
 // block loads a tile together, row by row through the table, with a barrier per tile.
 template <class KVT, int D, bool CHUNKS>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
-  using S = MmaShape<D>;
+  constexpr bool F8 = std::is_same_v<KVT, f8>;
+  static_assert(!F8 || CHUNKS, "the FP8 ring is loaded per warp (block sizes a multiple of 16)");
+  using MT = std::conditional_t<F8, f16, KVT>;  // the mma's 16-bit type
+  using S = MmaShape<D, F8>;
   constexpr int LD = S::LD;
   constexpr int STAGES = kMmaStages;
+  constexpr int SLD = F8 ? D : LD;  // row stride of the ring (elements)
+  constexpr int kStageElems = kMmaKeys * SLD;
   extern __shared__ __align__(16) uint8_t smem[];
-  KVT* sK = reinterpret_cast<KVT*>(smem);  // [STAGES][kMmaKeys][LD]
-  KVT* sV = sK + STAGES * S::kTileElems;   // [STAGES][kMmaKeys][LD]
+  MT* sK = reinterpret_cast<MT*>(smem);        // 16-bit: the ring [STAGES][kMmaKeys][LD]; F8: the converted tile
+  MT* sV = sK + S::kRingTiles * S::kTileElems;  // the same for V
+  KVT* rK = F8 ? reinterpret_cast<KVT*>(sV + S::kRingTiles * S::kTileElems) : reinterpret_cast<KVT*>(sK);  // the ring
+  KVT* rV = F8 ? rK + STAGES * kStageElems : reinterpret_cast<KVT*>(sV);
   __shared__ int last_block;
-  const KVT tag{};
+  const MT tag{};
   pdl_trigger();
   pdl_wait();
 
@@ -109,7 +121,8 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
   const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
   const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
-  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int EPC = 16 / static_cast<int>(sizeof(KVT));  // elements a 16-byte chunk
+  constexpr int CPR = D / EPC;                               // 16-byte chunks per row
   auto split_end = [&](int split) { return min(ctx, lo + (split + 1) * per); };
   auto split_tiles = [&](int split) { return (split_end(split) - (lo + split * per) + kMmaKeys - 1) / kMmaKeys; };
   auto tile_first_key = [&](int split, int t) { return lo + split * per + t * kMmaKeys; };
@@ -127,10 +140,10 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   // Block-wide loading (!CHUNKS): thread rows crow + i * kRowsPerPass of a tile, one table entry each.
   constexpr int kRowsPerPass = kMmaWarps * 32 / CPR;
   constexpr int kPasses = CHUNKS ? 1 : kMmaKeys / kRowsPerPass;
-  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * 8;
+  const int crow = tid / CPR, cchunk = (tid - crow * CPR) * EPC;
   // Warp loading (CHUNKS): lane rows wrow + i * kLaneRowStep of the warp's 16 keys, column wcol.
   constexpr int kLaneRowStep = 32 / CPR, kLaneCopies = 16 / kLaneRowStep;
-  const int wrow = lane / CPR, wcol = (lane - wrow * CPR) * 8;
+  const int wrow = lane / CPR, wcol = (lane - wrow * CPR) * EPC;
   // The block-table entries the copies of the tile at cursor c need (CHUNKS: the warp's page). Read
   // one tile ahead of their use, so no cp.async waits on a dependent table load.
   auto fetch_pages = [&](const Cursor& c, int (&pages)[kPasses]) {
@@ -151,22 +164,22 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   // this warp's rows only.
   auto load_tile = [&](const Cursor& c, const int (&pages)[kPasses], int stage) {
     if (c.split < ns) {
-      KVT* dK = sK + stage * S::kTileElems;
-      KVT* dV = sV + stage * S::kTileElems;
+      KVT* dK = rK + stage * kStageElems;
+      KVT* dV = rV + stage * kStageElems;
       const int ke = split_end(c.split), k0 = tile_first_key(c.split, c.t);
       if constexpr (CHUNKS) {
         const int key0 = k0 + 16 * warp;
         const int in_page = key0 < ke ? key0 - page_of(key0) * bs : 0;
         const int64_t off = pages[0] * page_elems + head_elems + static_cast<int64_t>(in_page + wrow) * D + wcol;
-        const int drow = (16 * warp + wrow) * LD + wcol;
+        const int drow = (16 * warp + wrow) * SLD + wcol;
 #pragma unroll
         for (int i = 0; i < kLaneCopies; ++i) {
           const int key = key0 + wrow + i * kLaneRowStep;
           const bool valid = key < ke && key >= first;  // zero-fill, not read: masked keys stay finite
-          cp_async16(dK + drow + i * kLaneRowStep * LD, kc + off + i * kLaneRowStep * D, valid);
-          cp_async16(dV + drow + i * kLaneRowStep * LD, vc + off + i * kLaneRowStep * D, valid);
+          cp_async16(dK + drow + i * kLaneRowStep * SLD, kc + off + i * kLaneRowStep * D, valid);
+          cp_async16(dV + drow + i * kLaneRowStep * SLD, vc + off + i * kLaneRowStep * D, valid);
         }
-      } else {
+      } else if constexpr (!F8) {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
           const int row = crow + i * kRowsPerPass;
@@ -236,8 +249,31 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
     load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
     cp_async_wait<STAGES - 1>();
     tile_barrier();
-    const KVT* cK = sK + stage * S::kTileElems + warp * 16 * LD;
-    const KVT* cV = sV + stage * S::kTileElems + warp * 16 * LD;
+    if constexpr (F8) {
+      // This warp's 16 rows of K and V: FP8 ring stage -> f16 tile (16 values a 16-byte chunk).
+      constexpr int kChunks = 16 * CPR;
+#pragma unroll
+      for (int i = lane; i < 2 * kChunks; i += 32) {
+        const bool isv = i >= kChunks;
+        const int j = isv ? i - kChunks : i;
+        const int row = 16 * warp + j / CPR, c = j % CPR;
+        const uint4 q = *reinterpret_cast<const uint4*>((isv ? rV : rK) + stage * kStageElems + row * SLD + c * EPC);
+        uint4 h[2];
+        const uint16_t* q2 = reinterpret_cast<const uint16_t*>(&q);
+        uint32_t* hw = reinterpret_cast<uint32_t*>(h);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(q2[e], __NV_E4M3);
+          hw[e] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
+        }
+        uint4* dst = reinterpret_cast<uint4*>((isv ? sV : sK) + row * LD + c * EPC);
+        dst[0] = h[0];
+        dst[1] = h[1];
+      }
+      __syncwarp();
+    }
+    const MT* cK = sK + (F8 ? 0 : stage * S::kTileElems) + warp * 16 * LD;
+    const MT* cV = sV + (F8 ? 0 : stage * S::kTileElems) + warp * 16 * LD;
 
     // S = Q K^T over this warp's 16 keys (two n8 tiles).
     float sc[2][4];
@@ -294,8 +330,8 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
       __syncthreads();  // CHUNKS: every warp is done reading this stage
       lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
       lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
-      float* o_s = reinterpret_cast<float*>(sK + stage * S::kTileElems);   // [warp][head][D]
-      float* ml_s = reinterpret_cast<float*>(sV + stage * S::kTileElems);  // [warp][head][2]
+      float* o_s = reinterpret_cast<float*>(sK + (F8 ? 0 : stage * S::kTileElems));   // [warp][head][D]
+      float* ml_s = reinterpret_cast<float*>(sV + (F8 ? 0 : stage * S::kTileElems));  // [warp][head][2]
       if (g < nh) {
 #pragma unroll
         for (int dn = 0; dn < D / 8; ++dn) {
@@ -322,7 +358,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
 
 template <class KVT, int D, bool CHUNKS>
 void launch_mma_kernel(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  constexpr int smem = MmaShape<D>::kSmem;
+  constexpr int smem = MmaShape<D, std::is_same_v<KVT, f8>>::kSmem;
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
     CUDA_CHECK(cudaFuncSetAttribute(row_attention_mma_kernel<KVT, D, CHUNKS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -333,8 +369,14 @@ void launch_mma_kernel(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 }
 template <class KVT, int D>
 void launch_mma_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  if (p.cache.block_size % 16 == 0) launch_mma_kernel<KVT, D, true>(p, grid, s);
-  else launch_mma_kernel<KVT, D, false>(p, grid, s);
+  if constexpr (std::is_same_v<KVT, f8>) {
+    PAGODA_CUDA_REQUIRE(p.cache.block_size % 16 == 0, "row_attention: the FP8 tensor-core kernel needs block sizes a multiple of 16");
+    launch_mma_kernel<KVT, D, true>(p, grid, s);
+  } else if (p.cache.block_size % 16 == 0) {
+    launch_mma_kernel<KVT, D, true>(p, grid, s);
+  } else {
+    launch_mma_kernel<KVT, D, false>(p, grid, s);
+  }
 }
 
 }  // namespace
@@ -342,6 +384,7 @@ void launch_mma_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 void row_attention_detail::launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   const bool d128 = p.cache.head_dim == 128;
   if (p.cache.dtype == DType::kF16) d128 ? launch_mma_d<f16, 128>(p, grid, s) : launch_mma_d<f16, 64>(p, grid, s);
+  else if (p.cache.dtype == DType::kF8E4M3) d128 ? launch_mma_d<f8, 128>(p, grid, s) : launch_mma_d<f8, 64>(p, grid, s);
   else d128 ? launch_mma_d<bf16, 128>(p, grid, s) : launch_mma_d<bf16, 64>(p, grid, s);
 }
 

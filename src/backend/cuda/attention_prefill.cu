@@ -27,15 +27,30 @@ constexpr float kLog2e = 1.4426950408889634f;
 // kBM queries per block, 16 per warp. Tile 128 (QS): the Q fragments are re-read from shared
 // memory for every K tile instead of living in registers, so that two 8-warp blocks fit an SM
 // (128 registers): 254.7 vs 226.0 TFLOP/s at 8192 causal tokens on the H200 (CudaKernelBench).
+// An FP8 cache (KVT = f8) streams through the ring as bytes (rows of D) and the block converts each
+// tile to f16 (exact) in one converted K / V tile before the mma; Q and P are then f16.
+template <class KVT, int D>
+struct PrefillSmem {
+  static constexpr bool F8 = std::is_same_v<KVT, f8>;
+  static constexpr int LD = D + 8;
+  // bytes: Q tile + the 16-bit K / V tiles (the ring, or F8's converted tile) + F8's byte ring
+  static constexpr int bytes(int kBM) { return (kBM + (F8 ? 2 : 4) * kBN) * LD * 2 + (F8 ? 4 * kBN * D : 0); }
+};
+
 template <class KVT, int D, int kBM, bool QS = (kBM == 128)>
 __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(PrefillAttentionParams p) {
+  constexpr bool F8 = PrefillSmem<KVT, D>::F8;
+  using MT = std::conditional_t<F8, f16, KVT>;  // the mma's 16-bit type
   constexpr int kThreads = kBM * 2;
   constexpr int LD = D + 8;  // padded shared-memory row (elements)
+  constexpr int SLD = F8 ? D : LD;  // row stride of the ring (elements)
   extern __shared__ __align__(16) uint8_t smem[];
-  KVT* sQ = reinterpret_cast<KVT*>(smem);
-  KVT* sK = sQ + kBM * LD;       // [2][kBN][LD]
-  KVT* sV = sK + 2 * kBN * LD;   // [2][kBN][LD]
-  const KVT tag{};
+  MT* sQ = reinterpret_cast<MT*>(smem);
+  MT* sK = sQ + kBM * LD;                    // 16-bit: [2][kBN][LD]; F8: [kBN][LD] converted
+  MT* sV = sK + (F8 ? 1 : 2) * kBN * LD;     // the same for V
+  KVT* rK = F8 ? reinterpret_cast<KVT*>(sV + kBN * LD) : reinterpret_cast<KVT*>(sK);  // the ring [2][kBN][SLD]
+  KVT* rV = F8 ? rK + 2 * kBN * SLD : reinterpret_cast<KVT*>(sV);
+  const MT tag{};
   pdl_trigger();
   pdl_wait();
 
@@ -72,12 +87,13 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     *reinterpret_cast<uint2*>(sQ + row * LD + c) = packed;
   }
 
+  constexpr int EPC = 16 / static_cast<int>(sizeof(KVT));  // elements a 16-byte chunk
+  constexpr int CPR = D / EPC;                               // 16-byte chunks per row
   auto load_tile = [&](int t, int stage) {
-    KVT* dK = sK + stage * kBN * LD;
-    KVT* dV = sV + stage * kBN * LD;
-    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    KVT* dK = rK + stage * kBN * SLD;
+    KVT* dV = rV + stage * kBN * SLD;
     for (int i = tid; i < kBN * CPR; i += kThreads) {
-      const int row = i / CPR, c = (i - row * CPR) * 8;
+      const int row = i / CPR, c = (i - row * CPR) * EPC;
       const int key = t * kBN + row;
       const bool valid = key < kv_end;
       int64_t off = 0;
@@ -85,8 +101,8 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
         const int blk = bs_pow2 ? key >> bs_shift : key / bs;
         off = ((static_cast<int64_t>(table[blk]) * KVH + kvh) * bs + (key - blk * bs)) * D + c;
       }
-      cp_async16(dK + row * LD + c, kc + off, valid);
-      cp_async16(dV + row * LD + c, vc + off, valid);
+      cp_async16(dK + row * SLD + c, kc + off, valid);
+      cp_async16(dV + row * SLD + c, vc + off, valid);
     }
     cp_async_commit();
   };
@@ -94,7 +110,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
   load_tile(t_begin, 0);
   __syncthreads();  // Q tile stored
 
-  const KVT* qsrc = sQ + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+  const MT* qsrc = sQ + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
   uint32_t qf[QS ? 1 : D / 16][4];
   if constexpr (!QS) {
 #pragma unroll
@@ -119,8 +135,29 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
       cp_async_wait<0>();
     }
     __syncthreads();
-    const KVT* cK = sK + stage * kBN * LD;
-    const KVT* cV = sV + stage * kBN * LD;
+    if constexpr (F8) {
+      // The tile: FP8 ring stage -> f16 (16 values a 16-byte chunk), then every warp reads it.
+      for (int i = tid; i < 2 * kBN * CPR; i += kThreads) {
+        const bool isv = i >= kBN * CPR;
+        const int j = isv ? i - kBN * CPR : i;
+        const int row = j / CPR, c = j - row * CPR;
+        const uint4 q = *reinterpret_cast<const uint4*>((isv ? rV : rK) + stage * kBN * SLD + row * SLD + c * EPC);
+        uint4 hv[2];
+        const uint16_t* q2 = reinterpret_cast<const uint16_t*>(&q);
+        uint32_t* hw = reinterpret_cast<uint32_t*>(hv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(q2[e], __NV_E4M3);
+          hw[e] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
+        }
+        uint4* dst = reinterpret_cast<uint4*>((isv ? sV : sK) + row * LD + c * EPC);
+        dst[0] = hv[0];
+        dst[1] = hv[1];
+      }
+      __syncthreads();
+    }
+    const MT* cK = sK + (F8 ? 0 : stage * kBN * LD);
+    const MT* cV = sV + (F8 ? 0 : stage * kBN * LD);
 
     float s[8][4];
 #pragma unroll
@@ -182,7 +219,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
         mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
       }
     }
-    __syncthreads();  // this stage is overwritten by the load two iterations on
+    __syncthreads();  // this stage (F8: the converted tile) is overwritten by a later iteration
   }
 
   float inv[2];
@@ -212,7 +249,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
 
 template <class KVT, int D, int kBM>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
-  constexpr int smem = (kBM + 4 * kBN) * (D + 8) * static_cast<int>(sizeof(KVT));
+  constexpr int smem = PrefillSmem<KVT, D>::bytes(kBM);
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D, kBM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -225,26 +262,29 @@ void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
   launch_pdl(prefill_attention_kernel<KVT, D, kBM>, grid, dim3(kBM * 2), smem, s, p);
 }
 
+template <class KVT, int kBM>
+void launch_dtype(const PrefillAttentionParams& p, cudaStream_t s) {
+  if (p.cache.head_dim == 64) launch_prefill<KVT, 64, kBM>(p, s);
+  else launch_prefill<KVT, 128, kBM>(p, s);
+}
 template <int kBM>
 void launch_tile(const PrefillAttentionParams& p, cudaStream_t s) {
-  const bool bf = p.cache.dtype == DType::kBF16;
-  if (p.cache.head_dim == 64) {
-    bf ? launch_prefill<bf16, 64, kBM>(p, s) : launch_prefill<f16, 64, kBM>(p, s);
-  } else {
-    bf ? launch_prefill<bf16, 128, kBM>(p, s) : launch_prefill<f16, 128, kBM>(p, s);
-  }
+  if (p.cache.dtype == DType::kBF16) launch_dtype<bf16, kBM>(p, s);
+  else if (p.cache.dtype == DType::kF8E4M3) launch_dtype<f8, kBM>(p, s);
+  else launch_dtype<f16, kBM>(p, s);
 }
 
 }  // namespace
 
 bool prefill_attention_supported(int64_t head_dim, DType kv_dtype) {
-  return (head_dim == 64 || head_dim == 128) && (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16);
+  return (head_dim == 64 || head_dim == 128) &&
+         (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16 || kv_dtype == DType::kF8E4M3);
 }
 
 void PrefillAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(q && out && seqs && items && block_tables && cache.k && cache.v, "prefill_attention: missing input");
   PAGODA_CUDA_REQUIRE(prefill_attention_supported(cache.head_dim, cache.dtype),
-                      "prefill_attention: head_dim 64/128 with an f16/bf16 cache only");
+                      "prefill_attention: head_dim 64/128 with an f16, bf16 or f8_e4m3 cache only");
   PAGODA_CUDA_REQUIRE(num_heads % cache.num_kv_heads == 0, "prefill_attention: heads");
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "prefill_attention: out dtype");
   PAGODA_CUDA_REQUIRE(q_stride % 4 == 0 && out_stride % 2 == 0, "prefill_attention: strides");

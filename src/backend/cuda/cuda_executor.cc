@@ -253,8 +253,9 @@ Status CudaExecutor::init() {
     knockout_ = std::string(",") + e + ",";
     std::fprintf(stderr, "pagoda: PAGODA_CUDA_KNOCKOUT=%s: these ops are skipped, outputs are wrong (timing only)\n", e);
   }
-  if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16)
-    return invalid_argument("CUDA KV cache dtype must be f32, f16 or bf16, got {}", dtype_name(spec_.dtype));
+  if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16 &&
+      spec_.dtype != DType::kF8E4M3)
+    return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
   if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)
     return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);

@@ -15,7 +15,7 @@
 
 namespace pagoda::cuda {
 
-inline int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline int64_t elem_bytes(DType t) { return row_bytes(t, 1); }  // plain types: f32, f16, bf16, f8_e4m3
 inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 // --dtype auto | f32 | bf16 -> the compute dtype (auto: f32 for f32 weights, else bf16).

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,10 +18,14 @@ namespace pagoda::cuda {
 
 using bf16 = __nv_bfloat16;
 using f16 = __half;
+// The FP8 KV cache (DType::kF8E4M3): conversions round to nearest even and saturate finite values
+// to +-448 (__NV_SATFINITE), bit for bit common/half.h's f32_to_fp8_e4m3.
+using f8 = __nv_fp8_e4m3;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(f8 v) { return static_cast<float>(v); }
 
 template <class T>
 __device__ __forceinline__ T from_f32(float v);
@@ -30,20 +35,27 @@ template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ f8 from_f32<f8>(float v) { return f8(v); }
 
-// Store a float into a buffer of runtime dtype (f32 | f16 | bf16).
+// Store a float into a buffer of runtime dtype (f32 | f16 | bf16 | f8_e4m3).
 __device__ __forceinline__ void store_as(void* base, DType dt, int64_t idx, float v) {
   if (dt == DType::kF32) static_cast<float*>(base)[idx] = v;
   else if (dt == DType::kBF16) static_cast<bf16*>(base)[idx] = __float2bfloat16_rn(v);
+  else if (dt == DType::kF8E4M3) static_cast<f8*>(base)[idx] = f8(v);
   else static_cast<f16*>(base)[idx] = __float2half_rn(v);
 }
 
-// Four consecutive values at base[idx] (idx a multiple of 4, the address 8- or 16-byte aligned):
-// one 8-byte store for 16-bit types, one 16-byte store for f32.
+// Four consecutive values at base[idx] (idx a multiple of 4, the address 4-, 8- or 16-byte
+// aligned): one 4-byte store for FP8, one 8-byte store for 16-bit types, one 16-byte store for f32.
 template <class T>
 __device__ __forceinline__ void store4(T* base, int64_t idx, float4 v) {
   if constexpr (sizeof(T) == 4) {
     *reinterpret_cast<float4*>(base + idx) = v;
+  } else if constexpr (sizeof(T) == 1) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x, v.y), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z, v.w), __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<uint32_t*>(base + idx) = lo | (hi << 16);
   } else {
     uint2 u;
     if constexpr (std::is_same_v<T, bf16>) {
@@ -56,10 +68,11 @@ __device__ __forceinline__ void store4(T* base, int64_t idx, float4 v) {
     *reinterpret_cast<uint2*>(base + idx) = u;
   }
 }
-// The same into a buffer of runtime dtype (f32 | f16 | bf16).
+// The same into a buffer of runtime dtype (f32 | f16 | bf16 | f8_e4m3).
 __device__ __forceinline__ void store4_as(void* base, DType dt, int64_t idx, float4 v) {
   if (dt == DType::kF32) store4(static_cast<float*>(base), idx, v);
   else if (dt == DType::kBF16) store4(static_cast<bf16*>(base), idx, v);
+  else if (dt == DType::kF8E4M3) store4(static_cast<f8*>(base), idx, v);
   else store4(static_cast<f16*>(base), idx, v);
 }
 
