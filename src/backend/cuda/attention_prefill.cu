@@ -141,18 +141,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
         const bool isv = i >= kBN * CPR;
         const int j = isv ? i - kBN * CPR : i;
         const int row = j / CPR, c = j - row * CPR;
-        const uint4 q = *reinterpret_cast<const uint4*>((isv ? rV : rK) + stage * kBN * SLD + row * SLD + c * EPC);
-        uint4 hv[2];
-        const uint16_t* q2 = reinterpret_cast<const uint16_t*>(&q);
-        uint32_t* hw = reinterpret_cast<uint32_t*>(hv);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(q2[e], __NV_E4M3);
-          hw[e] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
-        }
-        uint4* dst = reinterpret_cast<uint4*>((isv ? sV : sK) + row * LD + c * EPC);
-        dst[0] = hv[0];
-        dst[1] = hv[1];
+        fp8x16_to_f16((isv ? rV : rK) + stage * kBN * SLD + row * SLD + c * EPC, (isv ? sV : sK) + row * LD + c * EPC);
       }
       __syncthreads();
     }

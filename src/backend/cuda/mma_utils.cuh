@@ -23,6 +23,22 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// 16 FP8 E4M3 values (one 16-byte chunk of shared memory) to 16 f16 values at dst (32 bytes,
+// 16-byte aligned): exact, every E4M3 value is an f16 value.
+__device__ __forceinline__ void fp8x16_to_f16(const void* src, void* dst) {
+  const uint4 q = *static_cast<const uint4*>(src);
+  const uint16_t* q2 = reinterpret_cast<const uint16_t*>(&q);
+  uint4 h[2];
+  uint32_t* hw = reinterpret_cast<uint32_t*>(h);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(q2[e], __NV_E4M3);
+    hw[e] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
+  }
+  static_cast<uint4*>(dst)[0] = h[0];
+  static_cast<uint4*>(dst)[1] = h[1];
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
