@@ -104,7 +104,8 @@ bench_model() {  # SHAPE
 #   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
-#   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s)
+#   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
+#             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
 #   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt; decodeunfused8b /
@@ -136,7 +137,10 @@ stage_tp1000() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  TAILN=12 step tp1000_$1 ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs ${TP_SEQS:-256}
+  local seqs
+  for seqs in ${TP_SEQS:-256}; do
+    TAILN=12 step tp1000_$1_${TP_KV:-bf16}_$seqs ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+  done
 }
 # The server and the Engine front ends on the device: `pagoda serve --device cuda` answers a
 # completion; `pagoda bench throughput --device cuda` (Engine, batched vs one at a time).

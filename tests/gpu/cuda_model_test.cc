@@ -222,8 +222,9 @@ TEST(CudaParity, Bf16PathMatchesTransformersOnRandomModels) {
 
 // The FP8 E4M3 KV cache (--kv-dtype f8_e4m3) on the bf16 path: each key and value keeps 3 mantissa
 // bits, so the logits may move further from transformers' fp32 run than the bf16 path's bound.
-// Bounds: 4x the bf16 path's max |logit diff| and the top-1 token at 3 of 4 scored positions or
-// more. [first device run pending: calibrate from the printed figures]
+// Bounds: 4x the bf16 path's max |logit diff| and the top-1 token at 17 of 20 scored positions or
+// more. Measured on the H200 (Llama-3, Qwen2, Qwen3 shapes, prompts of 1 to 300 tokens): max
+// |diff| 1.4-3.0e-2 x range against bounds of 4-6e-2; top-1 at 271 of 300 (0.90) or more.
 TEST(CudaParity, Fp8KvCacheStaysNearTransformers) {
   PAGODA_REQUIRE_GPU();
   const std::string dir = test::gpu_ref_dir();
@@ -259,7 +260,7 @@ TEST(CudaParity, Fp8KvCacheStaysNearTransformers) {
       for (size_t q = 0; q < top1.size(); ++q) same_top1 += argmax(got.logits.data() + q * V, V) == top1[q];
       const std::string label = set + "/" + prompt_name.get<std::string>() + " kv f8_e4m3";
       EXPECT_LE(worst, bound) << label << ": max |logit diff| " << worst;
-      EXPECT_GE(4 * same_top1, 3 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
+      EXPECT_GE(20 * same_top1, 17 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
       const double range = ref["logit_range"].get<double>();
       std::printf("[gpu-parity] %-34s max|diff| %.2e = %.2e x range (bound %.1e x range), top-1 %zu/%zu\n", label.c_str(),
                   worst, worst / range, bound / range, same_top1, top1.size());

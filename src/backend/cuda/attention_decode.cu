@@ -14,10 +14,11 @@
 // tokens into itself (p.rope: one kernel and one dependent round trip fewer a layer at batch 1).
 //
 // Two kernels share that outline (row_attention.cuh):
-// - row_attention_mma_kernel (attention_decode_mma.cu; tensor_cores set, f16 / bf16 caches at head_dim 64 and 128: the
-//   bf16 decode of the real models): the GQA heads of the block are the rows of an m16n8k16 tile,
-//   K / V tiles of 64 keys go through shared memory (cp.async, double-buffered), S = Q K^T and
-//   O += P V on tensor cores with Q and P rounded to the cache type (as the prefill kernel does).
+// - row_attention_mma_kernel (attention_decode_mma.cu; tensor_cores set, f16 / bf16 / FP8 caches at head_dim 64 and
+//   128: the decode of the real models): the keys are the rows of an m16n8k16 tile and the block's
+//   GQA heads its columns, K / V tiles of 64 keys go through shared memory (cp.async,
+//   double-buffered), S^T = K Q^T and O^T += V^T P^T on tensor cores with Q and P rounded to the
+//   16-bit type (as the prefill kernel does; f16 for FP8, whose values convert exactly).
 //   A SIMT version of that per-key work was bound by issue (16-bit -> f32 conversions, 4-level
 //   shuffle reductions, FMAs: 50 % of copy bandwidth at 256 rows x 1500 keys), and a cp.async
 //   pipeline in front of the same arithmetic did not help (43.6 %).

@@ -10,9 +10,10 @@
 namespace pagoda::cuda::row_attention_detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
-// The tensor-core kernel's query heads per block (rows 0..7 of the m16 tile) and
-// blocks resident an SM at D = 128 (140 registers a thread with per-warp loading, 166 without;
-// 70 KiB of shared memory); D = 64 fits more, the grid sizing uses this figure for both.
+// The tensor-core kernel's query heads per block (the n8 columns of its mma) and blocks resident an
+// SM at D = 128 with a 16-bit cache (70 KiB of shared memory; 93 registers a thread with per-warp
+// loading, 124 without); D = 64 and an FP8 cache (37 KiB, 122 registers: 4 blocks) fit more, the
+// grid sizing uses this figure for all.
 constexpr int kMmaHeads = 8;
 constexpr int kMmaBlocksPerSm = 3;
 
