@@ -196,7 +196,9 @@ TEST(Engine, KvDtypesTheCpuCannotStoreAreAClearError) {
     ASSERT_FALSE(engine.ok()) << dtype_name(kv);
     EXPECT_NE(engine.status().message().find(std::string(dtype_name(kv))), std::string::npos) << engine.status().message();
     EXPECT_NE(engine.status().message().find("f16"), std::string::npos) << engine.status().message();
-    if (kv == DType::kF8E4M3) EXPECT_NE(engine.status().message().find("cuda"), std::string::npos) << engine.status().message();
+    if (kv == DType::kF8E4M3) {
+      EXPECT_NE(engine.status().message().find("cuda"), std::string::npos) << engine.status().message();
+    }
   }
   // "fp8" names the E4M3 cache, as vLLM's --kv-cache-dtype does.
   EXPECT_EQ(dtype_from_name("fp8"), DType::kF8E4M3);
