@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -186,37 +187,64 @@ TEST(CudaParity, CpuAndCudaAgreeOnTheF32Path) {
   }
 }
 
+// One prompt of a transformers reference set (tools/make_gpu_references.py, random BF16 models).
+struct GpuRefPrompt {
+  std::string label;  // set/prompt
+  std::string base;   // its files without the extension (.json, .f32)
+  json ref;
+  std::vector<int32_t> prompt;
+  int64_t vocab = 0;
+  std::vector<int64_t> positions;  // the scored positions
+  int steps = 0;                   // greedy continuation length
+};
+// Calls fn(loaded model, prompt) for every prompt of every set of the reference directory; returns
+// how many prompts there were.
+int for_each_gpu_reference(const std::string& dir, const std::function<void(const LoadedModel&, const GpuRefPrompt&)>& fn) {
+  json index = read_json(dir + "/index.json");
+  int count = 0;
+  for (auto& [set, s] : index["sets"].items()) {
+    ModelLoadOptions lo;
+    lo.cpu_kernels = false;
+    auto loaded = load_model(dir + "/" + s["checkpoint"].get<std::string>(), lo);
+    EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+    if (!loaded.ok()) continue;
+    for (const auto& prompt_name : s["prompts"]) {
+      GpuRefPrompt p;
+      p.label = set + "/" + prompt_name.get<std::string>();
+      p.base = dir + "/" + p.label;
+      p.ref = read_json(p.base + ".json");
+      p.prompt = p.ref["prompt_ids"].get<std::vector<int32_t>>();
+      p.vocab = p.ref["vocab_size"].get<int64_t>();
+      p.positions = p.ref["logits_positions"].get<std::vector<int64_t>>();
+      p.steps = static_cast<int>(p.ref["greedy"]["ids"].size());
+      fn(*loaded, p);
+      ++count;
+    }
+  }
+  return count;
+}
+// The prompt and its greedy continuation on a bf16 CUDA executor with a KV cache of type kv.
+RunResult run_gpu_reference(const LoadedModel& loaded, const GpuRefPrompt& p, DType kv) {
+  int64_t nblocks = 0;
+  auto ex = cuda_executor_for(loaded, static_cast<int64_t>(p.prompt.size()), p.steps, "bf16", kv, &nblocks);
+  EXPECT_TRUE(ex.ok()) << ex.status().to_string();
+  if (!ex.ok()) return {};
+  return run_executor(**ex, loaded.config, p.prompt, p.steps, nblocks);
+}
+
 TEST(CudaParity, Bf16PathMatchesTransformersOnRandomModels) {
   PAGODA_REQUIRE_GPU();
   const std::string dir = test::gpu_ref_dir();
   if (dir.empty() || !fs::exists(dir + "/index.json"))
     GTEST_SKIP() << "PAGODA_GPU_REF_DIR unset or without index.json: run tools/make_gpu_references.py on the GPU machine";
-  json index = read_json(dir + "/index.json");
-  int checked = 0;
-  for (auto& [set, s] : index["sets"].items()) {
-    const std::string path = dir + "/" + s["checkpoint"].get<std::string>();
-    ModelLoadOptions lo;
-    lo.cpu_kernels = false;
-    auto loaded = load_model(path, lo);
-    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const int checked = for_each_gpu_reference(dir, [&](const LoadedModel& loaded, const GpuRefPrompt& p) {
     for (DType kv : {DType::kBF16, DType::kF16}) {
-      for (const auto& prompt_name : s["prompts"]) {
-        const std::string base = dir + "/" + set + "/" + prompt_name.get<std::string>();
-        json ref = read_json(base + ".json");
-        const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-        const int64_t V = ref["vocab_size"].get<int64_t>();
-        const auto positions = ref["logits_positions"].get<std::vector<int64_t>>();
-        const int steps = static_cast<int>(ref["greedy"]["ids"].size());
-        int64_t nblocks = 0;
-        auto ex = cuda_executor_for(*loaded, static_cast<int64_t>(prompt.size()), steps, "bf16", kv, &nblocks);
-        ASSERT_TRUE(ex.ok()) << ex.status().to_string();
-        RunResult got = run_executor(**ex, loaded->config, prompt, steps, nblocks);
-        check_prompt(got, ref, read_f32(base + ".f32", positions.size() * V), ref["tolerance"], V,
-                     set + "/" + prompt_name.get<std::string>() + " kv " + std::string(dtype_name(kv)));
-        ++checked;
-      }
+      RunResult got = run_gpu_reference(loaded, p, kv);
+      if (got.logits.empty()) continue;
+      check_prompt(got, p.ref, read_f32(p.base + ".f32", p.positions.size() * p.vocab), p.ref["tolerance"], p.vocab,
+                   p.label + " kv " + std::string(dtype_name(kv)));
     }
-  }
+  });
   EXPECT_GT(checked, 0);
 }
 
@@ -230,43 +258,26 @@ TEST(CudaParity, Fp8KvCacheStaysNearTransformers) {
   const std::string dir = test::gpu_ref_dir();
   if (dir.empty() || !fs::exists(dir + "/index.json"))
     GTEST_SKIP() << "PAGODA_GPU_REF_DIR unset or without index.json: run tools/make_gpu_references.py on the GPU machine";
-  json index = read_json(dir + "/index.json");
-  int checked = 0;
-  for (auto& [set, s] : index["sets"].items()) {
-    const std::string path = dir + "/" + s["checkpoint"].get<std::string>();
-    ModelLoadOptions lo;
-    lo.cpu_kernels = false;
-    auto loaded = load_model(path, lo);
-    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    for (const auto& prompt_name : s["prompts"]) {
-      const std::string base = dir + "/" + set + "/" + prompt_name.get<std::string>();
-      json ref = read_json(base + ".json");
-      const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-      const int64_t V = ref["vocab_size"].get<int64_t>();
-      const auto positions = ref["logits_positions"].get<std::vector<int64_t>>();
-      const auto top1 = ref["top1"].get<std::vector<int32_t>>();
-      const int steps = static_cast<int>(ref["greedy"]["ids"].size());
-      int64_t nblocks = 0;
-      auto ex = cuda_executor_for(*loaded, static_cast<int64_t>(prompt.size()), steps, "bf16", DType::kF8E4M3, &nblocks);
-      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
-      RunResult got = run_executor(**ex, loaded->config, prompt, steps, nblocks);
-      const auto ref_logits = read_f32(base + ".f32", positions.size() * V);
-      const double bound = 4 * ref["tolerance"]["max_abs_diff"].get<double>();
-      double worst = 0;
-      for (size_t r = 0; r < positions.size(); ++r)
-        for (int64_t v = 0; v < V; ++v)
-          worst = std::max(worst, std::abs(static_cast<double>(got.logits[positions[r] * V + v]) - ref_logits[r * V + v]));
-      size_t same_top1 = 0;
-      for (size_t q = 0; q < top1.size(); ++q) same_top1 += argmax(got.logits.data() + q * V, V) == top1[q];
-      const std::string label = set + "/" + prompt_name.get<std::string>() + " kv f8_e4m3";
-      EXPECT_LE(worst, bound) << label << ": max |logit diff| " << worst;
-      EXPECT_GE(20 * same_top1, 17 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
-      const double range = ref["logit_range"].get<double>();
-      std::printf("[gpu-parity] %-34s max|diff| %.2e = %.2e x range (bound %.1e x range), top-1 %zu/%zu\n", label.c_str(),
-                  worst, worst / range, bound / range, same_top1, top1.size());
-      ++checked;
-    }
-  }
+  const int checked = for_each_gpu_reference(dir, [&](const LoadedModel& loaded, const GpuRefPrompt& p) {
+    RunResult got = run_gpu_reference(loaded, p, DType::kF8E4M3);
+    if (got.logits.empty()) return;
+    const int64_t V = p.vocab;
+    const auto top1 = p.ref["top1"].get<std::vector<int32_t>>();
+    const auto ref_logits = read_f32(p.base + ".f32", p.positions.size() * V);
+    const double bound = 4 * p.ref["tolerance"]["max_abs_diff"].get<double>();
+    double worst = 0;
+    for (size_t r = 0; r < p.positions.size(); ++r)
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, std::abs(static_cast<double>(got.logits[p.positions[r] * V + v]) - ref_logits[r * V + v]));
+    size_t same_top1 = 0;
+    for (size_t q = 0; q < top1.size(); ++q) same_top1 += argmax(got.logits.data() + q * V, V) == top1[q];
+    const std::string label = p.label + " kv f8_e4m3";
+    EXPECT_LE(worst, bound) << label << ": max |logit diff| " << worst;
+    EXPECT_GE(20 * same_top1, 17 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
+    const double range = p.ref["logit_range"].get<double>();
+    std::printf("[gpu-parity] %-34s max|diff| %.2e = %.2e x range (bound %.1e x range), top-1 %zu/%zu\n", label.c_str(),
+                worst, worst / range, bound / range, same_top1, top1.size());
+  });
   EXPECT_GT(checked, 0);
 }
 
