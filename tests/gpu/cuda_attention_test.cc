@@ -186,16 +186,18 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
         tb += nq;
       }
       for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
-      // A smaller grid (blocks loop over more splits) gives the same bits: a row's arithmetic does
-      // not depend on the grid.
-      p.num_sms = 1;
-      p.max_keys = 9000;
-      CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
-      cuda::row_attention(p, nullptr);
-      auto again = download_as(out, (T + 1) * width, cs.out);
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(std::memcmp(&got[i], &again[i], sizeof(float)), 0)
-            << "grid-dependent result at " << i << " tensor cores " << mma << " splits <= " << splits;
+      // A smaller grid (blocks loop over more splits) and the largest one (a block a split) give
+      // the same bits: a row's arithmetic does not depend on the grid.
+      for (int sms : {1, 1 << 20}) {
+        p.num_sms = sms;
+        p.max_keys = 9000;
+        CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
+        cuda::row_attention(p, nullptr);
+        auto again = download_as(out, (T + 1) * width, cs.out);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(std::memcmp(&got[i], &again[i], sizeof(float)), 0)
+              << "grid-dependent result at " << i << " tensor cores " << mma << " splits <= " << splits << " sms " << sms;
+      }
     }
   }
 }
