@@ -112,10 +112,11 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
       {8, 8, 128, 48, DType::kF16, 0, DType::kBF16},  {8, 2, 64, 1, DType::kBF16, 0, DType::kF32},
       {32, 8, 128, 16, DType::kBF16, 300, DType::kF32},
       {28, 4, 128, 16, DType::kBF16, 0, DType::kBF16}, {16, 1, 64, 16, DType::kF16, 0, DType::kF32},
-      // FP8 E4M3 caches: tensor cores at block sizes a multiple of 16 (and a window, head_dim 64),
-      // the SIMT kernel only at block size 8.
+      // FP8 E4M3 caches: tensor cores at block sizes a multiple of 16 (head_dim 64 and 128, a
+      // window, GQA 7 with a window at head_dim 64), the SIMT kernel only at block size 8.
       {32, 8, 128, 16, DType::kF8E4M3, 0, DType::kF32}, {16, 2, 64, 32, DType::kF8E4M3, 0, DType::kBF16},
       {32, 8, 128, 16, DType::kF8E4M3, 300, DType::kF32}, {8, 2, 128, 8, DType::kF8E4M3, 0, DType::kF32},
+      {28, 4, 64, 16, DType::kF8E4M3, 37, DType::kF32},
   };
   std::mt19937 rng(99);
   for (const AttnCase& cs : cases) {
@@ -157,8 +158,9 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
     const RowBatch rb(row_tok, row_seq, row_ctx, tables, stride, cs);
     cuda::DeviceBuffer out((T + 1) * width * 4);
     cuda::RowAttentionParams p = rb.params(cs, dq.as<float>(), out.get(), fx.layer());
-    // 16-bit caches at head_dim 64 / 128 have a tensor-core kernel (Q and P rounded to the cache
-    // type: the prefill kernel's bounds); everything runs the f32 SIMT kernel too.
+    // 16-bit caches, and FP8 ones at block sizes a multiple of 16, at head_dim 64 / 128 have a
+    // tensor-core kernel (Q and P rounded to the 16-bit type, f16 for FP8: the prefill kernel's
+    // bounds); everything runs the f32 SIMT kernel too.
     const bool has_mma = cs.kv != DType::kF32 && (cs.head_dim == 64 || cs.head_dim == 128) &&
                          (cs.kv != DType::kF8E4M3 || cs.block_size % 16 == 0);
     // The tensor-core kernel with a row's splits bounded by 32 (one per 256 keys), 3 and 1

@@ -14,8 +14,8 @@
 // tokens into itself (p.rope: one kernel and one dependent round trip fewer a layer at batch 1).
 //
 // Two kernels share that outline (row_attention.cuh):
-// - row_attention_mma_kernel (attention_decode_mma.cu; tensor_cores set, f16 / bf16 / FP8 caches at head_dim 64 and
-//   128: the decode of the real models): the keys are the rows of an m16n8k16 tile and the block's
+// - row_attention_mma_kernel (attention_decode_mma.cu; tensor_cores set, f16 / bf16 caches, and FP8 ones at block
+//   sizes a multiple of 16, at head_dim 64 and 128: the decode of the real models): the keys are the rows of an m16n8k16 tile and the block's
 //   GQA heads its columns, K / V tiles of 64 keys go through shared memory (cp.async,
 //   double-buffered), S^T = K Q^T and O^T += V^T P^T on tensor cores with Q and P rounded to the
 //   16-bit type (as the prefill kernel does; f16 for FP8, whose values convert exactly).
@@ -23,7 +23,7 @@
 //   shuffle reductions, FMAs: 50 % of copy bandwidth at 256 rows x 1500 keys), and a cp.async
 //   pipeline in front of the same arithmetic did not help (43.6 %).
 // - row_attention_kernel (this file, with row_attention()'s dispatch), everything else (f32 caches or f32 compute, other head dims, strided up
-//   to 256): each warp loads KPW keys at a time straight into registers, LPK lanes per key, every
+//   to 256, FP8 caches at other block sizes, short launches): each warp loads KPW keys at a time straight into registers, LPK lanes per key, every
 //   lane NV dims of the head, K and V of 16-bit caches kept packed until used; scores are a dot
 //   product and an LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into
 //   q), P.V accumulates in registers in f32.
@@ -368,7 +368,8 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
-// The tensor-core kernel applies: asked for, not a short launch, 16-bit cache, head_dim 64 / 128.
+// The tensor-core kernel applies: asked for, not a short launch, a 16-bit cache or an FP8 one at
+// block sizes a multiple of 16, head_dim 64 / 128.
 bool use_mma(const RowAttentionParams& p) {
   const DType t = p.cache.dtype;
   return p.tensor_cores && (p.tensor_cores_short || !row_attention_short(p.num_rows, p.max_keys)) &&

@@ -42,16 +42,23 @@ using namespace row_attention_detail;
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
-// K / V ring depth. Measured on the H200 (256 rows x 1500 keys, f16 cache, D 128): 2 stages (3
-// blocks an SM) 516 us, 3 stages (2 blocks) 610 us, 4 stages (1 block) 1046 us: more blocks an SM
-// beat deeper rings. Also measured and dropped after the warps loaded their own keys (466 us):
-// 3 stages (503 us), and an L2 bulk prefetch of each warp's chunks of the tile after next (502 us).
+// K / V ring depth. Measured on the H200 with the first (heads-as-rows) version of the kernel (256
+// rows x 1500 keys, f16 cache, D 128): 2 stages (3 blocks an SM) 516 us, 3 stages (2 blocks) 610
+// us, 4 stages (1 block) 1046 us: more blocks an SM beat deeper rings. Also measured and dropped
+// after the warps loaded their own keys (466 us): 3 stages (503 us), and an L2 bulk prefetch of
+// each warp's chunks of the tile after next (502 us). With the keys as rows (seventh session):
+// 4 stages for launches of at most a block an SM (batch 1) changed nothing (29.2 vs 29.0 us at
+// 1 x 8192 keys).
 constexpr int kMmaStages = 2;
 
 // Shared memory: a ring of kMmaStages stages, each a K tile and a V tile of kMmaKeys rows of D
-// elements padded by 16 bytes (ldmatrix rows and the FP8 kernel's row reads hit distinct banks).
-// The FP8 ring holds half the bytes of a 16-bit one. At a split's end the warps' partial results
-// go through the stage just computed (o [warp][head][D], then m, l [warp][head][2]).
+// elements padded by 16 bytes: ldmatrix rows hit distinct banks, and so do the FP8 kernel's row
+// reads at D = 128 (at D = 64 its K reads, 16 bytes a lane of rows g and g + 1, are 2-way
+// conflicted: the 80-byte stride that keeps its V reads conflict-free puts row 1's last chunk on
+// row 0's first; a K-only stride or swizzle would fix it, unmeasured). The FP8 ring holds half the
+// bytes of a 16-bit one. At a split's end the warps' partial results go through the stage just
+// computed (o [warp][head][D], then m, l [warp][head][2]; the o stores are 4- to 16-way
+// conflicted, once a split).
 template <class KVT, int D>
 struct MmaShape {
   static constexpr int LD = D + 16 / static_cast<int>(sizeof(KVT));  // row stride (elements)
@@ -91,9 +98,10 @@ __device__ __forceinline__ void load_words(const void* src, uint32_t (&w)[N]) {
 
 // CHUNKS (block size a multiple of 16): warp w loads the keys it computes, [16 w, 16 w + 16) of
 // each tile, which lie in one page (tiles start at multiples of 16): one block-table entry a warp
-// and tile, a base address and D / 16 pairs of 16-byte copies a lane with constant offsets, and
-// the warps need no block-wide barrier per tile (each waits for its own copies). Otherwise the
-// block loads a tile together, row by row through the table, with a barrier per tile.
+// and tile, a base address and D / 16 (FP8: D / 32) pairs of 16-byte copies a lane with constant
+// offsets, and the warps need no block-wide barrier per tile (each waits for its own copies).
+// Otherwise (16-bit caches only) the block loads a tile together, row by row through the table,
+// with a barrier per tile; ptxas spills 20 bytes in that path's D = 64 instantiations.
 template <class KVT, int D, bool CHUNKS>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
   constexpr bool F8 = std::is_same_v<KVT, f8>;

@@ -1,6 +1,7 @@
 // Warp-level tensor-core and asynchronous-copy primitives (sm_80+ PTX) shared by the attention
-// kernels: cp.async 16-byte copies with zero-fill, ldmatrix (plain and transposed), the
-// m16n8k16 bf16 / f16 mma with f32 accumulators, and packing two floats into a 16-bit pair.
+// kernels: cp.async 16-byte copies with zero-fill, a 16-byte chunk of FP8 E4M3 to f16,
+// ldmatrix (plain and transposed), the m16n8k16 bf16 / f16 mma with f32 accumulators, packing
+// two floats into a 16-bit pair, and the online-softmax step of the prefill kernel.
 #pragma once
 
 #include <cmath>

@@ -11,8 +11,8 @@ namespace pagoda::cuda::row_attention_detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
 // The tensor-core kernel's query heads per block (the n8 columns of its mma) and blocks resident an
-// SM at D = 128 with a 16-bit cache (70 KiB of shared memory; 93 registers a thread with per-warp
-// loading, 124 without); D = 64 and an FP8 cache (37 KiB, 122 registers: 4 blocks) fit more, the
+// SM at D = 128 with a 16-bit cache (68 KiB of shared memory; 93 registers a thread with per-warp
+// loading, 124 without); D = 64 and an FP8 cache (36 KiB, 122 registers: 4 blocks) fit more, the
 // grid sizing uses this figure for all.
 constexpr int kMmaHeads = 8;
 constexpr int kMmaBlocksPerSm = 3;
@@ -138,7 +138,8 @@ __device__ __forceinline__ void combine_splits(const RowAttentionParams& p, int 
   if (threadIdx.x == 0) p.counters[counter] = 0;  // ready for the next launch
 }
 
-// The tensor-core kernel (attention_decode_mma.cu) for a 16-bit cache at head_dim 64 / 128.
+// The tensor-core kernel (attention_decode_mma.cu) for a 16-bit cache, or an FP8 E4M3 one at block
+// sizes a multiple of 16, at head_dim 64 / 128.
 void launch_mma(const RowAttentionParams& p, dim3 grid, cudaStream_t s);
 
 }  // namespace pagoda::cuda::row_attention_detail
