@@ -103,6 +103,7 @@ bench_model() {  # SHAPE
 #   alltests  GPU references, every GPU test, the kernel benchmarks (PAGODA_GPU_KERNEL_BENCH=1)
 #   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
+#             (one run per --max-num-seqs in TP128_SEQS, default 256; TP_KV: the KV dtype)
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
 #             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
@@ -131,7 +132,10 @@ stage_model() {  # 8b | 1b
   m=$(model_dir $1)
   TAILN=14 step bench_$1 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
   [ "${PP64:-1}" = 1 ] && TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
-  TAILN=4 step tp128_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256
+  local seqs
+  for seqs in ${TP128_SEQS:-256}; do
+    TAILN=4 step tp128_$1_$seqs 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+  done
 }
 stage_tp1000() {
   local m
