@@ -69,12 +69,6 @@ struct MmaShape {
   static_assert((kMergeO + kMmaWarps * kMmaHeads * 2) * 4 <= kStageBytes, "the warp merge fits in a stage");
 };
 
-// Two FP8 E4M3 values (the low 16 bits of w16, the lower byte first) as an f16 pair (exact: every
-// E4M3 value is an f16 value).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w16) {
-  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w16 & 0xffffu), __NV_E4M3);
-  return static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
-}
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
   uint32_t d;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));

@@ -38,6 +38,7 @@
 #include "backend/cuda/weight_uploader.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
+#include "runtime/memory_plan.h"
 
 namespace pagoda {
 namespace {
@@ -253,8 +254,7 @@ Status CudaExecutor::init() {
     knockout_ = std::string(",") + e + ",";
     std::fprintf(stderr, "pagoda: PAGODA_CUDA_KNOCKOUT=%s: these ops are skipped, outputs are wrong (timing only)\n", e);
   }
-  if (spec_.dtype != DType::kF32 && spec_.dtype != DType::kF16 && spec_.dtype != DType::kBF16 &&
-      spec_.dtype != DType::kF8E4M3)
+  if (!kv_cache_dtype_supported(spec_.dtype))
     return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
   if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)

@@ -76,10 +76,10 @@ void rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 // Splits of a row with `keys` visible keys: one per kRowSplitKeys keys, at most kRowMaxSplits (the
 // SIMT kernel: a function of the key count only, so a row's arithmetic is the same in any batch;
 // the batch-invariant mode relies on it), and at most `target` when target > 0 (the tensor-core
-// kernel: row_attention_splits).
+// kernel: row_attention_splits). constexpr: the kernels call it too (--expt-relaxed-constexpr).
 constexpr int kRowMaxSplits = 32;
 constexpr int kRowSplitKeys = 256;
-inline int row_num_splits(int64_t keys, int target = 0) {
+constexpr int row_num_splits(int64_t keys, int target = 0) {
   if (keys <= 0) return 0;
   int64_t s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
   if (s > kRowMaxSplits) s = kRowMaxSplits;

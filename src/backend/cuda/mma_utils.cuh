@@ -24,17 +24,23 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Two FP8 E4M3 values (the low 16 bits of w16, the lower byte first) as an f16 pair (exact: every
+// E4M3 value is an f16 value).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w16) {
+  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w16 & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
+}
 // 16 FP8 E4M3 values (one 16-byte chunk of shared memory) to 16 f16 values at dst (32 bytes,
-// 16-byte aligned): exact, every E4M3 value is an f16 value.
+// 16-byte aligned).
 __device__ __forceinline__ void fp8x16_to_f16(const void* src, void* dst) {
   const uint4 q = *static_cast<const uint4*>(src);
-  const uint16_t* q2 = reinterpret_cast<const uint16_t*>(&q);
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
   uint4 h[2];
   uint32_t* hw = reinterpret_cast<uint32_t*>(h);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(q2[e], __NV_E4M3);
-    hw[e] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
+  for (int e = 0; e < 4; ++e) {
+    hw[2 * e] = e4m3x2_to_f16x2(w[e]);
+    hw[2 * e + 1] = e4m3x2_to_f16x2(w[e] >> 16);
   }
   static_cast<uint4*>(dst)[0] = h[0];
   static_cast<uint4*>(dst)[1] = h[1];

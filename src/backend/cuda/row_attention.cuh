@@ -17,14 +17,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMmaHeads = 8;
 constexpr int kMmaBlocksPerSm = 3;
 
-// row_num_splits on the device.
-__device__ __forceinline__ int device_num_splits(int keys, int target) {
-  if (keys <= 0) return 0;
-  int s = (keys + kRowSplitKeys - 1) / kRowSplitKeys;
-  s = s < kRowMaxSplits ? s : kRowMaxSplits;
-  return target > 0 && s > target ? target : s;
-}
-
 // A block's share of the grid (row, KV head x head chunk, split): row r (token tok), its KV head,
 // its query heads [h0, h0 + nh) (chunks of HPB heads of the GQA group), the row's visible keys
 // [lo, ctx) in ns splits of `per` keys.
@@ -53,7 +45,7 @@ __device__ __forceinline__ bool row_block(const RowAttentionParams& p, int D, Ro
   b.first = p.window > 0 ? max(0, b.ctx - static_cast<int>(p.window)) : 0;
   b.lo = b.first - b.first % LO_ALIGN;
   const int keys = b.ctx - b.lo;
-  b.ns = device_num_splits(keys, p.target_splits);
+  b.ns = row_num_splits(keys, p.target_splits);
   b.tok = p.row_token[b.r];
   if (b.ns == 0) return false;
   b.per = (keys + b.ns - 1) / b.ns;
