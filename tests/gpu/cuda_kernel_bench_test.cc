@@ -166,7 +166,8 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
   };
   // PAGODA_KBENCH_KV=f8_e4m3: the attention sections on an FP8 cache (the KV bytes halve).
   const char* kv_env = std::getenv("PAGODA_KBENCH_KV");
-  const DType kv_dt = kv_env && dtype_from_name(kv_env) == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
+  const DType kv_dt = kv_env && *kv_env ? dtype_from_name(kv_env).value_or(DType::kF32) : DType::kBF16;
+  ASSERT_TRUE(kv_dt == DType::kBF16 || kv_dt == DType::kF8E4M3) << "PAGODA_KBENCH_KV: bf16 or f8_e4m3, got " << kv_env;
   const int64_t kv_es = row_bytes(kv_dt, 1);
   std::vector<DecodeCase> cases = {{256, 1500, false}, {256, 1500, true}, {64, 1000, false}, {1, 8192, false},
                                    {1, 32768, false},  {1, 512, false},   {8, 1024, false}};
