@@ -188,6 +188,20 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
         tb += nq;
       }
       for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
+      // The SIMT kernel with 1 or 2 query heads a block (16-bit caches at head_dim 64 / 128; the
+      // others ignore it) gives the same bits: a head's arithmetic does not depend on its block's
+      // other heads.
+      if (!mma)
+        for (int hpb : {1, 2}) {
+          p.simt_heads_per_block = hpb;
+          CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
+          cuda::row_attention(p, nullptr);
+          auto heads = download_as(out, (T + 1) * width, cs.out);
+          p.simt_heads_per_block = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(std::memcmp(&got[i], &heads[i], sizeof(float)), 0)
+                << "heads-per-block-dependent result at " << i << " heads a block " << hpb << " kv " << dtype_name(cs.kv);
+        }
       // A smaller grid (blocks loop over more splits) and the largest one (a block a split) give
       // the same bits: a row's arithmetic does not depend on the grid.
       for (int sms : {1, 1 << 20}) {
@@ -296,6 +310,17 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
     cuda::row_attention(pf, nullptr);
     EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output on a one-SM grid";
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache, one SM";
+    // Blocks of 1 or 2 query heads (16-bit caches; the others ignore it): more blocks rotate and
+    // write the new key, the same bits.
+    pf.num_sms = 132;
+    for (int hpb : {1, 2}) {
+      pf.simt_heads_per_block = hpb;
+      CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
+      cuda::row_attention(pf, nullptr);
+      EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output, heads a block " << hpb;
+      EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache, heads a block " << hpb;
+    }
+    pf.simt_heads_per_block = 0;
     // And against the dense reference (the rotated q of the reference run, the updated cache).
     auto q_host = to_host<float>(q_out, T * H * D);
     PagedFixture& fx = ref_fx;

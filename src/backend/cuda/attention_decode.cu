@@ -133,14 +133,14 @@ __device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, con
     }
   }
 }
-template <class KVT, int LPK, int NV, int U, bool STRIDED>
+template <class KVT, int LPK, int NV, int U, bool STRIDED, int HPB = kMaxG>
 __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) == 2) ? 4 : 1) void row_attention_kernel(RowAttentionParams p) {
   constexpr bool kRaw = !STRIDED && NV == 8 && sizeof(KVT) == 2;
   constexpr int KPW = 32 / LPK;  // keys a warp works on at once, U times per iteration
   constexpr int STEP = KPW * U;
-  __shared__ float q_s[kMaxG][kMaxHeadDim];
-  __shared__ float o_s[kWarps][kMaxG][kMaxHeadDim];
-  __shared__ float ml_s[kWarps][kMaxG][2];
+  __shared__ float q_s[HPB][kMaxHeadDim];
+  __shared__ float o_s[kWarps][HPB][kMaxHeadDim];
+  __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
   __shared__ int last_block;
   pdl_trigger();
@@ -150,7 +150,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   // The row's geometry, block-table row and (decode) the lines of its older keys come from the
   // step's inputs and earlier steps: read before waiting for the predecessor.
   RowBlock b;
-  const bool work = row_block<kMaxG>(p, D, b);
+  const bool work = row_block<HPB>(p, D, b);
   const int32_t* table = work ? p.block_tables + static_cast<int64_t>(p.row_seq[b.r]) * p.bt_stride : nullptr;
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
@@ -175,9 +175,9 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane / LPK, gl = lane - grp * LPK;
-  float qr[kMaxG][NV];
+  float qr[HPB][NV];
 #pragma unroll
-  for (int h = 0; h < kMaxG; ++h)
+  for (int h = 0; h < HPB; ++h)
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int d = STRIDED ? gl + LPK * i : gl * NV + i;
@@ -192,9 +192,9 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   ++done;
   const int ks = lo + split * per;
   const int ke = min(ctx, ks + per);
-  float m[kMaxG], l[kMaxG], o[kMaxG][NV];
+  float m[HPB], l[HPB], o[HPB][NV];
 #pragma unroll
-  for (int h = 0; h < kMaxG; ++h) {
+  for (int h = 0; h < HPB; ++h) {
     m[h] = -INFINITY;
     l[h] = 0.0f;
 #pragma unroll
@@ -206,7 +206,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
       // 16-bit cache, 8 dims a lane: K and V rows stay packed (one 16-byte load each, issued
       // together before any arithmetic), unpacked at use.
       uint4 kr[U], vr[U];
-      float sc[U][kMaxG];
+      float sc[U][HPB];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int key = base + u * KPW + grp;
@@ -229,7 +229,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         unpack8<KVT>(kr[u], kf);
         const bool valid = base + u * KPW + grp < ke;
 #pragma unroll
-        for (int h = 0; h < kMaxG; ++h) {
+        for (int h = 0; h < HPB; ++h) {
           float s = 0.0f;
 #pragma unroll
           for (int i = 0; i < NV; ++i) s = fmaf(qr[h][i], kf[i], s);
@@ -240,7 +240,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
       }
       // Online softmax; sc becomes the probabilities (0 while a lane group has no valid key).
 #pragma unroll
-      for (int h = 0; h < kMaxG; ++h) {
+      for (int h = 0; h < HPB; ++h) {
         float mx = sc[0][h];
 #pragma unroll
         for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[u][h]);
@@ -263,13 +263,13 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         float vf[NV];
         unpack8<KVT>(vr[u], vf);
 #pragma unroll
-        for (int h = 0; h < kMaxG; ++h)
+        for (int h = 0; h < HPB; ++h)
 #pragma unroll
           for (int i = 0; i < NV; ++i) o[h][i] = fmaf(sc[u][h], vf[i], o[h][i]);
       }
     } else {
     float kv[U][NV];
-    float sc[U][kMaxG];
+    float sc[U][HPB];
     // The new key of a fused launch comes from shared memory in its own branch (a pointer that
     // may point to either space would make every load a generic one); never when STRIDED.
     int64_t off[U];
@@ -290,7 +290,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int h = 0; h < kMaxG; ++h) {
+      for (int h = 0; h < HPB; ++h) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; ++i) s = fmaf(qr[h][i], kv[u][i], s);
@@ -304,7 +304,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
       else load_row<KVT, NV, LPK, STRIDED>(vc + off[u], gl, D, valid[u], kv[u]);
     }
 #pragma unroll
-    for (int h = 0; h < kMaxG; ++h) {
+    for (int h = 0; h < HPB; ++h) {
       float mx = sc[0][h];
 #pragma unroll
       for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[u][h]);
@@ -335,7 +335,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 #pragma unroll
   for (int x = LPK; x < 32; x <<= 1) {
 #pragma unroll
-    for (int h = 0; h < kMaxG; ++h) {
+    for (int h = 0; h < HPB; ++h) {
       const float mo = __shfl_xor_sync(0xffffffffu, m[h], x);
       const float lo2 = __shfl_xor_sync(0xffffffffu, l[h], x);
       const float mn = fmaxf(m[h], mo);
@@ -349,7 +349,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   }
   if (grp == 0) {
 #pragma unroll
-    for (int h = 0; h < kMaxG; ++h) {
+    for (int h = 0; h < HPB; ++h) {
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         const int d = STRIDED ? gl + LPK * i : gl * NV + i;
@@ -362,7 +362,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
     }
   }
   __syncthreads();
-  store_split<kWarps, kMaxG>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
+  store_split<kWarps, HPB>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
@@ -377,9 +377,27 @@ bool use_mma(const RowAttentionParams& p) {
          (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }
 
+// Query heads a SIMT block takes: kMaxG, or fewer (simt_heads_per_block 1 or 2) for 16-bit caches
+// at head_dim 64 / 128: more blocks, each a shorter serial chain (batch-1 decode experiments).
+int simt_heads_per_block(const RowAttentionParams& p) {
+  const bool small_ok = (p.cache.dtype == DType::kBF16 || p.cache.dtype == DType::kF16) &&
+                        (p.cache.head_dim == 64 || p.cache.head_dim == 128);
+  return small_ok && (p.simt_heads_per_block == 1 || p.simt_heads_per_block == 2) ? p.simt_heads_per_block : kMaxG;
+}
+
+template <class KVT, int HPB>
+void launch_rows_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
+  if (p.cache.head_dim == 64) launch_pdl(row_attention_kernel<KVT, 8, 8, 2, false, HPB>, grid, dim3(kWarps * 32), 0, s, p);
+  else launch_pdl(row_attention_kernel<KVT, 16, 8, 4, false, HPB>, grid, dim3(kWarps * 32), 0, s, p);
+}
 template <class KVT>
 void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   const int64_t D = p.cache.head_dim;
+  if constexpr (sizeof(KVT) == 2) {
+    const int hpb = simt_heads_per_block(p);
+    if (hpb == 1) return launch_rows_d<KVT, 1>(p, grid, s);
+    if (hpb == 2) return launch_rows_d<KVT, 2>(p, grid, s);
+  }
   // <lanes per key, dims per lane, keys per lane group per iteration, strided dims>
   if (D == 64) {
     launch_pdl(row_attention_kernel<KVT, 8, 8, 2, false>, grid, dim3(kWarps * 32), 0, s, p);
@@ -421,7 +439,7 @@ void row_attention(const RowAttentionParams& params, cudaStream_t s) {
   RowAttentionParams p = params;
   const int64_t G = p.num_heads / p.cache.num_kv_heads;
   const bool mma = use_mma(p);
-  const int64_t chunks = ceil_div(G, mma ? kMmaHeads : kMaxG);
+  const int64_t chunks = ceil_div(G, mma ? kMmaHeads : simt_heads_per_block(p));
   // A block loops over the splits beyond gridDim.z. Aimed at: twice the blocks an SM holds for the
   // tensor-core kernel (64 rows x 1000 keys: 110 us vs 123 with one wave's worth), ~4 blocks an SM
   // for the SIMT one.

@@ -132,6 +132,9 @@ struct RowAttentionParams {
   // row a sequence, and rope.slots[token] is the cache slot of key ctx - 1 in the row's table. The
   // kernel rotates them and writes the new key and value to the cache (rope.cache == cache).
   RopeKvParams rope;
+  // Query heads a block of the SIMT kernel takes: 0 its default (4); 1 or 2 for 16-bit caches at
+  // head_dim 64 / 128 (more, shorter blocks: batch-1 decode comparisons, PAGODA_SIMT_HEADS).
+  int simt_heads_per_block = 0;
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
