@@ -311,21 +311,16 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
     EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output on a one-SM grid";
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache, one SM";
     // Blocks of 1 or 2 query heads (16-bit caches; the others ignore it): more blocks rotate and
-    // write the new key, the same bits. The second also pulls a buffer into L2 (the o weights in
-    // batch-1 decode; here the V cache, which the kernel reads too), which changes no bit.
+    // write the new key, the same bits.
     pf.num_sms = 132;
     for (int hpb : {1, 2}) {
       pf.simt_heads_per_block = hpb;
-      pf.l2_prefetch = hpb == 2 ? fused_fx.dv.get() : nullptr;
-      pf.l2_prefetch_bytes = hpb == 2 ? static_cast<int64_t>(cache_bytes) : 0;
       CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
       cuda::row_attention(pf, nullptr);
       EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output, heads a block " << hpb;
       EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache, heads a block " << hpb;
     }
     pf.simt_heads_per_block = 0;
-    pf.l2_prefetch = nullptr;
-    pf.l2_prefetch_bytes = 0;
     // And against the dense reference (the rotated q of the reference run, the updated cache).
     auto q_host = to_host<float>(q_out, T * H * D);
     PagedFixture& fx = ref_fx;

@@ -154,7 +154,6 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int32_t* table = work ? p.block_tables + static_cast<int64_t>(p.row_seq[b.r]) * p.bt_stride : nullptr;
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
-  if (p.l2_prefetch) grid_prefetch_l2(p.l2_prefetch, p.l2_prefetch_bytes);
   if (!work) return row_pad_zeros(p, D, b);
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
   const int64_t tok = b.tok;
@@ -428,8 +427,6 @@ void RowAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(cache.head_dim > 0 && cache.head_dim <= kMaxHeadDim, "row_attention: head_dim must be in [1, 256]");
   PAGODA_CUDA_REQUIRE(cache.num_kv_heads > 0 && num_heads % cache.num_kv_heads == 0, "row_attention: heads");
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "row_attention: out dtype");
-  PAGODA_CUDA_REQUIRE(!l2_prefetch || (reinterpret_cast<uintptr_t>(l2_prefetch) % 16 == 0 && l2_prefetch_bytes >= 0),
-                      "row_attention: l2_prefetch must be 16-byte aligned");
 }
 
 int row_attention_splits(int64_t blocks_per_split, int sms) {

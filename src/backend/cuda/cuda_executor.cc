@@ -215,7 +215,6 @@ class CudaExecutor final : public ModelExecutor {
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
   int simt_heads_ = 0;               // PAGODA_SIMT_HEADS=1|2: query heads a SIMT attention block (comparisons)
-  bool prefetch_o_ = false;          // PAGODA_L2_PREFETCH_O=1: one-row attention pulls the o weights into L2
   // Rows up to which linear layers use the GEMV instead of cuBLASLt. Measured on the H200
   // (docs/cuda.md, fifth session): the GEMV wins at one row; at 2-4 rows cuBLASLt is faster for the
   // wide matrices (gate/up, lm_head), so 1. PAGODA_GEMV_MAX_ROWS=1..4 for comparisons.
@@ -247,7 +246,6 @@ Status CudaExecutor::init() {
     mma_short_rows_ = std::string(e) == "mma";
   }
   if (const char* e = std::getenv("PAGODA_SIMT_HEADS"); e && *e) simt_heads_ = std::atoi(e);
-  if (const char* e = std::getenv("PAGODA_L2_PREFETCH_O"); e && *e) prefetch_o_ = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_UNFUSED_ROPE"); e && *e && std::string(e) != "0") {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
@@ -480,12 +478,6 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
         cp.row_token = in.d<int32_t>(in.o_rtok) + r0;
         cp.row_seq = in.d<int32_t>(in.o_rseq) + r0;
         cp.row_ctx = in.d<int32_t>(in.o_rctx) + r0;
-        // One row: the attention is a short chain of dependent round trips that leaves DRAM idle;
-        // it pulls the o projection's weights into L2 for the GEMV that follows.
-        if (prefetch_o_ && r0 == 0 && use_gemv(T, d_.Q, false) && !skip(",o,")) {
-          cp.l2_prefetch = ly.w_o.get();
-          cp.l2_prefetch_bytes = d_.D * d_.Q * static_cast<int64_t>(sizeof(uint16_t));
-        }
         cuda::row_attention(cp, stream_);
       }
       profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", stream_);

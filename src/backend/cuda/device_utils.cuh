@@ -192,23 +192,6 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-// The calling grid's blocks pull [base, base + bytes) into L2 together: 16 KiB bulk prefetches
-// (cp.async.bulk.prefetch.L2, sm_90), spread over every thread of the grid. base 16-byte aligned;
-// a tail under 16 bytes is left out. No-op below sm_90.
-__device__ __forceinline__ void grid_prefetch_l2(const void* base, int64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (bytes + kChunk - 1) / kChunk;
-  const int64_t block = blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
-  for (int64_t c = block * blockDim.x + threadIdx.x; c < chunks; c += threads) {
-    const uint32_t size = static_cast<uint32_t>(min(kChunk, bytes - c * kChunk)) & ~15u;
-    if (size == 0) continue;
-    const char* a = static_cast<const char*>(base) + c * kChunk;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(__cvta_generic_to_global(a)), "r"(size) : "memory");
-  }
-#endif
-}
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -138,12 +138,6 @@ struct RowAttentionParams {
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
-  // Bytes the next kernel will stream that the SIMT kernel's blocks pull into L2 once they have
-  // waited for their predecessor (bulk L2 prefetches, split over the grid): batch-1 decode passes
-  // the o projection's weights, so that they move while the short, latency-bound attention leaves
-  // DRAM idle and the o GEMV reads them from L2. nullptr: none. The tensor-core kernel ignores it.
-  const void* l2_prefetch = nullptr;
-  int64_t l2_prefetch_bytes = 0;
 
   void check() const;
 };
