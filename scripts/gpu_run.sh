@@ -104,6 +104,7 @@ bench_model() {  # SHAPE
 #   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
 #             (one run per --max-num-seqs in TP128_SEQS, default 256; TP_KV: the KV dtype)
+#   tp128_8b tp128_1b  only the 1000 x 128/128 runs of m8b / m1b (TP128_SEQS, TP_KV)
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
 #             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
@@ -132,9 +133,14 @@ stage_model() {  # 8b | 1b
   m=$(model_dir $1)
   TAILN=14 step bench_$1 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 --compare-graphs -r 3
   [ "${PP64:-1}" = 1 ] && TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
-  local seqs
+  stage_tp128 $1
+}
+stage_tp128() {
+  local m seqs
+  ensure_model $1
+  m=$(model_dir $1)
   for seqs in ${TP128_SEQS:-256}; do
-    TAILN=4 step tp128_$1_$seqs 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+    TAILN=4 step tp128_$1_${TP_KV:-bf16}_$seqs 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
   done
 }
 stage_tp1000() {
@@ -263,6 +269,8 @@ for s in "$@"; do
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
     kbench) stage_kbench ;;
     knock8b) stage_knockout 8b ;;
+    tp128_8b) stage_tp128 8b ;;
+    tp128_1b) stage_tp128 1b ;;
     sweep8b) stage_sweep 8b ;;
     sweep1b) stage_sweep 1b ;;
     ncu) stage_ncu ;;

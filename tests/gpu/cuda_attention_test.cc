@@ -188,11 +188,11 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
         tb += nq;
       }
       for (int64_t i = 0; i < width; ++i) ASSERT_EQ(got[T * width + i], 0.0f) << "padding row not zero";
-      // The SIMT kernel with 1 or 2 query heads a block (16-bit caches at head_dim 64 / 128; the
+      // The SIMT kernel with 1, 2 or 4 query heads a block (16-bit caches at head_dim 64 / 128; the
       // others ignore it) gives the same bits: a head's arithmetic does not depend on its block's
       // other heads.
       if (!mma)
-        for (int hpb : {1, 2}) {
+        for (int hpb : {1, 2, 4}) {
           p.simt_heads_per_block = hpb;
           CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
           cuda::row_attention(p, nullptr);
@@ -310,10 +310,10 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
     cuda::row_attention(pf, nullptr);
     EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output on a one-SM grid";
     EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes)) << what << ": K cache, one SM";
-    // Blocks of 1 or 2 query heads (16-bit caches; the others ignore it): more blocks rotate and
-    // write the new key, the same bits.
+    // Blocks of 1, 2 or 4 query heads (16-bit caches; the others ignore it): more or fewer blocks
+    // rotate and write the new key, the same bits.
     pf.num_sms = 132;
-    for (int hpb : {1, 2}) {
+    for (int hpb : {1, 2, 4}) {
       pf.simt_heads_per_block = hpb;
       CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
       cuda::row_attention(pf, nullptr);

@@ -2,7 +2,8 @@
 // the generic path (f32 compute, head dims without a tensor-core kernel, batch-invariant mode).
 //
 // Grid (row, kv head x head chunk, split). A block owns one query row, one KV head and up to
-// kMaxG of the query heads that share it (GQA: the KV tile is read once for all of them), and a
+// kMaxG of the query heads that share it (GQA: the KV tile is read once for all of them; a
+// one-row launch of the SIMT kernel takes one head a block, simt_heads_per_block), and a
 // contiguous range of keys. The number of splits depends on the row's key count only (so a row's
 // arithmetic is the same in any batch), ~256 keys per split up to 32 splits: long contexts fill
 // the GPU even at batch 1, and a split is long enough to amortise its merge at batch 256. A block
@@ -341,9 +342,11 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
       const float mn = fmaxf(m[h], mo);
       const float a = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - mn);
       const float b = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
-      l[h] = l[h] * a + lo2 * b;
+      // Explicit roundings: a sum of two products may be contracted either way, and the compiler's
+      // choice changed with the heads a block (the results must not depend on HPB).
+      l[h] = fmaf(l[h], a, __fmul_rn(lo2, b));
 #pragma unroll
-      for (int i = 0; i < NV; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], x) * b;
+      for (int i = 0; i < NV; ++i) o[h][i] = fmaf(o[h][i], a, __fmul_rn(__shfl_xor_sync(0xffffffffu, o[h][i], x), b));
       m[h] = mn;
     }
   }
@@ -377,12 +380,18 @@ bool use_mma(const RowAttentionParams& p) {
          (p.cache.head_dim == 64 || p.cache.head_dim == 128);
 }
 
-// Query heads a SIMT block takes: kMaxG, or fewer (simt_heads_per_block 1 or 2) for 16-bit caches
-// at head_dim 64 / 128: more blocks, each a shorter serial chain (batch-1 decode experiments).
+// Query heads a SIMT block takes (16-bit caches at head_dim 64 / 128; other caches kMaxG): as
+// asked (1, 2 or kMaxG), else 1 for a one-row launch and kMaxG otherwise. A one-row launch is
+// batch-1 decode, a chain of dependent round trips on a few SMs: 4x the blocks, each a quarter of
+// the chain, took tg128 of the Llama-3-8B shape from 233.5 to 241.5 tok/s (H200, docs/cuda.md).
+// The results do not depend on it (op tests: the same bits).
 int simt_heads_per_block(const RowAttentionParams& p) {
   const bool small_ok = (p.cache.dtype == DType::kBF16 || p.cache.dtype == DType::kF16) &&
                         (p.cache.head_dim == 64 || p.cache.head_dim == 128);
-  return small_ok && (p.simt_heads_per_block == 1 || p.simt_heads_per_block == 2) ? p.simt_heads_per_block : kMaxG;
+  if (!small_ok) return kMaxG;
+  if (p.simt_heads_per_block == 1 || p.simt_heads_per_block == 2 || p.simt_heads_per_block == kMaxG)
+    return p.simt_heads_per_block;
+  return p.num_rows == 1 ? 1 : kMaxG;
 }
 
 template <class KVT, int HPB>
