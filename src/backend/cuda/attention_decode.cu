@@ -144,7 +144,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
   __shared__ int last_block;
-  pdl_trigger();
+  if (!p.late_trigger) pdl_trigger();
 
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
@@ -368,6 +368,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   store_split<kWarps, HPB>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
+  if (p.late_trigger) pdl_trigger();
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 
@@ -381,9 +382,10 @@ bool use_mma(const RowAttentionParams& p) {
 }
 
 // Query heads a SIMT block takes (16-bit caches at head_dim 64 / 128; other caches kMaxG): as
-// asked (1, 2 or kMaxG), else 1 for a one-row launch and kMaxG otherwise. A one-row launch is
-// batch-1 decode, a chain of dependent round trips on a few SMs: 4x the blocks, each a quarter of
-// the chain, took tg128 of the Llama-3-8B shape from 233.5 to 241.5 tok/s (H200, docs/cuda.md).
+// asked (1, 2 or kMaxG), else 1 for a one-row launch, 2 up to kRowShortRows rows and kMaxG beyond.
+// A short launch is a chain of dependent round trips on a few SMs: more blocks, each a shorter
+// chain. Llama-3-8B shape, tg128 on the H200 (docs/cuda.md, eighth session): batch 1 229.1 tok/s
+// with 4 heads a block, 238.4 with 1; batch 4 / 8 816.3 / 1665.9 with 4, 850.7 / 1692.8 with 2.
 // The results do not depend on it (op tests: the same bits).
 int simt_heads_per_block(const RowAttentionParams& p) {
   const bool small_ok = (p.cache.dtype == DType::kBF16 || p.cache.dtype == DType::kF16) &&
@@ -391,7 +393,7 @@ int simt_heads_per_block(const RowAttentionParams& p) {
   if (!small_ok) return kMaxG;
   if (p.simt_heads_per_block == 1 || p.simt_heads_per_block == 2 || p.simt_heads_per_block == kMaxG)
     return p.simt_heads_per_block;
-  return p.num_rows == 1 ? 1 : kMaxG;
+  return p.num_rows == 1 ? 1 : p.num_rows <= kRowShortRows ? 2 : kMaxG;
 }
 
 template <class KVT, int HPB>

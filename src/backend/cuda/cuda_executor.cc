@@ -149,8 +149,7 @@ class CudaExecutor final : public ModelExecutor {
   void capture_graphs();
   void destroy_graphs();
   cuda::KvCacheLayer kv_layer(int64_t l) const;
-  // preload: the GEMV's smem_preload (one-row steps) for this site.
-  void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode, bool preload = false);
+  void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
   // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
   // most gemv_max_rows_ rows), with the preceding RMSNorm fused in when `norm`.
   bool use_gemv(int64_t M, int64_t K, bool norm) const {
@@ -216,14 +215,11 @@ class CudaExecutor final : public ModelExecutor {
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
   int simt_heads_ = 0;               // PAGODA_SIMT_HEADS=1|2|4: query heads a SIMT attention block (comparisons)
+  bool attn_late_trigger_ = false;   // PAGODA_ATTN_LATE_TRIGGER=1: see RowAttentionParams::late_trigger
   // Rows up to which linear layers use the GEMV instead of cuBLASLt. Measured on the H200
   // (docs/cuda.md, fifth session): the GEMV wins at one row; at 2-4 rows cuBLASLt is faster for the
   // wide matrices (gate/up, lm_head), so 1. PAGODA_GEMV_MAX_ROWS=1..4 for comparisons.
   int64_t gemv_max_rows_ = 1;
-  // One-row GEMVs that start twice the weight bytes before waiting (cuda::gemv_bf16 smem_preload),
-  // by layer site: ",qkv,o,gu,down,lm," (PAGODA_GEMV_PRELOAD: a comma list, "all" or "none").
-  std::string gemv_preload_ = ",qkv,o,gu,down,lm,";
-  bool preload(const char* site) const { return gemv_preload_.find(std::string(",") + site + ",") != std::string::npos; }
   // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
   // L2 warming of the older keys either (comparisons).
   bool unfused_rope_ = false, warm_keys_ = true;
@@ -251,13 +247,10 @@ Status CudaExecutor::init() {
     mma_short_rows_ = std::string(e) == "mma";
   }
   if (const char* e = std::getenv("PAGODA_SIMT_HEADS"); e && *e) simt_heads_ = std::atoi(e);
+  if (const char* e = std::getenv("PAGODA_ATTN_LATE_TRIGGER"); e && *e) attn_late_trigger_ = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_UNFUSED_ROPE"); e && *e && std::string(e) != "0") {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
-  }
-  if (const char* e = std::getenv("PAGODA_GEMV_PRELOAD"); e && *e) {
-    const std::string v = e;
-    gemv_preload_ = v == "all" ? gemv_preload_ : v == "none" ? std::string() : "," + v + ",";
   }
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
@@ -404,13 +397,12 @@ cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
   return k;
 }
 
-void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode,
-                          bool preload) {
+void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode) {
   if (M <= 0) return;
   if (opt_.batch_invariant) {
     cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
   } else if (use_gemv(M, K, false)) {
-    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_, nullptr, preload);
+    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
     PAGODA_CHECK(mode != GemmOut::kSwiGlu, "cuBLASLt path has no fused SwiGLU");
@@ -433,8 +425,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     if (skip(",qkv,")) {
     } else if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
-      cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm,
-                      preload("qkv"));
+      cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
       profiler_.mark("norm+qkv gemv", stream_);
     } else {
       cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
@@ -470,6 +461,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
     ap.tensor_cores_short = mma_short_rows_;
     ap.simt_heads_per_block = simt_heads_;
+    ap.late_trigger = attn_late_trigger_;
     ap.fresh_keys = sh.decode && warm_keys_ ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
@@ -503,13 +495,12 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::prefill_attention(pp, stream_);
       profiler_.mark("attention prefill", stream_);
     }
-    if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32, preload("o"));
+    if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("o", stream_);
     if (skip(",gu,")) {
     } else if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
-      cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm,
-                      preload("gu"));
+      cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
       profiler_.mark("norm+gate/up+swiglu gemv", stream_);
     } else {
       cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
@@ -519,15 +510,13 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
       profiler_.mark("swiglu", stream_);
     }
-    if (!skip(",down,"))
-      linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32, preload("down"));
+    if (!skip(",down,")) linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("down", stream_);
   }
   if (sh.logits > 0) {
     if (use_gemv(sh.logits, d_.D, true)) {
       const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
-      cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm,
-                      preload("lm"));
+      cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
     } else {
       cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
                      last_.get(), act_, stream_);

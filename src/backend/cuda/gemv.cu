@@ -6,11 +6,7 @@
 // streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads),
 // f32 FMAs, one warp reduction per output at the end. Launched with programmatic dependent
 // launch: the first weight loads are issued before the kernel waits for its predecessor, which
-// hides the launch gap and the first DRAM round trip between the many short decode kernels. With
-// `smem_preload` the lane's next kUnroll chunks also start before the wait, as cp.async copies
-// into shared memory (32 KiB a block): twice the bytes in flight while the predecessor runs, at
-// no register cost. That matters after a latency-bound kernel (the batch-1 attention before the o
-// projection), which leaves DRAM idle: at K = 4096 the whole row is then loaded before the wait.
+// hides the launch gap and the first DRAM round trip between the many short decode kernels.
 // Optionally fuses the preceding RMSNorm: each block normalises the f32 residual rows into
 // shared memory (bf16) and reads x from there.
 //
@@ -20,7 +16,6 @@
 // linear layer in --batch-invariant mode (tests), never for speed.
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/mma_utils.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -28,7 +23,6 @@ namespace {
 constexpr int kGemvWarps = 8;
 constexpr int kUnrollLoads = 8;  // 16-byte weight loads in flight per lane (split over the R rows)
 constexpr int kGemvMaxSmem = 96 * 1024;
-constexpr int kGemvPreSmem = kGemvWarps * kUnrollLoads * 32 * 16;  // smem_preload: 32 KiB a block
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
@@ -52,12 +46,10 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 }
 
 // R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's
-// first kUnroll chunks, loaded before the kernel waited for its predecessor (PDL prologue); `spre`
-// (shared memory, [kUnroll][R][32], or null) the next kUnroll, copied by cp.async then. The chunks
-// are consumed in the same order either way (the same bits).
+// first kUnroll chunks, loaded before the kernel waited for its predecessor (PDL prologue).
 template <int M, int R, bool SMEM_X, int kUnroll = kUnrollLoads / R>
 __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint4* x, int kc, int lane,
-                                          const uint4 (&pre)[kUnroll][R], const uint4* spre, float (&acc)[M][R]) {
+                                          const uint4 (&pre)[kUnroll][R], float (&acc)[M][R]) {
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -79,20 +71,6 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
     }
   }
   int c = lane + 32 * kUnroll;
-  if (spre) {
-    cp_async_wait<0>();  // the lane's own copies: no barrier needed
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u, c += 32) {
-      if (c < kc) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const uint4 xv = load_x(static_cast<int64_t>(m) * kc + c);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[m][r] = dot8(spre[(u * R + r) * 32 + lane], xv, acc[m][r]);
-        }
-      }
-    }
-  }
   for (; c + 32 * (kUnroll - 1) < kc; c += 32 * kUnroll) {
     uint4 wv[kUnroll][R];
 #pragma unroll
@@ -135,7 +113,6 @@ struct GemvArgs {
   int n_out, K;
   void* y;
   int64_t ldy;
-  bool smem_preload;  // a lane's second kUnroll chunks too start before the wait (shared memory)
 };
 
 // NORM: the block first computes rms_norm(residual[row m]) * norm_w as bf16 into shared memory
@@ -161,21 +138,6 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int r = 0; r < R; ++r) pre[u][r] = (active && lane + 32 * u < kc) ? load_stream(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
-  // smem_preload: the lane's next kUnroll chunks, into shared memory after the norm's x rows.
-  uint4* spre = nullptr;
-  if (a.smem_preload) {
-    spre = xs + (NORM ? M * K / 8 : 0) + (threadIdx.x >> 5) * (kUnroll * R * 32);
-    if (active) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int c = lane + 32 * (kUnroll + u);
-          if (c < kc) cp_async16(&spre[(u * R + r) * 32 + lane], rows[r] + c, true);
-        }
-    }
-    cp_async_commit();
-  }
   pdl_wait();
   const uint4* x;
   if constexpr (NORM) {
@@ -198,7 +160,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   }
   if (!active) return;
   float acc[M][R];
-  gemv_rows<M, R, NORM>(rows, x, kc, lane, pre, spre, acc);
+  gemv_rows<M, R, NORM>(rows, x, kc, lane, pre, acc);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -219,12 +181,12 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
 
 template <int M, GemmOut MODE, bool NORM>
 void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
-  const size_t smem = (NORM ? static_cast<size_t>(M) * a.K * 2 : 0) + (a.smem_preload ? kGemvPreSmem : 0);
+  const size_t smem = NORM ? static_cast<size_t>(M) * a.K * 2 : 0;
   if (smem > 48 * 1024) {
     static bool configured = false;
     if (!configured) {
       CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M, MODE, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      kGemvMaxSmem + kGemvPreSmem));
+                                      kGemvMaxSmem));
       configured = true;
     }
   }
@@ -323,7 +285,7 @@ bool gemv_supported(int64_t M, int64_t K) { return M >= 1 && M <= kGemvMaxM && K
 bool gemv_norm_supported(int64_t M, int64_t K) { return gemv_supported(M, K) && M * K * 2 <= kGemvMaxSmem; }
 
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
-               cudaStream_t s, const GemvNorm* norm, bool smem_preload) {
+               cudaStream_t s, const GemvNorm* norm) {
   PAGODA_CUDA_REQUIRE(gemv_supported(M, K), "gemv_bf16: 1 <= M <= 4 and K % 8 == 0");
   PAGODA_CUDA_REQUIRE(!norm || gemv_norm_supported(M, K), "gemv_bf16: fused norm needs M * K * 2 <= 96 KiB");
   GemvArgs a{};
@@ -333,7 +295,6 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
   a.K = static_cast<int>(K);
   a.y = y;
   a.ldy = ldy;
-  a.smem_preload = smem_preload;
   if (norm) {
     a.residual = norm->residual;
     a.rows = norm->rows;

@@ -133,9 +133,12 @@ struct RowAttentionParams {
   // kernel rotates them and writes the new key and value to the cache (rope.cache == cache).
   RopeKvParams rope;
   // Query heads a block of the SIMT kernel takes, for 16-bit caches at head_dim 64 / 128: 0 its
-  // choice (1 for a one-row launch, else 4); 1, 2 or 4 as given (comparisons: PAGODA_SIMT_HEADS).
-  // Other caches take 4. The results do not depend on it.
+  // choice (1 for a one-row launch, 2 up to kRowShortRows rows, else 4); 1, 2 or 4 as given
+  // (comparisons: PAGODA_SIMT_HEADS). Other caches take 4. The results do not depend on it.
   int simt_heads_per_block = 0;
+  // The SIMT kernel lets the next kernel launch (programmatic dependent launch) only after its
+  // blocks' work, not at their start (experiment: PAGODA_ATTN_LATE_TRIGGER).
+  bool late_trigger = false;
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
@@ -213,10 +216,8 @@ struct GemvNorm {
   float eps = 1e-5f;
 };
 bool gemv_norm_supported(int64_t M, int64_t K);
-// smem_preload: twice the weight bytes a lane starts before waiting for the predecessor (the
-// second half into shared memory, 32 KiB a block); the same results.
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
-               cudaStream_t s, const GemvNorm* norm = nullptr, bool smem_preload = false);
+               cudaStream_t s, const GemvNorm* norm = nullptr);
 
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
 // so a row's result does not depend on M or on the other rows. Slow; the --batch-invariant mode.
