@@ -144,7 +144,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
   __shared__ int last_block;
-  if (!p.late_trigger) pdl_trigger();
+  pdl_trigger();
 
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
@@ -368,7 +368,6 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   store_split<kWarps, HPB>(p, &o_s[0][0][0], kMaxHeadDim, &ml_s[0][0][0], r, h0, nh, ns, split, tok);
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
-  if (p.late_trigger) pdl_trigger();
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
 }
 

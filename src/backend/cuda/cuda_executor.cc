@@ -215,7 +215,6 @@ class CudaExecutor final : public ModelExecutor {
   bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
   bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
   int simt_heads_ = 0;               // PAGODA_SIMT_HEADS=1|2|4: query heads a SIMT attention block (comparisons)
-  bool attn_late_trigger_ = false;   // PAGODA_ATTN_LATE_TRIGGER=1: see RowAttentionParams::late_trigger
   // Rows up to which linear layers use the GEMV instead of cuBLASLt. Measured on the H200
   // (docs/cuda.md, fifth session): the GEMV wins at one row; at 2-4 rows cuBLASLt is faster for the
   // wide matrices (gate/up, lm_head), so 1. PAGODA_GEMV_MAX_ROWS=1..4 for comparisons.
@@ -247,7 +246,6 @@ Status CudaExecutor::init() {
     mma_short_rows_ = std::string(e) == "mma";
   }
   if (const char* e = std::getenv("PAGODA_SIMT_HEADS"); e && *e) simt_heads_ = std::atoi(e);
-  if (const char* e = std::getenv("PAGODA_ATTN_LATE_TRIGGER"); e && *e) attn_late_trigger_ = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_UNFUSED_ROPE"); e && *e && std::string(e) != "0") {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
@@ -461,7 +459,6 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
     ap.tensor_cores_short = mma_short_rows_;
     ap.simt_heads_per_block = simt_heads_;
-    ap.late_trigger = attn_late_trigger_;
     ap.fresh_keys = sh.decode && warm_keys_ ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.

@@ -136,9 +136,6 @@ struct RowAttentionParams {
   // choice (1 for a one-row launch, 2 up to kRowShortRows rows, else 4); 1, 2 or 4 as given
   // (comparisons: PAGODA_SIMT_HEADS). Other caches take 4. The results do not depend on it.
   int simt_heads_per_block = 0;
-  // The SIMT kernel lets the next kernel launch (programmatic dependent launch) only after its
-  // blocks' work, not at their start (experiment: PAGODA_ATTN_LATE_TRIGGER).
-  bool late_trigger = false;
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
