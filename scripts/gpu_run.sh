@@ -135,23 +135,18 @@ stage_model() {  # 8b | 1b
   [ "${PP64:-1}" = 1 ] && TAILN=6 step pp64_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --prefill-tile 64
   stage_tp128 $1
 }
-stage_tp128() {
+# Offline throughput, 1000 requests of LEN in / LEN out, one run per --max-num-seqs in SEQS
+# (TP_KV: the KV dtype). Usage: stage_throughput SHAPE LEN "SEQS" LIMIT_S TAILN
+stage_throughput() {
   local m seqs
   ensure_model $1
   m=$(model_dir $1)
-  for seqs in ${TP128_SEQS:-256}; do
-    TAILN=4 step tp128_$1_${TP_KV:-bf16}_$seqs 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+  for seqs in $3; do
+    TAILN=$5 step tp$2_$1_${TP_KV:-bf16}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
   done
 }
-stage_tp1000() {
-  local m
-  ensure_model $1
-  m=$(model_dir $1)
-  local seqs
-  for seqs in ${TP_SEQS:-256}; do
-    TAILN=12 step tp1000_$1_${TP_KV:-bf16}_$seqs ${TP1000_LIMIT:-240} $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 1000 --output-len 1000 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
-  done
-}
+stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
+stage_tp1000() { stage_throughput $1 1000 "${TP_SEQS:-256}" ${TP1000_LIMIT:-240} 12; }
 # The server and the Engine front ends on the device: `pagoda serve --device cuda` answers a
 # completion; `pagoda bench throughput --device cuda` (Engine, batched vs one at a time).
 stage_serve() {

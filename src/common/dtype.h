@@ -52,6 +52,12 @@ const DTypeTraits& dtype_traits(DType t);
 inline std::string_view dtype_name(DType t) { return dtype_traits(t).name; }
 std::optional<DType> dtype_from_name(std::string_view name);  // "f16", "Q8_0", "bf16" (case-insensitive)
 
+// The element types a KV cache stores: f32, f16, bf16 and (CUDA only) f8_e4m3. The memory planner,
+// the CLIs, the CUDA executor and its kernels check against this one list.
+inline bool kv_cache_dtype_supported(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF8E4M3;
+}
+
 // Bytes of a row of `n` elements; n must be a multiple of the block size.
 inline int64_t row_bytes(DType t, int64_t n) {
   const auto& tr = dtype_traits(t);

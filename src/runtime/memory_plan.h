@@ -63,11 +63,7 @@ int64_t workspace_bytes(const ModelConfig& c, int64_t tokens);
 
 // A plan, or kResourceExhausted naming the term that does not fit and what to change.
 Result<MemoryPlan> plan_memory(const MemoryPlanInput& in);
-// The element types a KV cache stores: f32, f16, bf16 and (CUDA) f8_e4m3; plan_memory refuses the
-// others.
-inline bool kv_cache_dtype_supported(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF8E4M3;
-}
+// plan_memory refuses KV dtypes that kv_cache_dtype_supported (common/dtype.h) does not list.
 
 // Total physical memory of this host (MemTotal), bytes.
 int64_t host_memory_bytes();

@@ -197,6 +197,13 @@ struct GpuRefPrompt {
   std::vector<int64_t> positions;  // the scored positions
   int steps = 0;                   // greedy continuation length
 };
+// The reference directory (PAGODA_GPU_REF_DIR) when it has an index.json, else "" (the tests skip).
+std::string gpu_reference_index_dir() {
+  const std::string dir = test::gpu_ref_dir();
+  return !dir.empty() && fs::exists(dir + "/index.json") ? dir : std::string();
+}
+constexpr const char* kNoGpuReferences =
+    "PAGODA_GPU_REF_DIR unset or without index.json: run tools/make_gpu_references.py on the GPU machine";
 // Calls fn(loaded model, prompt) for every prompt of every set of the reference directory; returns
 // how many prompts there were.
 int for_each_gpu_reference(const std::string& dir, const std::function<void(const LoadedModel&, const GpuRefPrompt&)>& fn) {
@@ -234,9 +241,8 @@ RunResult run_gpu_reference(const LoadedModel& loaded, const GpuRefPrompt& p, DT
 
 TEST(CudaParity, Bf16PathMatchesTransformersOnRandomModels) {
   PAGODA_REQUIRE_GPU();
-  const std::string dir = test::gpu_ref_dir();
-  if (dir.empty() || !fs::exists(dir + "/index.json"))
-    GTEST_SKIP() << "PAGODA_GPU_REF_DIR unset or without index.json: run tools/make_gpu_references.py on the GPU machine";
+  const std::string dir = gpu_reference_index_dir();
+  if (dir.empty()) GTEST_SKIP() << kNoGpuReferences;
   const int checked = for_each_gpu_reference(dir, [&](const LoadedModel& loaded, const GpuRefPrompt& p) {
     for (DType kv : {DType::kBF16, DType::kF16}) {
       RunResult got = run_gpu_reference(loaded, p, kv);
@@ -255,9 +261,8 @@ TEST(CudaParity, Bf16PathMatchesTransformersOnRandomModels) {
 // |diff| 1.4-3.0e-2 x range against bounds of 4-6e-2; top-1 at 271 of 300 (0.90) or more.
 TEST(CudaParity, Fp8KvCacheStaysNearTransformers) {
   PAGODA_REQUIRE_GPU();
-  const std::string dir = test::gpu_ref_dir();
-  if (dir.empty() || !fs::exists(dir + "/index.json"))
-    GTEST_SKIP() << "PAGODA_GPU_REF_DIR unset or without index.json: run tools/make_gpu_references.py on the GPU machine";
+  const std::string dir = gpu_reference_index_dir();
+  if (dir.empty()) GTEST_SKIP() << kNoGpuReferences;
   const int checked = for_each_gpu_reference(dir, [&](const LoadedModel& loaded, const GpuRefPrompt& p) {
     RunResult got = run_gpu_reference(loaded, p, DType::kF8E4M3);
     if (got.logits.empty()) return;

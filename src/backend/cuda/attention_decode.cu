@@ -395,6 +395,7 @@ int simt_heads_per_block(const RowAttentionParams& p) {
   return p.num_rows == 1 ? 1 : p.num_rows <= kRowShortRows ? 2 : kMaxG;
 }
 
+// <lanes per key, dims per lane, keys per lane group per iteration, strided dims, heads a block>
 template <class KVT, int HPB>
 void launch_rows_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   if (p.cache.head_dim == 64) launch_pdl(row_attention_kernel<KVT, 8, 8, 2, false, HPB>, grid, dim3(kWarps * 32), 0, s, p);
@@ -403,21 +404,16 @@ void launch_rows_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 template <class KVT>
 void launch_rows(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
   const int64_t D = p.cache.head_dim;
-  if constexpr (sizeof(KVT) == 2) {
-    const int hpb = simt_heads_per_block(p);
-    if (hpb == 1) return launch_rows_d<KVT, 1>(p, grid, s);
-    if (hpb == 2) return launch_rows_d<KVT, 2>(p, grid, s);
+  if (D == 64 || D == 128) {
+    if constexpr (sizeof(KVT) == 2) {  // simt_heads_per_block is kMaxG for other caches
+      const int hpb = simt_heads_per_block(p);
+      if (hpb == 1) return launch_rows_d<KVT, 1>(p, grid, s);
+      if (hpb == 2) return launch_rows_d<KVT, 2>(p, grid, s);
+    }
+    return launch_rows_d<KVT, kMaxG>(p, grid, s);
   }
-  // <lanes per key, dims per lane, keys per lane group per iteration, strided dims>
-  if (D == 64) {
-    launch_pdl(row_attention_kernel<KVT, 8, 8, 2, false>, grid, dim3(kWarps * 32), 0, s, p);
-  } else if (D == 128) {
-    launch_pdl(row_attention_kernel<KVT, 16, 8, 4, false>, grid, dim3(kWarps * 32), 0, s, p);
-  } else if (D <= 64) {
-    launch_pdl(row_attention_kernel<KVT, 8, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
-  } else {
-    launch_pdl(row_attention_kernel<KVT, 32, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
-  }
+  if (D <= 64) launch_pdl(row_attention_kernel<KVT, 8, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
+  else launch_pdl(row_attention_kernel<KVT, 32, 8, 2, true>, grid, dim3(kWarps * 32), 0, s, p);
 }
 
 }  // namespace

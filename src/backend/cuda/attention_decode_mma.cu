@@ -61,7 +61,7 @@ constexpr int kMmaStages = 2;
 // conflicted, once a split).
 template <class KVT, int D>
 struct MmaShape {
-  static constexpr int LD = D + 16 / static_cast<int>(sizeof(KVT));  // row stride (elements)
+  static constexpr int LD = D + kChunkElems<KVT>;  // row stride (elements): 16 bytes of padding
   static constexpr int kTileBytes = kMmaKeys * LD * static_cast<int>(sizeof(KVT));
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kSmem = kMmaStages * kStageBytes;
@@ -98,9 +98,9 @@ __device__ __forceinline__ void load_words(const void* src, uint32_t (&w)[N]) {
 // with a barrier per tile; ptxas spills 20 bytes in that path's D = 64 instantiations.
 template <class KVT, int D, bool CHUNKS>
 __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAttentionParams p) {
-  constexpr bool F8 = std::is_same_v<KVT, f8>;
+  constexpr bool F8 = kIsFp8<KVT>;
   static_assert(!F8 || CHUNKS, "the FP8 ring is loaded per warp (block sizes a multiple of 16)");
-  using MT = std::conditional_t<F8, f16, KVT>;  // the mma's 16-bit type
+  using MT = mma_type_t<KVT>;
   using S = MmaShape<KVT, D>;
   constexpr int LD = S::LD;
   constexpr int STAGES = kMmaStages;
@@ -130,8 +130,8 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
   const int64_t page_elems = static_cast<int64_t>(KVH) * bs * D;
   const int64_t head_elems = static_cast<int64_t>(kvh) * bs * D;
-  constexpr int EPC = 16 / static_cast<int>(sizeof(KVT));  // elements a 16-byte chunk
-  constexpr int CPR = D / EPC;                               // 16-byte chunks per row
+  constexpr int EPC = kChunkElems<KVT>;
+  constexpr int CPR = D / EPC;  // 16-byte chunks per row
   auto split_end = [&](int split) { return min(ctx, lo + (split + 1) * per); };
   auto split_tiles = [&](int split) { return (split_end(split) - (lo + split * per) + kMmaKeys - 1) / kMmaKeys; };
   auto tile_first_key = [&](int split, int t) { return lo + split * per + t * kMmaKeys; };
@@ -401,7 +401,7 @@ void launch_mma_kernel(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
 }
 template <class KVT, int D>
 void launch_mma_d(const RowAttentionParams& p, dim3 grid, cudaStream_t s) {
-  if constexpr (std::is_same_v<KVT, f8>) {
+  if constexpr (kIsFp8<KVT>) {
     PAGODA_CUDA_REQUIRE(p.cache.block_size % 16 == 0, "row_attention: the FP8 tensor-core kernel needs block sizes a multiple of 16");
     launch_mma_kernel<KVT, D, true>(p, grid, s);
   } else if (p.cache.block_size % 16 == 0) {

@@ -31,8 +31,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // tile to f16 (exact) in one converted K / V tile before the mma; Q and P are then f16.
 template <class KVT, int D>
 struct PrefillSmem {
-  static constexpr bool F8 = std::is_same_v<KVT, f8>;
-  static constexpr int LD = D + 8;
+  static constexpr bool F8 = kIsFp8<KVT>;
+  static constexpr int LD = D + 8;  // padded shared-memory row of the 16-bit tiles (elements)
   // bytes: Q tile + the 16-bit K / V tiles (the ring, or F8's converted tile) + F8's byte ring
   static constexpr int bytes(int kBM) { return (kBM + (F8 ? 2 : 4) * kBN) * LD * 2 + (F8 ? 4 * kBN * D : 0); }
 };
@@ -40,9 +40,9 @@ struct PrefillSmem {
 template <class KVT, int D, int kBM, bool QS = (kBM == 128)>
 __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(PrefillAttentionParams p) {
   constexpr bool F8 = PrefillSmem<KVT, D>::F8;
-  using MT = std::conditional_t<F8, f16, KVT>;  // the mma's 16-bit type
+  using MT = mma_type_t<KVT>;
   constexpr int kThreads = kBM * 2;
-  constexpr int LD = D + 8;  // padded shared-memory row (elements)
+  constexpr int LD = PrefillSmem<KVT, D>::LD;
   constexpr int SLD = F8 ? D : LD;  // row stride of the ring (elements)
   extern __shared__ __align__(16) uint8_t smem[];
   MT* sQ = reinterpret_cast<MT*>(smem);
@@ -87,8 +87,8 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     *reinterpret_cast<uint2*>(sQ + row * LD + c) = packed;
   }
 
-  constexpr int EPC = 16 / static_cast<int>(sizeof(KVT));  // elements a 16-byte chunk
-  constexpr int CPR = D / EPC;                               // 16-byte chunks per row
+  constexpr int EPC = kChunkElems<KVT>;
+  constexpr int CPR = D / EPC;  // 16-byte chunks per row
   auto load_tile = [&](int t, int stage) {
     KVT* dK = rK + stage * kBN * SLD;
     KVT* dV = rV + stage * kBN * SLD;

@@ -38,7 +38,6 @@
 #include "backend/cuda/weight_uploader.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
-#include "runtime/memory_plan.h"
 
 namespace pagoda {
 namespace {

@@ -10,6 +10,15 @@
 
 namespace pagoda::cuda {
 
+// The attention kernels' cache element types: an FP8 E4M3 cache reaches the mma as f16 (exact),
+// a 16-bit one as itself; a 16-byte chunk holds kChunkElems<KVT> elements.
+template <class KVT>
+inline constexpr bool kIsFp8 = std::is_same_v<KVT, f8>;
+template <class KVT>
+using mma_type_t = std::conditional_t<kIsFp8<KVT>, f16, KVT>;
+template <class KVT>
+inline constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KVT));
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

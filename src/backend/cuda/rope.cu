@@ -123,9 +123,7 @@ void RopeKvParams::check() const {
   PAGODA_CUDA_REQUIRE(head_dim > 0 && head_dim <= kMaxHeadDim, "rope_kv_write: head_dim must be in [1, 256]");
   PAGODA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= head_dim, "rope_kv_write: rope_dim must be even and <= head_dim");
   PAGODA_CUDA_REQUIRE(cache.head_dim == head_dim && num_heads % cache.num_kv_heads == 0, "rope_kv_write: head shapes");
-  PAGODA_CUDA_REQUIRE(cache.dtype == DType::kF32 || cache.dtype == DType::kF16 || cache.dtype == DType::kBF16 ||
-                          cache.dtype == DType::kF8E4M3,
-                      "rope_kv_write: cache dtype must be f32, f16, bf16 or f8_e4m3");
+  PAGODA_CUDA_REQUIRE(kv_cache_dtype_supported(cache.dtype), "rope_kv_write: cache dtype must be f32, f16, bf16 or f8_e4m3");
 }
 
 void rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
