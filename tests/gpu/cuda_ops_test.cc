@@ -185,6 +185,123 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
   }
 }
 
+// The persistent decode-layer kernel against the GEMVs it replaces (o, norm + gate/up + SwiGLU,
+// down, norm + tail matmul), one row: the same bits. Shapes: Llama-3-8B's layer (seven ring
+// slots a down row), a Qwen2-0.5B-like one (K = 896: less than a slot), small ones on 3 and 5
+// blocks (warps without rows, several rows a warp) with no tail and with the tail on residual row 2.
+TEST(CudaOps, DecodeLayerMatchesGemvChain) {
+  PAGODA_REQUIRE_GPU();
+  struct Shape {
+    int64_t D, Q, F, n_tail;
+    int blocks;
+    int32_t tail_row;
+  };
+  const Shape shapes[] = {{4096, 4096, 14336, 6144, 0, 0}, {896, 896, 4864, 1152, 0, 0}, {64, 128, 200, 0, 3, 0},
+                          {256, 512, 1000, 300, 5, 2}};
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  uint64_t seed = 500;
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(::testing::Message() << "D " << sh.D << " Q " << sh.Q << " F " << sh.F << " tail " << sh.n_tail);
+    const int64_t D = sh.D, Q = sh.Q, F = sh.F, NT = sh.n_tail, rows = 3;
+    cuda::DeviceBuffer barrier(8);  // one counter a grid size
+    CUDA_CHECK(cudaMemset(barrier.get(), 0, 8));
+    const float ws = 1.0f / std::sqrt(static_cast<float>(std::max(D, F)));
+    auto attn = random_floats(Q, ++seed, -1, 1), res = random_floats(rows * D, ++seed, -2, 2);
+    auto w_o = random_floats(D * Q, ++seed, -ws, ws), w_gu = random_floats(2 * F * D, ++seed, -ws, ws);
+    auto w_down = random_floats(D * F, ++seed, -ws, ws), w_tail = random_floats(std::max<int64_t>(1, NT * D), ++seed, -ws, ws);
+    auto g1 = random_floats(D, ++seed, 0.5f, 1.5f), g2 = random_floats(D, ++seed, 0.5f, 1.5f);
+    auto dattn = upload_as(attn, DType::kBF16), dwo = upload_as(w_o, DType::kBF16), dwgu = upload_as(w_gu, DType::kBF16);
+    auto dwdown = upload_as(w_down, DType::kBF16), dwtail = upload_as(w_tail, DType::kBF16);
+    auto dg1 = to_device(g1), dg2 = to_device(g2);
+    const std::vector<int32_t> tail_row = {sh.tail_row};
+    auto dtail_row = to_device(tail_row);
+    // The chain of GEMVs.
+    auto res_a = to_device(res);
+    cuda::DeviceBuffer act_a(F * 2), out_a(std::max<int64_t>(1, NT) * 4);
+    cuda::gemv_bf16(dattn.get(), dwo.get(), 1, D, Q, res_a.get(), D, cuda::GemmOut::kAddF32, nullptr);
+    const cuda::GemvNorm n1{res_a.as<float>(), nullptr, dg1.as<float>(), 1e-5f};
+    cuda::gemv_bf16(nullptr, dwgu.get(), 1, 2 * F, D, act_a.get(), F, cuda::GemmOut::kSwiGlu, nullptr, &n1);
+    cuda::gemv_bf16(act_a.get(), dwdown.get(), 1, D, F, res_a.get(), D, cuda::GemmOut::kAddF32, nullptr);
+    if (NT > 0) {
+      const cuda::GemvNorm n2{res_a.as<float>(), dtail_row.as<int32_t>(), dg2.as<float>(), 1e-5f};
+      cuda::gemv_bf16(nullptr, dwtail.get(), 1, NT, D, out_a.get(), NT, cuda::GemmOut::kStoreF32, nullptr, &n2);
+    }
+    const auto want_res = to_host<float>(res_a, rows * D);
+    const auto want_act = to_host<uint16_t>(act_a, F);
+    const auto want_out = to_host<float>(out_a, std::max<int64_t>(1, NT));
+    // The chain is right: residual row 0 against a double-precision reference of the layer.
+    {
+      const auto xa = round_to(attn, DType::kBF16), wo = round_to(w_o, DType::kBF16);
+      const auto wgu = round_to(w_gu, DType::kBF16), wd = round_to(w_down, DType::kBF16);
+      std::vector<float> h(D), xn(D), act(F);
+      for (int64_t n = 0; n < D; ++n) {
+        double a = 0;
+        for (int64_t k = 0; k < Q; ++k) a += double(xa[k]) * wo[n * Q + k];
+        h[n] = static_cast<float>(res[n] + a);
+      }
+      reference::rms_norm(h.data(), g1.data(), 1, D, 1e-5, xn.data());
+      xn = round_to(xn, DType::kBF16);
+      for (int64_t i = 0; i < F; ++i) {
+        double g = 0, u = 0;
+        for (int64_t k = 0; k < D; ++k) {
+          g += double(xn[k]) * wgu[i * D + k];
+          u += double(xn[k]) * wgu[(F + i) * D + k];
+        }
+        act[i] = static_cast<float>(g / (1 + std::exp(-g)) * u);
+      }
+      act = round_to(act, DType::kBF16);
+      std::vector<float> ref(D);
+      for (int64_t n = 0; n < D; ++n) {
+        double a = 0;
+        for (int64_t k = 0; k < F; ++k) a += double(act[k]) * wd[n * F + k];
+        ref[n] = static_cast<float>(h[n] + a);
+      }
+      EXPECT_LT(nmse(std::vector<float>(want_res.begin(), want_res.begin() + D), ref), 1e-4);
+    }
+    // The layer kernel, three launches on the same barrier counter.
+    for (int rep = 0; rep < 3; ++rep) {
+      auto res_b = to_device(res);
+      cuda::DeviceBuffer act_b(F * 2), out_b(std::max<int64_t>(1, NT) * 4);
+      cuda::DecodeLayerParams p;
+      p.attn = dattn.get();
+      p.w_o = dwo.get();
+      p.residual = res_b.as<float>();
+      p.ffn_norm = dg1.as<float>();
+      p.w_gu = dwgu.get();
+      p.act = act_b.get();
+      p.w_down = dwdown.get();
+      if (NT > 0) {
+        p.tail_norm = dg2.as<float>();
+        p.tail_row = dtail_row.as<int32_t>();
+        p.w_tail = dwtail.get();
+        p.n_tail = NT;
+        p.tail_out = out_b.as<float>();
+      }
+      p.D = D;
+      p.Q = Q;
+      p.F = F;
+      p.eps = 1e-5f;
+      p.barrier = barrier.as<unsigned long long>();
+      p.num_sms = sms;
+      p.blocks = sh.blocks;
+      ASSERT_TRUE(cuda::decode_layer_supported(p));
+      cuda::decode_layer(p, nullptr);
+      const auto got_res = to_host<float>(res_b, rows * D);
+      const auto got_act = to_host<uint16_t>(act_b, F);
+      EXPECT_EQ(0, std::memcmp(got_res.data(), want_res.data(), rows * D * 4)) << "residual, launch " << rep;
+      EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), F * 2)) << "act, launch " << rep;
+      if (NT > 0) {
+        const auto got_out = to_host<float>(out_b, NT);
+        EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), NT * 4)) << "tail, launch " << rep;
+      }
+    }
+    // Each of the (stages - 1) barriers of a launch added the grid size.
+    const unsigned long long grid = sh.blocks > 0 ? sh.blocks : sms;
+    EXPECT_EQ(3 * (NT > 0 ? 3 : 2) * grid, to_host<unsigned long long>(barrier, 1)[0]);
+  }
+}
+
 // Candidate set of the CPU sampler's rules (descending p, ties to the lower id) for checks.
 std::vector<int32_t> cpu_candidates(const std::vector<float>& logits, const SamplingParams& p, std::vector<double>* probs) {
   const int32_t V = static_cast<int32_t>(logits.size());

@@ -12,7 +12,9 @@
 //   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
 // Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with one row -> our GEMV (RMSNorm fused
 // into the QKV / gate-up / lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as
-// its beta = 1 epilogue).
+// its beta = 1 epilogue). One-row bf16 steps go further: after each attention, one persistent
+// kernel (cuda::decode_layer) runs the O, gate/up + SwiGLU and down GEMVs and the next layer's
+// norm + QKV (the last layer's: the final norm + lm_head), the same bits as those GEMVs.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -199,6 +201,7 @@ class CudaExecutor final : public ModelExecutor {
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
   DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
+  DeviceBuffer layer_barrier_;  // the persistent decode-layer kernel's grid-barrier counter (8 bytes)
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
@@ -221,6 +224,11 @@ class CudaExecutor final : public ModelExecutor {
   // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
   // L2 warming of the older keys either (comparisons).
   bool unfused_rope_ = false, warm_keys_ = true;
+  // One-row steps run each layer's o projection, FFN and the next QKV (or the lm_head) as one
+  // persistent kernel (cuda::decode_layer) instead of four GEMVs. PAGODA_LAYER_KERNEL=0: the GEMVs
+  // (comparisons; the results are the same bits).
+  bool layer_kernel_ = true;
+  cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.
@@ -249,6 +257,7 @@ Status CudaExecutor::init() {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
   }
+  if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
@@ -369,6 +378,8 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
   att_counters_.reset(static_cast<size_t>(rows * d_.H * 4));  // >= rows x kv heads x head chunks
   CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
+  layer_barrier_.reset(sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemsetAsync(layer_barrier_.get(), 0, layer_barrier_.bytes(), stream_));
   last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
   logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
   const int64_t srows = caps_.seqs;
@@ -407,6 +418,38 @@ void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, in
   }
 }
 
+cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const {
+  const Layer& ly = layers_[l];
+  cuda::DecodeLayerParams p;
+  p.attn = attn_.get();
+  p.w_o = ly.w_o.get();
+  p.residual = residual_.as<float>();
+  p.ffn_norm = ly.ffn_norm.as<float>();
+  p.w_gu = ly.w_gu.get();
+  p.act = act_buf_.get();
+  p.w_down = ly.w_down.get();
+  p.D = d_.D;
+  p.Q = d_.Q;
+  p.F = d_.F;
+  p.eps = static_cast<float>(model_.config().rms_norm_eps);
+  p.barrier = layer_barrier_.as<unsigned long long>();
+  p.num_sms = sms_;
+  if (l + 1 < d_.L) {  // the next layer's norm + QKV
+    const Layer& next = layers_[l + 1];
+    p.tail_norm = next.attn_norm.as<float>();
+    p.w_tail = next.w_qkv.get();
+    p.n_tail = d_.Nqkv;
+    p.tail_out = qkv_.as<float>();
+  } else if (sh.logits > 0) {  // the final norm + lm_head
+    p.tail_norm = out_norm_.as<float>();
+    p.tail_row = in.d<int32_t>(in.o_lrows);
+    p.w_tail = lm_head_ptr_;
+    p.n_tail = d_.V;
+    p.tail_out = logits_.as<float>();
+  }
+  return p;
+}
+
 void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const ModelConfig& c = model_.config();
   const int64_t T = sh.tokens;
@@ -414,12 +457,16 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const int32_t* ids = in.d<int32_t>(in.o_ids);
   // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
   const bool fused_norm = use_gemv(T, d_.D, true);
+  // One row: the persistent layer kernel does everything between two attentions (not with
+  // knock-outs, which leave single GEMVs out).
+  const bool layer_kernel = fused_norm && T == 1 && layer_kernel_ && knockout_.empty() &&
+                            cuda::decode_layer_supported(layer_params(in, sh, 0));
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
     const Layer& ly = layers_[l];
     const cuda::KvCacheLayer kv = kv_layer(l);
-    if (skip(",qkv,")) {
+    if (skip(",qkv,") || (layer_kernel && l > 0)) {  // the previous layer kernel's tail did it
     } else if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
@@ -491,6 +538,11 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::prefill_attention(pp, stream_);
       profiler_.mark("attention prefill", stream_);
     }
+    if (layer_kernel) {
+      cuda::decode_layer(layer_params(in, sh, l), stream_);
+      profiler_.mark("layer kernel: o, norm+gate/up+swiglu, down, next norm+qkv", stream_);
+      continue;
+    }
     if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("o", stream_);
     if (skip(",gu,")) {
@@ -509,7 +561,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     if (!skip(",down,")) linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("down", stream_);
   }
-  if (sh.logits > 0) {
+  if (sh.logits > 0 && !layer_kernel) {
     if (use_gemv(sh.logits, d_.D, true)) {
       const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
       cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);

@@ -15,6 +15,7 @@
 // row's result is bit-identical whatever M is and whatever else is in the batch. Used for every
 // linear layer in --batch-invariant mode (tests), never for speed.
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_dot.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
@@ -30,19 +31,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-}
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]);
-    const float2 b = __bfloat1622float2(xp[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-  return acc;
 }
 
 // R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's
@@ -165,10 +153,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     if constexpr (MODE == GemmOut::kSwiGlu) {
-      // Round gate and up to bf16 first, as the unfused path (bf16 GEMM output) does.
-      const float g = __bfloat162float(__float2bfloat16_rn(acc[m][0]));
-      const float u = __bfloat162float(__float2bfloat16_rn(acc[m][1]));
-      static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+      static_cast<bf16*>(a.y)[m * a.ldy + n] = swiglu_out(acc[m][0], acc[m][1]);
     } else if constexpr (MODE == GemmOut::kStoreF32) {
       static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][0];
     } else if constexpr (MODE == GemmOut::kAddF32) {

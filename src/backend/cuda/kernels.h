@@ -216,6 +216,42 @@ bool gemv_norm_supported(int64_t M, int64_t K);
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
                cudaStream_t s, const GemvNorm* norm = nullptr);
 
+// ---- decode_layer.cu: the persistent one-row decode layer ---------------------------------------
+
+// Everything of a decoder layer after its attention, for one row (batch-1 decode), in one
+// persistent kernel (one block an SM, all co-resident), plus the next layer's norm + QKV or the
+// final norm + lm_head:
+//   residual += attn W_o^T ; act = SwiGLU(rms_norm(residual) W_gu^T) ; residual += act W_down^T ;
+//   tail_out = rms_norm(residual[tail_row]) W_tail^T          (when w_tail is set)
+// The same arithmetic as gemv_bf16 at M = 1 with the norms fused (bit for bit). Each warp streams
+// its rows of all four matrices through its own ring of 4 KiB shared-memory slots (cp.async), so
+// weight bytes keep moving while the block waits for the attention (programmatic dependent
+// launch) and at the grid-wide barriers between the stages.
+struct DecodeLayerParams {
+  const void* attn = nullptr;     // [Q] bf16, the attention output (written by the previous kernel)
+  const void* w_o = nullptr;      // [D, Q] bf16
+  float* residual = nullptr;      // [D] f32, updated in place (row 0)
+  const float* ffn_norm = nullptr;  // [D] f32
+  const void* w_gu = nullptr;     // [2F, D] bf16: gate rows, then up rows
+  void* act = nullptr;            // [F] bf16 workspace (SwiGLU output)
+  const void* w_down = nullptr;   // [D, F] bf16
+  const float* tail_norm = nullptr;  // [D] f32; the tail stage runs when w_tail is set
+  const int32_t* tail_row = nullptr;  // optional [1]: residual row the tail normalises (else 0)
+  const void* w_tail = nullptr;   // [n_tail, D] bf16
+  float* tail_out = nullptr;      // [n_tail] f32
+  int64_t D = 0, Q = 0, F = 0, n_tail = 0;
+  float eps = 1e-5f;
+  // Grid barrier counter: 8 bytes of device memory, zero before the first launch, then only ever
+  // used by launches of the same grid size (it counts up; every barrier adds the grid size).
+  unsigned long long* barrier = nullptr;
+  int num_sms = 132;
+  int blocks = 0;                 // grid size; 0: one block an SM (tests use fewer)
+};
+// Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
+// memory fits); false: run the GEMVs instead.
+bool decode_layer_supported(const DecodeLayerParams& p);
+void decode_layer(const DecodeLayerParams& p, cudaStream_t s);
+
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
 // so a row's result does not depend on M or on the other rows. Slow; the --batch-invariant mode.
 // x: [M, K], w: [N, K] in `dtype` (f32 | bf16); y as `mode` (kSwiGlu not supported).
