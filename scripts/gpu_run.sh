@@ -229,6 +229,16 @@ stage_ncu() {
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats --section InstructionStats $TESTS --gtest_filter='CudaKernelBench.*'
 }
+# Nsight Compute on the model itself: launches of kernels matching NCU_KERNELS (default the
+# persistent layer kernel) in an eager batch-1 decode of the model (SHAPE 8b or 1b).
+stage_ncu_model() {
+  ensure_model $1
+  local m=$(model_dir $1) k=${NCU_KERNELS:-decode_layer_kernel}
+  TAILN=200 step ncu_$1${NCU_TAG:-} 300 \
+    ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-2}" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats $PAGODA bench -m $m --device cuda --no-cuda-graphs -p 0 -n 8 -b 1 -r 1
+}
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
 stage_bench() {
@@ -269,6 +279,8 @@ for s in "$@"; do
     sweep8b) stage_sweep 8b ;;
     sweep1b) stage_sweep 1b ;;
     ncu) stage_ncu ;;
+    ncu8b) stage_ncu_model 8b ;;
+    ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
     *) log "unknown stage $s" ;;
   esac

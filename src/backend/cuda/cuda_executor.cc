@@ -228,6 +228,7 @@ class CudaExecutor final : public ModelExecutor {
   // persistent kernel (cuda::decode_layer) instead of four GEMVs. PAGODA_LAYER_KERNEL=0: the GEMVs
   // (comparisons; the results are the same bits).
   bool layer_kernel_ = true;
+  int layer_depth_ = 0;  // PAGODA_LAYER_DEPTH=2|4|6: its ring slots a warp (comparisons)
   cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
@@ -258,6 +259,7 @@ Status CudaExecutor::init() {
     warm_keys_ = std::string(e) != "2";
   }
   if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) != "0";
+  if (const char* e = std::getenv("PAGODA_LAYER_DEPTH"); e && *e) layer_depth_ = std::atoi(e);
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
@@ -434,6 +436,7 @@ cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const 
   p.eps = static_cast<float>(model_.config().rms_norm_eps);
   p.barrier = layer_barrier_.as<unsigned long long>();
   p.num_sms = sms_;
+  p.depth = layer_depth_;
   if (l + 1 < d_.L) {  // the next layer's norm + QKV
     const Layer& next = layers_[l + 1];
     p.tail_norm = next.attn_norm.as<float>();

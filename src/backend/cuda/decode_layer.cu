@@ -207,7 +207,7 @@ int max_smem_optin() {
 int choose_depth(const DecodeLayerParams& p) {
   const size_t limit = static_cast<size_t>(max_smem_optin());
   for (int d : kDepths)
-    if (smem_bytes(p, d) <= limit) return d;
+    if ((p.depth == 0 || d <= p.depth) && smem_bytes(p, d) <= limit) return d;
   return 0;
 }
 
