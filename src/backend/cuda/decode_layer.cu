@@ -32,14 +32,30 @@ namespace {
 
 constexpr int kWarps = 8;  // 256 threads, as gemv_bf16's blocks: the fused norms reduce alike
 constexpr int kThreads = kWarps * 32;
-constexpr int kSlotChunks = 256;  // 16-byte chunks a ring slot holds: 4 KiB, 8 a lane
-constexpr int kLaneChunks = kSlotChunks / 32;
+// A ring slot holds the same 1 KiB column range of kSlotRows weight rows (64 chunks of 16 bytes a
+// row, 2 a lane): the warp runs kSlotRows independent FMA chains, and each input chunk is read
+// from shared memory and unpacked once for all of them.
+constexpr int kSlotRows = 4;
+constexpr int kColChunks = 64;
+constexpr int kLaneChunks = kColChunks / 32;
+constexpr int kSlotChunks = kSlotRows * kColChunks;  // 4 KiB
 
 struct Stage {
   const bf16* w;
   int n_out;  // outputs (SwiGLU: F, each from a gate row n and an up row n_out + n)
   int K;
   int R;      // weight rows an output reads: 2 for SwiGLU
+  // Outputs of warp gw (rows gw, gw + W, ...), output groups of kSlotRows / R, column slots a row.
+  __device__ __forceinline__ int outputs(int gw, int W) const { return n_out > gw ? (n_out - gw + W - 1) / W : 0; }
+  __device__ __forceinline__ int groups(int gw, int W) const {
+    return (outputs(gw, W) * R + kSlotRows - 1) / kSlotRows;
+  }
+  __device__ __forceinline__ int cols() const { return (K / 8 + kColChunks - 1) / kColChunks; }
+  // Weight row of slot row i (0 .. kSlotRows-1) of group g, or -1 past the warp's outputs.
+  __device__ __forceinline__ int row(int g, int i, int gw, int W, int outs) const {
+    const int j = g * (kSlotRows / R) + (R == 2 ? i >> 1 : i);
+    return j < outs ? gw + j * W + (R == 2 ? (i & 1) * n_out : 0) : -1;
+  }
 };
 
 __device__ __forceinline__ Stage stage_of(const DecodeLayerParams& p, int s) {
@@ -48,41 +64,42 @@ __device__ __forceinline__ Stage stage_of(const DecodeLayerParams& p, int s) {
   if (s == 2) return {static_cast<const bf16*>(p.w_down), static_cast<int>(p.D), static_cast<int>(p.F), 1};
   return {static_cast<const bf16*>(p.w_tail), static_cast<int>(p.n_tail), static_cast<int>(p.D), 1};
 }
-__device__ __forceinline__ int num_slots(int K) { return (K / 8 + kSlotChunks - 1) / kSlotChunks; }
 
-// A warp's position in its sequence of weight slots: stage, output row, slot of the row, row of the
-// SwiGLU pair. The producer side walks the same sequence as the consumer loop, kDepth slots ahead.
+// A warp's position in its sequence of weight slots: stage, output group, column slot. The
+// producer side walks the same sequence as the consumer loop, kDepth slots ahead.
 struct Cursor {
-  int s, n, slot, r;
+  int s, g, col;
 };
-__device__ __forceinline__ void settle(Cursor& c, const DecodeLayerParams& p, int stages, int gw) {
-  while (c.s < stages && c.n >= stage_of(p, c.s).n_out) {
+__device__ __forceinline__ void settle(Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W) {
+  while (c.s < stages && c.g >= stage_of(p, c.s).groups(gw, W)) {
     ++c.s;
-    c.n = gw;
+    c.g = 0;
   }
 }
 __device__ __forceinline__ void advance(Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W) {
   if (c.s >= stages) return;
-  const Stage st = stage_of(p, c.s);
-  if (++c.r < st.R) return;
-  c.r = 0;
-  if (++c.slot < num_slots(st.K)) return;
-  c.slot = 0;
-  c.n += W;
-  settle(c, p, stages, gw);
+  if (++c.col < stage_of(p, c.s).cols()) return;
+  c.col = 0;
+  ++c.g;
+  settle(c, p, stages, gw, W);
 }
-// Starts the copy of the cursor's slot of weights into `ring_slot` (the lane's 8 chunks) and
-// commits it as one group; past the end, an empty group (the wait counts stay uniform).
-__device__ __forceinline__ void issue(const Cursor& c, const DecodeLayerParams& p, int stages, uint4* ring_slot,
-                                      int lane) {
+// Starts the copy of the cursor's slot of weights into `ring_slot` (the lane's chunks of each
+// row) and commits it as one group; past the end, an empty group (the wait counts stay uniform).
+__device__ __forceinline__ void issue(const Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W,
+                                      uint4* ring_slot, int lane) {
   if (c.s < stages) {
     const Stage st = stage_of(p, c.s);
-    const int kc = st.K / 8;
-    const uint4* row = reinterpret_cast<const uint4*>(st.w + static_cast<int64_t>(c.n + c.r * st.n_out) * st.K);
+    const int kc = st.K / 8, outs = st.outputs(gw, W);
 #pragma unroll
-    for (int u = 0; u < kLaneChunks; ++u) {
-      const int ch = c.slot * kSlotChunks + u * 32 + lane;
-      if (ch < kc) cp_async16(ring_slot + u * 32 + lane, row + ch, true);
+    for (int i = 0; i < kSlotRows; ++i) {
+      const int r = st.row(c.g, i, gw, W, outs);
+      if (r < 0) continue;
+      const uint4* src = reinterpret_cast<const uint4*>(st.w + static_cast<int64_t>(r) * st.K);
+#pragma unroll
+      for (int u = 0; u < kLaneChunks; ++u) {
+        const int ch = c.col * kColChunks + u * 32 + lane;
+        if (ch < kc) cp_async16(ring_slot + (i * kLaneChunks + u) * 32 + lane, src + ch, true);
+      }
     }
   }
   cp_async_commit();
@@ -144,11 +161,11 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   uint4* xs = smem + kWarps * kDepth * kSlotChunks;
 
   // Weights depend on nothing: fill the ring before waiting for the attention.
-  Cursor pc{0, gw, 0, 0};
-  settle(pc, p, stages, gw);
+  Cursor pc{0, 0, 0};
+  settle(pc, p, stages, gw, W);
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
-    issue(pc, p, stages, ring + i * kSlotChunks, lane);
+    issue(pc, p, stages, gw, W, ring + i * kSlotChunks, lane);
     advance(pc, p, stages, gw, W);
   }
   pdl_wait();
@@ -158,33 +175,46 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
     if (s > 0) grid_barrier(p.barrier);
     load_stage_input(p, s, xs, scratch);
     const Stage st = stage_of(p, s);
-    const int kc = st.K / 8, slots = num_slots(st.K);
-    for (int n = gw; n < st.n_out; n += W) {
-      float acc0 = 0.0f, acc1 = 0.0f;
-      for (int j = 0; j < slots; ++j) {
-        for (int r = 0; r < st.R; ++r) {
-          cp_async_wait<kDepth - 1>();  // this slot's group (the oldest) has landed
-          const uint4* ws = ring + slot * kSlotChunks;
-          float a = r ? acc1 : acc0;
+    const int kc = st.K / 8, cols = st.cols(), outs = st.outputs(gw, W), groups = st.groups(gw, W);
+    const int per_group = kSlotRows / st.R;
+    for (int g = 0; g < groups; ++g) {
+      float acc[kSlotRows] = {};
+      for (int col = 0; col < cols; ++col) {
+        cp_async_wait<kDepth - 1>();  // this slot's group (the oldest) has landed
+        const uint4* ws = ring + slot * kSlotChunks;
 #pragma unroll
-          for (int u = 0; u < kLaneChunks; ++u) {
-            const int ch = j * kSlotChunks + u * 32 + lane;
-            if (ch < kc) a = dot8(ws[u * 32 + lane], xs[ch], a);
+        for (int u = 0; u < kLaneChunks; ++u) {
+          const int ch = col * kColChunks + u * 32 + lane;
+          if (ch < kc) {
+            float xf[8];
+            unpack8(ld_shared16(xs + ch), xf);
+            // All kSlotRows chains, also past the group's rows (their slot rows hold stale bytes,
+            // their sums are never used): no branches in the loop.
+#pragma unroll
+            for (int i = 0; i < kSlotRows; ++i) acc[i] = dot8(ld_shared16(ws + (i * kLaneChunks + u) * 32 + lane), xf, acc[i]);
           }
-          if (r) acc1 = a;
-          else acc0 = a;
-          // The lane read only the chunks it copied: refill the slot with the next weights.
-          issue(pc, p, stages, ring + slot * kSlotChunks, lane);
-          advance(pc, p, stages, gw, W);
-          slot = slot + 1 == kDepth ? 0 : slot + 1;
         }
+        // The lane read only the chunks it copied: refill the slot with the next weights.
+        issue(pc, p, stages, gw, W, ring + slot * kSlotChunks, lane);
+        advance(pc, p, stages, gw, W);
+        slot = slot + 1 == kDepth ? 0 : slot + 1;
       }
-      acc0 = warp_sum(acc0);
-      if (st.R == 2) acc1 = warp_sum(acc1);
-      if (lane == 0) {
-        if (s == 0 || s == 2) __stcg(p.residual + n, __ldcg(p.residual + n) + acc0);
-        else if (s == 1) static_cast<bf16*>(p.act)[n] = swiglu_out(acc0, acc1);
-        else p.tail_out[n] = acc0;
+#pragma unroll
+      for (int i = 0; i < kSlotRows; ++i) acc[i] = warp_sum(acc[i]);
+      if (lane < per_group && g * per_group + lane < outs) {
+        // Lane o writes output o of the group: acc[o], or gate acc[2o] and up acc[2o + 1].
+        static_assert(kSlotRows == 4, "the selection below");
+        const int n = gw + (g * per_group + lane) * W;
+        float a0, a1 = 0.0f;
+        if (st.R == 1) {
+          a0 = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+        } else {
+          a0 = lane == 0 ? acc[0] : acc[2];
+          a1 = lane == 0 ? acc[1] : acc[3];
+        }
+        if (s == 0 || s == 2) __stcg(p.residual + n, __ldcg(p.residual + n) + a0);
+        else if (s == 1) static_cast<bf16*>(p.act)[n] = swiglu_out(a0, a1);
+        else p.tail_out[n] = a0;
       }
     }
   }
