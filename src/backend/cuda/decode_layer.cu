@@ -30,13 +30,16 @@
 namespace pagoda::cuda {
 namespace {
 
-constexpr int kWarps = 8;  // 256 threads, as gemv_bf16's blocks: the fused norms reduce alike
+// 16 warps: a warp issues ~200 instructions a 4 KiB slot and, with 2 warps a scheduler (8 warps
+// a block), the first version could not consume weights as fast as DRAM delivers them (ncu: 4.6
+// cycles between a warp's instructions, 58 % of DRAM bandwidth).
+constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
-// A ring slot holds the same 1 KiB column range of kSlotRows weight rows (64 chunks of 16 bytes a
-// row, 2 a lane): the warp runs kSlotRows independent FMA chains, and each input chunk is read
-// from shared memory and unpacked once for all of them.
-constexpr int kSlotRows = 4;
-constexpr int kColChunks = 64;
+// A ring slot holds the same 2 KiB column range of kSlotRows weight rows (128 chunks of 16 bytes
+// a row, 4 a lane): the warp runs kSlotRows independent FMA chains, and each input chunk is read
+// from shared memory and unpacked once for both.
+constexpr int kSlotRows = 2;
+constexpr int kColChunks = 128;
 constexpr int kLaneChunks = kColChunks / 32;
 constexpr int kSlotChunks = kSlotRows * kColChunks;  // 4 KiB
 
@@ -45,13 +48,13 @@ struct Stage {
   int n_out;  // outputs (SwiGLU: F, each from a gate row n and an up row n_out + n)
   int K;
   int R;      // weight rows an output reads: 2 for SwiGLU
-  // Outputs of warp gw (rows gw, gw + W, ...), output groups of kSlotRows / R, column slots a row.
+  // Outputs of warp gw (rows gw, gw + W, ...), its groups of kSlotRows / R outputs, column slots
+  // of a row, 16-byte chunks of a row.
   __device__ __forceinline__ int outputs(int gw, int W) const { return n_out > gw ? (n_out - gw + W - 1) / W : 0; }
-  __device__ __forceinline__ int groups(int gw, int W) const {
-    return (outputs(gw, W) * R + kSlotRows - 1) / kSlotRows;
-  }
+  __device__ __forceinline__ int groups(int outs) const { return (outs * R + kSlotRows - 1) / kSlotRows; }
   __device__ __forceinline__ int cols() const { return (K / 8 + kColChunks - 1) / kColChunks; }
-  // Weight row of slot row i (0 .. kSlotRows-1) of group g, or -1 past the warp's outputs.
+  __device__ __forceinline__ int chunks() const { return K / 8; }
+  // Weight row of slot row i of group g, or -1 past the warp's outputs.
   __device__ __forceinline__ int row(int g, int i, int gw, int W, int outs) const {
     const int j = g * (kSlotRows / R) + (R == 2 ? i >> 1 : i);
     return j < outs ? gw + j * W + (R == 2 ? (i & 1) * n_out : 0) : -1;
@@ -65,45 +68,66 @@ __device__ __forceinline__ Stage stage_of(const DecodeLayerParams& p, int s) {
   return {static_cast<const bf16*>(p.w_tail), static_cast<int>(p.n_tail), static_cast<int>(p.D), 1};
 }
 
-// A warp's position in its sequence of weight slots: stage, output group, column slot. The
-// producer side walks the same sequence as the consumer loop, kDepth slots ahead.
-struct Cursor {
-  int s, g, col;
-};
-__device__ __forceinline__ void settle(Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W) {
-  while (c.s < stages && c.g >= stage_of(p, c.s).groups(gw, W)) {
-    ++c.s;
-    c.g = 0;
-  }
-}
-__device__ __forceinline__ void advance(Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W) {
-  if (c.s >= stages) return;
-  if (++c.col < stage_of(p, c.s).cols()) return;
-  c.col = 0;
-  ++c.g;
-  settle(c, p, stages, gw, W);
-}
-// Starts the copy of the cursor's slot of weights into `ring_slot` (the lane's chunks of each
-// row) and commits it as one group; past the end, an empty group (the wait counts stay uniform).
-__device__ __forceinline__ void issue(const Cursor& c, const DecodeLayerParams& p, int stages, int gw, int W,
-                                      uint4* ring_slot, int lane) {
-  if (c.s < stages) {
-    const Stage st = stage_of(p, c.s);
-    const int kc = st.K / 8, outs = st.outputs(gw, W);
+// The copy side of a warp's ring: walks the warp's sequence of weight slots (stage, output group,
+// column slot) in the consumer loop's order, kDepth slots ahead of it. The current stage's
+// constants and the current group's row starts are kept, so a slot costs its copies only.
+struct Producer {
+  int s = 0, g = 0, col = 0;
+  int stages, gw, W;
+  Stage st{};
+  int outs = 0, groups = 0, cols = 0, kc = 0;
+  const uint4* rows[kSlotRows] = {};
+
+  __device__ __forceinline__ void set_group() {
 #pragma unroll
     for (int i = 0; i < kSlotRows; ++i) {
-      const int r = st.row(c.g, i, gw, W, outs);
-      if (r < 0) continue;
-      const uint4* src = reinterpret_cast<const uint4*>(st.w + static_cast<int64_t>(r) * st.K);
-#pragma unroll
-      for (int u = 0; u < kLaneChunks; ++u) {
-        const int ch = c.col * kColChunks + u * 32 + lane;
-        if (ch < kc) cp_async16(ring_slot + (i * kLaneChunks + u) * 32 + lane, src + ch, true);
+      const int r = st.row(g, i, gw, W, outs);
+      rows[i] = r < 0 ? nullptr : reinterpret_cast<const uint4*>(st.w + static_cast<int64_t>(r) * st.K);
+    }
+  }
+  // From stage s on, the first stage where the warp has outputs (s == stages: done).
+  __device__ __forceinline__ void enter(const DecodeLayerParams& p) {
+    for (; s < stages; ++s) {
+      st = stage_of(p, s);
+      outs = st.outputs(gw, W);
+      groups = st.groups(outs);
+      if (groups > 0) {
+        cols = st.cols();
+        kc = st.chunks();
+        g = col = 0;
+        set_group();
+        return;
       }
     }
   }
-  cp_async_commit();
-}
+  __device__ __forceinline__ void advance(const DecodeLayerParams& p) {
+    if (s >= stages) return;
+    if (++col < cols) return;
+    col = 0;
+    if (++g < groups) {
+      set_group();
+      return;
+    }
+    ++s;
+    enter(p);
+  }
+  // Starts the copies of the current slot into `slot` (the lane's chunks of each row) as one
+  // commit group; past the end, an empty group (the wait counts stay uniform).
+  __device__ __forceinline__ void issue(uint4* slot, int lane) const {
+    if (s < stages) {
+#pragma unroll
+      for (int i = 0; i < kSlotRows; ++i) {
+        if (!rows[i]) continue;
+#pragma unroll
+        for (int u = 0; u < kLaneChunks; ++u) {
+          const int ch = col * kColChunks + u * 32 + lane;
+          if (ch < kc) cp_async16(slot + (i * kLaneChunks + u) * 32 + lane, rows[i] + ch, true);
+        }
+      }
+    }
+    cp_async_commit();
+  }
+};
 
 __device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
   unsigned long long v;
@@ -127,6 +151,51 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
   __syncthreads();
 }
 
+// block_rms_norm_row<8> as a block of 256 threads computes it (gemv_bf16's fused norm, bit for
+// bit), in this block of kThreads: threads 0-255 form the sum of squares exactly as those 256
+// would, then every thread writes outputs.
+template <class Put>
+__device__ __forceinline__ void norm_row_as_gemv(const float4* xr, const float4* w4, int d4, float eps, float* scratch,
+                                                 Put&& put) {
+  constexpr int kN = 8, kT = 256;
+  static_assert(kThreads % kT == 0, "whole warps");
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  float ss = 0.0f;
+  if (t < kT) {
+    float4 v[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int j = t + i * kT;
+      v[i] = j < d4 ? __ldcg(xr + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      ss = fmaf(v[i].x, v[i].x, ss);
+      ss = fmaf(v[i].y, v[i].y, ss);
+      ss = fmaf(v[i].z, v[i].z, ss);
+      ss = fmaf(v[i].w, v[i].w, ss);
+    }
+    for (int j = t + kN * kT; j < d4; j += kT) {
+      const float4 u = __ldcg(xr + j);
+      ss = fmaf(u.x, u.x, fmaf(u.y, u.y, fmaf(u.z, u.z, fmaf(u.w, u.w, ss))));
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) scratch[warp] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float a = lane < kT / 32 ? scratch[lane] : 0.0f;
+    a = warp_sum(a);
+    if (lane == 0) scratch[32] = a;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(scratch[32] / static_cast<float>(4 * d4) + eps);
+  for (int j = t; j < d4; j += kThreads) {
+    const float4 u = __ldcg(xr + j), g = w4[j];
+    put(j, make_float4(u.x * inv * g.x, u.y * inv * g.y, u.z * inv * g.z, u.w * inv * g.w));
+  }
+}
+
 // The stage's input vector into xs (bf16), by the whole block; ends with a barrier.
 __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch) {
   if (s == 0 || s == 2) {
@@ -139,12 +208,11 @@ __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int
     const int row = s == 3 && p.tail_row ? p.tail_row[0] : 0;
     const int D = static_cast<int>(p.D);
     __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
-    block_rms_norm_row<8>(reinterpret_cast<const float4*>(p.residual + static_cast<int64_t>(row) * D),
-                          reinterpret_cast<const float4*>(norm_w), D / 4, p.eps, scratch,
-                          [&](int j, const float4& y) {
-                            xh[2 * j] = __floats2bfloat162_rn(y.x, y.y);
-                            xh[2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
-                          });
+    norm_row_as_gemv(reinterpret_cast<const float4*>(p.residual + static_cast<int64_t>(row) * D),
+                     reinterpret_cast<const float4*>(norm_w), D / 4, p.eps, scratch, [&](int j, const float4& y) {
+                       xh[2 * j] = __floats2bfloat162_rn(y.x, y.y);
+                       xh[2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
+                     });
   }
   __syncthreads();
 }
@@ -161,12 +229,15 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   uint4* xs = smem + kWarps * kDepth * kSlotChunks;
 
   // Weights depend on nothing: fill the ring before waiting for the attention.
-  Cursor pc{0, 0, 0};
-  settle(pc, p, stages, gw, W);
+  Producer prod;
+  prod.stages = stages;
+  prod.gw = gw;
+  prod.W = W;
+  prod.enter(p);
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
-    issue(pc, p, stages, gw, W, ring + i * kSlotChunks, lane);
-    advance(pc, p, stages, gw, W);
+    prod.issue(ring + i * kSlotChunks, lane);
+    prod.advance(p);
   }
   pdl_wait();
 
@@ -175,7 +246,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
     if (s > 0) grid_barrier(p.barrier);
     load_stage_input(p, s, xs, scratch);
     const Stage st = stage_of(p, s);
-    const int kc = st.K / 8, cols = st.cols(), outs = st.outputs(gw, W), groups = st.groups(gw, W);
+    const int kc = st.chunks(), cols = st.cols(), outs = st.outputs(gw, W), groups = st.groups(outs);
     const int per_group = kSlotRows / st.R;
     for (int g = 0; g < groups; ++g) {
       float acc[kSlotRows] = {};
@@ -188,32 +259,26 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
           if (ch < kc) {
             float xf[8];
             unpack8(ld_shared16(xs + ch), xf);
-            // All kSlotRows chains, also past the group's rows (their slot rows hold stale bytes,
-            // their sums are never used): no branches in the loop.
+            // Every chain, also past the group's rows (their slot rows hold stale bytes, their
+            // sums are never used): no branches in the loop.
 #pragma unroll
             for (int i = 0; i < kSlotRows; ++i) acc[i] = dot8(ld_shared16(ws + (i * kLaneChunks + u) * 32 + lane), xf, acc[i]);
           }
         }
         // The lane read only the chunks it copied: refill the slot with the next weights.
-        issue(pc, p, stages, gw, W, ring + slot * kSlotChunks, lane);
-        advance(pc, p, stages, gw, W);
+        prod.issue(ring + slot * kSlotChunks, lane);
+        prod.advance(p);
         slot = slot + 1 == kDepth ? 0 : slot + 1;
       }
 #pragma unroll
       for (int i = 0; i < kSlotRows; ++i) acc[i] = warp_sum(acc[i]);
       if (lane < per_group && g * per_group + lane < outs) {
-        // Lane o writes output o of the group: acc[o], or gate acc[2o] and up acc[2o + 1].
-        static_assert(kSlotRows == 4, "the selection below");
+        // Lane o writes output o of the group: acc[o], or gate acc[0] and up acc[1].
+        static_assert(kSlotRows == 2, "the selection below");
         const int n = gw + (g * per_group + lane) * W;
-        float a0, a1 = 0.0f;
-        if (st.R == 1) {
-          a0 = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
-        } else {
-          a0 = lane == 0 ? acc[0] : acc[2];
-          a1 = lane == 0 ? acc[1] : acc[3];
-        }
+        const float a0 = lane == 0 ? acc[0] : acc[1];
         if (s == 0 || s == 2) __stcg(p.residual + n, __ldcg(p.residual + n) + a0);
-        else if (s == 1) static_cast<bf16*>(p.act)[n] = swiglu_out(a0, a1);
+        else if (s == 1) static_cast<bf16*>(p.act)[n] = swiglu_out(acc[0], acc[1]);
         else p.tail_out[n] = a0;
       }
     }
@@ -221,7 +286,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   cp_async_wait<0>();
 }
 
-constexpr int kDepths[] = {6, 4, 2};
+constexpr int kDepths[] = {3, 2};
 
 size_t smem_bytes(const DecodeLayerParams& p, int depth) {
   const int64_t x_elems = std::max({p.D, p.Q, p.F});
@@ -270,8 +335,7 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
   switch (choose_depth(p)) {
-    case 6: launch_depth<6>(p, s); break;
-    case 4: launch_depth<4>(p, s); break;
+    case 3: launch_depth<3>(p, s); break;
     default: launch_depth<2>(p, s); break;
   }
   CUDA_CHECK_LAUNCH();
