@@ -186,9 +186,11 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
 }
 
 // The persistent decode-layer kernel against the GEMVs it replaces (o, norm + gate/up + SwiGLU,
-// down, norm + tail matmul), one row: the same bits. Shapes: Llama-3-8B's layer (seven ring
-// slots a down row), a Qwen2-0.5B-like one (K = 896: less than a slot), small ones on 3 and 5
-// blocks (warps without rows, several rows a warp) with no tail and with the tail on residual row 2.
+// down, norm + tail matmul), one row: the norms are the same arithmetic, the dot products run on
+// tensor cores instead of FMA chains, so the results agree to rounding; every launch gives the
+// same bits. Shapes: Llama-3-8B's layer (K of 14336: 56 slots a down row), a Qwen2-0.5B-like one
+// (K = 896: a part slot, zero-padded), small ones on 3 and 5 blocks (warps without octets,
+// part octets) with no tail and with the tail on residual row 2.
 TEST(CudaOps, DecodeLayerMatchesGemvChain) {
   PAGODA_REQUIRE_GPU();
   struct Shape {
@@ -260,6 +262,8 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       EXPECT_LT(nmse(std::vector<float>(want_res.begin(), want_res.begin() + D), ref), 1e-4);
     }
     // The layer kernel, three launches on the same barrier counter.
+    std::vector<float> first_res, first_out;
+    std::vector<uint16_t> first_act;
     for (int rep = 0; rep < 3; ++rep) {
       auto res_b = to_device(res);
       cuda::DeviceBuffer act_b(F * 2), out_b(std::max<int64_t>(1, NT) * 4);
@@ -289,11 +293,26 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       cuda::decode_layer(p, nullptr);
       const auto got_res = to_host<float>(res_b, rows * D);
       const auto got_act = to_host<uint16_t>(act_b, F);
-      EXPECT_EQ(0, std::memcmp(got_res.data(), want_res.data(), rows * D * 4)) << "residual, launch " << rep;
-      EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), F * 2)) << "act, launch " << rep;
-      if (NT > 0) {
-        const auto got_out = to_host<float>(out_b, NT);
-        EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), NT * 4)) << "tail, launch " << rep;
+      const auto got_out = to_host<float>(out_b, std::max<int64_t>(1, NT));
+      if (rep == 0) {
+        EXPECT_LT(nmse(got_res, want_res), 1e-7) << "residual";
+        EXPECT_EQ(0, std::memcmp(got_res.data() + D, res.data() + D, (rows - 1) * D * 4)) << "rows 1.. untouched";
+        std::vector<float> ga(F), wa(F);
+        for (int64_t i = 0; i < F; ++i) {
+          ga[i] = bf16_to_f32(got_act[i]);
+          wa[i] = bf16_to_f32(want_act[i]);
+        }
+        EXPECT_LT(nmse(ga, wa), 1e-5) << "act";
+        if (NT > 0) {
+          EXPECT_LT(nmse(got_out, want_out), 1e-6) << "tail";
+        }
+        first_res = got_res;
+        first_act = got_act;
+        first_out = got_out;
+      } else {  // deterministic
+        EXPECT_EQ(0, std::memcmp(got_res.data(), first_res.data(), rows * D * 4)) << "residual, launch " << rep;
+        EXPECT_EQ(0, std::memcmp(got_act.data(), first_act.data(), F * 2)) << "act, launch " << rep;
+        EXPECT_EQ(0, std::memcmp(got_out.data(), first_out.data(), got_out.size() * 4)) << "tail, launch " << rep;
       }
     }
     // Each of the (stages - 1) barriers of a launch added the grid size.

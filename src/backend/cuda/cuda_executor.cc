@@ -228,7 +228,7 @@ class CudaExecutor final : public ModelExecutor {
   // persistent kernel (cuda::decode_layer) instead of four GEMVs. PAGODA_LAYER_KERNEL=0: the GEMVs
   // (comparisons; the results are the same bits).
   bool layer_kernel_ = true;
-  int layer_depth_ = 0;  // PAGODA_LAYER_DEPTH=2|3: its ring slots a warp (comparisons)
+  int layer_depth_ = 0;  // PAGODA_LAYER_DEPTH=2|4|6: its ring slots a warp (comparisons)
   cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).

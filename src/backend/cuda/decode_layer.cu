@@ -4,22 +4,27 @@
 // Why: at batch 1 every matmul is a GEMV bound by its weight bytes, and the chain of short kernels
 // (o, gate/up, down, QKV, each waiting for the last) lost 2-3 us at every boundary to ramp-up and
 // drain (docs/cuda.md, knock-outs). Here the weight stream does not stop at a boundary: each warp
-// owns fixed rows of every matrix and streams them, in the order it will use them, through a ring
-// of kDepth 4 KiB slots in shared memory (cp.async, 16 bytes a lane). It refills a slot as soon as
-// it has used it, so while it waits (for the attention before the first stage, at a grid barrier
-// between stages) the next kDepth slots of weights are already on their way.
+// owns fixed groups of 8 weight rows ("octets") of every matrix and streams them, in the order it
+// will use them, through a ring of kDepth 4 KiB slots in shared memory (cp.async, 16 bytes a
+// lane). It refills a slot as soon as it has used it, so while it waits (for the attention before
+// the first stage, at a grid barrier between stages) the next kDepth slots are on their way.
 //
-// Stages (x is the stage's input vector, in shared memory as bf16):
+// Stages (x is the stage's input vector, in shared memory as bf16, zero-padded to whole slots):
 //   0  x = attn                         residual[n] += x . W_o[n]
 //   1  x = rms_norm(residual) * ffn_norm act[n] = silu(x . W_gate[n]) * (x . W_up[n])
 //   2  x = act                          residual[n] += x . W_down[n]
 //   3  x = rms_norm(residual[tail_row]) * tail_norm    tail_out[n] = x . W_tail[n]   (optional)
-// A stage reads what the previous one wrote anywhere in the grid, so a grid-wide barrier
-// (an atomic counter in global memory) separates them; the grid is one block an SM, all resident
-// at once (shared memory allows one a SM), so the barrier cannot deadlock. Warp w of the grid
-// takes rows w, w + W, w + 2W, ... (W warps in the grid) of every stage, and a lane accumulates
-// chunks lane, lane + 32, ... of a row with gemv_bf16's FMAs in gemv_bf16's order, and the norms
-// are the same block reduction over the same 256 threads: the results are gemv_bf16's bits.
+// A stage reads what the previous one wrote anywhere in the grid, so a grid-wide barrier (an
+// atomic counter in global memory) separates them; the grid is one block an SM, all resident at
+// once (shared memory allows one a SM), so the barrier cannot deadlock.
+//
+// The dot products run on tensor cores: a slot holds 256 k-values of an octet's 8 rows, and each
+// m16n8k16 mma takes x (every row of A) times 16 k-values of the 8 rows (B, via ldmatrix), f32
+// accumulation. A SIMT version (one FMA chain a row, gemv_bf16's arithmetic) issued ~380
+// instructions a 4 KiB slot and could not consume weights as fast as DRAM delivers them (ncu:
+// 64 % of DRAM bandwidth with 16 warps an SM); here a slot is 8 ldmatrix, 16 mma and 32 shared
+// loads of x. The norms are gemv_bf16's (same 256-thread arithmetic); the dot products differ from
+// the GEMV's FMA chains in rounding only (the op test bounds the difference).
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
@@ -30,34 +35,32 @@
 namespace pagoda::cuda {
 namespace {
 
-// 16 warps: a warp issues ~200 instructions a 4 KiB slot and, with 2 warps a scheduler (8 warps
-// a block), the first version could not consume weights as fast as DRAM delivers them (ncu: 4.6
-// cycles between a warp's instructions, 58 % of DRAM bandwidth).
-constexpr int kWarps = 16;
+constexpr int kWarps = 8;  // 256 threads
 constexpr int kThreads = kWarps * 32;
-// A ring slot holds the same 2 KiB column range of kSlotRows weight rows (128 chunks of 16 bytes
-// a row, 4 a lane): the warp runs kSlotRows independent FMA chains, and each input chunk is read
-// from shared memory and unpacked once for both.
-constexpr int kSlotRows = 2;
-constexpr int kColChunks = 128;
-constexpr int kLaneChunks = kColChunks / 32;
-constexpr int kSlotChunks = kSlotRows * kColChunks;  // 4 KiB
+constexpr int kOctet = 8;                          // weight rows of a slot (the mma's n)
+constexpr int kSlotK = 256;                        // k-values of a slot row (512 bytes, 32 chunks)
+constexpr int kRowChunks = kSlotK / 8;             // 16-byte chunks of a slot row
+constexpr int kSlotChunks = kOctet * kRowChunks;   // 4 KiB
+constexpr int kLaneCopies = kSlotChunks / 32;      // cp.async a lane a slot (one slot row each)
 
 struct Stage {
   const bf16* w;
   int n_out;  // outputs (SwiGLU: F, each from a gate row n and an up row n_out + n)
   int K;
   int R;      // weight rows an output reads: 2 for SwiGLU
-  // Outputs of warp gw (rows gw, gw + W, ...), its groups of kSlotRows / R outputs, column slots
-  // of a row, 16-byte chunks of a row.
-  __device__ __forceinline__ int outputs(int gw, int W) const { return n_out > gw ? (n_out - gw + W - 1) / W : 0; }
-  __device__ __forceinline__ int groups(int outs) const { return (outs * R + kSlotRows - 1) / kSlotRows; }
-  __device__ __forceinline__ int cols() const { return (K / 8 + kColChunks - 1) / kColChunks; }
+  // Octets of the stage (8 / R outputs each), 16-byte chunks of a row, slots of a row.
+  __device__ __forceinline__ int octets() const { return (n_out * R + kOctet - 1) / kOctet; }
   __device__ __forceinline__ int chunks() const { return K / 8; }
-  // Weight row of slot row i of group g, or -1 past the warp's outputs.
-  __device__ __forceinline__ int row(int g, int i, int gw, int W, int outs) const {
-    const int j = g * (kSlotRows / R) + (R == 2 ? i >> 1 : i);
-    return j < outs ? gw + j * W + (R == 2 ? (i & 1) * n_out : 0) : -1;
+  __device__ __forceinline__ int slots() const { return (K + kSlotK - 1) / kSlotK; }
+  // Weight row i of octet q: R = 1: output 8q + i; R = 2: gate (i even) or up (i odd) of output
+  // 4q + i / 2, so an output's pair lands in one thread's mma accumulators. -1 past the outputs.
+  __device__ __forceinline__ int row(int q, int i) const {
+    if (R == 1) {
+      const int n = q * kOctet + i;
+      return n < n_out ? n : -1;
+    }
+    const int n = q * (kOctet / 2) + (i >> 1);
+    return n < n_out ? n + (i & 1) * n_out : -1;
   }
 };
 
@@ -68,61 +71,72 @@ __device__ __forceinline__ Stage stage_of(const DecodeLayerParams& p, int s) {
   return {static_cast<const bf16*>(p.w_tail), static_cast<int>(p.n_tail), static_cast<int>(p.D), 1};
 }
 
-// The copy side of a warp's ring: walks the warp's sequence of weight slots (stage, output group,
-// column slot) in the consumer loop's order, kDepth slots ahead of it. The current stage's
-// constants and the current group's row starts are kept, so a slot costs its copies only.
-struct Producer {
-  int s = 0, g = 0, col = 0;
-  int stages, gw, W;
-  Stage st{};
-  int outs = 0, groups = 0, cols = 0, kc = 0;
-  const uint4* rows[kSlotRows] = {};
+// Octets of a stage go round-robin over the grid's warps, block-major (octet q to the warp of rank
+// q mod TW, rank = warp * blocks + block), so a stage with few octets still spreads over every SM.
+struct WarpRank {
+  int rank, total;
+  __device__ __forceinline__ int count(int octets) const { return octets > rank ? (octets - rank + total - 1) / total : 0; }
+  __device__ __forceinline__ int octet(int j) const { return rank + j * total; }
+};
 
-  __device__ __forceinline__ void set_group() {
+// Where chunk c of slot row r sits in a slot: XOR-swizzled so that the 8 rows of a 16-byte column
+// (one ldmatrix 8x8 matrix) fall in 8 different bank groups.
+__device__ __forceinline__ int slot_pos(int r, int c) { return r * kRowChunks + (c ^ r); }
+
+// The copy side of a warp's ring: walks the warp's sequence of slots (stage, octet, slot of the
+// row) in the consumer loop's order, kDepth slots ahead of it, keeping the current stage's
+// constants and the current octet's row starts.
+struct Producer {
+  int s = 0, j = 0, k = 0;  // stage, the warp's octet index in the stage, slot of the row
+  int stages;
+  WarpRank wr;
+  Stage st{};
+  int count = 0, slots = 0, kc = 0;
+  const uint4* rows[kOctet] = {};
+
+  __device__ __forceinline__ void set_octet() {
+    const int q = wr.octet(j);
 #pragma unroll
-    for (int i = 0; i < kSlotRows; ++i) {
-      const int r = st.row(g, i, gw, W, outs);
+    for (int i = 0; i < kOctet; ++i) {
+      const int r = st.row(q, i);
       rows[i] = r < 0 ? nullptr : reinterpret_cast<const uint4*>(st.w + static_cast<int64_t>(r) * st.K);
     }
   }
-  // From stage s on, the first stage where the warp has outputs (s == stages: done).
+  // From stage s on, the first stage where the warp has octets (s == stages: done).
   __device__ __forceinline__ void enter(const DecodeLayerParams& p) {
     for (; s < stages; ++s) {
       st = stage_of(p, s);
-      outs = st.outputs(gw, W);
-      groups = st.groups(outs);
-      if (groups > 0) {
-        cols = st.cols();
+      count = wr.count(st.octets());
+      if (count > 0) {
+        slots = st.slots();
         kc = st.chunks();
-        g = col = 0;
-        set_group();
+        j = k = 0;
+        set_octet();
         return;
       }
     }
   }
   __device__ __forceinline__ void advance(const DecodeLayerParams& p) {
     if (s >= stages) return;
-    if (++col < cols) return;
-    col = 0;
-    if (++g < groups) {
-      set_group();
+    if (++k < slots) return;
+    k = 0;
+    if (++j < count) {
+      set_octet();
       return;
     }
     ++s;
     enter(p);
   }
-  // Starts the copies of the current slot into `slot` (the lane's chunks of each row) as one
-  // commit group; past the end, an empty group (the wait counts stay uniform).
+  // Starts the copies of the current slot into `slot` as one commit group: lane l copies chunk l
+  // of each slot row; chunks past K and rows past the outputs are zero-filled (nothing read), so
+  // the mma sees zeros there. Past the end, an empty group (the wait counts stay uniform).
   __device__ __forceinline__ void issue(uint4* slot, int lane) const {
     if (s < stages) {
+      const int c = k * kRowChunks + lane;
 #pragma unroll
-      for (int i = 0; i < kSlotRows; ++i) {
-        if (!rows[i]) continue;
-#pragma unroll
-        for (int u = 0; u < kLaneChunks; ++u) {
-          const int ch = col * kColChunks + u * 32 + lane;
-          if (ch < kc) cp_async16(slot + (i * kLaneChunks + u) * 32 + lane, rows[i] + ch, true);
-        }
+      for (int i = 0; i < kLaneCopies; ++i) {
+        const bool valid = rows[i] && c < kc;
+        cp_async16(slot + slot_pos(i, lane), valid ? rows[i] + c : rows[0], valid);
       }
     }
     cp_async_commit();
@@ -151,68 +165,28 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
   __syncthreads();
 }
 
-// block_rms_norm_row<8> as a block of 256 threads computes it (gemv_bf16's fused norm, bit for
-// bit), in this block of kThreads: threads 0-255 form the sum of squares exactly as those 256
-// would, then every thread writes outputs.
-template <class Put>
-__device__ __forceinline__ void norm_row_as_gemv(const float4* xr, const float4* w4, int d4, float eps, float* scratch,
-                                                 Put&& put) {
-  constexpr int kN = 8, kT = 256;
-  static_assert(kThreads % kT == 0, "whole warps");
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  float ss = 0.0f;
-  if (t < kT) {
-    float4 v[kN];
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int j = t + i * kT;
-      v[i] = j < d4 ? __ldcg(xr + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      ss = fmaf(v[i].x, v[i].x, ss);
-      ss = fmaf(v[i].y, v[i].y, ss);
-      ss = fmaf(v[i].z, v[i].z, ss);
-      ss = fmaf(v[i].w, v[i].w, ss);
-    }
-    for (int j = t + kN * kT; j < d4; j += kT) {
-      const float4 u = __ldcg(xr + j);
-      ss = fmaf(u.x, u.x, fmaf(u.y, u.y, fmaf(u.z, u.z, fmaf(u.w, u.w, ss))));
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) scratch[warp] = ss;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    float a = lane < kT / 32 ? scratch[lane] : 0.0f;
-    a = warp_sum(a);
-    if (lane == 0) scratch[32] = a;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(scratch[32] / static_cast<float>(4 * d4) + eps);
-  for (int j = t; j < d4; j += kThreads) {
-    const float4 u = __ldcg(xr + j), g = w4[j];
-    put(j, make_float4(u.x * inv * g.x, u.y * inv * g.y, u.z * inv * g.z, u.w * inv * g.w));
-  }
-}
-
-// The stage's input vector into xs (bf16), by the whole block; ends with a barrier.
+// The stage's input vector into xs as bf16, zero-padded to a whole number of slots (the padding
+// meets zero-filled weights); by the whole block, ends with a barrier. The norms are
+// block_rms_norm_row<8> over 256 threads: gemv_bf16's fused norm, bit for bit.
 __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch) {
+  const int K = static_cast<int>(s == 0 ? p.Q : s == 2 ? p.F : p.D);
+  const int padded = (K + kSlotK - 1) / kSlotK * kSlotK;
+  for (int i = K / 8 + threadIdx.x; i < padded / 8; i += kThreads) xs[i] = uint4{0, 0, 0, 0};
   if (s == 0 || s == 2) {
     // The attention output (an earlier kernel's) or act (this kernel's, other blocks: read from L2).
     const uint4* src = static_cast<const uint4*>(s == 0 ? p.attn : p.act);
-    const int n = static_cast<int>((s == 0 ? p.Q : p.F) / 8);
-    for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = __ldcg(src + i);
+    for (int i = threadIdx.x; i < K / 8; i += kThreads) xs[i] = __ldcg(src + i);
   } else {
+    static_assert(kThreads == 256, "the fused norms reduce over gemv_bf16's 256 threads");
     const float* norm_w = s == 1 ? p.ffn_norm : p.tail_norm;
     const int row = s == 3 && p.tail_row ? p.tail_row[0] : 0;
-    const int D = static_cast<int>(p.D);
     __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
-    norm_row_as_gemv(reinterpret_cast<const float4*>(p.residual + static_cast<int64_t>(row) * D),
-                     reinterpret_cast<const float4*>(norm_w), D / 4, p.eps, scratch, [&](int j, const float4& y) {
-                       xh[2 * j] = __floats2bfloat162_rn(y.x, y.y);
-                       xh[2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
-                     });
+    block_rms_norm_row<8>(reinterpret_cast<const float4*>(p.residual + static_cast<int64_t>(row) * K),
+                          reinterpret_cast<const float4*>(norm_w), K / 4, p.eps, scratch,
+                          [&](int j, const float4& y) {
+                            xh[2 * j] = __floats2bfloat162_rn(y.x, y.y);
+                            xh[2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
+                          });
   }
   __syncthreads();
 }
@@ -223,16 +197,17 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   __shared__ float scratch[33];
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int W = static_cast<int>(gridDim.x) * kWarps, gw = static_cast<int>(blockIdx.x) * kWarps + warp;
   const int stages = p.w_tail ? 4 : 3;
+  const WarpRank wr{warp * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x),
+                    kWarps * static_cast<int>(gridDim.x)};
   uint4* ring = smem + warp * kDepth * kSlotChunks;
   uint4* xs = smem + kWarps * kDepth * kSlotChunks;
+  const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
 
   // Weights depend on nothing: fill the ring before waiting for the attention.
   Producer prod;
   prod.stages = stages;
-  prod.gw = gw;
-  prod.W = W;
+  prod.wr = wr;
   prod.enter(p);
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
@@ -241,55 +216,65 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   }
   pdl_wait();
 
+  // ldmatrix: lane L gives the address of row L % 8 of 8x8 matrix L / 8; matrices 0-3 are the
+  // 16-byte columns 4h .. 4h + 3 of the slot (k-steps 2h and 2h + 1).
+  const int lm_row = lane & 7, lm_mat = lane >> 3;
+  const int t = lane & 3;  // mma: this thread's k pair within a k-step (and its C column pair)
   int slot = 0;
   for (int s = 0; s < stages; ++s) {
     if (s > 0) grid_barrier(p.barrier);
     load_stage_input(p, s, xs, scratch);
     const Stage st = stage_of(p, s);
-    const int kc = st.chunks(), cols = st.cols(), outs = st.outputs(gw, W), groups = st.groups(outs);
-    const int per_group = kSlotRows / st.R;
-    for (int g = 0; g < groups; ++g) {
-      float acc[kSlotRows] = {};
-      for (int col = 0; col < cols; ++col) {
-        cp_async_wait<kDepth - 1>();  // this slot's group (the oldest) has landed
+    const int count = wr.count(st.octets()), slots = st.slots();
+    for (int j = 0; j < count; ++j) {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int k = 0; k < slots; ++k) {
+        cp_async_wait<kDepth - 1>();  // this slot's copies (the oldest group) have landed...
+        __syncwarp();                 // ... for every lane: ldmatrix reads other lanes' chunks
         const uint4* ws = ring + slot * kSlotChunks;
+        const uint32_t* xk = x32 + k * (kSlotK / 2);
 #pragma unroll
-        for (int u = 0; u < kLaneChunks; ++u) {
-          const int ch = col * kColChunks + u * 32 + lane;
-          if (ch < kc) {
-            float xf[8];
-            unpack8(ld_shared16(xs + ch), xf);
-            // Every chain, also past the group's rows (their slot rows hold stale bytes, their
-            // sums are never used): no branches in the loop.
-#pragma unroll
-            for (int i = 0; i < kSlotRows; ++i) acc[i] = dot8(ld_shared16(ws + (i * kLaneChunks + u) * 32 + lane), xf, acc[i]);
-          }
+        for (int h = 0; h < kRowChunks / 4; ++h) {
+          uint32_t b[4];
+          ldmatrix_x4(b, ws + slot_pos(lm_row, 4 * h + lm_mat));
+          const uint32_t x0 = xk[16 * h + t], x1 = xk[16 * h + 4 + t];       // k-step 2h
+          const uint32_t x2 = xk[16 * h + 8 + t], x3 = xk[16 * h + 12 + t];  // k-step 2h + 1
+          const uint32_t a0[4] = {x0, x0, x1, x1}, a1[4] = {x2, x2, x3, x3};
+          mma16816(c, a0, b[0], b[1], bf16{});
+          mma16816(c, a1, b[2], b[3], bf16{});
         }
-        // The lane read only the chunks it copied: refill the slot with the next weights.
+        __syncwarp();  // every lane's ldmatrix has read the slot before any lane refills it
         prod.issue(ring + slot * kSlotChunks, lane);
         prod.advance(p);
         slot = slot + 1 == kDepth ? 0 : slot + 1;
       }
+      // Every row of A is x, so each C row holds the octet's 8 sums; lanes 0-3 (C row 0) write
+      // them: lane t has rows 2t and 2t + 1 in c[0], c[1].
+      if (lane < 4) {
+        const int q = wr.octet(j);
+        if (st.R == 2) {
+          const int n = q * (kOctet / 2) + lane;
+          if (n < st.n_out) static_cast<bf16*>(p.act)[n] = swiglu_out(c[0], c[1]);
+        } else {
 #pragma unroll
-      for (int i = 0; i < kSlotRows; ++i) acc[i] = warp_sum(acc[i]);
-      if (lane < per_group && g * per_group + lane < outs) {
-        // Lane o writes output o of the group: acc[o], or gate acc[0] and up acc[1].
-        static_assert(kSlotRows == 2, "the selection below");
-        const int n = gw + (g * per_group + lane) * W;
-        const float a0 = lane == 0 ? acc[0] : acc[1];
-        if (s == 0 || s == 2) __stcg(p.residual + n, __ldcg(p.residual + n) + a0);
-        else if (s == 1) static_cast<bf16*>(p.act)[n] = swiglu_out(acc[0], acc[1]);
-        else p.tail_out[n] = a0;
+          for (int e = 0; e < 2; ++e) {
+            const int n = q * kOctet + 2 * lane + e;
+            if (n >= st.n_out) continue;
+            if (s == 3) p.tail_out[n] = c[e];
+            else __stcg(p.residual + n, __ldcg(p.residual + n) + c[e]);
+          }
+        }
       }
     }
   }
   cp_async_wait<0>();
 }
 
-constexpr int kDepths[] = {3, 2};
+constexpr int kDepths[] = {6, 4, 2};
 
 size_t smem_bytes(const DecodeLayerParams& p, int depth) {
-  const int64_t x_elems = std::max({p.D, p.Q, p.F});
+  const int64_t k_max = std::max({p.D, p.Q, p.F});
+  const int64_t x_elems = (k_max + kSlotK - 1) / kSlotK * kSlotK;
   return static_cast<size_t>(kWarps) * depth * kSlotChunks * 16 + static_cast<size_t>(x_elems) * 2;
 }
 int max_smem_optin() {
@@ -335,7 +320,8 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
   switch (choose_depth(p)) {
-    case 3: launch_depth<3>(p, s); break;
+    case 6: launch_depth<6>(p, s); break;
+    case 4: launch_depth<4>(p, s); break;
     default: launch_depth<2>(p, s); break;
   }
   CUDA_CHECK_LAUNCH();

@@ -246,7 +246,7 @@ struct DecodeLayerParams {
   unsigned long long* barrier = nullptr;
   int num_sms = 132;
   int blocks = 0;                 // grid size; 0: one block an SM (tests use fewer)
-  int depth = 0;                  // ring slots a warp (2 or 3); 0: the most that fit (comparisons)
+  int depth = 0;                  // ring slots a warp (2, 4 or 6); 0: the most that fit (comparisons)
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
 // memory fits); false: run the GEMVs instead.
