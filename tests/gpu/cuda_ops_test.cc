@@ -188,7 +188,7 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
 // The persistent decode-layer kernel against the GEMVs it replaces (o, norm + gate/up + SwiGLU,
 // down, norm + tail matmul), one row: the norms are the same arithmetic, the dot products run on
 // tensor cores instead of FMA chains, so the results agree to rounding; every launch gives the
-// same bits. Shapes: Llama-3-8B's layer (K of 14336: 56 slots a down row), a Qwen2-0.5B-like one
+// same bits, whatever the ring's slot size and depth. Shapes: Llama-3-8B's layer (K of 14336: 56 slots a down row), a Qwen2-0.5B-like one
 // (K = 896: a part slot, zero-padded), small ones on 3 and 5 blocks (warps without octets,
 // part octets) with no tail and with the tail on residual row 2.
 TEST(CudaOps, DecodeLayerMatchesGemvChain) {
@@ -289,6 +289,10 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.barrier = barrier.as<unsigned long long>();
       p.num_sms = sms;
       p.blocks = sh.blocks;
+      // Same mma sequence whatever the ring: the second launch takes 512 k-values a slot, the
+      // third a 2-slot ring.
+      p.slot_k = rep == 1 ? 512 : 0;
+      p.depth = rep == 2 ? 2 : 0;
       ASSERT_TRUE(cuda::decode_layer_supported(p));
       cuda::decode_layer(p, nullptr);
       const auto got_res = to_host<float>(res_b, rows * D);

@@ -228,11 +228,13 @@ class CudaExecutor final : public ModelExecutor {
   // persistent kernel (cuda::decode_layer) instead of four GEMVs. PAGODA_LAYER_KERNEL=0: the GEMVs
   // (comparisons; the results are the same bits).
   bool layer_kernel_ = true;
-  int layer_depth_ = 0;  // PAGODA_LAYER_DEPTH=2|4|6: its ring slots a warp (comparisons)
+  int layer_depth_ = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp (comparisons)
+  int layer_slot_k_ = 0;  // PAGODA_LAYER_SLOT_K=256|512: k-values of a ring slot row (comparisons)
   cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.
+  // `layerbarrier`: the layer kernel runs without its grid barriers (what they cost).
   std::string knockout_;
   bool skip(const char* op) const { return !knockout_.empty() && knockout_.find(op) != std::string::npos; }
   Tensor logits_tensor_;
@@ -260,6 +262,7 @@ Status CudaExecutor::init() {
   }
   if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_LAYER_DEPTH"); e && *e) layer_depth_ = std::atoi(e);
+  if (const char* e = std::getenv("PAGODA_LAYER_SLOT_K"); e && *e) layer_slot_k_ = std::atoi(e);
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
@@ -437,6 +440,8 @@ cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const 
   p.barrier = layer_barrier_.as<unsigned long long>();
   p.num_sms = sms_;
   p.depth = layer_depth_;
+  p.slot_k = layer_slot_k_;
+  p.timing_no_barriers = skip(",layerbarrier,");
   if (l + 1 < d_.L) {  // the next layer's norm + QKV
     const Layer& next = layers_[l + 1];
     p.tail_norm = next.attn_norm.as<float>();
@@ -462,7 +467,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const bool fused_norm = use_gemv(T, d_.D, true);
   // One row: the persistent layer kernel does everything between two attentions (not with
   // knock-outs, which leave single GEMVs out).
-  const bool layer_kernel = fused_norm && T == 1 && layer_kernel_ && knockout_.empty() &&
+  const bool layer_kernel = fused_norm && T == 1 && layer_kernel_ && (knockout_.empty() || skip(",layerbarrier,")) &&
                             cuda::decode_layer_supported(layer_params(in, sh, 0));
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);

@@ -38,10 +38,14 @@ namespace {
 constexpr int kWarps = 8;  // 256 threads
 constexpr int kThreads = kWarps * 32;
 constexpr int kOctet = 8;                          // weight rows of a slot (the mma's n)
-constexpr int kSlotK = 256;                        // k-values of a slot row (512 bytes, 32 chunks)
-constexpr int kRowChunks = kSlotK / 8;             // 16-byte chunks of a slot row
-constexpr int kSlotChunks = kOctet * kRowChunks;   // 4 KiB
-constexpr int kLaneCopies = kSlotChunks / 32;      // cp.async a lane a slot (one slot row each)
+constexpr int kPadK = 512;                         // x is zero-padded to a multiple of this
+// Slot geometry: SK k-values of each of the octet's rows (SK / 8 chunks of 16 bytes a row).
+template <int SK>
+struct Geo {
+  static_assert(SK % 256 == 0 && kPadK % SK == 0, "whole ldmatrix columns, padding covers a slot");
+  static constexpr int kRowChunks = SK / 8;
+  static constexpr int kSlotChunks = kOctet * kRowChunks;  // 4 KiB at SK = 256
+};
 
 struct Stage {
   const bf16* w;
@@ -51,7 +55,7 @@ struct Stage {
   // Octets of the stage (8 / R outputs each), 16-byte chunks of a row, slots of a row.
   __device__ __forceinline__ int octets() const { return (n_out * R + kOctet - 1) / kOctet; }
   __device__ __forceinline__ int chunks() const { return K / 8; }
-  __device__ __forceinline__ int slots() const { return (K + kSlotK - 1) / kSlotK; }
+  __device__ __forceinline__ int slots(int slot_k) const { return (K + slot_k - 1) / slot_k; }
   // Weight row i of octet q: R = 1: output 8q + i; R = 2: gate (i even) or up (i odd) of output
   // 4q + i / 2, so an output's pair lands in one thread's mma accumulators. -1 past the outputs.
   __device__ __forceinline__ int row(int q, int i) const {
@@ -81,12 +85,15 @@ struct WarpRank {
 
 // Where chunk c of slot row r sits in a slot: XOR-swizzled so that the 8 rows of a 16-byte column
 // (one ldmatrix 8x8 matrix) fall in 8 different bank groups.
+template <int kRowChunks>
 __device__ __forceinline__ int slot_pos(int r, int c) { return r * kRowChunks + (c ^ r); }
 
 // The copy side of a warp's ring: walks the warp's sequence of slots (stage, octet, slot of the
 // row) in the consumer loop's order, kDepth slots ahead of it, keeping the current stage's
 // constants and the current octet's row starts.
+template <int SK>
 struct Producer {
+  using G = Geo<SK>;
   int s = 0, j = 0, k = 0;  // stage, the warp's octet index in the stage, slot of the row
   int stages;
   WarpRank wr;
@@ -108,7 +115,7 @@ struct Producer {
       st = stage_of(p, s);
       count = wr.count(st.octets());
       if (count > 0) {
-        slots = st.slots();
+        slots = st.slots(SK);
         kc = st.chunks();
         j = k = 0;
         set_octet();
@@ -132,12 +139,14 @@ struct Producer {
   // the mma sees zeros there. Past the end, an empty group (the wait counts stay uniform).
   __device__ __forceinline__ void issue(uint4* slot, int lane) const {
     if (s < stages) {
-      const int c = k * kRowChunks + lane;
 #pragma unroll
-      for (int i = 0; i < kLaneCopies; ++i) {
-        const bool valid = rows[i] && c < kc;
-        cp_async16(slot + slot_pos(i, lane), valid ? rows[i] + c : rows[0], valid);
-      }
+      for (int i = 0; i < kOctet; ++i)
+#pragma unroll
+        for (int u = 0; u < G::kRowChunks / 32; ++u) {
+          const int cr = u * 32 + lane, c = k * G::kRowChunks + cr;
+          const bool valid = rows[i] && c < kc;
+          cp_async16(slot + slot_pos<G::kRowChunks>(i, cr), valid ? rows[i] + c : rows[0], valid);
+        }
     }
     cp_async_commit();
   }
@@ -170,7 +179,7 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
 // block_rms_norm_row<8> over 256 threads: gemv_bf16's fused norm, bit for bit.
 __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch) {
   const int K = static_cast<int>(s == 0 ? p.Q : s == 2 ? p.F : p.D);
-  const int padded = (K + kSlotK - 1) / kSlotK * kSlotK;
+  const int padded = (K + kPadK - 1) / kPadK * kPadK;
   for (int i = K / 8 + threadIdx.x; i < padded / 8; i += kThreads) xs[i] = uint4{0, 0, 0, 0};
   if (s == 0 || s == 2) {
     // The attention output (an earlier kernel's) or act (this kernel's, other blocks: read from L2).
@@ -191,8 +200,10 @@ __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int
   __syncthreads();
 }
 
-template <int kDepth>
+template <int SK, int kDepth>
 __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_constant__ DecodeLayerParams p) {
+  using G = Geo<SK>;
+  constexpr int kSlotChunks = G::kSlotChunks, kRowChunks = G::kRowChunks;
   extern __shared__ uint4 smem[];
   __shared__ float scratch[33];
   pdl_trigger();
@@ -205,7 +216,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
 
   // Weights depend on nothing: fill the ring before waiting for the attention.
-  Producer prod;
+  Producer<SK> prod;
   prod.stages = stages;
   prod.wr = wr;
   prod.enter(p);
@@ -222,21 +233,21 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   const int t = lane & 3;  // mma: this thread's k pair within a k-step (and its C column pair)
   int slot = 0;
   for (int s = 0; s < stages; ++s) {
-    if (s > 0) grid_barrier(p.barrier);
+    if (s > 0 && !p.timing_no_barriers) grid_barrier(p.barrier);
     load_stage_input(p, s, xs, scratch);
     const Stage st = stage_of(p, s);
-    const int count = wr.count(st.octets()), slots = st.slots();
+    const int count = wr.count(st.octets()), slots = st.slots(SK);
     for (int j = 0; j < count; ++j) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int k = 0; k < slots; ++k) {
         cp_async_wait<kDepth - 1>();  // this slot's copies (the oldest group) have landed...
         __syncwarp();                 // ... for every lane: ldmatrix reads other lanes' chunks
         const uint4* ws = ring + slot * kSlotChunks;
-        const uint32_t* xk = x32 + k * (kSlotK / 2);
+        const uint32_t* xk = x32 + k * (SK / 2);
 #pragma unroll
         for (int h = 0; h < kRowChunks / 4; ++h) {
           uint32_t b[4];
-          ldmatrix_x4(b, ws + slot_pos(lm_row, 4 * h + lm_mat));
+          ldmatrix_x4(b, ws + slot_pos<kRowChunks>(lm_row, 4 * h + lm_mat));
           const uint32_t x0 = xk[16 * h + t], x1 = xk[16 * h + 4 + t];       // k-step 2h
           const uint32_t x2 = xk[16 * h + 8 + t], x3 = xk[16 * h + 12 + t];  // k-step 2h + 1
           const uint32_t a0[4] = {x0, x0, x1, x1}, a1[4] = {x2, x2, x3, x3};
@@ -270,12 +281,16 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   cp_async_wait<0>();
 }
 
-constexpr int kDepths[] = {6, 4, 2};
+// The ring variants: (k-values a slot row, slots a warp), deepest first per slot size.
+struct Variant {
+  int slot_k, depth;
+};
+constexpr Variant kVariants[] = {{256, 6}, {256, 4}, {256, 2}, {512, 3}, {512, 2}};
 
-size_t smem_bytes(const DecodeLayerParams& p, int depth) {
+size_t smem_bytes(const DecodeLayerParams& p, const Variant& v) {
   const int64_t k_max = std::max({p.D, p.Q, p.F});
-  const int64_t x_elems = (k_max + kSlotK - 1) / kSlotK * kSlotK;
-  return static_cast<size_t>(kWarps) * depth * kSlotChunks * 16 + static_cast<size_t>(x_elems) * 2;
+  const int64_t x_elems = (k_max + kPadK - 1) / kPadK * kPadK;
+  return static_cast<size_t>(kWarps) * v.depth * kOctet * v.slot_k * 2 + static_cast<size_t>(x_elems) * 2;
 }
 int max_smem_optin() {
   int dev = 0, v = 0;
@@ -283,27 +298,29 @@ int max_smem_optin() {
   CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return v - 1024;  // static shared memory (scratch) and slack
 }
-// Deepest ring that fits; 0: none.
-int choose_depth(const DecodeLayerParams& p) {
+// The deepest ring of the asked slot size (p.slot_k, 0: 256) that fits, at most p.depth slots when
+// set; {0, 0}: none.
+Variant choose_variant(const DecodeLayerParams& p) {
   const size_t limit = static_cast<size_t>(max_smem_optin());
-  for (int d : kDepths)
-    if ((p.depth == 0 || d <= p.depth) && smem_bytes(p, d) <= limit) return d;
-  return 0;
+  const int slot_k = p.slot_k > 0 ? p.slot_k : 256;
+  for (const Variant& v : kVariants)
+    if (v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) && smem_bytes(p, v) <= limit) return v;
+  return {0, 0};
 }
 
-template <int kDepth>
-void launch_depth(const DecodeLayerParams& p, cudaStream_t s) {
-  const size_t smem = smem_bytes(p, kDepth);
+template <int SK, int kDepth>
+void launch_variant(const DecodeLayerParams& p, cudaStream_t s) {
+  const size_t smem = smem_bytes(p, {SK, kDepth});
   static bool configured = false;
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<SK, kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     max_smem_optin()));
     configured = true;
   }
   // One block an SM at most (the ring takes more than half an SM's shared memory), so a grid of
   // at most num_sms blocks is resident at once once earlier kernels leave.
   const int blocks = p.blocks > 0 ? std::min(p.blocks, p.num_sms) : p.num_sms;
-  launch_pdl(decode_layer_kernel<kDepth>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
+  launch_pdl(decode_layer_kernel<SK, kDepth>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
 }
 
 }  // namespace
@@ -311,7 +328,7 @@ void launch_depth(const DecodeLayerParams& p, cudaStream_t s) {
 bool decode_layer_supported(const DecodeLayerParams& p) {
   const bool tail_ok = !p.w_tail || (p.n_tail > 0 && p.tail_norm && p.tail_out);
   return p.D > 0 && p.Q > 0 && p.F > 0 && p.D % 8 == 0 && p.Q % 8 == 0 && p.F % 8 == 0 && tail_ok &&
-         p.barrier && choose_depth(p) > 0;
+         p.barrier && choose_variant(p).depth > 0;
 }
 
 void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
@@ -319,10 +336,16 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
   for (const void* ptr : {p.attn, p.w_o, p.w_gu, p.w_down, p.w_tail, static_cast<const void*>(p.act),
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
-  switch (choose_depth(p)) {
-    case 6: launch_depth<6>(p, s); break;
-    case 4: launch_depth<4>(p, s); break;
-    default: launch_depth<2>(p, s); break;
+  const Variant v = choose_variant(p);
+  if (v.slot_k == 512) {
+    if (v.depth == 3) launch_variant<512, 3>(p, s);
+    else launch_variant<512, 2>(p, s);
+  } else if (v.depth == 6) {
+    launch_variant<256, 6>(p, s);
+  } else if (v.depth == 4) {
+    launch_variant<256, 4>(p, s);
+  } else {
+    launch_variant<256, 2>(p, s);
   }
   CUDA_CHECK_LAUNCH();
 }

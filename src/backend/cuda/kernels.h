@@ -246,7 +246,9 @@ struct DecodeLayerParams {
   unsigned long long* barrier = nullptr;
   int num_sms = 132;
   int blocks = 0;                 // grid size; 0: one block an SM (tests use fewer)
-  int depth = 0;                  // ring slots a warp (2, 4 or 6); 0: the most that fit (comparisons)
+  int depth = 0;                  // ring slots a warp at most; 0: the most that fit (comparisons)
+  int slot_k = 0;                 // k-values of a slot row, 256 or 512; 0: 256 (comparisons)
+  bool timing_no_barriers = false;  // timing only (knock-out): no grid barriers, wrong results
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
 // memory fits); false: run the GEMVs instead.
