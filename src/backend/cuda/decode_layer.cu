@@ -238,21 +238,31 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
     const Stage st = stage_of(p, s);
     const int count = wr.count(st.octets()), slots = st.slots(SK);
     for (int j = 0; j < count; ++j) {
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // Four accumulator chains (k-step i goes to chain i % 4, whatever the slot size): the
+      // mmas of one chain wait for each other, four chains overlap.
+      float c[4][4] = {};
       for (int k = 0; k < slots; ++k) {
         cp_async_wait<kDepth - 1>();  // this slot's copies (the oldest group) have landed...
         __syncwarp();                 // ... for every lane: ldmatrix reads other lanes' chunks
         const uint4* ws = ring + slot * kSlotChunks;
         const uint32_t* xk = x32 + k * (SK / 2);
+        constexpr int kBatch = 8;  // ldmatrix (2 k-steps each) issued together before their mmas
 #pragma unroll
-        for (int h = 0; h < kRowChunks / 4; ++h) {
-          uint32_t b[4];
-          ldmatrix_x4(b, ws + slot_pos<kRowChunks>(lm_row, 4 * h + lm_mat));
-          const uint32_t x0 = xk[16 * h + t], x1 = xk[16 * h + 4 + t];       // k-step 2h
-          const uint32_t x2 = xk[16 * h + 8 + t], x3 = xk[16 * h + 12 + t];  // k-step 2h + 1
-          const uint32_t a0[4] = {x0, x0, x1, x1}, a1[4] = {x2, x2, x3, x3};
-          mma16816(c, a0, b[0], b[1], bf16{});
-          mma16816(c, a1, b[2], b[3], bf16{});
+        for (int h0 = 0; h0 < kRowChunks / 4; h0 += kBatch) {
+          uint32_t b[kBatch][4], x[kBatch][4];
+#pragma unroll
+          for (int h = 0; h < kBatch; ++h) {
+            ldmatrix_x4(b[h], ws + slot_pos<kRowChunks>(lm_row, 4 * (h0 + h) + lm_mat));
+#pragma unroll
+            for (int e = 0; e < 4; ++e) x[h][e] = xk[16 * (h0 + h) + 4 * e + t];  // k-steps 2h, 2h + 1
+          }
+#pragma unroll
+          for (int h = 0; h < kBatch; ++h) {
+            const uint32_t a0[4] = {x[h][0], x[h][0], x[h][1], x[h][1]};
+            const uint32_t a1[4] = {x[h][2], x[h][2], x[h][3], x[h][3]};
+            mma16816(c[(2 * h) & 3], a0, b[h][0], b[h][1], bf16{});
+            mma16816(c[(2 * h + 1) & 3], a1, b[h][2], b[h][3], bf16{});
+          }
         }
         __syncwarp();  // every lane's ldmatrix has read the slot before any lane refills it
         prod.issue(ring + slot * kSlotChunks, lane);
@@ -260,19 +270,22 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
         slot = slot + 1 == kDepth ? 0 : slot + 1;
       }
       // Every row of A is x, so each C row holds the octet's 8 sums; lanes 0-3 (C row 0) write
-      // them: lane t has rows 2t and 2t + 1 in c[0], c[1].
+      // them: lane t has rows 2t and 2t + 1 in sum[0], sum[1].
+      float sum[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) sum[e] = (c[0][e] + c[1][e]) + (c[2][e] + c[3][e]);
       if (lane < 4) {
         const int q = wr.octet(j);
         if (st.R == 2) {
           const int n = q * (kOctet / 2) + lane;
-          if (n < st.n_out) static_cast<bf16*>(p.act)[n] = swiglu_out(c[0], c[1]);
+          if (n < st.n_out) static_cast<bf16*>(p.act)[n] = swiglu_out(sum[0], sum[1]);
         } else {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int n = q * kOctet + 2 * lane + e;
             if (n >= st.n_out) continue;
-            if (s == 3) p.tail_out[n] = c[e];
-            else __stcg(p.residual + n, __ldcg(p.residual + n) + c[e]);
+            if (s == 3) p.tail_out[n] = sum[e];
+            else __stcg(p.residual + n, __ldcg(p.residual + n) + sum[e]);
           }
         }
       }
