@@ -12,9 +12,9 @@
 //   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
 // Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with one row -> our GEMV (RMSNorm fused
 // into the QKV / gate-up / lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as
-// its beta = 1 epilogue). One-row bf16 steps go further: after each attention, one persistent
-// kernel (cuda::decode_layer) runs the O, gate/up + SwiGLU and down GEMVs and the next layer's
-// norm + QKV (the last layer's: the final norm + lm_head), the same bits as those GEMVs.
+// its beta = 1 epilogue). Opt-in (PAGODA_LAYER_KERNEL=1), one-row bf16 steps go further: after
+// each attention, one persistent kernel (cuda::decode_layer) runs the O, gate/up + SwiGLU and
+// down matmuls and the next layer's norm + QKV (the last layer's: the final norm + lm_head).
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -224,10 +224,11 @@ class CudaExecutor final : public ModelExecutor {
   // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
   // L2 warming of the older keys either (comparisons).
   bool unfused_rope_ = false, warm_keys_ = true;
-  // One-row steps run each layer's o projection, FFN and the next QKV (or the lm_head) as one
-  // persistent kernel (cuda::decode_layer) instead of four GEMVs. PAGODA_LAYER_KERNEL=0: the GEMVs
-  // (comparisons; the results are the same bits).
-  bool layer_kernel_ = true;
+  // PAGODA_LAYER_KERNEL=1: one-row steps run each layer's o projection, FFN and the next QKV (or
+  // the lm_head) as one persistent kernel (cuda::decode_layer) instead of four GEMVs. Opt-in: on
+  // the H200 it is slower than the GEMVs (tg128 8B 209.2 vs 240.3 tok/s, docs/cuda.md, ninth
+  // session), so it stays an experiment until its weight stream matches theirs.
+  bool layer_kernel_ = false;
   int layer_depth_ = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp (comparisons)
   int layer_slot_k_ = 0;  // PAGODA_LAYER_SLOT_K=256|512: k-values of a ring slot row (comparisons)
   cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
@@ -260,7 +261,7 @@ Status CudaExecutor::init() {
     unfused_rope_ = true;
     warm_keys_ = std::string(e) != "2";
   }
-  if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) != "0";
+  if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) == "1";
   if (const char* e = std::getenv("PAGODA_LAYER_DEPTH"); e && *e) layer_depth_ = std::atoi(e);
   if (const char* e = std::getenv("PAGODA_LAYER_SLOT_K"); e && *e) layer_slot_k_ = std::atoi(e);
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
@@ -465,8 +466,8 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const int32_t* ids = in.d<int32_t>(in.o_ids);
   // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
   const bool fused_norm = use_gemv(T, d_.D, true);
-  // One row: the persistent layer kernel does everything between two attentions (not with
-  // knock-outs, which leave single GEMVs out).
+  // One row, opt-in: the persistent layer kernel does everything between two attentions (not
+  // with knock-outs, which leave single GEMVs out, except `layerbarrier`).
   const bool layer_kernel = fused_norm && T == 1 && layer_kernel_ && (knockout_.empty() || skip(",layerbarrier,")) &&
                             cuda::decode_layer_supported(layer_params(in, sh, 0));
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);

@@ -25,6 +25,14 @@
 // 64 % of DRAM bandwidth with 16 warps an SM); here a slot is 8 ldmatrix, 16 mma and 32 shared
 // loads of x. The norms are gemv_bf16's (same 256-thread arithmetic); the dot products differ from
 // the GEMV's FMA chains in rounding only (the op test bounds the difference).
+//
+// Status (H200, docs/cuda.md ninth session): correct, but slower than the GEMV chain it replaces
+// (tg128 8B 209.2 vs 240.3 tok/s; 217.8 even without its grid barriers), so the executor runs it
+// only when asked (PAGODA_LAYER_KERNEL=1). ncu: 143 us a layer at 64 % of DRAM bandwidth, and
+// the L2 served 27.4 M sectors to the SMs for 436 MB of DRAM reads (2.0x; the GEMVs: 1.07x), in
+// 2.7 sectors a request (the GEMVs: 4) -- the 16-byte copies into XOR-swizzled destinations reach
+// the L2 as partial-line requests, each sector twice. Untried: the swizzle on the global side
+// (linear shared destinations), or TMA bulk copies of whole slot rows.
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"

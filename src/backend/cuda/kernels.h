@@ -219,14 +219,15 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
 // ---- decode_layer.cu: the persistent one-row decode layer ---------------------------------------
 
 // Everything of a decoder layer after its attention, for one row (batch-1 decode), in one
-// persistent kernel (one block an SM, all co-resident), plus the next layer's norm + QKV or the
-// final norm + lm_head:
+// persistent kernel (one block an SM, all co-resident, grid barriers between the stages), plus the
+// next layer's norm + QKV or the final norm + lm_head:
 //   residual += attn W_o^T ; act = SwiGLU(rms_norm(residual) W_gu^T) ; residual += act W_down^T ;
 //   tail_out = rms_norm(residual[tail_row]) W_tail^T          (when w_tail is set)
-// The same arithmetic as gemv_bf16 at M = 1 with the norms fused (bit for bit). Each warp streams
-// its rows of all four matrices through its own ring of 4 KiB shared-memory slots (cp.async), so
-// weight bytes keep moving while the block waits for the attention (programmatic dependent
-// launch) and at the grid-wide barriers between the stages.
+// Each warp streams its 8-row groups of all four matrices through its own ring of shared-memory
+// slots (cp.async), so weight bytes keep moving while the block waits for the attention
+// (programmatic dependent launch) and at the grid barriers; tensor-core dot products (f32
+// accumulation), gemv_bf16's norms. An experiment, opt-in in the executor: slower than the GEMVs
+// on the H200 so far (docs/cuda.md, ninth session).
 struct DecodeLayerParams {
   const void* attn = nullptr;     // [Q] bf16, the attention output (written by the previous kernel)
   const void* w_o = nullptr;      // [D, Q] bf16
