@@ -316,7 +316,9 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       } else {  // deterministic
         EXPECT_EQ(0, std::memcmp(got_res.data(), first_res.data(), rows * D * 4)) << "residual, launch " << rep;
         EXPECT_EQ(0, std::memcmp(got_act.data(), first_act.data(), F * 2)) << "act, launch " << rep;
-        EXPECT_EQ(0, std::memcmp(got_out.data(), first_out.data(), got_out.size() * 4)) << "tail, launch " << rep;
+        if (NT > 0) {
+          EXPECT_EQ(0, std::memcmp(got_out.data(), first_out.data(), NT * 4)) << "tail, launch " << rep;
+        }
       }
     }
     // Each of the (stages - 1) barriers of a launch added the grid size.
