@@ -31,8 +31,8 @@
 // only when asked (PAGODA_LAYER_KERNEL=1). ncu: 143 us a layer at 64 % of DRAM bandwidth, and
 // the L2 served 27.4 M sectors to the SMs for 436 MB of DRAM reads (2.0x; the GEMVs: 1.07x), in
 // 2.7 sectors a request (the GEMVs: 4) -- the 16-byte copies into XOR-swizzled destinations reach
-// the L2 as partial-line requests, each sector twice. Untried: the swizzle on the global side
-// (linear shared destinations), or TMA bulk copies of whole slot rows.
+// the L2 as partial-line requests, each sector twice. Not yet run: the swizzle on the global side
+// (linear shared destinations) and TMA bulk copies of whole slot rows (branch layer-kernel-tma).
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
