@@ -346,18 +346,22 @@ void launch_variant(const DecodeLayerParams& p, cudaStream_t s) {
 
 }  // namespace
 
-bool decode_layer_supported(const DecodeLayerParams& p) {
+namespace {
+// The shapes and operands the kernel takes (bf16 rows of 16-byte chunks, a complete tail).
+bool shapes_ok(const DecodeLayerParams& p) {
   const bool tail_ok = !p.w_tail || (p.n_tail > 0 && p.tail_norm && p.tail_out);
-  return p.D > 0 && p.Q > 0 && p.F > 0 && p.D % 8 == 0 && p.Q % 8 == 0 && p.F % 8 == 0 && tail_ok &&
-         p.barrier && choose_variant(p).depth > 0;
+  return p.D > 0 && p.Q > 0 && p.F > 0 && p.D % 8 == 0 && p.Q % 8 == 0 && p.F % 8 == 0 && tail_ok && p.barrier;
 }
+}  // namespace
+
+bool decode_layer_supported(const DecodeLayerParams& p) { return shapes_ok(p) && choose_variant(p).depth > 0; }
 
 void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
-  PAGODA_CUDA_REQUIRE(decode_layer_supported(p), "decode_layer: shapes or shared memory not supported");
+  const Variant v = choose_variant(p);
+  PAGODA_CUDA_REQUIRE(shapes_ok(p) && v.depth > 0, "decode_layer: shapes or shared memory not supported");
   for (const void* ptr : {p.attn, p.w_o, p.w_gu, p.w_down, p.w_tail, static_cast<const void*>(p.act),
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
-  const Variant v = choose_variant(p);
   if (v.slot_k == 512) {
     if (v.depth == 3) launch_variant<512, 3>(p, s);
     else launch_variant<512, 2>(p, s);
