@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/executor_switches.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
@@ -152,9 +153,9 @@ class CudaExecutor final : public ModelExecutor {
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
   // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
-  // most gemv_max_rows_ rows), with the preceding RMSNorm fused in when `norm`.
+  // most sw_.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
   bool use_gemv(int64_t M, int64_t K, bool norm) const {
-    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= gemv_max_rows_ &&
+    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= sw_.gemv_max_rows &&
            (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
@@ -214,30 +215,9 @@ class CudaExecutor final : public ModelExecutor {
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
-  bool simt_row_attention_ = false;  // PAGODA_ROW_ATTENTION=simt: decode rows without tensor cores (comparisons)
-  bool mma_short_rows_ = false;      // PAGODA_ROW_ATTENTION=mma: tensor cores for short launches too (comparisons)
-  int simt_heads_ = 0;               // PAGODA_SIMT_HEADS=1|2|4: query heads a SIMT attention block (comparisons)
-  // Rows up to which linear layers use the GEMV instead of cuBLASLt. Measured on the H200
-  // (docs/cuda.md, fifth session): the GEMV wins at one row; at 2-4 rows cuBLASLt is faster for the
-  // wide matrices (gate/up, lm_head), so 1. PAGODA_GEMV_MAX_ROWS=1..4 for comparisons.
-  int64_t gemv_max_rows_ = 1;
-  // PAGODA_UNFUSED_ROPE=1: RoPE + KV write as its own kernel in decode steps too; =2: and no early
-  // L2 warming of the older keys either (comparisons).
-  bool unfused_rope_ = false, warm_keys_ = true;
-  // PAGODA_LAYER_KERNEL=1: one-row steps run each layer's o projection, FFN and the next QKV (or
-  // the lm_head) as one persistent kernel (cuda::decode_layer) instead of four GEMVs. Opt-in: on
-  // the H200 it is slower than the GEMVs (tg128 8B 209.2 vs 240.3 tok/s, docs/cuda.md, ninth
-  // session), so it stays an experiment until its weight stream matches theirs.
-  bool layer_kernel_ = false;
-  int layer_depth_ = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp (comparisons)
-  int layer_slot_k_ = 0;  // PAGODA_LAYER_SLOT_K=256|512: k-values of a ring slot row (comparisons)
+  cuda::ExecutorSwitches sw_;  // comparison and timing switches (environment)
   cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
-  // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
-  // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
-  // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.
-  // `layerbarrier`: the layer kernel runs without its grid barriers (what they cost).
-  std::string knockout_;
-  bool skip(const char* op) const { return !knockout_.empty() && knockout_.find(op) != std::string::npos; }
+  bool skip(const char* op) const { return sw_.skip(op); }
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -252,24 +232,7 @@ Status CudaExecutor::init() {
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
   if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  if (const char* e = std::getenv("PAGODA_ROW_ATTENTION")) {
-    simt_row_attention_ = std::string(e) == "simt";
-    mma_short_rows_ = std::string(e) == "mma";
-  }
-  if (const char* e = std::getenv("PAGODA_SIMT_HEADS"); e && *e) simt_heads_ = std::atoi(e);
-  if (const char* e = std::getenv("PAGODA_UNFUSED_ROPE"); e && *e && std::string(e) != "0") {
-    unfused_rope_ = true;
-    warm_keys_ = std::string(e) != "2";
-  }
-  if (const char* e = std::getenv("PAGODA_LAYER_KERNEL"); e && *e) layer_kernel_ = std::string(e) == "1";
-  if (const char* e = std::getenv("PAGODA_LAYER_DEPTH"); e && *e) layer_depth_ = std::atoi(e);
-  if (const char* e = std::getenv("PAGODA_LAYER_SLOT_K"); e && *e) layer_slot_k_ = std::atoi(e);
-  if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
-    gemv_max_rows_ = std::clamp<int64_t>(std::atoll(e), 0, cuda::kGemvMaxM);
-  if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {
-    knockout_ = std::string(",") + e + ",";
-    std::fprintf(stderr, "pagoda: PAGODA_CUDA_KNOCKOUT=%s: these ops are skipped, outputs are wrong (timing only)\n", e);
-  }
+  sw_ = cuda::ExecutorSwitches::from_env();
   if (!kv_cache_dtype_supported(spec_.dtype))
     return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -440,8 +403,8 @@ cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const 
   p.eps = static_cast<float>(model_.config().rms_norm_eps);
   p.barrier = layer_barrier_.as<unsigned long long>();
   p.num_sms = sms_;
-  p.depth = layer_depth_;
-  p.slot_k = layer_slot_k_;
+  p.depth = sw_.layer_depth;
+  p.slot_k = sw_.layer_slot_k;
   p.timing_no_barriers = skip(",layerbarrier,");
   if (l + 1 < d_.L) {  // the next layer's norm + QKV
     const Layer& next = layers_[l + 1];
@@ -468,7 +431,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const bool fused_norm = use_gemv(T, d_.D, true);
   // One row, opt-in: the persistent layer kernel does everything between two attentions (not
   // with knock-outs, which leave single GEMVs out, except `layerbarrier`).
-  const bool layer_kernel = fused_norm && T == 1 && layer_kernel_ && (knockout_.empty() || skip(",layerbarrier,")) &&
+  const bool layer_kernel = fused_norm && T == 1 && sw_.layer_kernel && (sw_.knockout.empty() || skip(",layerbarrier,")) &&
                             cuda::decode_layer_supported(layer_params(in, sh, 0));
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
@@ -511,15 +474,15 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.part_o = part_o_.as<float>();
     ap.part_ml = part_ml_.as<float>();
     ap.counters = att_counters_.as<int>();
-    ap.tensor_cores = use_prefill_kernel_ && !simt_row_attention_;
-    ap.tensor_cores_short = mma_short_rows_;
-    ap.simt_heads_per_block = simt_heads_;
-    ap.fresh_keys = sh.decode && warm_keys_ ? 1 : -1;
+    ap.tensor_cores = use_prefill_kernel_ && !sw_.simt_row_attention;
+    ap.tensor_cores_short = sw_.mma_short_rows;
+    ap.simt_heads_per_block = sw_.simt_heads;
+    ap.fresh_keys = sh.decode && sw_.warm_keys ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
     ap.num_rows = sh.rows;
-    const bool fuse_rope = sh.decode && sh.rows > 0 && !unfused_rope_ && cuda::row_attention_fuses_rope(ap);
+    const bool fuse_rope = sh.decode && sh.rows > 0 && !sw_.unfused_rope && cuda::row_attention_fuses_rope(ap);
     if (!fuse_rope) {
       ap.rope = cuda::RopeKvParams{};
       if (!skip(",rope,")) cuda::rope_kv_write(rp, stream_);
