@@ -189,8 +189,9 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
 // down, norm + tail matmul), one row: the norms are the same arithmetic, the dot products run on
 // tensor cores instead of FMA chains, so the results agree to rounding; every launch gives the
 // same bits, whatever the ring's slot size and depth. Shapes: Llama-3-8B's layer (K of 14336: 56 slots a down row), a Qwen2-0.5B-like one
-// (K = 896: a part slot, zero-padded), small ones on 3 and 5 blocks (warps without octets,
-// part octets) with no tail and with the tail on residual row 2.
+// (K = 896: a part slot, zero-padded), small ones on 3, 5 and 7 blocks (warps without octets,
+// part octets) with no tail and with the tail on residual rows 2 and 1; the bulk-copy ring on the
+// shapes whose K are multiples of 256.
 TEST(CudaOps, DecodeLayerMatchesGemvChain) {
   PAGODA_REQUIRE_GPU();
   struct Shape {
@@ -199,7 +200,7 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
     int32_t tail_row;
   };
   const Shape shapes[] = {{4096, 4096, 14336, 6144, 0, 0}, {896, 896, 4864, 1152, 0, 0}, {64, 128, 200, 0, 3, 0},
-                          {256, 512, 1000, 300, 5, 2}};
+                          {256, 512, 1000, 300, 5, 2},   {512, 256, 768, 140, 7, 1}};
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   uint64_t seed = 500;
@@ -261,10 +262,15 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       }
       EXPECT_LT(nmse(std::vector<float>(want_res.begin(), want_res.begin() + D), ref), 1e-4);
     }
-    // The layer kernel, three launches on the same barrier counter.
+    // The layer kernel, four launches on the same barrier counter (five where the device and the
+    // shapes allow the bulk-copy ring: Hopper, every K a multiple of 256).
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    const bool tma_shape = major >= 9 && D % 256 == 0 && Q % 256 == 0 && F % 256 == 0;
+    const int launches = tma_shape ? 5 : 4;
     std::vector<float> first_res, first_out;
     std::vector<uint16_t> first_act;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < launches; ++rep) {
       auto res_b = to_device(res);
       cuda::DeviceBuffer act_b(F * 2), out_b(std::max<int64_t>(1, NT) * 4);
       cuda::DecodeLayerParams p;
@@ -290,10 +296,13 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.num_sms = sms;
       p.blocks = sh.blocks;
       // Same mma sequence whatever the ring: the second launch takes 512 k-values a slot, the
-      // third a 2-slot ring.
+      // third a 2-slot ring, the fourth the global-side swizzle, the fifth bulk copies.
       p.slot_k = rep == 1 ? 512 : 0;
       p.depth = rep == 2 ? 2 : 0;
+      p.copy_linear = rep == 3;
+      p.tma = rep == 4;
       ASSERT_TRUE(cuda::decode_layer_supported(p));
+      EXPECT_EQ(rep == 4, cuda::decode_layer_uses_tma(p)) << "launch " << rep;
       cuda::decode_layer(p, nullptr);
       const auto got_res = to_host<float>(res_b, rows * D);
       const auto got_act = to_host<uint16_t>(act_b, F);
@@ -323,7 +332,7 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
     }
     // Each of the (stages - 1) barriers of a launch added the grid size.
     const unsigned long long grid = sh.blocks > 0 ? sh.blocks : sms;
-    EXPECT_EQ(3 * (NT > 0 ? 3 : 2) * grid, to_host<unsigned long long>(barrier, 1)[0]);
+    EXPECT_EQ(static_cast<unsigned long long>(launches) * (NT > 0 ? 3 : 2) * grid, to_host<unsigned long long>(barrier, 1)[0]);
   }
 }
 

@@ -47,12 +47,20 @@ constexpr int kWarps = 8;  // 256 threads
 constexpr int kThreads = kWarps * 32;
 constexpr int kOctet = 8;                          // weight rows of a slot (the mma's n)
 constexpr int kPadK = 512;                         // x is zero-padded to a multiple of this
-// Slot geometry: SK k-values of each of the octet's rows (SK / 8 chunks of 16 bytes a row).
-template <int SK>
+// Slot geometry: SK k-values of each of the octet's rows (SK / 8 chunks of 16 bytes a row). The
+// cp.async ring stores a slot row's chunks XOR-swizzled; the TMA ring (kTma) stores each row as
+// one bulk copy, contiguous, and pads the row stride by 16 bytes instead, so the 8 rows of a
+// 16-byte column still fall in 8 different bank groups.
+template <int SK, bool kTma>
 struct Geo {
   static_assert(SK % 256 == 0 && kPadK % SK == 0, "whole ldmatrix columns, padding covers a slot");
   static constexpr int kRowChunks = SK / 8;
-  static constexpr int kSlotChunks = kOctet * kRowChunks;  // 4 KiB at SK = 256
+  static constexpr int kRowStride = kRowChunks + (kTma ? 1 : 0);  // in 16-byte chunks
+  static constexpr int kSlotChunks = kOctet * kRowStride;         // 4 KiB at SK = 256 (cp.async)
+  // Where chunk c of slot row r sits in a slot.
+  __device__ static __forceinline__ int pos(int r, int c) {
+    return kTma ? r * kRowStride + c : r * kRowChunks + (c ^ r);
+  }
 };
 
 struct Stage {
@@ -91,22 +99,65 @@ struct WarpRank {
   __device__ __forceinline__ int octet(int j) const { return rank + j * total; }
 };
 
-// Where chunk c of slot row r sits in a slot: XOR-swizzled so that the 8 rows of a 16-byte column
-// (one ldmatrix 8x8 matrix) fall in 8 different bank groups.
-template <int kRowChunks>
-__device__ __forceinline__ int slot_pos(int r, int c) { return r * kRowChunks + (c ^ r); }
+// Hopper's bulk copies (TMA, 1-D) and the shared-memory barriers that count their bytes.
+// sm_90 only: the host launches the TMA ring only on compute capability 9.0 and up.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// This thread arrives on the barrier and announces `bytes` of copies that will complete on it.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+// Waits until the barrier's phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+// bytes (a multiple of 16) from global src to shared dst, completing on bar.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+#endif
+}
+// Orders this thread's (and, after a warp barrier, its warp's) earlier shared-memory accesses
+// before its later bulk copies into shared memory.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 
 // The copy side of a warp's ring: walks the warp's sequence of slots (stage, octet, slot of the
 // row) in the consumer loop's order, kDepth slots ahead of it, keeping the current stage's
 // constants and the current octet's row starts.
-template <int SK>
+template <int SK, bool kTma>
 struct Producer {
-  using G = Geo<SK>;
+  using G = Geo<SK, kTma>;
   int s = 0, j = 0, k = 0;  // stage, the warp's octet index in the stage, slot of the row
   int stages;
   WarpRank wr;
   Stage st{};
   int count = 0, slots = 0, kc = 0;
+  bool linear = false;  // cp.async: the global-side swizzle (DecodeLayerParams::copy_linear)
   const uint4* rows[kOctet] = {};
 
   __device__ __forceinline__ void set_octet() {
@@ -142,18 +193,36 @@ struct Producer {
     ++s;
     enter(p);
   }
-  // Starts the copies of the current slot into `slot` as one commit group: lane l copies chunk l
-  // of each slot row; chunks past K and rows past the outputs are zero-filled (nothing read), so
-  // the mma sees zeros there. Past the end, an empty group (the wait counts stay uniform).
-  __device__ __forceinline__ void issue(uint4* slot, int lane) const {
+  // Starts the copies of the current slot into `slot`.
+  // cp.async: one commit group; lane l copies chunk l of each slot row; chunks past K and rows
+  // past the outputs are zero-filled (nothing read), so the mma sees zeros there. Past the end,
+  // an empty group (the wait counts stay uniform).
+  // TMA: lane 0 arrives on the slot's barrier with the byte count and copies each row of the
+  // octet whole (K is a multiple of SK: whole slot rows); rows past the outputs keep stale bytes,
+  // which reach only their own mma columns. Past the end, nothing.
+  __device__ __forceinline__ void issue(uint4* slot, int lane, uint64_t* bar) const {
+    if constexpr (kTma) {
+      if (lane != 0 || s >= stages) return;
+      uint32_t bytes = 0;
+#pragma unroll
+      for (int i = 0; i < kOctet; ++i)
+        if (rows[i]) bytes += SK * 2;
+      mbar_arrive_expect_tx(bar, bytes);
+#pragma unroll
+      for (int i = 0; i < kOctet; ++i)
+        if (rows[i]) bulk_copy_to_shared(slot + G::pos(i, 0), rows[i] + k * G::kRowChunks, SK * 2, bar);
+      return;
+    }
     if (s < stages) {
 #pragma unroll
       for (int i = 0; i < kOctet; ++i)
 #pragma unroll
         for (int u = 0; u < G::kRowChunks / 32; ++u) {
-          const int cr = u * 32 + lane, c = k * G::kRowChunks + cr;
+          // linear: the swizzle on the global side, so that a warp's 16-byte destinations are
+          // consecutive (lane l fetches chunk l ^ i into position l); the same slot layout.
+          const int cr = u * 32 + lane, c = k * G::kRowChunks + (linear ? cr ^ i : cr);
           const bool valid = rows[i] && c < kc;
-          cp_async16(slot + slot_pos<G::kRowChunks>(i, cr), valid ? rows[i] + c : rows[0], valid);
+          cp_async16(slot + (linear ? i * G::kRowChunks + cr : G::pos(i, cr)), valid ? rows[i] + c : rows[0], valid);
         }
     }
     cp_async_commit();
@@ -208,9 +277,9 @@ __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int
   __syncthreads();
 }
 
-template <int SK, int kDepth>
+template <int SK, int kDepth, bool kTma>
 __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_constant__ DecodeLayerParams p) {
-  using G = Geo<SK>;
+  using G = Geo<SK, kTma>;
   constexpr int kSlotChunks = G::kSlotChunks, kRowChunks = G::kRowChunks;
   extern __shared__ uint4 smem[];
   __shared__ float scratch[33];
@@ -222,15 +291,26 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   uint4* ring = smem + warp * kDepth * kSlotChunks;
   uint4* xs = smem + kWarps * kDepth * kSlotChunks;
   const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
+  // TMA ring: one barrier a slot, after x (x_elems of p rounded to kPadK).
+  const int x_chunks = static_cast<int>((std::max({p.D, p.Q, p.F}) + kPadK - 1) / kPadK * kPadK / 8);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(xs + x_chunks) + warp * kDepth;
+  if constexpr (kTma) {
+    if (lane == 0) {
+      for (int i = 0; i < kDepth; ++i) mbar_init(bars + i, 1);
+      fence_proxy_async_shared();  // the initialised barriers visible to the async proxy (complete_tx)
+    }
+    __syncwarp();
+  }
 
   // Weights depend on nothing: fill the ring before waiting for the attention.
-  Producer<SK> prod;
+  Producer<SK, kTma> prod;
   prod.stages = stages;
   prod.wr = wr;
+  prod.linear = p.copy_linear;
   prod.enter(p);
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
-    prod.issue(ring + i * kSlotChunks, lane);
+    prod.issue(ring + i * kSlotChunks, lane, bars + i);
     prod.advance(p);
   }
   pdl_wait();
@@ -240,6 +320,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   const int lm_row = lane & 7, lm_mat = lane >> 3;
   const int t = lane & 3;  // mma: this thread's k pair within a k-step (and its C column pair)
   int slot = 0;
+  uint32_t phase = 0;  // TMA: parity of the slots' current barrier phase (flips as the ring wraps)
   for (int s = 0; s < stages; ++s) {
     if (s > 0 && !p.timing_no_barriers) grid_barrier(p.barrier);
     load_stage_input(p, s, xs, scratch);
@@ -250,8 +331,13 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
       // mmas of one chain wait for each other, four chains overlap.
       float c[4][4] = {};
       for (int k = 0; k < slots; ++k) {
-        cp_async_wait<kDepth - 1>();  // this slot's copies (the oldest group) have landed...
-        __syncwarp();                 // ... for every lane: ldmatrix reads other lanes' chunks
+        if constexpr (kTma) {
+          mbar_wait(bars + slot, phase);  // the slot's bytes have landed
+          __syncwarp();                   // reconverged before the .sync.aligned ldmatrix / mma
+        } else {
+          cp_async_wait<kDepth - 1>();  // this slot's copies (the oldest group) have landed...
+          __syncwarp();                 // ... for every lane: ldmatrix reads other lanes' chunks
+        }
         const uint4* ws = ring + slot * kSlotChunks;
         const uint32_t* xk = x32 + k * (SK / 2);
         constexpr int kBatch = 8;  // ldmatrix (2 k-steps each) issued together before their mmas
@@ -260,7 +346,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
           uint32_t b[kBatch][4], x[kBatch][4];
 #pragma unroll
           for (int h = 0; h < kBatch; ++h) {
-            ldmatrix_x4(b[h], ws + slot_pos<kRowChunks>(lm_row, 4 * (h0 + h) + lm_mat));
+            ldmatrix_x4(b[h], ws + G::pos(lm_row, 4 * (h0 + h) + lm_mat));
 #pragma unroll
             for (int e = 0; e < 4; ++e) x[h][e] = xk[16 * (h0 + h) + 4 * e + t];  // k-steps 2h, 2h + 1
           }
@@ -272,10 +358,16 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
             mma16816(c[(2 * h + 1) & 3], a1, b[h][2], b[h][3], bf16{});
           }
         }
-        __syncwarp();  // every lane's ldmatrix has read the slot before any lane refills it
-        prod.issue(ring + slot * kSlotChunks, lane);
+        // Every lane's ldmatrix reads ordered before the async proxy's writes (each lane fences
+        // its own reads), then the warp barrier before lane 0 refills the slot.
+        if constexpr (kTma) fence_proxy_async_shared();
+        __syncwarp();
+        prod.issue(ring + slot * kSlotChunks, lane, bars + slot);
         prod.advance(p);
-        slot = slot + 1 == kDepth ? 0 : slot + 1;
+        if (++slot == kDepth) {
+          slot = 0;
+          phase ^= 1u;
+        }
       }
       // Every row of A is x, so each C row holds the octet's 8 sums; lanes 0-3 (C row 0) write
       // them: lane t has rows 2t and 2t + 1 in sum[0], sum[1].
@@ -302,46 +394,59 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   cp_async_wait<0>();
 }
 
-// The ring variants: (k-values a slot row, slots a warp), deepest first per slot size.
+// The ring variants: (k-values a slot row, slots a warp, bulk copies), deepest first per kind.
 struct Variant {
   int slot_k, depth;
+  bool tma;
 };
-constexpr Variant kVariants[] = {{256, 6}, {256, 4}, {256, 2}, {512, 3}, {512, 2}};
+constexpr Variant kVariants[] = {{256, 6, false}, {256, 4, false}, {256, 2, false}, {512, 3, false},
+                                 {512, 2, false}, {256, 5, true}};
 
 size_t smem_bytes(const DecodeLayerParams& p, const Variant& v) {
   const int64_t k_max = std::max({p.D, p.Q, p.F});
   const int64_t x_elems = (k_max + kPadK - 1) / kPadK * kPadK;
-  return static_cast<size_t>(kWarps) * v.depth * kOctet * v.slot_k * 2 + static_cast<size_t>(x_elems) * 2;
+  const int64_t row_bytes = v.slot_k * 2 + (v.tma ? 16 : 0);
+  const int64_t bars = v.tma ? int64_t{kWarps} * v.depth * 8 : 0;
+  return static_cast<size_t>(int64_t{kWarps} * v.depth * kOctet * row_bytes + x_elems * 2 + bars);
 }
-int max_smem_optin() {
+int device_attr(cudaDeviceAttr a) {
   int dev = 0, v = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return v - 1024;  // static shared memory (scratch) and slack
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev));
+  return v;
 }
-// The deepest ring of the asked slot size (p.slot_k, 0: 256) that fits, at most p.depth slots when
-// set; {0, 0}: none.
+int max_smem_optin() {
+  return device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) - 1024;  // static shared memory and slack
+}
+// Bulk copies need Hopper, and whole slot rows: every K a multiple of 256.
+bool tma_ok(const DecodeLayerParams& p) {
+  return device_attr(cudaDevAttrComputeCapabilityMajor) >= 9 && p.D % 256 == 0 && p.Q % 256 == 0 && p.F % 256 == 0;
+}
+// The deepest ring of the asked kind (p.tma when tma_ok, else cp.async with p.slot_k, 0: 256)
+// that fits, at most p.depth slots when set; depth 0: none.
 Variant choose_variant(const DecodeLayerParams& p) {
   const size_t limit = static_cast<size_t>(max_smem_optin());
-  const int slot_k = p.slot_k > 0 ? p.slot_k : 256;
+  const bool tma = p.tma && tma_ok(p);
+  const int slot_k = tma ? 256 : p.slot_k > 0 ? p.slot_k : 256;
   for (const Variant& v : kVariants)
-    if (v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) && smem_bytes(p, v) <= limit) return v;
-  return {0, 0};
+    if (v.tma == tma && v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) && smem_bytes(p, v) <= limit)
+      return v;
+  return {0, 0, false};
 }
 
-template <int SK, int kDepth>
+template <int SK, int kDepth, bool kTma>
 void launch_variant(const DecodeLayerParams& p, cudaStream_t s) {
-  const size_t smem = smem_bytes(p, {SK, kDepth});
+  const size_t smem = smem_bytes(p, {SK, kDepth, kTma});
   static bool configured = false;
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<SK, kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    max_smem_optin()));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<SK, kDepth, kTma>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin()));
     configured = true;
   }
   // One block an SM at most (the ring takes more than half an SM's shared memory), so a grid of
   // at most num_sms blocks is resident at once once earlier kernels leave.
   const int blocks = p.blocks > 0 ? std::min(p.blocks, p.num_sms) : p.num_sms;
-  launch_pdl(decode_layer_kernel<SK, kDepth>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
+  launch_pdl(decode_layer_kernel<SK, kDepth, kTma>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
 }
 
 }  // namespace
@@ -355,6 +460,7 @@ bool shapes_ok(const DecodeLayerParams& p) {
 }  // namespace
 
 bool decode_layer_supported(const DecodeLayerParams& p) { return shapes_ok(p) && choose_variant(p).depth > 0; }
+bool decode_layer_uses_tma(const DecodeLayerParams& p) { return choose_variant(p).tma; }
 
 void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
   const Variant v = choose_variant(p);
@@ -362,15 +468,17 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
   for (const void* ptr : {p.attn, p.w_o, p.w_gu, p.w_down, p.w_tail, static_cast<const void*>(p.act),
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
-  if (v.slot_k == 512) {
-    if (v.depth == 3) launch_variant<512, 3>(p, s);
-    else launch_variant<512, 2>(p, s);
+  if (v.tma) {
+    launch_variant<256, 5, true>(p, s);
+  } else if (v.slot_k == 512) {
+    if (v.depth == 3) launch_variant<512, 3, false>(p, s);
+    else launch_variant<512, 2, false>(p, s);
   } else if (v.depth == 6) {
-    launch_variant<256, 6>(p, s);
+    launch_variant<256, 6, false>(p, s);
   } else if (v.depth == 4) {
-    launch_variant<256, 4>(p, s);
+    launch_variant<256, 4, false>(p, s);
   } else {
-    launch_variant<256, 2>(p, s);
+    launch_variant<256, 2, false>(p, s);
   }
   CUDA_CHECK_LAUNCH();
 }

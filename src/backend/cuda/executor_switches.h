@@ -25,6 +25,9 @@ struct ExecutorSwitches {
   bool layer_kernel = false;
   int layer_depth = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp
   int layer_slot_k = 0;  // PAGODA_LAYER_SLOT_K=256|512: k-values of a ring slot row
+  // PAGODA_LAYER_COPY=tma: the ring filled by bulk copies; =linear: cp.async with the swizzle on
+  // the global side.
+  bool layer_tma = false, layer_copy_linear = false;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.

@@ -250,10 +250,18 @@ struct DecodeLayerParams {
   int depth = 0;                  // ring slots a warp at most; 0: the most that fit (comparisons)
   int slot_k = 0;                 // k-values of a slot row, 256 or 512; 0: 256 (comparisons)
   bool timing_no_barriers = false;  // timing only (knock-out): no grid barriers, wrong results
+  // Weights through Hopper bulk copies (TMA) instead of cp.async, where the device and shapes
+  // allow (compute capability 9, D, Q, F multiples of 256); comparisons.
+  bool tma = false;
+  // cp.async ring: each lane fetches the chunk that lands in its own consecutive 16-byte position
+  // (the XOR swizzle applied to the global addresses, not the shared ones); comparisons.
+  bool copy_linear = false;
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
 // memory fits); false: run the GEMVs instead.
 bool decode_layer_supported(const DecodeLayerParams& p);
+// Whether decode_layer would fill its ring with bulk copies (p.tma asked, and allowed here).
+bool decode_layer_uses_tma(const DecodeLayerParams& p);
 void decode_layer(const DecodeLayerParams& p, cudaStream_t s);
 
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
