@@ -230,14 +230,16 @@ stage_ncu() {
     --section LaunchStats --section SchedulerStats --section InstructionStats $TESTS --gtest_filter='CudaKernelBench.*'
 }
 # Nsight Compute on the model itself: launches of kernels matching NCU_KERNELS (default the
-# persistent layer kernel) in an eager batch-1 decode of the model (SHAPE 8b or 1b).
+# persistent layer kernel) in an eager batch-1 decode of the model (SHAPE 8b or 1b). NCU_METRICS
+# (comma-separated metric names) replaces the default sections.
 stage_ncu_model() {
   ensure_model $1
   local m=$(model_dir $1) k=${NCU_KERNELS:-decode_layer_kernel}
+  local what="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy
+    --section LaunchStats --section SchedulerStats"
+  [ -n "${NCU_METRICS:-}" ] && what="--metrics $NCU_METRICS"
   TAILN=200 step ncu_$1${NCU_TAG:-} 300 \
-    ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-2}" \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats $PAGODA bench -m $m --device cuda --no-cuda-graphs -p 0 -n 8 -b 1 -r 1
+    ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-2}" $what $PAGODA bench -m $m --device cuda --no-cuda-graphs -p 0 -n 8 -b 1 -r 1
 }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
