@@ -262,15 +262,30 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       }
       EXPECT_LT(nmse(std::vector<float>(want_res.begin(), want_res.begin() + D), ref), 1e-4);
     }
-    // The layer kernel, four launches on the same barrier counter (five where the device and the
-    // shapes allow the bulk-copy ring: Hopper, every K a multiple of 256).
+    // The layer kernel, launches of its ring variants on the same barrier counter. Octet slots:
+    // 256 k-values a slot row, 512, a 2-slot ring, the global-side swizzle, bulk copies (where the
+    // device and the shapes allow them: Hopper, every K a multiple of 256). Row slots: the deepest
+    // ring, a 2-slot ring, bulk copies (every K a multiple of 2048). Within a layout the mma
+    // sequence is the same whatever the ring, so the bits must be too.
+    struct Launch {
+      bool rows;
+      int slot_k, depth;
+      bool linear, tma;
+    };
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    const bool tma_shape = major >= 9 && D % 256 == 0 && Q % 256 == 0 && F % 256 == 0;
-    const int launches = tma_shape ? 5 : 4;
+    auto whole = [&](int64_t m) { return major >= 9 && D % m == 0 && Q % m == 0 && F % m == 0; };
+    std::vector<Launch> launches = {{false, 0, 0, false, false}, {false, 512, 0, false, false},
+                                    {false, 0, 2, false, false}, {false, 0, 0, true, false}};
+    if (whole(256)) launches.push_back({false, 0, 0, false, true});
+    launches.push_back({true, 0, 0, false, false});
+    launches.push_back({true, 0, 2, false, false});
+    if (whole(2048)) launches.push_back({true, 0, 0, false, true});
     std::vector<float> first_res, first_out;
     std::vector<uint16_t> first_act;
-    for (int rep = 0; rep < launches; ++rep) {
+    for (size_t rep = 0; rep < launches.size(); ++rep) {
+      const Launch& ln = launches[rep];
+      const bool first_of_layout = rep == 0 || ln.rows != launches[rep - 1].rows;
       auto res_b = to_device(res);
       cuda::DeviceBuffer act_b(F * 2), out_b(std::max<int64_t>(1, NT) * 4);
       cuda::DecodeLayerParams p;
@@ -295,19 +310,19 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.barrier = barrier.as<unsigned long long>();
       p.num_sms = sms;
       p.blocks = sh.blocks;
-      // Same mma sequence whatever the ring: the second launch takes 512 k-values a slot, the
-      // third a 2-slot ring, the fourth the global-side swizzle, the fifth bulk copies.
-      p.slot_k = rep == 1 ? 512 : 0;
-      p.depth = rep == 2 ? 2 : 0;
-      p.copy_linear = rep == 3;
-      p.tma = rep == 4;
+      p.row_slots = ln.rows;
+      p.slot_k = ln.slot_k;
+      p.depth = ln.depth;
+      p.copy_linear = ln.linear;
+      p.tma = ln.tma;
+      SCOPED_TRACE(::testing::Message() << "launch " << rep << (ln.rows ? " (row slots)" : " (octet slots)"));
       ASSERT_TRUE(cuda::decode_layer_supported(p));
-      EXPECT_EQ(rep == 4, cuda::decode_layer_uses_tma(p)) << "launch " << rep;
+      EXPECT_EQ(ln.tma, cuda::decode_layer_uses_tma(p));
       cuda::decode_layer(p, nullptr);
       const auto got_res = to_host<float>(res_b, rows * D);
       const auto got_act = to_host<uint16_t>(act_b, F);
       const auto got_out = to_host<float>(out_b, std::max<int64_t>(1, NT));
-      if (rep == 0) {
+      if (first_of_layout) {
         EXPECT_LT(nmse(got_res, want_res), 1e-7) << "residual";
         EXPECT_EQ(0, std::memcmp(got_res.data() + D, res.data() + D, (rows - 1) * D * 4)) << "rows 1.. untouched";
         std::vector<float> ga(F), wa(F);
@@ -323,16 +338,17 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
         first_act = got_act;
         first_out = got_out;
       } else {  // deterministic
-        EXPECT_EQ(0, std::memcmp(got_res.data(), first_res.data(), rows * D * 4)) << "residual, launch " << rep;
-        EXPECT_EQ(0, std::memcmp(got_act.data(), first_act.data(), F * 2)) << "act, launch " << rep;
+        EXPECT_EQ(0, std::memcmp(got_res.data(), first_res.data(), rows * D * 4)) << "residual";
+        EXPECT_EQ(0, std::memcmp(got_act.data(), first_act.data(), F * 2)) << "act";
         if (NT > 0) {
-          EXPECT_EQ(0, std::memcmp(got_out.data(), first_out.data(), NT * 4)) << "tail, launch " << rep;
+          EXPECT_EQ(0, std::memcmp(got_out.data(), first_out.data(), NT * 4)) << "tail";
         }
       }
     }
     // Each of the (stages - 1) barriers of a launch added the grid size.
     const unsigned long long grid = sh.blocks > 0 ? sh.blocks : sms;
-    EXPECT_EQ(static_cast<unsigned long long>(launches) * (NT > 0 ? 3 : 2) * grid, to_host<unsigned long long>(barrier, 1)[0]);
+    EXPECT_EQ(static_cast<unsigned long long>(launches.size()) * (NT > 0 ? 3 : 2) * grid,
+              to_host<unsigned long long>(barrier, 1)[0]);
   }
 }
 

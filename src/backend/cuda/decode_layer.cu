@@ -254,9 +254,10 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
 // The stage's input vector into xs as bf16, zero-padded to a whole number of slots (the padding
 // meets zero-filled weights); by the whole block, ends with a barrier. The norms are
 // block_rms_norm_row<8> over 256 threads: gemv_bf16's fused norm, bit for bit.
-__device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch) {
+__device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch,
+                                                 int pad) {
   const int K = static_cast<int>(s == 0 ? p.Q : s == 2 ? p.F : p.D);
-  const int padded = (K + kPadK - 1) / kPadK * kPadK;
+  const int padded = (K + pad - 1) / pad * pad;
   for (int i = K / 8 + threadIdx.x; i < padded / 8; i += kThreads) xs[i] = uint4{0, 0, 0, 0};
   if (s == 0 || s == 2) {
     // The attention output (an earlier kernel's) or act (this kernel's, other blocks: read from L2).
@@ -323,7 +324,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   uint32_t phase = 0;  // TMA: parity of the slots' current barrier phase (flips as the ring wraps)
   for (int s = 0; s < stages; ++s) {
     if (s > 0 && !p.timing_no_barriers) grid_barrier(p.barrier);
-    load_stage_input(p, s, xs, scratch);
+    load_stage_input(p, s, xs, scratch, kPadK);
     const Stage st = stage_of(p, s);
     const int count = wr.count(st.octets()), slots = st.slots(SK);
     for (int j = 0; j < count; ++j) {
@@ -394,20 +395,196 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
   cp_async_wait<0>();
 }
 
+// ---- Row slots (DecodeLayerParams::row_slots) ----
+// A slot is 2048 contiguous k-values (4 KiB) of one weight row, so a warp streams whole rows as
+// the GEMV does: one output at a time (SwiGLU: its gate row, then its up row), outputs dealt
+// round-robin over the grid's warps like the octets above. The slot's 16-byte chunks are dealt
+// round-robin to the mma's 8 columns: column n of k-step i is chunks 16 i + n (k 0-7) and
+// 16 i + 8 + n (k 8-15), so one ldmatrix 8x8 matrix is 8 consecutive chunks (128 bytes, no bank
+// conflicts, no swizzle: the slot is a plain copy, one bulk copy with TMA). Row m < 8 of A holds
+// x at the chunks of column m, so C[m][n] = x(column m) . w(column n), and the row's dot product
+// is the sum of the diagonal C[n][n] over the 8 columns (rows 8-15 of A repeat rows 0-7 and are
+// ignored). The same mma count a weight byte as the octets.
+constexpr int kRowSlotK = 2048;
+constexpr int kRowSlotChunks = kRowSlotK / 8;  // 256 chunks, 4 KiB
+
+template <bool kTma>
+struct RowProducer {
+  int s = 0, j = 0, r = 0, k = 0;  // stage, the warp's output index in the stage, row of the output, slot
+  int stages;
+  WarpRank wr;
+  Stage st{};
+  int count = 0, slots = 0, kc = 0;
+  const uint4* row = nullptr;
+
+  __device__ __forceinline__ void set_row() {
+    row = reinterpret_cast<const uint4*>(st.w + (static_cast<int64_t>(wr.octet(j)) + r * st.n_out) * st.K);
+  }
+  __device__ __forceinline__ void enter(const DecodeLayerParams& p) {
+    for (; s < stages; ++s) {
+      st = stage_of(p, s);
+      count = wr.count(st.n_out);
+      if (count > 0) {
+        slots = (st.K + kRowSlotK - 1) / kRowSlotK;
+        kc = st.chunks();
+        j = r = k = 0;
+        set_row();
+        return;
+      }
+    }
+  }
+  __device__ __forceinline__ void advance(const DecodeLayerParams& p) {
+    if (s >= stages) return;
+    if (++k < slots) return;
+    k = 0;
+    if (++r < st.R) {
+      set_row();
+      return;
+    }
+    r = 0;
+    if (++j < count) {
+      set_row();
+      return;
+    }
+    ++s;
+    enter(p);
+  }
+  // cp.async: one commit group, lane l copies chunks l, l + 32, ...: each copy instruction of the
+  // warp moves 512 contiguous bytes; chunks past K are zero-filled. TMA: lane 0 copies the slot
+  // whole (K a multiple of 2048). Past the end: an empty group / nothing.
+  __device__ __forceinline__ void issue(uint4* slot, int lane, uint64_t* bar) const {
+    if constexpr (kTma) {
+      if (lane != 0 || s >= stages) return;
+      mbar_arrive_expect_tx(bar, kRowSlotChunks * 16);
+      bulk_copy_to_shared(slot, row + k * kRowSlotChunks, kRowSlotChunks * 16, bar);
+      return;
+    }
+    if (s < stages) {
+#pragma unroll
+      for (int u = 0; u < kRowSlotChunks / 32; ++u) {
+        const int cr = u * 32 + lane, c = k * kRowSlotChunks + cr;
+        const bool valid = c < kc;
+        cp_async16(slot + cr, valid ? row + c : row, valid);
+      }
+    }
+    cp_async_commit();
+  }
+};
+
+template <int kDepth, bool kTma>
+__global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __grid_constant__ DecodeLayerParams p) {
+  extern __shared__ uint4 smem[];
+  __shared__ float scratch[33];
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int stages = p.w_tail ? 4 : 3;
+  const WarpRank wr{warp * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x),
+                    kWarps * static_cast<int>(gridDim.x)};
+  uint4* ring = smem + warp * kDepth * kRowSlotChunks;
+  uint4* xs = smem + kWarps * kDepth * kRowSlotChunks;
+  const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
+  const int x_chunks = static_cast<int>((std::max({p.D, p.Q, p.F}) + kRowSlotK - 1) / kRowSlotK * kRowSlotK / 8);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(xs + x_chunks) + warp * kDepth;
+  if constexpr (kTma) {
+    if (lane == 0) {
+      for (int i = 0; i < kDepth; ++i) mbar_init(bars + i, 1);
+      fence_proxy_async_shared();
+    }
+    __syncwarp();
+  }
+
+  RowProducer<kTma> prod;
+  prod.stages = stages;
+  prod.wr = wr;
+  prod.enter(p);
+#pragma unroll
+  for (int i = 0; i < kDepth; ++i) {
+    prod.issue(ring + i * kRowSlotChunks, lane, bars + i);
+    prod.advance(p);
+  }
+  pdl_wait();
+
+  const int g = lane >> 2, t = lane & 3;  // mma: A / C row g (and g + 8), k pair / C column pair t
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int s = 0; s < stages; ++s) {
+    if (s > 0 && !p.timing_no_barriers) grid_barrier(p.barrier);
+    load_stage_input(p, s, xs, scratch, kRowSlotK);
+    const Stage st = stage_of(p, s);
+    const int count = wr.count(st.n_out), slots = (st.K + kRowSlotK - 1) / kRowSlotK;
+    for (int j = 0; j < count; ++j) {
+      float sum0 = 0.0f, sum1 = 0.0f;  // the output's rows (SwiGLU: gate, up)
+      for (int r = 0; r < st.R; ++r) {
+        float c[4][4] = {};  // k-step i accumulates into chain i % 4
+        for (int k = 0; k < slots; ++k) {
+          if constexpr (kTma) {
+            mbar_wait(bars + slot, phase);
+            __syncwarp();
+          } else {
+            cp_async_wait<kDepth - 1>();
+            __syncwarp();
+          }
+          const uint4* ws = ring + slot * kRowSlotChunks;
+          const uint32_t* xk = x32 + k * (kRowSlotK / 2);
+          uint32_t b[8][4], x[8][4];
+#pragma unroll
+          for (int h = 0; h < 8; ++h) {  // ldmatrix h: k-steps 2h, 2h + 1 = chunks 32 h .. 32 h + 31
+            ldmatrix_x4(b[h], ws + 32 * h + lane);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) x[h][e] = xk[4 * (32 * h + 8 * e + g) + t];
+          }
+#pragma unroll
+          for (int h = 0; h < 8; ++h) {
+            const uint32_t a0[4] = {x[h][0], x[h][0], x[h][1], x[h][1]};
+            const uint32_t a1[4] = {x[h][2], x[h][2], x[h][3], x[h][3]};
+            mma16816(c[(2 * h) & 3], a0, b[h][0], b[h][1], bf16{});
+            mma16816(c[(2 * h + 1) & 3], a1, b[h][2], b[h][3], bf16{});
+          }
+          if constexpr (kTma) fence_proxy_async_shared();
+          __syncwarp();
+          prod.issue(ring + slot * kRowSlotChunks, lane, bars + slot);
+          prod.advance(p);
+          if (++slot == kDepth) {
+            slot = 0;
+            phase ^= 1u;
+          }
+        }
+        // The diagonal: C[n][n] is element n % 2 of the thread with g = n, t = n / 2.
+        const float v0 = (c[0][0] + c[1][0]) + (c[2][0] + c[3][0]);
+        const float v1 = (c[0][1] + c[1][1]) + (c[2][1] + c[3][1]);
+        const float d = warp_sum(t == (g >> 1) ? ((g & 1) ? v1 : v0) : 0.0f);
+        if (r == 0) sum0 = d;
+        else sum1 = d;
+      }
+      if (lane == 0) {
+        const int n = wr.octet(j);
+        if (st.R == 2) static_cast<bf16*>(p.act)[n] = swiglu_out(sum0, sum1);
+        else if (s == 3) p.tail_out[n] = sum0;
+        else __stcg(p.residual + n, __ldcg(p.residual + n) + sum0);
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
 // The ring variants: (k-values a slot row, slots a warp, bulk copies), deepest first per kind.
+// Row slots: slot_k 2048, rows true.
 struct Variant {
   int slot_k, depth;
-  bool tma;
+  bool tma, rows;
 };
-constexpr Variant kVariants[] = {{256, 6, false}, {256, 4, false}, {256, 2, false}, {512, 3, false},
-                                 {512, 2, false}, {256, 5, true}};
+constexpr Variant kVariants[] = {{256, 6, false, false},  {256, 4, false, false},  {256, 2, false, false},
+                                 {512, 3, false, false},  {512, 2, false, false},  {256, 5, true, false},
+                                 {2048, 6, false, true},  {2048, 4, false, true},  {2048, 2, false, true},
+                                 {2048, 6, true, true},   {2048, 4, true, true}};
 
 size_t smem_bytes(const DecodeLayerParams& p, const Variant& v) {
   const int64_t k_max = std::max({p.D, p.Q, p.F});
-  const int64_t x_elems = (k_max + kPadK - 1) / kPadK * kPadK;
-  const int64_t row_bytes = v.slot_k * 2 + (v.tma ? 16 : 0);
+  const int64_t pad = v.rows ? kRowSlotK : kPadK;
+  const int64_t x_elems = (k_max + pad - 1) / pad * pad;
+  const int64_t slot_bytes = v.rows ? kRowSlotChunks * 16 : kOctet * (v.slot_k * 2 + (v.tma ? 16 : 0));
   const int64_t bars = v.tma ? int64_t{kWarps} * v.depth * 8 : 0;
-  return static_cast<size_t>(int64_t{kWarps} * v.depth * kOctet * row_bytes + x_elems * 2 + bars);
+  return static_cast<size_t>(int64_t{kWarps} * v.depth * slot_bytes + x_elems * 2 + bars);
 }
 int device_attr(cudaDeviceAttr a) {
   int dev = 0, v = 0;
@@ -418,35 +595,41 @@ int device_attr(cudaDeviceAttr a) {
 int max_smem_optin() {
   return device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) - 1024;  // static shared memory and slack
 }
-// Bulk copies need Hopper, and whole slot rows: every K a multiple of 256.
+// Bulk copies need Hopper, and whole slots: every K a multiple of 256 (octets) or 2048 (rows).
 bool tma_ok(const DecodeLayerParams& p) {
-  return device_attr(cudaDevAttrComputeCapabilityMajor) >= 9 && p.D % 256 == 0 && p.Q % 256 == 0 && p.F % 256 == 0;
+  const int64_t whole = p.row_slots ? kRowSlotK : 256;
+  return device_attr(cudaDevAttrComputeCapabilityMajor) >= 9 && p.D % whole == 0 && p.Q % whole == 0 &&
+         p.F % whole == 0;
 }
 // The deepest ring of the asked kind (p.tma when tma_ok, else cp.async with p.slot_k, 0: 256)
 // that fits, at most p.depth slots when set; depth 0: none.
 Variant choose_variant(const DecodeLayerParams& p) {
   const size_t limit = static_cast<size_t>(max_smem_optin());
   const bool tma = p.tma && tma_ok(p);
-  const int slot_k = tma ? 256 : p.slot_k > 0 ? p.slot_k : 256;
+  const int slot_k = p.row_slots ? kRowSlotK : tma ? 256 : p.slot_k > 0 ? p.slot_k : 256;
   for (const Variant& v : kVariants)
-    if (v.tma == tma && v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) && smem_bytes(p, v) <= limit)
+    if (v.rows == p.row_slots && v.tma == tma && v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) &&
+        smem_bytes(p, v) <= limit)
       return v;
-  return {0, 0, false};
+  return {0, 0, false, false};
 }
 
-template <int SK, int kDepth, bool kTma>
+template <int SK, int kDepth, bool kTma, bool kRows>
 void launch_variant(const DecodeLayerParams& p, cudaStream_t s) {
-  const size_t smem = smem_bytes(p, {SK, kDepth, kTma});
+  const size_t smem = smem_bytes(p, {SK, kDepth, kTma, kRows});
+  constexpr auto kernel = [] {
+    if constexpr (kRows) return decode_layer_rows_kernel<kDepth, kTma>;
+    else return decode_layer_kernel<SK, kDepth, kTma>;
+  }();
   static bool configured = false;
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_layer_kernel<SK, kDepth, kTma>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin()));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin()));
     configured = true;
   }
   // One block an SM at most (the ring takes more than half an SM's shared memory), so a grid of
   // at most num_sms blocks is resident at once once earlier kernels leave.
   const int blocks = p.blocks > 0 ? std::min(p.blocks, p.num_sms) : p.num_sms;
-  launch_pdl(decode_layer_kernel<SK, kDepth, kTma>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, s, p);
 }
 
 }  // namespace
@@ -468,17 +651,28 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
   for (const void* ptr : {p.attn, p.w_o, p.w_gu, p.w_down, p.w_tail, static_cast<const void*>(p.act),
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
-  if (v.tma) {
-    launch_variant<256, 5, true>(p, s);
+  if (v.rows) {
+    if (v.tma) {
+      if (v.depth == 6) launch_variant<kRowSlotK, 6, true, true>(p, s);
+      else launch_variant<kRowSlotK, 4, true, true>(p, s);
+    } else if (v.depth == 6) {
+      launch_variant<kRowSlotK, 6, false, true>(p, s);
+    } else if (v.depth == 4) {
+      launch_variant<kRowSlotK, 4, false, true>(p, s);
+    } else {
+      launch_variant<kRowSlotK, 2, false, true>(p, s);
+    }
+  } else if (v.tma) {
+    launch_variant<256, 5, true, false>(p, s);
   } else if (v.slot_k == 512) {
-    if (v.depth == 3) launch_variant<512, 3, false>(p, s);
-    else launch_variant<512, 2, false>(p, s);
+    if (v.depth == 3) launch_variant<512, 3, false, false>(p, s);
+    else launch_variant<512, 2, false, false>(p, s);
   } else if (v.depth == 6) {
-    launch_variant<256, 6, false>(p, s);
+    launch_variant<256, 6, false, false>(p, s);
   } else if (v.depth == 4) {
-    launch_variant<256, 4, false>(p, s);
+    launch_variant<256, 4, false, false>(p, s);
   } else {
-    launch_variant<256, 2, false>(p, s);
+    launch_variant<256, 2, false, false>(p, s);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -26,6 +26,7 @@ ExecutorSwitches ExecutorSwitches::from_env() {
     s.layer_tma = std::string(e) == "tma";
     s.layer_copy_linear = std::string(e) == "linear";
   }
+  if (const char* e = std::getenv("PAGODA_LAYER_ROWS"); e && *e) s.layer_rows = std::string(e) == "1";
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     s.gemv_max_rows = std::clamp<int64_t>(std::atoll(e), 0, kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {

@@ -28,6 +28,8 @@ struct ExecutorSwitches {
   // PAGODA_LAYER_COPY=tma: the ring filled by bulk copies; =linear: cp.async with the swizzle on
   // the global side.
   bool layer_tma = false, layer_copy_linear = false;
+  // PAGODA_LAYER_ROWS=1: row slots (a slot is 2048 contiguous k-values of one weight row).
+  bool layer_rows = false;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.

@@ -256,6 +256,11 @@ struct DecodeLayerParams {
   // cp.async ring: each lane fetches the chunk that lands in its own consecutive 16-byte position
   // (the XOR swizzle applied to the global addresses, not the shared ones); comparisons.
   bool copy_linear = false;
+  // Row slots: a slot holds 2048 contiguous k-values of one weight row, its 16-byte chunks dealt
+  // round-robin to the mma's 8 columns (x's matching chunks to the rows of A; the row's dot
+  // product is the sum of the diagonal), so each warp streams whole rows, one output at a time,
+  // as the GEMV does; comparisons.
+  bool row_slots = false;
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
 // memory fits); false: run the GEMVs instead.
