@@ -85,7 +85,7 @@ stage_tests() {
 
 # Ops, f32 parity and the engine tests on the tiny model only (no references to make): ~30 s.
 stage_quicktests() {
-  step quicktests 120 $TESTS --gtest_filter='CudaOps.*:CudaAttention.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*'
+  step quicktests 120 $TESTS --gtest_filter="${QUICK_FILTER:-CudaOps.*:CudaAttention.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*}"
 }
 
 bench_model() {  # SHAPE

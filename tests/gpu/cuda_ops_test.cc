@@ -271,6 +271,8 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       bool rows;
       int slot_k, depth;
       bool linear, tma;
+      int l2_ahead = 0;
+      bool rank_contiguous = false;
     };
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -280,6 +282,7 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
     if (whole(256)) launches.push_back({false, 0, 0, false, true});
     launches.push_back({true, 0, 0, false, false});
     launches.push_back({true, 0, 2, false, false});
+    launches.push_back({true, 0, 0, false, false, 3, true});  // L2 lookahead, block-contiguous rows
     if (whole(2048)) launches.push_back({true, 0, 0, false, true});
     std::vector<float> first_res, first_out;
     std::vector<uint16_t> first_act;
@@ -315,6 +318,8 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.depth = ln.depth;
       p.copy_linear = ln.linear;
       p.tma = ln.tma;
+      p.l2_ahead = ln.l2_ahead;
+      p.rank_block_contiguous = ln.rank_contiguous;
       SCOPED_TRACE(::testing::Message() << "launch " << rep << (ln.rows ? " (row slots)" : " (octet slots)"));
       ASSERT_TRUE(cuda::decode_layer_supported(p));
       EXPECT_EQ(ln.tma, cuda::decode_layer_uses_tma(p));

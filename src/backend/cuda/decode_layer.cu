@@ -146,6 +146,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
+// Starts moving `bytes` (a multiple of 16) at src from DRAM into the L2; nothing waits for it.
+__device__ __forceinline__ void l2_prefetch_bulk(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 // The copy side of a warp's ring: walks the warp's sequence of slots (stage, octet, slot of the
 // row) in the consumer loop's order, kDepth slots ahead of it, keeping the current stage's
 // constants and the current octet's row starts.
@@ -478,8 +485,8 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int stages = p.w_tail ? 4 : 3;
-  const WarpRank wr{warp * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x),
-                    kWarps * static_cast<int>(gridDim.x)};
+  const int block = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
+  const WarpRank wr{p.rank_block_contiguous ? block * kWarps + warp : warp * blocks + block, kWarps * blocks};
   uint4* ring = smem + warp * kDepth * kRowSlotChunks;
   uint4* xs = smem + kWarps * kDepth * kRowSlotChunks;
   const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
@@ -497,10 +504,29 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
   prod.stages = stages;
   prod.wr = wr;
   prod.enter(p);
+  // Experiment (p.l2_ahead): a second cursor l2_ahead slots past the ring's, whose slots are
+  // prefetched into the L2 as the ring issues its own.
+  RowProducer<kTma> ahead = prod;
+  for (int i = 0; i < kDepth + p.l2_ahead; ++i) ahead.advance(p);
+  auto prefetch = [&] {
+    if (p.l2_ahead > 0 && lane == 0 && ahead.s < stages) {
+      const int64_t left = (static_cast<int64_t>(ahead.kc) - ahead.k * kRowSlotChunks) * 16;
+      l2_prefetch_bulk(ahead.row + ahead.k * kRowSlotChunks, static_cast<uint32_t>(std::min<int64_t>(left, 4096)));
+    }
+    ahead.advance(p);
+  };
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
     prod.issue(ring + i * kRowSlotChunks, lane, bars + i);
     prod.advance(p);
+  }
+  for (int i = 0; i < p.l2_ahead; ++i) {  // the lookahead's first slots
+    RowProducer<kTma> fill = prod;
+    for (int a = 0; a < i; ++a) fill.advance(p);
+    if (lane == 0 && fill.s < stages) {
+      const int64_t left = (static_cast<int64_t>(fill.kc) - fill.k * kRowSlotChunks) * 16;
+      l2_prefetch_bulk(fill.row + fill.k * kRowSlotChunks, static_cast<uint32_t>(std::min<int64_t>(left, 4096)));
+    }
   }
   pdl_wait();
 
@@ -544,6 +570,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
           __syncwarp();
           prod.issue(ring + slot * kRowSlotChunks, lane, bars + slot);
           prod.advance(p);
+          prefetch();
           if (++slot == kDepth) {
             slot = 0;
             phase ^= 1u;

@@ -30,6 +30,8 @@ struct ExecutorSwitches {
   bool layer_tma = false, layer_copy_linear = false;
   // PAGODA_LAYER_ROWS=1: row slots (a slot is 2048 contiguous k-values of one weight row).
   bool layer_rows = false;
+  int layer_l2_ahead = 0;              // PAGODA_LAYER_L2_AHEAD=N: row slots' L2 lookahead (slots)
+  bool layer_rank_contiguous = false;  // PAGODA_LAYER_RANK=block: a block's warps take consecutive rows
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.
