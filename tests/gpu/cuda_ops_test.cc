@@ -271,7 +271,6 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       bool rows;
       int slot_k, depth;
       bool linear, tma;
-      int l2_ahead = 0;
       bool rank_contiguous = false;
     };
     int major = 0;
@@ -282,8 +281,12 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
     if (whole(256)) launches.push_back({false, 0, 0, false, true});
     launches.push_back({true, 0, 0, false, false});
     launches.push_back({true, 0, 2, false, false});
-    launches.push_back({true, 0, 0, false, false, 3, true});  // L2 lookahead, block-contiguous rows
-    if (whole(2048)) launches.push_back({true, 0, 0, false, true});
+    launches.push_back({true, 0, 0, false, false, true});  // block-contiguous rows
+    launches.push_back({true, 4096, 0, false, false});     // two batches a slot
+    if (whole(2048)) {
+      launches.push_back({true, 0, 0, false, true});
+      launches.push_back({true, 4096, 0, false, true});
+    }
     std::vector<float> first_res, first_out;
     std::vector<uint16_t> first_act;
     for (size_t rep = 0; rep < launches.size(); ++rep) {
@@ -318,7 +321,6 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.depth = ln.depth;
       p.copy_linear = ln.linear;
       p.tma = ln.tma;
-      p.l2_ahead = ln.l2_ahead;
       p.rank_block_contiguous = ln.rank_contiguous;
       SCOPED_TRACE(::testing::Message() << "launch " << rep << (ln.rows ? " (row slots)" : " (octet slots)"));
       ASSERT_TRUE(cuda::decode_layer_supported(p));

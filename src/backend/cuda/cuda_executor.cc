@@ -408,7 +408,6 @@ cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const 
   p.tma = sw_.layer_tma;
   p.copy_linear = sw_.layer_copy_linear;
   p.row_slots = sw_.layer_rows;
-  p.l2_ahead = sw_.layer_l2_ahead;
   p.rank_block_contiguous = sw_.layer_rank_contiguous;
   p.timing_no_barriers = skip(",layerbarrier,");
   if (l + 1 < d_.L) {  // the next layer's norm + QKV

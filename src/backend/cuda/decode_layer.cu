@@ -146,13 +146,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
-// Starts moving `bytes` (a multiple of 16) at src from DRAM into the L2; nothing waits for it.
-__device__ __forceinline__ void l2_prefetch_bulk(const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
 // The copy side of a warp's ring: walks the warp's sequence of slots (stage, octet, slot of the
 // row) in the consumer loop's order, kDepth slots ahead of it, keeping the current stage's
 // constants and the current octet's row starts.
@@ -403,20 +396,21 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_kernel(const __grid_
 }
 
 // ---- Row slots (DecodeLayerParams::row_slots) ----
-// A slot is 2048 contiguous k-values (4 KiB) of one weight row, so a warp streams whole rows as
-// the GEMV does: one output at a time (SwiGLU: its gate row, then its up row), outputs dealt
-// round-robin over the grid's warps like the octets above. The slot's 16-byte chunks are dealt
-// round-robin to the mma's 8 columns: column n of k-step i is chunks 16 i + n (k 0-7) and
-// 16 i + 8 + n (k 8-15), so one ldmatrix 8x8 matrix is 8 consecutive chunks (128 bytes, no bank
-// conflicts, no swizzle: the slot is a plain copy, one bulk copy with TMA). Row m < 8 of A holds
-// x at the chunks of column m, so C[m][n] = x(column m) . w(column n), and the row's dot product
-// is the sum of the diagonal C[n][n] over the 8 columns (rows 8-15 of A repeat rows 0-7 and are
-// ignored). The same mma count a weight byte as the octets.
-constexpr int kRowSlotK = 2048;
-constexpr int kRowSlotChunks = kRowSlotK / 8;  // 256 chunks, 4 KiB
+// A slot is RK contiguous k-values (2048: 4 KiB) of one weight row, so a warp streams whole rows
+// as the GEMV does: one output at a time (SwiGLU: its gate row, then its up row), outputs dealt to
+// the grid's warps round-robin. Each 2048 k-values of a slot (a "batch", 256 chunks of 16 bytes)
+// are dealt round-robin to the mma's 8 columns: column n of the batch's k-step i is chunks
+// 16 i + n (k 0-7) and 16 i + 8 + n (k 8-15), so one ldmatrix 8x8 matrix is 8 consecutive chunks
+// (128 bytes, no bank conflicts, no swizzle: the slot is a plain copy, one bulk copy with TMA).
+// Row m < 8 of A holds x at the chunks of column m, so C[m][n] = x(column m) . w(column n), and
+// the row's dot product is the sum of the diagonal C[n][n] (rows 8-15 of A repeat rows 0-7 and
+// are ignored). The same mma count a weight byte as the octets.
+constexpr int kRowBatchK = 2048;
+constexpr int kRowBatchChunks = kRowBatchK / 8;  // 256
 
-template <bool kTma>
+template <int RK, bool kTma>
 struct RowProducer {
+  static constexpr int kSlotChunks = RK / 8;
   int s = 0, j = 0, r = 0, k = 0;  // stage, the warp's output index in the stage, row of the output, slot
   int stages;
   WarpRank wr;
@@ -432,7 +426,7 @@ struct RowProducer {
       st = stage_of(p, s);
       count = wr.count(st.n_out);
       if (count > 0) {
-        slots = (st.K + kRowSlotK - 1) / kRowSlotK;
+        slots = (st.K + RK - 1) / RK;
         kc = st.chunks();
         j = r = k = 0;
         set_row();
@@ -457,19 +451,20 @@ struct RowProducer {
     enter(p);
   }
   // cp.async: one commit group, lane l copies chunks l, l + 32, ...: each copy instruction of the
-  // warp moves 512 contiguous bytes; chunks past K are zero-filled. TMA: lane 0 copies the slot
-  // whole (K a multiple of 2048). Past the end: an empty group / nothing.
+  // warp moves 512 contiguous bytes; chunks past K are zero-filled. TMA: lane 0 copies the slot's
+  // chunks up to K (K a multiple of 2048: whole batches). Past the end: an empty group / nothing.
   __device__ __forceinline__ void issue(uint4* slot, int lane, uint64_t* bar) const {
     if constexpr (kTma) {
       if (lane != 0 || s >= stages) return;
-      mbar_arrive_expect_tx(bar, kRowSlotChunks * 16);
-      bulk_copy_to_shared(slot, row + k * kRowSlotChunks, kRowSlotChunks * 16, bar);
+      const uint32_t bytes = static_cast<uint32_t>(min(kSlotChunks, kc - k * kSlotChunks)) * 16;
+      mbar_arrive_expect_tx(bar, bytes);
+      bulk_copy_to_shared(slot, row + k * kSlotChunks, bytes, bar);
       return;
     }
     if (s < stages) {
 #pragma unroll
-      for (int u = 0; u < kRowSlotChunks / 32; ++u) {
-        const int cr = u * 32 + lane, c = k * kRowSlotChunks + cr;
+      for (int u = 0; u < kSlotChunks / 32; ++u) {
+        const int cr = u * 32 + lane, c = k * kSlotChunks + cr;
         const bool valid = c < kc;
         cp_async16(slot + cr, valid ? row + c : row, valid);
       }
@@ -478,8 +473,10 @@ struct RowProducer {
   }
 };
 
-template <int kDepth, bool kTma>
+template <int RK, int kDepth, bool kTma>
 __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __grid_constant__ DecodeLayerParams p) {
+  static_assert(RK % kRowBatchK == 0, "whole batches a slot");
+  constexpr int kSlotChunks = RK / 8;
   extern __shared__ uint4 smem[];
   __shared__ float scratch[33];
   pdl_trigger();
@@ -487,10 +484,10 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
   const int stages = p.w_tail ? 4 : 3;
   const int block = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
   const WarpRank wr{p.rank_block_contiguous ? block * kWarps + warp : warp * blocks + block, kWarps * blocks};
-  uint4* ring = smem + warp * kDepth * kRowSlotChunks;
-  uint4* xs = smem + kWarps * kDepth * kRowSlotChunks;
+  uint4* ring = smem + warp * kDepth * kSlotChunks;
+  uint4* xs = smem + kWarps * kDepth * kSlotChunks;
   const uint32_t* x32 = reinterpret_cast<const uint32_t*>(xs);
-  const int x_chunks = static_cast<int>((std::max({p.D, p.Q, p.F}) + kRowSlotK - 1) / kRowSlotK * kRowSlotK / 8);
+  const int x_chunks = static_cast<int>((std::max({p.D, p.Q, p.F}) + RK - 1) / RK * RK / 8);
   uint64_t* bars = reinterpret_cast<uint64_t*>(xs + x_chunks) + warp * kDepth;
   if constexpr (kTma) {
     if (lane == 0) {
@@ -500,33 +497,14 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
     __syncwarp();
   }
 
-  RowProducer<kTma> prod;
+  RowProducer<RK, kTma> prod;
   prod.stages = stages;
   prod.wr = wr;
   prod.enter(p);
-  // Experiment (p.l2_ahead): a second cursor l2_ahead slots past the ring's, whose slots are
-  // prefetched into the L2 as the ring issues its own.
-  RowProducer<kTma> ahead = prod;
-  for (int i = 0; i < kDepth + p.l2_ahead; ++i) ahead.advance(p);
-  auto prefetch = [&] {
-    if (p.l2_ahead > 0 && lane == 0 && ahead.s < stages) {
-      const int64_t left = (static_cast<int64_t>(ahead.kc) - ahead.k * kRowSlotChunks) * 16;
-      l2_prefetch_bulk(ahead.row + ahead.k * kRowSlotChunks, static_cast<uint32_t>(std::min<int64_t>(left, 4096)));
-    }
-    ahead.advance(p);
-  };
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
-    prod.issue(ring + i * kRowSlotChunks, lane, bars + i);
+    prod.issue(ring + i * kSlotChunks, lane, bars + i);
     prod.advance(p);
-  }
-  for (int i = 0; i < p.l2_ahead; ++i) {  // the lookahead's first slots
-    RowProducer<kTma> fill = prod;
-    for (int a = 0; a < i; ++a) fill.advance(p);
-    if (lane == 0 && fill.s < stages) {
-      const int64_t left = (static_cast<int64_t>(fill.kc) - fill.k * kRowSlotChunks) * 16;
-      l2_prefetch_bulk(fill.row + fill.k * kRowSlotChunks, static_cast<uint32_t>(std::min<int64_t>(left, 4096)));
-    }
   }
   pdl_wait();
 
@@ -535,13 +513,13 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
   uint32_t phase = 0;
   for (int s = 0; s < stages; ++s) {
     if (s > 0 && !p.timing_no_barriers) grid_barrier(p.barrier);
-    load_stage_input(p, s, xs, scratch, kRowSlotK);
+    load_stage_input(p, s, xs, scratch, RK);
     const Stage st = stage_of(p, s);
-    const int count = wr.count(st.n_out), slots = (st.K + kRowSlotK - 1) / kRowSlotK;
+    const int count = wr.count(st.n_out), slots = (st.K + RK - 1) / RK;
     for (int j = 0; j < count; ++j) {
       float sum0 = 0.0f, sum1 = 0.0f;  // the output's rows (SwiGLU: gate, up)
       for (int r = 0; r < st.R; ++r) {
-        float c[4][4] = {};  // k-step i accumulates into chain i % 4
+        float c[4][4] = {};  // k-step i of a batch accumulates into chain i % 4
         for (int k = 0; k < slots; ++k) {
           if constexpr (kTma) {
             mbar_wait(bars + slot, phase);
@@ -550,27 +528,30 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
             cp_async_wait<kDepth - 1>();
             __syncwarp();
           }
-          const uint4* ws = ring + slot * kRowSlotChunks;
-          const uint32_t* xk = x32 + k * (kRowSlotK / 2);
-          uint32_t b[8][4], x[8][4];
+          // The slot's batches that hold k-values below K (the rest is zeros or stale).
+          const int batches = min(RK / kRowBatchK, (st.K - k * RK + kRowBatchK - 1) / kRowBatchK);
+          for (int bt = 0; bt < batches; ++bt) {
+            const uint4* ws = ring + slot * kSlotChunks + bt * kRowBatchChunks;
+            const uint32_t* xk = x32 + k * (RK / 2) + bt * (kRowBatchK / 2);
+            uint32_t b[8][4], x[8][4];
 #pragma unroll
-          for (int h = 0; h < 8; ++h) {  // ldmatrix h: k-steps 2h, 2h + 1 = chunks 32 h .. 32 h + 31
-            ldmatrix_x4(b[h], ws + 32 * h + lane);
+            for (int h = 0; h < 8; ++h) {  // ldmatrix h: k-steps 2h, 2h + 1 = chunks 32 h .. 32 h + 31
+              ldmatrix_x4(b[h], ws + 32 * h + lane);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) x[h][e] = xk[4 * (32 * h + 8 * e + g) + t];
-          }
+              for (int e = 0; e < 4; ++e) x[h][e] = xk[4 * (32 * h + 8 * e + g) + t];
+            }
 #pragma unroll
-          for (int h = 0; h < 8; ++h) {
-            const uint32_t a0[4] = {x[h][0], x[h][0], x[h][1], x[h][1]};
-            const uint32_t a1[4] = {x[h][2], x[h][2], x[h][3], x[h][3]};
-            mma16816(c[(2 * h) & 3], a0, b[h][0], b[h][1], bf16{});
-            mma16816(c[(2 * h + 1) & 3], a1, b[h][2], b[h][3], bf16{});
+            for (int h = 0; h < 8; ++h) {
+              const uint32_t a0[4] = {x[h][0], x[h][0], x[h][1], x[h][1]};
+              const uint32_t a1[4] = {x[h][2], x[h][2], x[h][3], x[h][3]};
+              mma16816(c[(2 * h) & 3], a0, b[h][0], b[h][1], bf16{});
+              mma16816(c[(2 * h + 1) & 3], a1, b[h][2], b[h][3], bf16{});
+            }
           }
           if constexpr (kTma) fence_proxy_async_shared();
           __syncwarp();
-          prod.issue(ring + slot * kRowSlotChunks, lane, bars + slot);
+          prod.issue(ring + slot * kSlotChunks, lane, bars + slot);
           prod.advance(p);
-          prefetch();
           if (++slot == kDepth) {
             slot = 0;
             phase ^= 1u;
@@ -595,7 +576,7 @@ __global__ __launch_bounds__(kThreads, 1) void decode_layer_rows_kernel(const __
 }
 
 // The ring variants: (k-values a slot row, slots a warp, bulk copies), deepest first per kind.
-// Row slots: slot_k 2048, rows true.
+// Row slots: slot_k 2048 or 4096, rows true.
 struct Variant {
   int slot_k, depth;
   bool tma, rows;
@@ -603,13 +584,14 @@ struct Variant {
 constexpr Variant kVariants[] = {{256, 6, false, false},  {256, 4, false, false},  {256, 2, false, false},
                                  {512, 3, false, false},  {512, 2, false, false},  {256, 5, true, false},
                                  {2048, 6, false, true},  {2048, 4, false, true},  {2048, 2, false, true},
-                                 {2048, 6, true, true},   {2048, 4, true, true}};
+                                 {2048, 6, true, true},   {2048, 4, true, true},   {4096, 3, false, true},
+                                 {4096, 3, true, true}};
 
 size_t smem_bytes(const DecodeLayerParams& p, const Variant& v) {
   const int64_t k_max = std::max({p.D, p.Q, p.F});
-  const int64_t pad = v.rows ? kRowSlotK : kPadK;
+  const int64_t pad = v.rows ? v.slot_k : kPadK;
   const int64_t x_elems = (k_max + pad - 1) / pad * pad;
-  const int64_t slot_bytes = v.rows ? kRowSlotChunks * 16 : kOctet * (v.slot_k * 2 + (v.tma ? 16 : 0));
+  const int64_t slot_bytes = v.rows ? v.slot_k * 2 : kOctet * (v.slot_k * 2 + (v.tma ? 16 : 0));
   const int64_t bars = v.tma ? int64_t{kWarps} * v.depth * 8 : 0;
   return static_cast<size_t>(int64_t{kWarps} * v.depth * slot_bytes + x_elems * 2 + bars);
 }
@@ -624,7 +606,7 @@ int max_smem_optin() {
 }
 // Bulk copies need Hopper, and whole slots: every K a multiple of 256 (octets) or 2048 (rows).
 bool tma_ok(const DecodeLayerParams& p) {
-  const int64_t whole = p.row_slots ? kRowSlotK : 256;
+  const int64_t whole = p.row_slots ? kRowBatchK : 256;
   return device_attr(cudaDevAttrComputeCapabilityMajor) >= 9 && p.D % whole == 0 && p.Q % whole == 0 &&
          p.F % whole == 0;
 }
@@ -633,7 +615,7 @@ bool tma_ok(const DecodeLayerParams& p) {
 Variant choose_variant(const DecodeLayerParams& p) {
   const size_t limit = static_cast<size_t>(max_smem_optin());
   const bool tma = p.tma && tma_ok(p);
-  const int slot_k = p.row_slots ? kRowSlotK : tma ? 256 : p.slot_k > 0 ? p.slot_k : 256;
+  const int slot_k = p.row_slots ? (p.slot_k == 4096 ? 4096 : kRowBatchK) : tma ? 256 : p.slot_k > 0 ? p.slot_k : 256;
   for (const Variant& v : kVariants)
     if (v.rows == p.row_slots && v.tma == tma && v.slot_k == slot_k && (p.depth == 0 || v.depth <= p.depth) &&
         smem_bytes(p, v) <= limit)
@@ -645,7 +627,7 @@ template <int SK, int kDepth, bool kTma, bool kRows>
 void launch_variant(const DecodeLayerParams& p, cudaStream_t s) {
   const size_t smem = smem_bytes(p, {SK, kDepth, kTma, kRows});
   constexpr auto kernel = [] {
-    if constexpr (kRows) return decode_layer_rows_kernel<kDepth, kTma>;
+    if constexpr (kRows) return decode_layer_rows_kernel<SK, kDepth, kTma>;
     else return decode_layer_kernel<SK, kDepth, kTma>;
   }();
   static bool configured = false;
@@ -678,16 +660,19 @@ void decode_layer(const DecodeLayerParams& p, cudaStream_t s) {
   for (const void* ptr : {p.attn, p.w_o, p.w_gu, p.w_down, p.w_tail, static_cast<const void*>(p.act),
                           static_cast<const void*>(p.residual), static_cast<const void*>(p.tail_out)})
     PAGODA_CUDA_REQUIRE(aligned16(ptr), "decode_layer: operands must be 16-byte aligned");
-  if (v.rows) {
+  if (v.rows && v.slot_k == 4096) {
+    if (v.tma) launch_variant<4096, 3, true, true>(p, s);
+    else launch_variant<4096, 3, false, true>(p, s);
+  } else if (v.rows) {
     if (v.tma) {
-      if (v.depth == 6) launch_variant<kRowSlotK, 6, true, true>(p, s);
-      else launch_variant<kRowSlotK, 4, true, true>(p, s);
+      if (v.depth == 6) launch_variant<kRowBatchK, 6, true, true>(p, s);
+      else launch_variant<kRowBatchK, 4, true, true>(p, s);
     } else if (v.depth == 6) {
-      launch_variant<kRowSlotK, 6, false, true>(p, s);
+      launch_variant<kRowBatchK, 6, false, true>(p, s);
     } else if (v.depth == 4) {
-      launch_variant<kRowSlotK, 4, false, true>(p, s);
+      launch_variant<kRowBatchK, 4, false, true>(p, s);
     } else {
-      launch_variant<kRowSlotK, 2, false, true>(p, s);
+      launch_variant<kRowBatchK, 2, false, true>(p, s);
     }
   } else if (v.tma) {
     launch_variant<256, 5, true, false>(p, s);

@@ -27,7 +27,6 @@ ExecutorSwitches ExecutorSwitches::from_env() {
     s.layer_copy_linear = std::string(e) == "linear";
   }
   if (const char* e = std::getenv("PAGODA_LAYER_ROWS"); e && *e) s.layer_rows = std::string(e) == "1";
-  if (const char* e = std::getenv("PAGODA_LAYER_L2_AHEAD"); e && *e) s.layer_l2_ahead = std::atoi(e);
   if (const char* e = std::getenv("PAGODA_LAYER_RANK"); e && *e) s.layer_rank_contiguous = std::string(e) == "block";
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     s.gemv_max_rows = std::clamp<int64_t>(std::atoll(e), 0, kGemvMaxM);

@@ -24,13 +24,12 @@ struct ExecutorSwitches {
   // session), so it stays an experiment until its weight stream matches theirs.
   bool layer_kernel = false;
   int layer_depth = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp
-  int layer_slot_k = 0;  // PAGODA_LAYER_SLOT_K=256|512: k-values of a ring slot row
+  int layer_slot_k = 0;  // PAGODA_LAYER_SLOT_K=256|512 (octet slot rows), 4096 (row slots)
   // PAGODA_LAYER_COPY=tma: the ring filled by bulk copies; =linear: cp.async with the swizzle on
   // the global side.
   bool layer_tma = false, layer_copy_linear = false;
   // PAGODA_LAYER_ROWS=1: row slots (a slot is 2048 contiguous k-values of one weight row).
   bool layer_rows = false;
-  int layer_l2_ahead = 0;              // PAGODA_LAYER_L2_AHEAD=N: row slots' L2 lookahead (slots)
   bool layer_rank_contiguous = false;  // PAGODA_LAYER_RANK=block: a block's warps take consecutive rows
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).

@@ -261,10 +261,8 @@ struct DecodeLayerParams {
   // product is the sum of the diagonal), so each warp streams whole rows, one output at a time,
   // as the GEMV does; comparisons.
   bool row_slots = false;
-  // Row slots, experiments: the L2 prefetch of the slot this many past the ring's newest (0: off);
-  // outputs dealt to the warps block by block (a block's warps take consecutive rows) instead of
-  // round-robin over the blocks.
-  int l2_ahead = 0;
+  // Row slots, experiment: outputs dealt to the warps block by block (a block's warps take
+  // consecutive rows) instead of round-robin over the blocks. slot_k 4096: two batches a slot.
   bool rank_block_contiguous = false;
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
