@@ -200,7 +200,8 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
     int32_t tail_row;
   };
   const Shape shapes[] = {{4096, 4096, 14336, 6144, 0, 0}, {896, 896, 4864, 1152, 0, 0}, {64, 128, 200, 0, 3, 0},
-                          {256, 512, 1000, 300, 5, 2},   {512, 256, 768, 140, 7, 1}};
+                          {256, 512, 1000, 300, 5, 2},   {512, 256, 768, 140, 7, 1},
+                          {2048, 2048, 4096, 1000, 5, 1}};  // bulk copies on a small grid
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   uint64_t seed = 500;
@@ -262,36 +263,26 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       }
       EXPECT_LT(nmse(std::vector<float>(want_res.begin(), want_res.begin() + D), ref), 1e-4);
     }
-    // The layer kernel, launches of its ring variants on the same barrier counter. Octet slots:
-    // 256 k-values a slot row, 512, a 2-slot ring, the global-side swizzle, bulk copies (where the
-    // device and the shapes allow them: Hopper, every K a multiple of 256). Row slots: the deepest
-    // ring, a 2-slot ring, bulk copies (every K a multiple of 2048). Within a layout the mma
-    // sequence is the same whatever the ring, so the bits must be too.
+    // The layer kernel, launches of its ring variants on the same barrier counter: cp.async with
+    // the deepest ring, with 4 and 2 slots, then bulk copies (where the device and the shapes allow
+    // them: Hopper, every K a multiple of 2048) with the deepest ring and 4 slots. The mma sequence
+    // is the same whatever the ring, so the bits must be too.
     struct Launch {
-      bool rows;
-      int slot_k, depth;
-      bool linear, tma;
-      bool rank_contiguous = false;
+      bool bulk;
+      int depth;
     };
     int major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    auto whole = [&](int64_t m) { return major >= 9 && D % m == 0 && Q % m == 0 && F % m == 0; };
-    std::vector<Launch> launches = {{false, 0, 0, false, false}, {false, 512, 0, false, false},
-                                    {false, 0, 2, false, false}, {false, 0, 0, true, false}};
-    if (whole(256)) launches.push_back({false, 0, 0, false, true});
-    launches.push_back({true, 0, 0, false, false});
-    launches.push_back({true, 0, 2, false, false});
-    launches.push_back({true, 0, 0, false, false, true});  // block-contiguous rows
-    launches.push_back({true, 4096, 0, false, false});     // two batches a slot
-    if (whole(2048)) {
-      launches.push_back({true, 0, 0, false, true});
-      launches.push_back({true, 4096, 0, false, true});
+    const bool bulk_shape = major >= 9 && D % 2048 == 0 && Q % 2048 == 0 && F % 2048 == 0;
+    std::vector<Launch> launches = {{false, 0}, {false, 4}, {false, 2}};
+    if (bulk_shape) {
+      launches.push_back({true, 0});
+      launches.push_back({true, 4});
     }
     std::vector<float> first_res, first_out;
     std::vector<uint16_t> first_act;
     for (size_t rep = 0; rep < launches.size(); ++rep) {
       const Launch& ln = launches[rep];
-      const bool first_of_layout = rep == 0 || ln.rows != launches[rep - 1].rows;
       auto res_b = to_device(res);
       cuda::DeviceBuffer act_b(F * 2), out_b(std::max<int64_t>(1, NT) * 4);
       cuda::DecodeLayerParams p;
@@ -316,20 +307,16 @@ TEST(CudaOps, DecodeLayerMatchesGemvChain) {
       p.barrier = barrier.as<unsigned long long>();
       p.num_sms = sms;
       p.blocks = sh.blocks;
-      p.row_slots = ln.rows;
-      p.slot_k = ln.slot_k;
       p.depth = ln.depth;
-      p.copy_linear = ln.linear;
-      p.tma = ln.tma;
-      p.rank_block_contiguous = ln.rank_contiguous;
-      SCOPED_TRACE(::testing::Message() << "launch " << rep << (ln.rows ? " (row slots)" : " (octet slots)"));
+      p.bulk_copies = ln.bulk;
+      SCOPED_TRACE(::testing::Message() << "launch " << rep << (ln.bulk ? " (bulk copies)" : " (cp.async)"));
       ASSERT_TRUE(cuda::decode_layer_supported(p));
-      EXPECT_EQ(ln.tma, cuda::decode_layer_uses_tma(p));
+      EXPECT_EQ(ln.bulk, cuda::decode_layer_uses_bulk_copies(p));
       cuda::decode_layer(p, nullptr);
       const auto got_res = to_host<float>(res_b, rows * D);
       const auto got_act = to_host<uint16_t>(act_b, F);
       const auto got_out = to_host<float>(out_b, std::max<int64_t>(1, NT));
-      if (first_of_layout) {
+      if (rep == 0) {
         EXPECT_LT(nmse(got_res, want_res), 1e-7) << "residual";
         EXPECT_EQ(0, std::memcmp(got_res.data() + D, res.data() + D, (rows - 1) * D * 4)) << "rows 1.. untouched";
         std::vector<float> ga(F), wa(F);

@@ -404,11 +404,7 @@ cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const 
   p.barrier = layer_barrier_.as<unsigned long long>();
   p.num_sms = sms_;
   p.depth = sw_.layer_depth;
-  p.slot_k = sw_.layer_slot_k;
-  p.tma = sw_.layer_tma;
-  p.copy_linear = sw_.layer_copy_linear;
-  p.row_slots = sw_.layer_rows;
-  p.rank_block_contiguous = sw_.layer_rank_contiguous;
+  p.bulk_copies = !sw_.layer_cp_async;
   p.timing_no_barriers = skip(",layerbarrier,");
   if (l + 1 < d_.L) {  // the next layer's norm + QKV
     const Layer& next = layers_[l + 1];

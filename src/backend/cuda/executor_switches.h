@@ -20,17 +20,12 @@ struct ExecutorSwitches {
   bool unfused_rope = false, warm_keys = true;
   // PAGODA_LAYER_KERNEL=1: one-row steps run each layer's o projection, FFN and the next QKV (or
   // the lm_head) as one persistent kernel (cuda::decode_layer) instead of four GEMVs. Opt-in: on
-  // the H200 it is slower than the GEMVs (tg128 8B 209.2 vs 240.3 tok/s, docs/cuda.md, ninth
+  // the H200 it is slower than the GEMVs (tg128 8B 216.6 vs 239.1 tok/s, docs/cuda.md, tenth
   // session), so it stays an experiment until its weight stream matches theirs.
   bool layer_kernel = false;
   int layer_depth = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp
-  int layer_slot_k = 0;  // PAGODA_LAYER_SLOT_K=256|512 (octet slot rows), 4096 (row slots)
-  // PAGODA_LAYER_COPY=tma: the ring filled by bulk copies; =linear: cp.async with the swizzle on
-  // the global side.
-  bool layer_tma = false, layer_copy_linear = false;
-  // PAGODA_LAYER_ROWS=1: row slots (a slot is 2048 contiguous k-values of one weight row).
-  bool layer_rows = false;
-  bool layer_rank_contiguous = false;  // PAGODA_LAYER_RANK=block: a block's warps take consecutive rows
+  // PAGODA_LAYER_COPY=cp: the ring filled by cp.async even where bulk copies (TMA) are allowed.
+  bool layer_cp_async = false;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.

@@ -248,28 +248,16 @@ struct DecodeLayerParams {
   int num_sms = 132;
   int blocks = 0;                 // grid size; 0: one block an SM (tests use fewer)
   int depth = 0;                  // ring slots a warp at most; 0: the most that fit (comparisons)
-  int slot_k = 0;                 // k-values of a slot row, 256 or 512; 0: 256 (comparisons)
   bool timing_no_barriers = false;  // timing only (knock-out): no grid barriers, wrong results
-  // Weights through Hopper bulk copies (TMA) instead of cp.async, where the device and shapes
-  // allow (compute capability 9, D, Q, F multiples of 256); comparisons.
-  bool tma = false;
-  // cp.async ring: each lane fetches the chunk that lands in its own consecutive 16-byte position
-  // (the XOR swizzle applied to the global addresses, not the shared ones); comparisons.
-  bool copy_linear = false;
-  // Row slots: a slot holds 2048 contiguous k-values of one weight row, its 16-byte chunks dealt
-  // round-robin to the mma's 8 columns (x's matching chunks to the rows of A; the row's dot
-  // product is the sum of the diagonal), so each warp streams whole rows, one output at a time,
-  // as the GEMV does; comparisons.
-  bool row_slots = false;
-  // Row slots, experiment: outputs dealt to the warps block by block (a block's warps take
-  // consecutive rows) instead of round-robin over the blocks. slot_k 4096: two batches a slot.
-  bool rank_block_contiguous = false;
+  // Weights through Hopper bulk copies (TMA), where the device and the shapes allow them (compute
+  // capability 9, D, Q, F multiples of 2048); false: cp.async always (comparisons, tests).
+  bool bulk_copies = true;
 };
 // Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
 // memory fits); false: run the GEMVs instead.
 bool decode_layer_supported(const DecodeLayerParams& p);
-// Whether decode_layer would fill its ring with bulk copies (p.tma asked, and allowed here).
-bool decode_layer_uses_tma(const DecodeLayerParams& p);
+// Whether decode_layer would fill its ring with bulk copies (p.bulk_copies, and allowed here).
+bool decode_layer_uses_bulk_copies(const DecodeLayerParams& p);
 void decode_layer(const DecodeLayerParams& p, cudaStream_t s);
 
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
