@@ -188,10 +188,10 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
 // The persistent decode-layer kernel against the GEMVs it replaces (o, norm + gate/up + SwiGLU,
 // down, norm + tail matmul), one row: the norms are the same arithmetic, the dot products run on
 // tensor cores instead of FMA chains, so the results agree to rounding; every launch gives the
-// same bits, whatever the ring's slot size and depth. Shapes: Llama-3-8B's layer (K of 14336: 56 slots a down row), a Qwen2-0.5B-like one
-// (K = 896: a part slot, zero-padded), small ones on 3, 5 and 7 blocks (warps without octets,
-// part octets) with no tail and with the tail on residual rows 2 and 1; the bulk-copy ring on the
-// shapes whose K are multiples of 256.
+// same bits, whatever the ring's copy kind and depth. Shapes: Llama-3-8B's layer (K of 14336: 7
+// slots a down row), a Qwen2-0.5B-like one (K = 896: a part slot, zero-filled), small ones on 3,
+// 5 and 7 blocks (warps without outputs) with no tail and with the tail on residual rows 2 and 1,
+// and one whose K are multiples of 2048 on 5 blocks; bulk copies on the shapes that allow them.
 TEST(CudaOps, DecodeLayerMatchesGemvChain) {
   PAGODA_REQUIRE_GPU();
   struct Shape {
