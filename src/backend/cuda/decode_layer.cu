@@ -33,8 +33,8 @@
 // bounds the difference).
 //
 // Status (H200, docs/cuda.md ninth and tenth sessions): correct, but slower than the GEMV chain it
-// replaces, so the executor runs it only when asked (PAGODA_LAYER_KERNEL=1). tg128 8B: 216.6 vs
-// 239.1 tok/s (0.91), 228.9 even without its grid barriers; the first layout (8 rows x 256 k a
+// replaces, so the executor runs it only when asked (PAGODA_LAYER_KERNEL=1). tg128 8B: 219.9 vs
+// 239.7 tok/s (0.92), 229.4 even without its grid barriers; the first layout (8 rows x 256 k a
 // slot, cp.async into XOR-swizzled slots) reached 204, its TMA and linear-copy variants 194 / 204.
 // Deeper rings, bigger slots and L2 prefetch ahead of the ring did not help (the prefetch lost
 // 12-34 %).

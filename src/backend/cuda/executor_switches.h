@@ -20,7 +20,7 @@ struct ExecutorSwitches {
   bool unfused_rope = false, warm_keys = true;
   // PAGODA_LAYER_KERNEL=1: one-row steps run each layer's o projection, FFN and the next QKV (or
   // the lm_head) as one persistent kernel (cuda::decode_layer) instead of four GEMVs. Opt-in: on
-  // the H200 it is slower than the GEMVs (tg128 8B 216.6 vs 239.1 tok/s, docs/cuda.md, tenth
+  // the H200 it is slower than the GEMVs (tg128 8B 219.9 vs 239.7 tok/s, docs/cuda.md, tenth
   // session), so it stays an experiment until its weight stream matches theirs.
   bool layer_kernel = false;
   int layer_depth = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp
