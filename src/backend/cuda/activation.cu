@@ -4,6 +4,7 @@
 // with 16-byte loads and 32-bit index arithmetic; the scalar kernel covers the rest.
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -18,7 +19,7 @@ __global__ void swiglu_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T
     const int64_t t = idx / F, i = idx - t * F;
     const float g = to_f32(gu[t * 2 * F + i]);
     const float u = to_f32(gu[t * 2 * F + F + i]);
-    out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    out[idx] = from_f32<T>(silu_mul(g, u));
   }
 }
 
@@ -38,7 +39,7 @@ __global__ void swiglu_bf16x8_kernel(const uint4* __restrict__ gu, int T_, int F
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 g = __bfloat1622float2(g2[i]), u = __bfloat1622float2(u2[i]);
-      r2[i] = __floats2bfloat162_rn(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y);
+      r2[i] = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
     }
     out[idx] = r;
   }

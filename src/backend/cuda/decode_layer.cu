@@ -41,9 +41,9 @@
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
-#include "backend/cuda/gemv_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_utils.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
 namespace {

@@ -15,8 +15,8 @@
 // row's result is bit-identical whatever M is and whatever else is in the batch. Used for every
 // linear layer in --batch-invariant mode (tests), never for speed.
 #include "backend/cuda/device_utils.cuh"
-#include "backend/cuda/gemv_dot.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -31,6 +31,20 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+}
+
+// acc += dot(8 bf16 weights, 8 bf16 inputs), as eight f32 FMAs in element order.
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]);
+    const float2 b = __bfloat1622float2(xp[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
 }
 
 // R = weight rows per warp (2 for SwiGLU: gate row n and up row F + n). `pre` holds the lane's

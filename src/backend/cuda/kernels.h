@@ -223,11 +223,12 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
 // next layer's norm + QKV or the final norm + lm_head:
 //   residual += attn W_o^T ; act = SwiGLU(rms_norm(residual) W_gu^T) ; residual += act W_down^T ;
 //   tail_out = rms_norm(residual[tail_row]) W_tail^T          (when w_tail is set)
-// Each warp streams its 8-row groups of all four matrices through its own ring of shared-memory
-// slots (cp.async), so weight bytes keep moving while the block waits for the attention
-// (programmatic dependent launch) and at the grid barriers; tensor-core dot products (f32
-// accumulation), gemv_bf16's norms. An experiment, opt-in in the executor: slower than the GEMVs
-// on the H200 so far (docs/cuda.md, ninth session).
+// Each warp streams whole weight rows of all four matrices, 4 KiB slots of a row at a time,
+// through its own ring of shared-memory slots (TMA bulk copies where allowed, else cp.async), so
+// weight bytes keep moving while the block waits for the attention (programmatic dependent
+// launch) and at the grid barriers; tensor-core dot products (f32 accumulation), gemv_bf16's
+// norms. An experiment, opt-in in the executor: slower than the GEMVs on the H200 so far
+// (docs/cuda.md, ninth and tenth sessions).
 struct DecodeLayerParams {
   const void* attn = nullptr;     // [Q] bf16, the attention output (written by the previous kernel)
   const void* w_o = nullptr;      // [D, Q] bf16
