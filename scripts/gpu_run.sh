@@ -116,6 +116,7 @@ bench_model() {  # SHAPE
 #   smallb8b  tg128 at batch 1-4 with the GEMV up to 1, 4 and 2 rows (PAGODA_GEMV_MAX_ROWS; needs
 #             the 8B model: run after m8b or decode8b)
 #   kbench    the kernel benchmarks only (CudaKernelBench)
+#   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
@@ -203,7 +204,8 @@ stage_knockout() {
 }
 # A/B runs in one call: tg128 at batch 1 (SWEEP_B: other batch sizes) once per entry of SWEEP, each
 # entry a comma-separated list of VAR=value settings for that run ("-" for none), e.g.
-# SWEEP="- PAGODA_GEMV_MAX_ROWS=4".
+# SWEEP="- PAGODA_GEMV_MAX_ROWS=4". PAGODA_BIN_OVERRIDE=PATH in an entry runs another pagoda binary
+# (a control build carried beside the package).
 stage_sweep() {
   local m v
   ensure_model $1
@@ -213,7 +215,27 @@ stage_sweep() {
     [ "$v" = - ] && settings=
     (
       [ -n "$settings" ] && export $settings
-      TAILN=3 step "sweep_${v//[^A-Za-z0-9_]/_}_$1" 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b ${SWEEP_B:-1} -r 3
+      TAILN=3 step "sweep_${v//[^A-Za-z0-9_]/_}_$1" 60 ${PAGODA_BIN_OVERRIDE:-$PAGODA} bench -m $m --device cuda -p 0 -n 128 -b ${SWEEP_B:-1} -r 3
+    )
+  done
+}
+# Block trace (PAGODA_BLOCK_TRACE; tools/block_trace_report.py, docs/cuda.md): the last step of an
+# eager tg run (-n TRACE_N, default 128), once per SWEEP entry as in stage_sweep. The report goes
+# to the summary; TRACE_KEEP=1 also keeps the raw records (gzip) under $OUT.
+stage_trace() {
+  local m v
+  ensure_model $1
+  m=$(model_dir $1)
+  for v in ${SWEEP:--}; do
+    local settings=${v//,/ } tag=${v//[^A-Za-z0-9_]/_}_$1
+    [ "$v" = - ] && settings=
+    (
+      [ -n "$settings" ] && export $settings
+      local f=/tmp/trace_$tag.bin copy
+      PAGODA_BLOCK_TRACE=$f TAILN=3 step "trace_$tag" 120 ${PAGODA_BIN_OVERRIDE:-$PAGODA} bench -m $m --device cuda --no-cuda-graphs -p 0 -n ${TRACE_N:-128} -b 1 -r 1
+      copy=$(grep -oE 'bandwidth [0-9.]+ GB/s' "$LOGS/trace_$tag.log" | grep -oE '[0-9.]+' | head -n 1)
+      TAILN=45 step "trace_report_$tag" 60 python3 tools/block_trace_report.py $f --copy-gbs "${copy:-0}"
+      if [ "${TRACE_KEEP:-0}" = 1 ]; then gzip -c $f >"$OUT/trace_$tag.bin.gz"; cp $f.launches "$OUT/trace_$tag.bin.launches"; fi
     )
   done
 }
@@ -278,6 +300,8 @@ for s in "$@"; do
     knock8b) stage_knockout 8b ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
+    trace8b) stage_trace 8b ;;
+    trace1b) stage_trace 1b ;;
     sweep8b) stage_sweep 8b ;;
     sweep1b) stage_sweep 1b ;;
     ncu) stage_ncu ;;

@@ -150,6 +150,31 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
       }
     }
   }
+  // One row with the fused norm at the sizes of qkv, gate/up and lm_head (thousands of blocks, more
+  // than the GPU holds at once), an output count that is no multiple of a block's 8, in both
+  // output modes it serves.
+  {
+    const int64_t N = 2 * 20011, K = 512, F = N / 2;
+    auto w = round_to(random_floats(N * K, 51, -1, 1), DType::kBF16);
+    auto res = random_floats(K, 52, -3, 3), g = random_floats(K, 53, 0.5f, 1.5f);
+    std::vector<float> xn(K);
+    reference::rms_norm(res.data(), g.data(), 1, K, 1e-5, xn.data());
+    xn = round_to(xn, DType::kBF16);
+    auto ref = matmul_ref(xn, w, 1, N, K);
+    auto dw = upload_as(w, DType::kBF16);
+    auto dres = to_device(res), dg = to_device(g);
+    const cuda::GemvNorm nrm{dres.as<float>(), nullptr, dg.as<float>(), 1e-5f};
+    cuda::DeviceBuffer y(N * 4);
+    cuda::gemv_bf16(nullptr, dw.get(), 1, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr, &nrm);
+    EXPECT_LT(nmse_d(to_host<float>(y, N), ref), 1e-6) << "fused norm, many blocks";
+    cuda::gemv_bf16(nullptr, dw.get(), 1, N, K, y.get(), F, cuda::GemmOut::kSwiGlu, nullptr, &nrm);
+    std::vector<float> sw_ref(F);
+    for (int64_t i = 0; i < F; ++i) {
+      const float gt = bf16_to_f32(f32_to_bf16(float(ref[i]))), u = bf16_to_f32(f32_to_bf16(float(ref[F + i])));
+      sw_ref[i] = gt / (1.0f + std::exp(-gt)) * u;
+    }
+    EXPECT_LT(nmse(download_as(y, F, DType::kBF16), sw_ref), 1e-5) << "fused norm + SwiGLU, many blocks";
+  }
   // cuBLASLt: bf16 -> f32 / bf16, f32 -> f32 (pure FP32), accumulate.
   cuda::BlasLt blas;
   const int64_t M = 37, N = 96, K = 136;

@@ -29,7 +29,9 @@
 //   product and an LPK-lane shuffle reduction, softmax is online (exp2 with log2(e) folded into
 //   q), P.V accumulates in registers in f32.
 #include <cmath>
+#include <cstdio>
 
+#include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/rope_chunk.cuh"
@@ -144,6 +146,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
   __shared__ int last_block;
+  warp_trace(p.trace, TracePoint::kStart);
   pdl_trigger();
 
   const int D = static_cast<int>(p.cache.head_dim);
@@ -155,7 +158,11 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int32_t* table = work ? p.block_tables + static_cast<int64_t>(p.row_seq[b.r]) * p.bt_stride : nullptr;
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
-  if (!work) return row_pad_zeros(p, D, b);
+  warp_trace(p.trace, TracePoint::kWaited);
+  if (!work) {
+    row_pad_zeros(p, D, b);
+    return warp_trace(p.trace, TracePoint::kEnd);
+  }
   const int r = b.r, kvh = b.kvh, h0 = b.h0, nh = b.nh, ctx = b.ctx, lo = b.lo, ns = b.ns, per = b.per;
   const int64_t tok = b.tok;
 
@@ -369,6 +376,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __syncthreads();  // o_s / ml_s are rewritten by the next split
   }  // split
   if (ns > 1) combine_splits(p, r, h0, nh, ns, tok, done, &last_block);
+  warp_trace(p.trace, TracePoint::kEnd);
 }
 
 // The tensor-core kernel applies: asked for, not a short launch, a 16-bit cache or an FP8 one at
@@ -464,6 +472,12 @@ void row_attention(const RowAttentionParams& params, cudaStream_t s) {
     launch_mma(p, grid, s);
     CUDA_CHECK_LAUNCH();
     return;
+  }
+  if (block_trace_enabled()) {
+    char label[64];
+    std::snprintf(label, sizeof label, "row_attention:rows%lld:hpb%d", static_cast<long long>(p.num_rows),
+                  simt_heads_per_block(p));
+    p.trace = block_trace_reserve(label, grid, kWarps, 0);
   }
   switch (p.cache.dtype) {
     case DType::kF32: launch_rows<float>(p, grid, s); break;

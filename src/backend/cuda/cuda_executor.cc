@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/blas.h"
+#include "backend/cuda/block_trace.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
@@ -117,6 +118,7 @@ class CudaExecutor final : public ModelExecutor {
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
     cudaStreamDestroy(stream_);
+    cuda::block_trace_write();  // PAGODA_BLOCK_TRACE: the last step's warp records
   }
 
   Status init();
@@ -254,7 +256,8 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  if (opt_.cuda_graphs) capture_graphs();
+  // PAGODA_BLOCK_TRACE: every step eager (a replayed graph would write its capture's trace slots).
+  if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return {};
 }
@@ -265,7 +268,9 @@ std::string CudaExecutor::describe() const {
                      opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
-                     profiler_.enabled() ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)" : "",
+                     profiler_.enabled()         ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)"
+                     : cuda::block_trace_enabled() ? " (not captured: PAGODA_BLOCK_TRACE traces every step eagerly)"
+                                                   : "",
                      opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
 }
 
@@ -427,6 +432,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const int64_t T = sh.tokens;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int32_t* ids = in.d<int32_t>(in.o_ids);
+  cuda::block_trace_begin_step();
   // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
   const bool fused_norm = use_gemv(T, d_.D, true);
   // One row, opt-in: the persistent layer kernel does everything between two attentions (not
@@ -628,7 +634,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     allocate_workspace(std::max(tok_cap_, align_up(T, 256)), std::max(logits_cap_, align_up(n_logits, 64)));
     if (n_seqs > eager_.seq_cap) eager_.allocate(tok_cap_, n_seqs, bt_stride_);
-    if (opt_.cuda_graphs) capture_graphs();
+    if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   }
   bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;

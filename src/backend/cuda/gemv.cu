@@ -14,6 +14,9 @@
 // memory, 4x4 outputs per thread; every output is a single f32 fmaf chain over k in order, so a
 // row's result is bit-identical whatever M is and whatever else is in the batch. Used for every
 // linear layer in --batch-invariant mode (tests), never for speed.
+#include <cstdio>
+
+#include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/swiglu.cuh"
@@ -115,6 +118,7 @@ struct GemvArgs {
   int n_out, K;
   void* y;
   int64_t ldy;
+  TraceSlots trace;  // block trace (block_trace.h); records == nullptr: off
 };
 
 // NORM: the block first computes rms_norm(residual[row m]) * norm_w as bf16 into shared memory
@@ -125,6 +129,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   constexpr int kUnroll = kUnrollLoads / R;
   extern __shared__ uint4 xs[];
   __shared__ float scratch[33];
+  warp_trace(a.trace, TracePoint::kStart);
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
@@ -141,6 +146,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r) pre[u][r] = (active && lane + 32 * u < kc) ? load_stream(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
   pdl_wait();
+  warp_trace(a.trace, TracePoint::kWaited);
   const uint4* x;
   if constexpr (NORM) {
     // The row is read once into registers (up to 8 float4 a thread), reduced, then normalised from
@@ -160,7 +166,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   } else {
     x = reinterpret_cast<const uint4*>(a.x);
   }
-  if (!active) return;
+  if (!active) return warp_trace(a.trace, TracePoint::kEnd);
   float acc[M][R];
   gemv_rows<M, R, NORM>(rows, x, kc, lane, pre, acc);
   if (lane != 0) return;
@@ -176,21 +182,29 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
       static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(acc[m][0]);
     }
   }
+  warp_trace(a.trace, TracePoint::kEnd);
 }
 
 template <int M, GemmOut MODE, bool NORM>
 void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
+  const auto kernel = gemv_kernel<M, MODE, NORM>;
   const size_t smem = NORM ? static_cast<size_t>(M) * a.K * 2 : 0;
   if (smem > 48 * 1024) {
     static bool configured = false;
     if (!configured) {
-      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M, MODE, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      kGemvMaxSmem));
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
       configured = true;
     }
   }
   const unsigned grid = static_cast<unsigned>(ceil_div(a.n_out, kGemvWarps));
-  launch_pdl(gemv_kernel<M, MODE, NORM>, dim3(grid), dim3(kGemvWarps * 32), smem, s, a);
+  GemvArgs args = a;
+  if (block_trace_enabled()) {
+    char label[64];
+    std::snprintf(label, sizeof label, "gemv:m%d:n%d:k%d:mode%d%s", M, a.n_out, a.K, static_cast<int>(MODE), NORM ? ":norm" : "");
+    constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+    args.trace = block_trace_reserve(label, dim3(grid), kGemvWarps, int64_t{R} * a.K * 2);
+  }
+  launch_pdl(kernel, dim3(grid), dim3(kGemvWarps * 32), smem, s, args);
 }
 
 template <int M>

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/block_trace.h"
 #include "common/dtype.h"
 
 namespace pagoda::cuda {
@@ -139,6 +140,8 @@ struct RowAttentionParams {
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
+  // Block trace (block_trace.h): set by row_attention itself when PAGODA_BLOCK_TRACE is on.
+  TraceSlots trace;
 
   void check() const;
 };
