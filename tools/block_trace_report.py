@@ -38,10 +38,14 @@ def load(path):
     return recs, launches
 
 
-def launch_bytes(l):
-    # GEMV labels carry n (outputs); warps past n did no work.
+def working_warps(l):
+    # GEMV labels carry n (outputs): warp i computes output i, warps past n do no work.
     m = re.search(r":n(\d+):", l["label"])
-    return (int(m.group(1)) if m else l["count"]) * l["bytes_per_warp"]
+    return int(m.group(1)) if m else l["count"]
+
+
+def launch_bytes(l):
+    return working_warps(l) * l["bytes_per_warp"]
 
 
 def main():
@@ -54,7 +58,7 @@ def main():
     if not launches:
         sys.exit("no launches traced")
     missing = int(np.sum(recs["end"] == 0))
-    t0 = min(int(recs["start"][recs["start"] > 0].min()), 2**63)
+    t0 = int(recs["start"][recs["start"] > 0].min())
     us = lambda t: (t.astype(np.float64) - t0) / 1e3
     rows = []
     for l in launches:
@@ -119,10 +123,7 @@ def main():
         for l in launches:
             if l["bytes_per_warp"] == 0:
                 continue
-            r = recs[l["base"]:l["base"] + l["count"]]
-            m = re.search(r":n(\d+):", l["label"])
-            if m:  # GEMV: warp i computes output i; warps past n stream nothing
-                r = r[:int(m.group(1))]
+            r = recs[l["base"]:l["base"] + working_warps(l)]
             r = r[r["end"] > 0]
             s, e = us(r["start"]), us(r["end"])
             for si, ei in zip(s, e):

@@ -78,11 +78,14 @@ void block_trace_write() {
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<WarpTraceRecord> host(static_cast<size_t>(t.next));
   CUDA_CHECK(cudaMemcpy(host.data(), t.records, host.size() * sizeof(WarpTraceRecord), cudaMemcpyDeviceToHost));
-  if (FILE* f = std::fopen(t.path.c_str(), "wb")) {
-    std::fwrite(host.data(), sizeof(WarpTraceRecord), host.size(), f);
-    std::fclose(f);
+  FILE* f = std::fopen(t.path.c_str(), "wb");
+  if (!f) {
+    std::fprintf(stderr, "block trace: cannot write %s\n", t.path.c_str());
+    return;
   }
-  if (FILE* f = std::fopen((t.path + ".launches").c_str(), "w")) {
+  std::fwrite(host.data(), sizeof(WarpTraceRecord), host.size(), f);
+  std::fclose(f);
+  if ((f = std::fopen((t.path + ".launches").c_str(), "w"))) {
     std::fprintf(f, "# label base count grid_x grid_y grid_z warps_per_block bytes_per_warp%s\n",
                  t.full ? " (buffer was full: later launches untraced)" : "");
     for (const Launch& l : t.launches)
