@@ -219,7 +219,8 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter) {
 
 // The stage's input vector into xs as bf16, zero-padded to whole slots (the padding
 // meets zero-filled weights); by the whole block, ends with a barrier. The norms are
-// block_rms_norm_row<8> over 256 threads: gemv_bf16's fused norm, bit for bit.
+// block_rms_norm_row over 256 threads: gemv_bf16's fused norm, bit for bit (the summation order
+// does not depend on how many float4 a thread holds in registers).
 __device__ __forceinline__ void load_stage_input(const DecodeLayerParams& p, int s, uint4* xs, float* scratch) {
   const int K = static_cast<int>(s == 0 ? p.Q : s == 2 ? p.F : p.D);
   const int padded = (K + kSlotK - 1) / kSlotK * kSlotK;

@@ -110,11 +110,14 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // RMSNorm of one f32 row of d4 float4 (D = 4 d4 values) by the whole block: thread i takes float4
 // elements i, i + blockDim.x, ...; the first N of them stay in registers (all loads in flight
 // together) between the reduction and the normalisation, the rest are read again. Calls
-// put(j, x[j] * inv * w[j]) for every j < d4. Fixed summation order (block_sum), so the fused
-// (GEMV prologue) and standalone norms of a row agree.
-template <int N, class Put>
-__device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float4* w4, int d4, float eps, float* scratch,
-                                                   Put&& put) {
+// put(j, x[j] * inv * w[j]) for every j < d4. Fixed summation order (block_sum; a thread's sum runs
+// over its elements in order whatever N is), so the fused (GEMV prologue) and standalone norms of
+// a row agree. `weight(i, j)` gives w[j], j = threadIdx.x
+// + i * blockDim.x for the thread's i-th element (i >= N past the registers): a caller may have
+// loaded the first ones already (NormWeightPreload).
+template <int N, class Weight, class Put>
+__device__ __forceinline__ void block_rms_norm_row_with(const float4* xr, int d4, float eps, float* scratch,
+                                                        Weight&& weight, Put&& put) {
   float4 v[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -135,17 +138,56 @@ __device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float
   }
   ss = block_sum(ss, scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * d4) + eps);
-  auto out = [&](int j, const float4& t) {
-    const float4 g = w4[j];
+  auto out = [&](int i, int j, const float4& t) {
+    const float4 g = weight(i, j);
     put(j, make_float4(t.x * inv * g.x, t.y * inv * g.y, t.z * inv * g.z, t.w * inv * g.w));
   };
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int j = threadIdx.x + i * blockDim.x;
-    if (j < d4) out(j, v[i]);
+    if (j < d4) out(i, j, v[i]);
   }
-  for (int j = threadIdx.x + N * blockDim.x; j < d4; j += blockDim.x) out(j, __ldcg(xr + j));
+  for (int j = threadIdx.x + N * blockDim.x, i = N; j < d4; j += blockDim.x, ++i) out(i, j, __ldcg(xr + j));
 }
+
+template <int N, class Put>
+__device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float4* w4, int d4, float eps, float* scratch,
+                                                   Put&& put) {
+  block_rms_norm_row_with<N>(xr, d4, eps, scratch, [&](int, int j) { return w4[j]; }, put);
+}
+
+// The norm weights of a block's first NG elements a thread (block_rms_norm_row_with's i < NG), read
+// before the kernel waits for its predecessor: they do not depend on it, and the weight of a layer's
+// norm is not in L2 by then (the step streams far more than L2 holds), so read after the reduction
+// they would add a DRAM round trip to the critical path of a GEMV's first wave.
+// A plain (coherent) load for before pdl_wait: ptxas sinks read-only (__ldg, .nc) loads below
+// griddepcontrol.wait.
+__device__ __forceinline__ float4 load_f32x4_early(const float4* p) {
+  float4 r;
+  asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  return r;
+}
+
+template <int NG>
+struct NormWeightPreload {
+  float4 g[NG];
+  const float4* w4;
+  __device__ __forceinline__ void load(const float4* w, int d4) {
+    w4 = w;
+#pragma unroll
+    for (int i = 0; i < NG; ++i) {
+      const int j = threadIdx.x + i * blockDim.x;
+      g[i] = j < d4 ? load_f32x4_early(w + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __device__ __forceinline__ float4 operator()(int i, int j) const {
+    float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < NG; ++k)
+      if (i == k) r = g[k];
+    return i < NG ? r : __ldg(w4 + j);
+  }
+};
 
 // NV consecutive elements of T at p (16-byte aligned when NV * sizeof(T) >= 16) into floats.
 template <class T, int NV>

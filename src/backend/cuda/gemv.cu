@@ -5,10 +5,11 @@
 // reading W once: one warp per output row (two for the fused gate/up + SwiGLU), each lane
 // streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads),
 // f32 FMAs, one warp reduction per output at the end. Launched with programmatic dependent
-// launch: the first weight loads are issued before the kernel waits for its predecessor, which
-// hides the launch gap and the first DRAM round trip between the many short decode kernels.
-// Optionally fuses the preceding RMSNorm: each block normalises the f32 residual rows into
-// shared memory (bf16) and reads x from there.
+// launch: the first weight loads (and a fused norm's weights) are issued before the kernel waits
+// for its predecessor, which hides the launch gap and the first DRAM round trip between the many
+// short decode kernels; they are plain loads, not read-only ones, so that ptxas keeps them there
+// (load_early). Optionally fuses the preceding RMSNorm: each block normalises the f32 residual
+// rows into shared memory (bf16) and reads x from there.
 //
 // gemm_simt: the batch-invariant matmul. 64x64 output tiles, 16-deep k slices through shared
 // memory, 4x4 outputs per thread; every output is a single f32 fmaf chain over k in order, so a
@@ -27,10 +28,25 @@ namespace {
 constexpr int kGemvWarps = 8;
 constexpr int kUnrollLoads = 8;  // 16-byte weight loads in flight per lane (split over the R rows)
 constexpr int kGemvMaxSmem = 96 * 1024;
+// float4 norm weights a thread of a fused-norm GEMV reads before waiting (all of them up to
+// K = 4 * 4 * kGemvWarps * 32 = 4096); also the float4 of the residual row it holds in registers.
+constexpr int kNormPreload = 4;
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// The loads a kernel issues before griddepcontrol.wait (pdl_wait) must not be non-coherent
+// (ld.global.nc, __ldg): ptxas may sink a read-only load below the wait (ACQBULK in the SASS), and
+// does, which starts the weight stream only once the predecessor grid completed: no overlap at
+// all. Plain weak loads stay where they are (checked in the SASS of sm_90a, CUDA 13.0).
+__device__ __forceinline__ uint4 load_early(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
@@ -122,7 +138,10 @@ struct GemvArgs {
 };
 
 // NORM: the block first computes rms_norm(residual[row m]) * norm_w as bf16 into shared memory
-// (the same rounding as the rms_norm kernel's bf16 output), fusing the norm into the matmul.
+// (the same rounding as the rms_norm kernel's bf16 output), fusing the norm into the matmul. Its
+// weights are read before the wait (NormWeightPreload): read after the reduction they would be a
+// DRAM miss on the critical path of the first wave. With kNormPreload float4 a thread in registers
+// the one-row fused-norm kernels take 80 registers: 3 blocks an SM (8 float4: 108, 2 blocks).
 template <int M, GemmOut MODE, bool NORM>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
@@ -144,22 +163,25 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-    for (int r = 0; r < R; ++r) pre[u][r] = (active && lane + 32 * u < kc) ? load_stream(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
+    for (int r = 0; r < R; ++r)
+      pre[u][r] = (active && lane + 32 * u < kc) ? load_early(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
+  [[maybe_unused]] NormWeightPreload<NORM ? kNormPreload : 0> norm_w;
+  if constexpr (NORM) norm_w.load(reinterpret_cast<const float4*>(a.norm_w), K / 4);
   pdl_wait();
   warp_trace(a.trace, TracePoint::kWaited);
   const uint4* x;
   if constexpr (NORM) {
-    // The row is read once into registers (up to 8 float4 a thread), reduced, then normalised from
-    // the registers into shared memory as bf16.
+    // The row is read once into registers (up to kNormPreload float4 a thread, the rest again),
+    // reduced, then normalised from the registers into shared memory as bf16.
     __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(xs);
-    const float4* g4 = reinterpret_cast<const float4*>(a.norm_w);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const float4* xr = reinterpret_cast<const float4*>(a.residual + static_cast<int64_t>(a.rows ? a.rows[m] : m) * K);
-      block_rms_norm_row<8>(xr, g4, K / 4, a.eps, scratch, [&](int j, const float4& y) {
+      auto put = [&](int j, const float4& y) {
         xh[m * (K / 2) + 2 * j] = __floats2bfloat162_rn(y.x, y.y);
         xh[m * (K / 2) + 2 * j + 1] = __floats2bfloat162_rn(y.z, y.w);
-      });
+      };
+      block_rms_norm_row_with<kNormPreload>(xr, K / 4, a.eps, scratch, norm_w, put);
     }
     __syncthreads();
     x = xs;
