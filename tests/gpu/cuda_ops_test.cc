@@ -531,6 +531,60 @@ TEST(CudaOps, SamplerMatchesCpuSemantics) {
   }
 }
 
+// Plain greedy rows through the split argmax: the general kernel's token (lowest id among tied
+// maxima) for ties across slices, the maximum at either end, a constant row, -inf runs, and rows
+// read through a permuted logits_row.
+TEST(CudaOps, SplitGreedyMatchesTheGeneralSampler) {
+  PAGODA_REQUIRE_GPU();
+  for (const int64_t V : {int64_t{128256}, int64_t{5003}}) {
+    ASSERT_TRUE(cuda::sample_rows_split_greedy(V)) << V;
+    const int rows = 6;
+    std::vector<float> logits(rows * V);
+    for (int r = 0; r < rows; ++r) {
+      auto row = random_floats(V, 300 + r, -4, 4);
+      std::copy(row.begin(), row.end(), logits.begin() + r * V);
+    }
+    auto at = [&](int r, int64_t i) -> float& { return logits[r * V + i]; };
+    at(1, 10) = at(1, V - 5) = at(1, V / 2) = 9.0f;  // tie in three slices: 10
+    at(2, V - 1) = 9.0f;                             // the very last id
+    at(3, 0) = 9.0f;                                 // the very first id
+    for (int64_t i = 0; i < V; ++i) at(4, i) = -1.0f;  // constant: 0
+    for (int64_t i = 0; i < V / 3; ++i) at(5, i) = -INFINITY;
+    std::vector<cuda::SampleRowParams> prm(rows);
+    for (int r = 0; r < rows; ++r) {
+      prm[r] = {};
+      prm[r].logits_row = rows - 1 - r;
+      prm[r].temperature = 0;
+      prm[r].top_p = 1;
+      prm[r].repetition_penalty = 1;
+      prm[r].logprobs = -1;
+    }
+    auto dl = to_device(logits), dp = to_device(prm);
+    std::vector<cuda::PenaltyEntry> pens{{0, 0}};
+    std::vector<int32_t> blocked{0};
+    auto dpen = to_device(pens), dbl = to_device(blocked);
+    auto run = [&](bool split) {
+      cuda::DeviceBuffer work(rows * V * 4), mask(rows * V), out(rows * sizeof(cuda::SampleOutput));
+      cuda::sample_rows(dl.as<float>(), V, dp.as<cuda::SampleRowParams>(), rows, dpen.as<cuda::PenaltyEntry>(),
+                        dbl.as<int32_t>(), work.as<float>(), mask.as<uint8_t>(), out.as<cuda::SampleOutput>(), nullptr, split);
+      return to_host<cuda::SampleOutput>(out, rows);
+    };
+    const auto general = run(false), split = run(true);
+    for (int r = 0; r < rows; ++r) {
+      const int lr = rows - 1 - r;
+      const auto b = logits.begin() + lr * V;
+      const int32_t want = static_cast<int32_t>(std::max_element(b, b + V) - b);  // first maximum
+      EXPECT_EQ(general[r].token, want) << "V " << V << " row " << r;
+      EXPECT_EQ(split[r].token, want) << "V " << V << " row " << r;
+      EXPECT_EQ(split[r].logprob, 0.0f);
+    }
+    EXPECT_EQ(split[rows - 1 - 1].token, 10);
+    EXPECT_EQ(split[rows - 1 - 2].token, V - 1);
+    EXPECT_EQ(split[rows - 1 - 3].token, 0);
+    EXPECT_EQ(split[rows - 1 - 4].token, 0);
+  }
+}
+
 #endif  // PAGODA_HAVE_CUDA
 
 }  // namespace

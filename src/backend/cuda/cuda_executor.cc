@@ -746,6 +746,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
+    bool plain_greedy = sw_.greedy_split;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
       const SamplingParams& P = *sp.params;
@@ -780,6 +781,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       r.block_begin = static_cast<int32_t>(blocked.size());
       blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
       r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+      plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
     }
     CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
                                stream_));
@@ -799,7 +801,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     stage(blocked, blocked_host_, blocked_dev_);
     cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
                       penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
-                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_);
+                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
                                cudaMemcpyDeviceToHost, stream_));
     profiler_.mark("sampling", stream_);

@@ -26,6 +26,9 @@ struct ExecutorSwitches {
   int layer_depth = 0;   // PAGODA_LAYER_DEPTH=N: at most N ring slots a warp
   // PAGODA_LAYER_COPY=cp: the ring filled by cp.async even where bulk copies (TMA) are allowed.
   bool layer_cp_async = false;
+  // PAGODA_GREEDY_SPLIT=0: plain greedy rows are sampled by the general one-block-a-row kernel
+  // instead of the split argmax (cuda::sample_rows' plain_greedy).
+  bool greedy_split = true;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.

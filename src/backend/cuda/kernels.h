@@ -298,8 +298,12 @@ struct SampleOutput {
 };
 // One block per row. logits: [*, vocab] f32, modified in place only by the min_tokens mask.
 // work: [rows, vocab] f32 scratch; mask: [rows, vocab] u8 scratch.
+// plain_greedy: the caller promises every row is greedy with no penalty entries, no blocked ids
+// and no logprobs; where the vocabulary is large enough (sample_rows_split_greedy) the argmax is
+// then split over many blocks a row. Same token as the general kernel (for rows without NaN).
+bool sample_rows_split_greedy(int64_t vocab);
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
-                 SampleOutput* out, cudaStream_t s);
+                 SampleOutput* out, cudaStream_t s, bool plain_greedy = false);
 
 }  // namespace pagoda::cuda

@@ -12,6 +12,11 @@
 // walks its selection order; with no filter both walk ids in order), so with top-p or top-k the
 // chosen token can differ from the CPU's for the same u, with the same distribution. Every
 // reduction has a fixed order: the same inputs give the same token on every run.
+//
+// Plain greedy rows (no penalties, no min_tokens mask, no logprobs: the common decode step) take
+// a split argmax instead: kGreedySplits blocks a row each find the best (value desc, id asc) of
+// a slice, one warp a row combines the slices. One block over a whole 128k vocabulary row (copy
+// into the scratch row, then the argmax) sat on the critical path of every batch-1 step.
 #include <cfloat>
 #include <cmath>
 
@@ -351,12 +356,81 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, 
   }
 }
 
+constexpr int kGreedySplits = 64;
+constexpr int kGreedyThreads = 256;
+
+// The best (value desc, id asc) of one slice of a row: block (split, row). Each thread keeps its
+// first maximum in id order, as sample_kernel's greedy branch does. Partial results go to the
+// row's scratch: value at work[row * V + split], id (as bits) at work[row * V + kGreedySplits + split].
+__global__ __launch_bounds__(kGreedyThreads) void greedy_slices_kernel(const float* logits, int V, const SampleRowParams* rows,
+                                                                      float* work) {
+  __shared__ Scratch s;
+  const int split = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
+  const float* lg = logits + static_cast<int64_t>(rows[row].logits_row) * V;
+  const int per = (V + kGreedySplits - 1) / kGreedySplits;
+  const int b = split * per, e = min(V, b + per);
+  float bv = -INFINITY;
+  int bi = -1;
+  for (int i = b + tid; i < e; i += kGreedyThreads) {
+    const float v = lg[i];
+    if (bi < 0 || v > bv) {
+      bv = v;
+      bi = i;
+    }
+  }
+  const int best = block_argmax(bv, bi, s, &bv);
+  if (tid == 0) {
+    float* part = work + static_cast<int64_t>(row) * V;
+    part[split] = bv;
+    part[kGreedySplits + split] = __int_as_float(best);
+  }
+}
+
+// One warp a row: the best of the row's slices (slices with no element hold id -1).
+__global__ __launch_bounds__(32) void greedy_combine_kernel(const float* work, int V, SampleOutput* outs) {
+  const int row = blockIdx.x, lane = threadIdx.x;
+  const float* part = work + static_cast<int64_t>(row) * V;
+  float v = -INFINITY;
+  int idx = -1;
+  for (int j = lane; j < kGreedySplits; j += 32) {
+    const float vj = part[j];
+    const int ij = __float_as_int(part[kGreedySplits + j]);
+    if (ij >= 0 && (idx < 0 || before(vj, ij, v, idx))) {
+      v = vj;
+      idx = ij;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (i2 >= 0 && (idx < 0 || before(v2, i2, v, idx))) {
+      v = v2;
+      idx = i2;
+    }
+  }
+  if (lane == 0) {
+    outs[row].token = idx;
+    outs[row].logprob = 0.0f;
+  }
+}
+
 }  // namespace
+
+bool sample_rows_split_greedy(int64_t vocab) { return vocab >= 2 * kGreedySplits * 32; }
 
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask, SampleOutput* out,
-                 cudaStream_t s) {
+                 cudaStream_t s, bool plain_greedy) {
   if (num_rows <= 0) return;
+  if (plain_greedy && sample_rows_split_greedy(vocab)) {
+    greedy_slices_kernel<<<dim3(kGreedySplits, static_cast<unsigned>(num_rows)), kGreedyThreads, 0, s>>>(
+        logits, static_cast<int>(vocab), rows, work);
+    CUDA_CHECK_LAUNCH();
+    greedy_combine_kernel<<<static_cast<unsigned>(num_rows), 32, 0, s>>>(work, static_cast<int>(vocab), out);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, s>>>(logits, static_cast<int>(vocab), rows, penalties,
                                                                      blocked, work, mask, out);
   CUDA_CHECK_LAUNCH();
