@@ -16,6 +16,8 @@
 // row's result is bit-identical whatever M is and whatever else is in the batch. Used for every
 // linear layer in --batch-invariant mode (tests), never for speed.
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
@@ -142,9 +144,12 @@ struct GemvArgs {
 // weights are read before the wait (NormWeightPreload): read after the reduction they would be a
 // DRAM miss on the critical path of the first wave. With kNormPreload float4 a thread in registers
 // the one-row fused-norm kernels take 80 registers: 3 blocks an SM (8 float4: 108, 2 blocks).
-template <int M, GemmOut MODE, bool NORM>
+// PAIR (kStoreF32 only): a warp computes two outputs, n and n + n_out (n_out = N / 2), so that a
+// matrix whose one-row-a-warp grid needs a second wave of blocks fits in one (gemv_pairs_rows).
+template <int M, GemmOut MODE, bool NORM, bool PAIR = false>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
-  constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  static_assert(!PAIR || MODE == GemmOut::kStoreF32);
+  constexpr int R = MODE == GemmOut::kSwiGlu || PAIR ? 2 : 1;
   constexpr int kUnroll = kUnrollLoads / R;
   extern __shared__ uint4 xs[];
   __shared__ float scratch[33];
@@ -197,7 +202,8 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
     if constexpr (MODE == GemmOut::kSwiGlu) {
       static_cast<bf16*>(a.y)[m * a.ldy + n] = swiglu_out(acc[m][0], acc[m][1]);
     } else if constexpr (MODE == GemmOut::kStoreF32) {
-      static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][0];
+#pragma unroll
+      for (int r = 0; r < R; ++r) static_cast<float*>(a.y)[m * a.ldy + n + r * a.n_out] = acc[m][r];
     } else if constexpr (MODE == GemmOut::kAddF32) {
       static_cast<float*>(a.y)[m * a.ldy + n] += acc[m][0];
     } else {
@@ -207,9 +213,9 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   warp_trace(a.trace, TracePoint::kEnd);
 }
 
-template <int M, GemmOut MODE, bool NORM>
+template <int M, GemmOut MODE, bool NORM, bool PAIR = false>
 void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
-  const auto kernel = gemv_kernel<M, MODE, NORM>;
+  const auto kernel = gemv_kernel<M, MODE, NORM, PAIR>;
   const size_t smem = NORM ? static_cast<size_t>(M) * a.K * 2 : 0;
   if (smem > 48 * 1024) {
     static bool configured = false;
@@ -222,11 +228,33 @@ void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
   GemvArgs args = a;
   if (block_trace_enabled()) {
     char label[64];
-    std::snprintf(label, sizeof label, "gemv:m%d:n%d:k%d:mode%d%s", M, a.n_out, a.K, static_cast<int>(MODE), NORM ? ":norm" : "");
-    constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+    std::snprintf(label, sizeof label, "gemv:m%d:n%d:k%d:mode%d%s%s", M, a.n_out, a.K, static_cast<int>(MODE), NORM ? ":norm" : "",
+                  PAIR ? ":pair" : "");
+    constexpr int R = MODE == GemmOut::kSwiGlu || PAIR ? 2 : 1;
     args.trace = block_trace_reserve(label, dim3(grid), kGemvWarps, int64_t{R} * a.K * 2);
   }
   launch_pdl(kernel, dim3(grid), dim3(kGemvWarps * 32), smem, s, args);
+}
+
+// Whether a one-row fused-norm kStoreF32 GEMV of N outputs takes two a warp: when one a warp needs
+// more than one wave of blocks and two a warp fit in one (QKV of the 8B shape: 768 -> 384 blocks
+// at 3 an SM on 132 SMs; not the lm_head, which needs many waves either way).
+// EXPERIMENT switch PAGODA_GEMV_PAIR=0: never.
+bool gemv_pairs_rows(int64_t N) {
+  static const int resident = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    // Registers set the limit (3 an SM); the shared memory of any K up to 32768 would allow more.
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<1, GemmOut::kStoreF32, true>, kGemvWarps * 32,
+                                                             4096 * 2));
+    return sms * per_sm;
+  }();
+  static const bool off = [] {
+    const char* e = std::getenv("PAGODA_GEMV_PAIR");
+    return e && std::string(e) == "0";
+  }();
+  return !off && N % 2 == 0 && ceil_div(N, kGemvWarps) > resident && ceil_div(N / 2, kGemvWarps) <= resident;
 }
 
 template <int M>
@@ -326,7 +354,8 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
   GemvArgs a{};
   a.x = static_cast<const bf16*>(x);
   a.w = static_cast<const bf16*>(w);
-  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
+  const bool pair = M == 1 && norm && mode == GemmOut::kStoreF32 && gemv_pairs_rows(N);
+  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu || pair ? N / 2 : N);
   a.K = static_cast<int>(K);
   a.y = y;
   a.ldy = ldy;
@@ -337,7 +366,10 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
     a.eps = norm->eps;
   }
   switch (M) {
-    case 1: launch_gemv<1>(a, mode, norm != nullptr, s); break;
+    case 1:
+      if (pair) launch_gemv_mode<1, GemmOut::kStoreF32, true, true>(a, s);
+      else launch_gemv<1>(a, mode, norm != nullptr, s);
+      break;
     case 2: launch_gemv<2>(a, mode, norm != nullptr, s); break;
     case 3: launch_gemv<3>(a, mode, norm != nullptr, s); break;
     default: launch_gemv<4>(a, mode, norm != nullptr, s); break;
