@@ -174,6 +174,18 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
       sw_ref[i] = gt / (1.0f + std::exp(-gt)) * u;
     }
     EXPECT_LT(nmse(download_as(y, F, DType::kBF16), sw_ref), 1e-5) << "fused norm + SwiGLU, many blocks";
+    // Two outputs a warp (GemvPairs): the same bits as one a warp; an odd N falls back to one.
+    for (const int64_t n : {N, N - 1}) {
+      cuda::GemvNorm one = nrm, two = nrm;
+      one.pairs = cuda::GemvPairs::kNever;
+      two.pairs = cuda::GemvPairs::kAlways;
+      cuda::DeviceBuffer y1(n * 4), y2(n * 4);
+      cuda::gemv_bf16(nullptr, dw.get(), 1, n, K, y1.get(), n, cuda::GemmOut::kStoreF32, nullptr, &one);
+      cuda::gemv_bf16(nullptr, dw.get(), 1, n, K, y2.get(), n, cuda::GemmOut::kStoreF32, nullptr, &two);
+      const auto a = to_host<float>(y1, n), b = to_host<float>(y2, n);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), n * 4), 0) << "two outputs a warp, N " << n;
+      EXPECT_LT(nmse_d(b, std::vector<double>(ref.begin(), ref.begin() + n)), 1e-6) << "two outputs a warp, N " << n;
+    }
   }
   // cuBLASLt: bf16 -> f32 / bf16, f32 -> f32 (pure FP32), accumulate.
   cuda::BlasLt blas;

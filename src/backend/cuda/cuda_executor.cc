@@ -446,7 +446,8 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     const cuda::KvCacheLayer kv = kv_layer(l);
     if (skip(",qkv,") || (layer_kernel && l > 0)) {  // the previous layer kernel's tail did it
     } else if (fused_norm) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps,
+                               sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
       profiler_.mark("norm+qkv gemv", stream_);
     } else {

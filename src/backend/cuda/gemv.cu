@@ -16,8 +16,6 @@
 // row's result is bit-identical whatever M is and whatever else is in the batch. Used for every
 // linear layer in --batch-invariant mode (tests), never for speed.
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
@@ -236,10 +234,10 @@ void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
   launch_pdl(kernel, dim3(grid), dim3(kGemvWarps * 32), smem, s, args);
 }
 
-// Whether a one-row fused-norm kStoreF32 GEMV of N outputs takes two a warp: when one a warp needs
-// more than one wave of blocks and two a warp fit in one (QKV of the 8B shape: 768 -> 384 blocks
-// at 3 an SM on 132 SMs; not the lm_head, which needs many waves either way).
-// EXPERIMENT switch PAGODA_GEMV_PAIR=0: never.
+// GemvPairs::kAuto: a one-row fused-norm kStoreF32 GEMV of N outputs takes two a warp when one a
+// warp needs more than one wave of blocks and two a warp fit in one (QKV of the 8B shape: 768 ->
+// 384 blocks at 3 an SM on 132 SMs; not the lm_head, which needs many waves either way). Measured
+// on the H200 (docs/cuda.md): +0.7 % at tg128 batch 1 (the QKV span 15.4 -> 13.5 us a layer).
 bool gemv_pairs_rows(int64_t N) {
   static const int resident = [] {
     int dev = 0, sms = 0, per_sm = 0;
@@ -250,11 +248,7 @@ bool gemv_pairs_rows(int64_t N) {
                                                              4096 * 2));
     return sms * per_sm;
   }();
-  static const bool off = [] {
-    const char* e = std::getenv("PAGODA_GEMV_PAIR");
-    return e && std::string(e) == "0";
-  }();
-  return !off && N % 2 == 0 && ceil_div(N, kGemvWarps) > resident && ceil_div(N / 2, kGemvWarps) <= resident;
+  return ceil_div(N, kGemvWarps) > resident && ceil_div(N / 2, kGemvWarps) <= resident;
 }
 
 template <int M>
@@ -354,7 +348,8 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
   GemvArgs a{};
   a.x = static_cast<const bf16*>(x);
   a.w = static_cast<const bf16*>(w);
-  const bool pair = M == 1 && norm && mode == GemmOut::kStoreF32 && gemv_pairs_rows(N);
+  const bool pair = M == 1 && norm && mode == GemmOut::kStoreF32 && N % 2 == 0 &&
+                    (norm->pairs == GemvPairs::kAlways || (norm->pairs == GemvPairs::kAuto && gemv_pairs_rows(N)));
   a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu || pair ? N / 2 : N);
   a.K = static_cast<int>(K);
   a.y = y;

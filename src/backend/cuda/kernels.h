@@ -209,11 +209,16 @@ constexpr int kGemvMaxM = 4;
 bool gemv_supported(int64_t M, int64_t K);
 // The RMSNorm fused into the GEMV's prologue: x = rms_norm(residual[rows ? rows[m] : m]) * weight
 // (bf16), instead of a separate rms_norm kernel. Needs M * K * 2 <= 96 KiB.
+// Whether a one-row fused-norm kStoreF32 GEMV of an even N computes two outputs a warp (n and
+// n + N / 2): kAuto where that turns a grid of more than one wave of blocks into one (the 8B
+// shape's QKV), kAlways / kNever for tests and comparisons. The same bits either way.
+enum class GemvPairs { kAuto, kNever, kAlways };
 struct GemvNorm {
   const float* residual = nullptr;  // [*, K] f32
   const int32_t* rows = nullptr;    // optional [M]
   const float* weight = nullptr;    // [K] f32
   float eps = 1e-5f;
+  GemvPairs pairs = GemvPairs::kAuto;
 };
 bool gemv_norm_supported(int64_t M, int64_t K);
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
