@@ -79,9 +79,8 @@ __device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
-// Block argmax by (value desc, index asc); ib < 0 for threads with nothing. Returns the index.
-__device__ int block_argmax(float v, int idx, Scratch& s, float* best_value) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// Warp argmax by (value desc, index asc) into every lane; idx < 0 for lanes with nothing.
+__device__ __forceinline__ void warp_argmax(float& v, int& idx) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
@@ -91,6 +90,12 @@ __device__ int block_argmax(float v, int idx, Scratch& s, float* best_value) {
       idx = i2;
     }
   }
+}
+
+// Block argmax by (value desc, index asc); ib < 0 for threads with nothing. Returns the index.
+__device__ int block_argmax(float v, int idx, Scratch& s, float* best_value) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  warp_argmax(v, idx);
   __syncthreads();
   if (lane == 0) {
     s.val_best[warp] = v;
@@ -100,15 +105,7 @@ __device__ int block_argmax(float v, int idx, Scratch& s, float* best_value) {
   if (warp == 0) {
     v = lane < nw ? s.val_best[lane] : -INFINITY;
     idx = lane < nw ? s.idx_best[lane] : -1;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-      const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (i2 >= 0 && (idx < 0 || before(v2, i2, v, idx))) {
-        v = v2;
-        idx = i2;
-      }
-    }
+    warp_argmax(v, idx);
     if (lane == 0) {
       s.i[32] = idx;
       s.f[32] = v;
@@ -400,15 +397,7 @@ __global__ __launch_bounds__(32) void greedy_combine_kernel(const float* work, i
       idx = ij;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-    const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (i2 >= 0 && (idx < 0 || before(v2, i2, v, idx))) {
-      v = v2;
-      idx = i2;
-    }
-  }
+  warp_argmax(v, idx);
   if (lane == 0) {
     outs[row].token = idx;
     outs[row].logprob = 0.0f;
