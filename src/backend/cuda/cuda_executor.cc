@@ -439,6 +439,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   // with knock-outs, which leave single GEMVs out, except `layerbarrier`).
   const bool layer_kernel = fused_norm && T == 1 && sw_.layer_kernel && (sw_.knockout.empty() || skip(",layerbarrier,")) &&
                             cuda::decode_layer_supported(layer_params(in, sh, 0));
+  const cuda::GemvPairs gemv_pairs = sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever;
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
@@ -446,8 +447,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     const cuda::KvCacheLayer kv = kv_layer(l);
     if (skip(",qkv,") || (layer_kernel && l > 0)) {  // the previous layer kernel's tail did it
     } else if (fused_norm) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps,
-                               sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever};
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps, gemv_pairs};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
       profiler_.mark("norm+qkv gemv", stream_);
     } else {
@@ -542,7 +542,7 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   }
   if (sh.logits > 0 && !layer_kernel) {
     if (use_gemv(sh.logits, d_.D, true)) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
+      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps, gemv_pairs};
       cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
     } else {
       cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,

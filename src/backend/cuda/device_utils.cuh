@@ -134,7 +134,7 @@ __device__ __forceinline__ void block_rms_norm_row_with(const float4* xr, int d4
   }
   for (int j = threadIdx.x + N * blockDim.x; j < d4; j += blockDim.x) {
     const float4 t = __ldcg(xr + j);
-    ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+    ss = fmaf(t.w, t.w, fmaf(t.z, t.z, fmaf(t.y, t.y, fmaf(t.x, t.x, ss))));  // x first, as in the registers
   }
   ss = block_sum(ss, scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * d4) + eps);
@@ -170,7 +170,7 @@ __device__ __forceinline__ float4 load_f32x4_early(const float4* p) {
 
 template <int NG>
 struct NormWeightPreload {
-  float4 g[NG];
+  float4 g[NG > 0 ? NG : 1];
   const float4* w4;
   __device__ __forceinline__ void load(const float4* w, int d4) {
     w4 = w;

@@ -29,7 +29,8 @@ struct ExecutorSwitches {
   // PAGODA_GREEDY_SPLIT=0: plain greedy rows are sampled by the general one-block-a-row kernel
   // instead of the split argmax (cuda::sample_rows' plain_greedy).
   bool greedy_split = true;
-  // PAGODA_GEMV_PAIR=0: the fused-norm QKV GEMV never takes two outputs a warp (cuda::GemvPairs).
+  // PAGODA_GEMV_PAIR=0: the fused-norm QKV and lm_head GEMVs never take two outputs a warp
+  // (cuda::GemvPairs).
   bool gemv_pairs = true;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).

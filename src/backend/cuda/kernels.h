@@ -207,12 +207,12 @@ enum class GemmOut {
 // streaming weight loads, several in flight per lane.
 constexpr int kGemvMaxM = 4;
 bool gemv_supported(int64_t M, int64_t K);
-// The RMSNorm fused into the GEMV's prologue: x = rms_norm(residual[rows ? rows[m] : m]) * weight
-// (bf16), instead of a separate rms_norm kernel. Needs M * K * 2 <= 96 KiB.
 // Whether a one-row fused-norm kStoreF32 GEMV of an even N computes two outputs a warp (n and
 // n + N / 2): kAuto where that turns a grid of more than one wave of blocks into one (the 8B
 // shape's QKV), kAlways / kNever for tests and comparisons. The same bits either way.
 enum class GemvPairs { kAuto, kNever, kAlways };
+// The RMSNorm fused into the GEMV's prologue: x = rms_norm(residual[rows ? rows[m] : m]) * weight
+// (bf16), instead of a separate rms_norm kernel. Needs M * K * 2 <= 96 KiB.
 struct GemvNorm {
   const float* residual = nullptr;  // [*, K] f32
   const int32_t* rows = nullptr;    // optional [M]
