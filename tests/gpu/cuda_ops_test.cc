@@ -179,6 +179,8 @@ TEST(CudaOps, GemvAndMatmulsMatchReference) {
       cuda::GemvNorm one = nrm, two = nrm;
       one.pairs = cuda::GemvPairs::kNever;
       two.pairs = cuda::GemvPairs::kAlways;
+      EXPECT_EQ(cuda::gemv_takes_pairs(1, n, cuda::GemmOut::kStoreF32, &two), n % 2 == 0) << "N " << n;
+      EXPECT_FALSE(cuda::gemv_takes_pairs(1, n, cuda::GemmOut::kStoreF32, &one));
       cuda::DeviceBuffer y1(n * 4), y2(n * 4);
       cuda::gemv_bf16(nullptr, dw.get(), 1, n, K, y1.get(), n, cuda::GemmOut::kStoreF32, nullptr, &one);
       cuda::gemv_bf16(nullptr, dw.get(), 1, n, K, y2.get(), n, cuda::GemmOut::kStoreF32, nullptr, &two);

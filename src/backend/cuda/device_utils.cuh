@@ -156,17 +156,28 @@ __device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float
   block_rms_norm_row_with<N>(xr, d4, eps, scratch, [&](int, int j) { return w4[j]; }, put);
 }
 
-// The norm weights of a block's first NG elements a thread (block_rms_norm_row_with's i < NG), read
-// before the kernel waits for its predecessor: they do not depend on it, and the weight of a layer's
-// norm is not in L2 by then (the step streams far more than L2 holds), so read after the reduction
-// they would add a DRAM round trip to the critical path of a GEMV's first wave.
-// A plain (coherent) load for before pdl_wait: ptxas sinks read-only (__ldg, .nc) loads below
-// griddepcontrol.wait.
+// Loads a kernel issues before pdl_wait(), to overlap its predecessor. They must not be
+// non-coherent (ld.global.nc, __ldg): ptxas may sink a read-only load below griddepcontrol.wait
+// (ACQBULK in the SASS), and does, which would issue it only once the predecessor completed.
+// Plain weak loads stay where they are written (checked in the SASS of sm_90a, CUDA 13.0).
+// load_stream_early also leaves L1 alone (weights read once).
 __device__ __forceinline__ float4 load_f32x4_early(const float4* p) {
   float4 r;
   asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
   return r;
 }
+__device__ __forceinline__ uint4 load_stream_early(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// The norm weights of a block's first NG elements a thread (block_rms_norm_row_with's i < NG), read
+// before the kernel waits for its predecessor: they do not depend on it, and the weight of a layer's
+// norm is not in L2 by then (the step streams far more than L2 holds), so read after the reduction
+// they would add a DRAM round trip to the critical path of a GEMV's first wave.
 
 template <int NG>
 struct NormWeightPreload {
@@ -226,7 +237,8 @@ namespace pagoda::cuda {
 // Programmatic dependent launch (Hopper): kernels launched with launch_pdl() may start while the
 // previous kernel in the stream finishes. Each such kernel calls pdl_wait() before it touches
 // anything an earlier kernel wrote (it returns once the previous grid has completed and its
-// writes are visible), and pdl_trigger() early so the next kernel can be scheduled. Every kernel
+// writes are visible; loads issued before it: load_*_early), and pdl_trigger() early so the next
+// kernel can be scheduled. Every kernel
 // calls pdl_wait() on every path before it exits, so completion stays transitive along the
 // stream. No-ops below sm_90.
 __device__ __forceinline__ void pdl_wait() {

@@ -8,7 +8,7 @@
 // launch: the first weight loads (and a fused norm's weights) are issued before the kernel waits
 // for its predecessor, which hides the launch gap and the first DRAM round trip between the many
 // short decode kernels; they are plain loads, not read-only ones, so that ptxas keeps them there
-// (load_early). Optionally fuses the preceding RMSNorm: each block normalises the f32 residual
+// (load_stream_early). Optionally fuses the preceding RMSNorm: each block normalises the f32 residual
 // rows into shared memory (bf16) and reads x from there.
 //
 // gemm_simt: the batch-invariant matmul. 64x64 output tiles, 16-deep k slices through shared
@@ -35,18 +35,6 @@ constexpr int kNormPreload = 4;
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-// The loads a kernel issues before griddepcontrol.wait (pdl_wait) must not be non-coherent
-// (ld.global.nc, __ldg): ptxas may sink a read-only load below the wait (ACQBULK in the SASS), and
-// does, which starts the weight stream only once the predecessor grid completed: no overlap at
-// all. Plain weak loads stay where they are (checked in the SASS of sm_90a, CUDA 13.0).
-__device__ __forceinline__ uint4 load_early(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
@@ -144,10 +132,13 @@ struct GemvArgs {
 // the one-row fused-norm kernels take 80 registers: 3 blocks an SM (8 float4: 108, 2 blocks).
 // PAIR (kStoreF32 only): a warp computes two outputs, n and n + n_out (n_out = N / 2), so that a
 // matrix whose one-row-a-warp grid needs a second wave of blocks fits in one (gemv_pairs_rows).
+template <GemmOut MODE, bool PAIR>
+constexpr int kRowsPerWarp = MODE == GemmOut::kSwiGlu || PAIR ? 2 : 1;  // gate and up, or two outputs
+
 template <int M, GemmOut MODE, bool NORM, bool PAIR = false>
 __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   static_assert(!PAIR || MODE == GemmOut::kStoreF32);
-  constexpr int R = MODE == GemmOut::kSwiGlu || PAIR ? 2 : 1;
+  constexpr int R = kRowsPerWarp<MODE, PAIR>;
   constexpr int kUnroll = kUnrollLoads / R;
   extern __shared__ uint4 xs[];
   __shared__ float scratch[33];
@@ -167,7 +158,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      pre[u][r] = (active && lane + 32 * u < kc) ? load_early(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
+      pre[u][r] = (active && lane + 32 * u < kc) ? load_stream_early(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
   [[maybe_unused]] NormWeightPreload<NORM ? kNormPreload : 0> norm_w;
   if constexpr (NORM) norm_w.load(reinterpret_cast<const float4*>(a.norm_w), K / 4);
   pdl_wait();
@@ -228,8 +219,7 @@ void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
     char label[64];
     std::snprintf(label, sizeof label, "gemv:m%d:n%d:k%d:mode%d%s%s", M, a.n_out, a.K, static_cast<int>(MODE), NORM ? ":norm" : "",
                   PAIR ? ":pair" : "");
-    constexpr int R = MODE == GemmOut::kSwiGlu || PAIR ? 2 : 1;
-    args.trace = block_trace_reserve(label, dim3(grid), kGemvWarps, int64_t{R} * a.K * 2);
+    args.trace = block_trace_reserve(label, dim3(grid), kGemvWarps, int64_t{kRowsPerWarp<MODE, PAIR>} * a.K * 2);
   }
   launch_pdl(kernel, dim3(grid), dim3(kGemvWarps * 32), smem, s, args);
 }
@@ -339,6 +329,11 @@ void launch_simt(const void* x, const void* w, int64_t M, int64_t N, int64_t K, 
 }  // namespace
 
 bool gemv_supported(int64_t M, int64_t K) { return M >= 1 && M <= kGemvMaxM && K % 8 == 0; }
+bool gemv_takes_pairs(int64_t M, int64_t N, GemmOut mode, const GemvNorm* norm) {
+  return M == 1 && norm && mode == GemmOut::kStoreF32 && N % 2 == 0 &&
+         (norm->pairs == GemvPairs::kAlways || (norm->pairs == GemvPairs::kAuto && gemv_pairs_rows(N)));
+}
+
 bool gemv_norm_supported(int64_t M, int64_t K) { return gemv_supported(M, K) && M * K * 2 <= kGemvMaxSmem; }
 
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
@@ -348,8 +343,7 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
   GemvArgs a{};
   a.x = static_cast<const bf16*>(x);
   a.w = static_cast<const bf16*>(w);
-  const bool pair = M == 1 && norm && mode == GemmOut::kStoreF32 && N % 2 == 0 &&
-                    (norm->pairs == GemvPairs::kAlways || (norm->pairs == GemvPairs::kAuto && gemv_pairs_rows(N)));
+  const bool pair = gemv_takes_pairs(M, N, mode, norm);
   a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu || pair ? N / 2 : N);
   a.K = static_cast<int>(K);
   a.y = y;

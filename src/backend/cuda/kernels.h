@@ -221,6 +221,8 @@ struct GemvNorm {
   GemvPairs pairs = GemvPairs::kAuto;
 };
 bool gemv_norm_supported(int64_t M, int64_t K);
+// Whether gemv_bf16(M, N, mode, norm) computes two outputs a warp (GemvPairs).
+bool gemv_takes_pairs(int64_t M, int64_t N, GemmOut mode, const GemvNorm* norm);
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
                cudaStream_t s, const GemvNorm* norm = nullptr);
 
