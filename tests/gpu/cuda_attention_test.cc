@@ -221,7 +221,8 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
 // Decode steps fuse the RoPE + KV write into the SIMT split-KV kernel (row_attention with
 // p.rope set): the same output bits and the same cache bits as rope_kv_write followed by the
 // unfused kernel, for both rotation layouts, bias, q/k norms, a window, every cache dtype, and
-// contexts from 1 key to several splits. The early L2 warming (fresh_keys) changes no bits either.
+// contexts from 1 key to several splits. The early L2 warming and the first keys copied before the
+// wait (fresh_keys) change no bits either.
 TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
   PAGODA_REQUIRE_GPU();
   struct Case {
@@ -320,6 +321,16 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
       EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output, heads a block " << hpb;
       EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache, heads a block " << hpb;
     }
+    // The RoPE inputs and the first keys read after the wait instead of before it
+    // (RowAttentionParams::early_reads): the same bits.
+    pf.early_reads = false;
+    for (int hpb : {1, 2}) {
+      pf.simt_heads_per_block = hpb;
+      CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
+      cuda::row_attention(pf, nullptr);
+      EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused, late reads, heads a block " << hpb;
+    }
+    pf.early_reads = true;
     pf.simt_heads_per_block = 0;
     // And against the dense reference (the rotated q of the reference run, the updated cache).
     auto q_host = to_host<float>(q_out, T * H * D);

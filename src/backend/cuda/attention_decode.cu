@@ -34,6 +34,7 @@
 #include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_utils.cuh"
 #include "backend/cuda/rope_chunk.cuh"
 #include "backend/cuda/row_attention.cuh"
 
@@ -100,30 +101,59 @@ __device__ __forceinline__ void warm_keys_l2(const RowAttentionParams& p, const 
   }
 }
 
-// Fused RoPE + KV write (p.rope.qkv set): the block's query heads of its decode row (token b.tok at
-// position ctx - 1) rotated into q_s (times qscale), the row's new key and value rounded to the
-// cache type into new_kv, and, by the first head chunk's z = 0 block of the KV head, written to
-// the cache: the same bits as rope_kv_write (rope_chunk4) followed by the unfused kernel.
-template <int D, class KVT>
-__device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, const RowBlock& b, float qscale,
-                                                float (*q_s)[kMaxHeadDim], KVT (*new_kv)[kMaxHeadDim]) {
+// Fused RoPE + KV write (p.rope.qkv set): what the rotation of the block's row needs from the
+// step's inputs and constant tables: the token's position and cache slot, and (EARLY) the cos / sin
+// of the thread's chunk (a chunk's index within its head is the same for all the thread's chunks:
+// lane % (D / 4)). EARLY: read before the kernel waits for its predecessor, with plain loads;
+// else the cos / sin are read where they are used (fewer registers held).
+struct RopeRowInputs {
+  int pos = 0, slot = -1;
+  RopeCs cs;
+};
+template <int D, bool EARLY>
+__device__ __forceinline__ RopeRowInputs rope_row_inputs(const RopeKvParams& rp, const RowBlock& b) {
+  static_assert(32 % (D / 4) == 0, "a head's chunks must tile a warp");
+  RopeRowInputs e;
+  if constexpr (EARLY) {
+    e.pos = load_s32_early(rp.positions + b.tok);
+    e.slot = load_s32_early(rp.slots + b.tok);
+    const int c = (threadIdx.x & 31) % (D / 4);
+    e.cs = rope_cs<D, true>(rp.interleaved, c, rp.cos + static_cast<int64_t>(e.pos) * (D / 2),
+                            rp.sin + static_cast<int64_t>(e.pos) * (D / 2));
+  } else {
+    e.pos = rp.positions[b.tok];
+    e.slot = rp.slots[b.tok];
+  }
+  return e;
+}
+
+// The block's query heads of its decode row (token b.tok at position ctx - 1) rotated into q_s
+// (times qscale), the row's new key and value rounded to the cache type into new_kv, and, by the
+// first head chunk's z = 0 block of the KV head, written to the cache: the same bits as
+// rope_kv_write (rope_chunk4) followed by the unfused kernel.
+template <int D, class KVT, bool EARLY>
+__device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, const RowBlock& b, const RopeRowInputs& e,
+                                                float qscale, float (*q_s)[kMaxHeadDim], KVT (*new_kv)[kMaxHeadDim]) {
   constexpr int CPH = D / 4;
   const RopeKvParams& rp = p.rope;
   const int H = static_cast<int>(p.num_heads), KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int pos = rp.positions[b.tok], slot = rp.slots[b.tok];
-  const float* cs = rp.cos + static_cast<int64_t>(pos) * (D / 2);
-  const float* sn = rp.sin + static_cast<int64_t>(pos) * (D / 2);
   const float4* src = reinterpret_cast<const float4*>(rp.qkv) + b.tok * (H + 2 * KVH) * CPH;
-  const bool writer = blockIdx.z == 0 && b.h0 == b.kvh * (H / KVH) && slot >= 0;
+  const bool writer = blockIdx.z == 0 && b.h0 == b.kvh * (H / KVH) && e.slot >= 0;
   const int bs = static_cast<int>(p.cache.block_size);
-  const int64_t cache_row = writer ? (static_cast<int64_t>(slot / bs) * KVH + b.kvh) * bs + slot % bs : 0;
+  const int64_t cache_row = writer ? (static_cast<int64_t>(e.slot / bs) * KVH + b.kvh) * bs + e.slot % bs : 0;
   const int chunks = (b.nh + 2) * CPH;  // the block's q heads, then the k head, then the v head
   for (int base = threadIdx.x - (threadIdx.x & 31); base < chunks; base += blockDim.x) {
     const int idx = base + (threadIdx.x & 31);
     const bool valid = idx < chunks;
     const int j = idx / CPH, c = idx - j * CPH;
     const int hh = j < b.nh ? b.h0 + j : (j == b.nh ? H + b.kvh : H + KVH + b.kvh);
-    const float4 v = rope_chunk4<D>(rp, src, hh, c, valid, cs, sn);
+    float4 v;
+    if constexpr (EARLY) {
+      v = rope_chunk4<D>(rp, src, hh, c, valid, e.cs);
+    } else {
+      v = rope_chunk4<D>(rp, src, hh, c, valid, rp.cos + static_cast<int64_t>(e.pos) * (D / 2),
+                         rp.sin + static_cast<int64_t>(e.pos) * (D / 2));
+    }
     if (!valid) continue;
     if (j < b.nh) {
       q_s[j][4 * c] = v.x * qscale;
@@ -136,18 +166,55 @@ __device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, con
     }
   }
 }
+
+// Decode steps (p.fresh_keys >= 0), 16-bit cache at 8 dims a lane: the K and V chunks of the
+// lane's keys in the warp's first iteration of the block's first split, those that earlier steps
+// wrote (keys < ctx - fresh_keys), copied into shared memory (cp.async: nothing held in registers,
+// not sunk below the wait) before the kernel waits for its predecessor. The loop takes them from
+// there; keys it did not copy are zero-filled and read as usual. A batch-1 decode's attention is
+// a chain of a few dependent round trips, and this takes the first of the key loop off it.
+// Returns the iteration's first key, or -1 when nothing was copied.
+template <class KVT, int LPK, int U>
+__device__ __forceinline__ int preload_first_keys(const RowAttentionParams& p, const RowBlock& b, const int32_t* table,
+                                                  int D, uint4 (*pre)[2][32]) {
+  constexpr int KPW = 32 / LPK;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LPK, gl = lane - grp * LPK;
+  const int ks = b.lo + static_cast<int>(blockIdx.z) * b.per;
+  const int ke = min(b.ctx, ks + b.per), stable = b.ctx - p.fresh_keys;
+  const int base = ks + warp * KPW * U;
+  if (base >= ke || base >= stable) return -1;
+  const int KVH = static_cast<int>(p.cache.num_kv_heads), bs = static_cast<int>(p.cache.block_size);
+  const KVT* kc = static_cast<const KVT*>(p.cache.k);
+  const KVT* vc = static_cast<const KVT*>(p.cache.v);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int key = base + u * KPW + grp;
+    const bool ok = key < ke && key < stable;
+    int64_t off = 0;
+    if (ok) off = ((static_cast<int64_t>(load_s32_early(table + key / bs)) * KVH + b.kvh) * bs + key % bs) * D + gl * 8;
+    cp_async16(&pre[u][0][lane], kc + off, ok);
+    cp_async16(&pre[u][1][lane], vc + off, ok);
+  }
+  cp_async_commit();
+  return base;
+}
 template <class KVT, int LPK, int NV, int U, bool STRIDED, int HPB = kMaxG>
 __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) == 2) ? 4 : 1) void row_attention_kernel(RowAttentionParams p) {
   constexpr bool kRaw = !STRIDED && NV == 8 && sizeof(KVT) == 2;
+  // Short launches (one or two heads a block) read the fused RoPE's inputs and their first keys
+  // before the wait (rope_row_inputs, preload_first_keys); with four heads a block the registers
+  // held across the wait would spill.
+  constexpr bool kPreload = kRaw && HPB <= 2;
   constexpr int KPW = 32 / LPK;  // keys a warp works on at once, U times per iteration
   constexpr int STEP = KPW * U;
   __shared__ float q_s[HPB][kMaxHeadDim];
   __shared__ float o_s[kWarps][HPB][kMaxHeadDim];
   __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
+  __shared__ __align__(16) uint4 pre_s[kPreload ? kWarps : 1][kPreload ? U : 1][2][kPreload ? 32 : 1];  // preload_first_keys
   __shared__ int last_block;
   warp_trace(p.trace, TracePoint::kStart);
-  pdl_trigger();
+  if (!p.trigger_after_wait) pdl_trigger();
 
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
@@ -156,8 +223,18 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   RowBlock b;
   const bool work = row_block<HPB>(p, D, b);
   const int32_t* table = work ? p.block_tables + static_cast<int64_t>(p.row_seq[b.r]) * p.bt_stride : nullptr;
+  const bool fused = !STRIDED && p.rope.qkv != nullptr;
+  RopeRowInputs rope_in;
+  if constexpr (kPreload) {
+    if (fused && work && p.early_reads) rope_in = rope_row_inputs<LPK * NV, true>(p.rope, b);
+  }
+  int pre_base = -1;  // the first key of the iteration in pre_s (preload_first_keys), -1: none
+  if constexpr (kPreload) {
+    if (work && p.fresh_keys >= 0 && p.early_reads) pre_base = preload_first_keys<KVT, LPK, U>(p, b, table, D, pre_s[threadIdx.x >> 5]);
+  }
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
+  if (p.trigger_after_wait) pdl_trigger();
   warp_trace(p.trace, TracePoint::kWaited);
   if (!work) {
     row_pad_zeros(p, D, b);
@@ -168,10 +245,13 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
 
   const float qscale = p.scale * kLog2e;
   // Fused RoPE (non-strided kernels: D = LPK * NV is 64 or 128): key ctx - 1 is new_kv's.
-  const bool fused = !STRIDED && p.rope.qkv != nullptr;
   const int newest = fused ? ctx - 1 : -1;
   if constexpr (!STRIDED) {
-    if (fused) rope_decode_row<LPK * NV, KVT>(p, b, qscale, q_s, new_kv);
+    if (fused) {
+      if constexpr (!kPreload) rope_in = rope_row_inputs<LPK * NV, false>(p.rope, b);
+      else if (!p.early_reads) rope_in = rope_row_inputs<LPK * NV, true>(p.rope, b);
+      rope_decode_row<LPK * NV, KVT, kPreload>(p, b, rope_in, qscale, q_s, new_kv);
+    }
   }
   if (!fused) {
     for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
@@ -194,6 +274,10 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int bs = static_cast<int>(p.cache.block_size);
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
+  const int stable = ctx - p.fresh_keys;  // keys before it came from earlier steps (pre_base >= 0)
+  if constexpr (kPreload) {
+    if (pre_base >= 0) cp_async_wait<0>();
+  }
   // Splits blockIdx.z, + gridDim.z, ...: each split's arithmetic is the same whatever the grid.
   int done = 0;
   for (int split = blockIdx.z; split < ns; split += gridDim.z) {
@@ -220,9 +304,12 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         const int key = base + u * KPW + grp;
         kr[u] = vr[u] = uint4{0, 0, 0, 0};
         if (key < ke) {
-          const int page = table[key / bs];
-          const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + gl * NV;
-          if (key != newest) {
+          if (kPreload && base == pre_base && key < stable) {
+            kr[u] = pre_s[warp][u][0][lane];
+            vr[u] = pre_s[warp][u][1][lane];
+          } else if (key != newest) {
+            const int page = table[key / bs];
+            const int64_t off = ((static_cast<int64_t>(page) * KVH + kvh) * bs + key % bs) * D + gl * NV;
             kr[u] = *reinterpret_cast<const uint4*>(kc + off);
             vr[u] = *reinterpret_cast<const uint4*>(vc + off);
           } else {

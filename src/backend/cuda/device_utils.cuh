@@ -166,6 +166,27 @@ __device__ __forceinline__ float4 load_f32x4_early(const float4* p) {
   asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
   return r;
 }
+__device__ __forceinline__ float2 load_f32x2_early(const float2* p) {
+  float2 r;
+  asm volatile("ld.global.v2.f32 {%0,%1}, [%2];\n" : "=f"(r.x), "=f"(r.y) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ int load_s32_early(const int* p) {
+  int r;
+  asm volatile("ld.global.s32 %0, [%1];\n" : "=r"(r) : "l"(p));
+  return r;
+}
+// EARLY: the plain load above (for use before pdl_wait()); else an ordinary one.
+template <bool EARLY>
+__device__ __forceinline__ float4 load_f32x4(const float4* p) {
+  if constexpr (EARLY) return load_f32x4_early(p);
+  else return *p;
+}
+template <bool EARLY>
+__device__ __forceinline__ float2 load_f32x2(const float* p) {
+  if constexpr (EARLY) return load_f32x2_early(reinterpret_cast<const float2*>(p));
+  else return *reinterpret_cast<const float2*>(p);
+}
 __device__ __forceinline__ uint4 load_stream_early(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"

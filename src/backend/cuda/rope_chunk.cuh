@@ -8,16 +8,40 @@
 
 namespace pagoda::cuda {
 
+// The cos / sin values chunk c of a rotated head uses, from the position's rows `cs` / `sn`: the
+// half-split layout pairs dims 4c .. 4c + 3 with the other half and takes four of each; the
+// interleaved one rotates the pairs (4c, 4c + 1) and (4c + 2, 4c + 3) with the first two. The same
+// for every q and k head of a token. EARLY: plain loads that may be issued before pdl_wait()
+// (load_f32x4_early), for a kernel that reads them before waiting for its predecessor.
+struct RopeCs {
+  float4 c, s;
+};
+template <int D, bool EARLY = false>
+__device__ __forceinline__ RopeCs rope_cs(bool interleaved, int c, const float* cs, const float* sn) {
+  const int d0 = c * 4, half = D / 2;
+  RopeCs r;
+  if (interleaved) {
+    const float2 c2 = load_f32x2<EARLY>(cs + d0 / 2), s2 = load_f32x2<EARLY>(sn + d0 / 2);
+    r.c = make_float4(c2.x, c2.y, 0.f, 0.f);
+    r.s = make_float4(s2.x, s2.y, 0.f, 0.f);
+    return r;
+  }
+  const int o = d0 < half ? d0 : d0 - half;
+  r.c = load_f32x4<EARLY>(reinterpret_cast<const float4*>(cs + o));
+  r.s = load_f32x4<EARLY>(reinterpret_cast<const float4*>(sn + o));
+  return r;
+}
+
 // Four consecutive values, dims 4c .. 4c + 3, of head hh (q heads, then k heads, then v heads) of
 // one token's fused projection row `src` (float4 chunks): bias, per-head RMSNorm (q / k), rotation
-// with the position's cos / sin rows `cs` / `sn` (q and k heads). A head is CPH = D / 4
+// with the chunk's cos / sin `r` (rope_cs; q and k heads). A head is CPH = D / 4
 // consecutive lanes of one warp, so the norm is a CPH-lane shuffle reduction and the half-split
 // rotation partner (d +- D / 2) is lane ^ (CPH / 2). Every lane of the warp calls this (the
 // shuffles); lanes with valid = false read nothing and return garbage. All arithmetic in f32, as
 // the CPU op (ops/rope.cc).
 template <int D>
 __device__ __forceinline__ float4 rope_chunk4(const RopeKvParams& p, const float4* src, int hh, int c, bool valid,
-                                              const float* cs, const float* sn) {
+                                              const RopeCs& r) {
   constexpr int CPH = D / 4;
   const int H = static_cast<int>(p.num_heads), KVH = static_cast<int>(p.cache.num_kv_heads);
   const int idx = hh * CPH + c, d0 = c * 4, half = D / 2;
@@ -48,19 +72,25 @@ __device__ __forceinline__ float4 rope_chunk4(const RopeKvParams& p, const float
   // the compiler may not contract them differently in the two kernels that share this step.
   auto sub = [](float a, float c, float b, float sv) { return __fmaf_rn(a, c, -__fmul_rn(b, sv)); };
   auto add = [](float b, float sv, float a, float c) { return __fmaf_rn(b, sv, __fmul_rn(a, c)); };
-  if (p.interleaved) {
-    const float2 c2 = *reinterpret_cast<const float2*>(cs + d0 / 2), s2 = *reinterpret_cast<const float2*>(sn + d0 / 2);
-    return make_float4(sub(v.x, c2.x, v.y, s2.x), add(v.x, s2.x, v.y, c2.x), sub(v.z, c2.y, v.w, s2.y),
-                       add(v.z, s2.y, v.w, c2.y));
-  }
-  if (d0 < half) {
-    const float4 c4 = *reinterpret_cast<const float4*>(cs + d0), s4 = *reinterpret_cast<const float4*>(sn + d0);
+  const float4 c4 = r.c, s4 = r.s;
+  if (p.interleaved)
+    return make_float4(sub(v.x, c4.x, v.y, s4.x), add(v.x, s4.x, v.y, c4.x), sub(v.z, c4.y, v.w, s4.y),
+                       add(v.z, s4.y, v.w, c4.y));
+  if (d0 < half)
     return make_float4(sub(v.x, c4.x, pv.x, s4.x), sub(v.y, c4.y, pv.y, s4.y), sub(v.z, c4.z, pv.z, s4.z),
                        sub(v.w, c4.w, pv.w, s4.w));
-  }
-  const float4 c4 = *reinterpret_cast<const float4*>(cs + d0 - half), s4 = *reinterpret_cast<const float4*>(sn + d0 - half);
   return make_float4(add(pv.x, s4.x, v.x, c4.x), add(pv.y, s4.y, v.y, c4.y), add(pv.z, s4.z, v.z, c4.z),
                      add(pv.w, s4.w, v.w, c4.w));
+}
+
+// The same, reading the chunk's cos / sin from the position's rows `cs` / `sn` (only a valid q or
+// k chunk reads them).
+template <int D>
+__device__ __forceinline__ float4 rope_chunk4(const RopeKvParams& p, const float4* src, int hh, int c, bool valid,
+                                              const float* cs, const float* sn) {
+  const bool rotated = valid && hh < static_cast<int>(p.num_heads + p.cache.num_kv_heads);
+  const RopeCs r = rotated ? rope_cs<D>(p.interleaved, c, cs, sn) : RopeCs{};
+  return rope_chunk4<D>(p, src, hh, c, valid, r);
 }
 
 // Whether the vectorised path applies: head_dim 64 / 128 rotated whole, 16-byte aligned inputs.
