@@ -214,7 +214,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ __align__(16) uint4 pre_s[kPreload ? kWarps : 1][kPreload ? U : 1][2][kPreload ? 32 : 1];  // preload_first_keys
   __shared__ int last_block;
   warp_trace(p.trace, TracePoint::kStart);
-  if (!p.trigger_after_wait) pdl_trigger();
+  pdl_trigger();
 
   const int D = static_cast<int>(p.cache.head_dim);
   const int KVH = static_cast<int>(p.cache.num_kv_heads);
@@ -234,7 +234,6 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   }
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
-  if (p.trigger_after_wait) pdl_trigger();
   warp_trace(p.trace, TracePoint::kWaited);
   if (!work) {
     row_pad_zeros(p, D, b);

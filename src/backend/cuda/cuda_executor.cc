@@ -486,7 +486,6 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.simt_heads_per_block = sw_.simt_heads;
     ap.fresh_keys = sh.decode && sw_.warm_keys ? 1 : -1;
     ap.early_reads = sw_.attn_early_reads;
-    ap.trigger_after_wait = sw_.attn_trigger_after_wait;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;

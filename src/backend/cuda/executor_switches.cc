@@ -25,7 +25,6 @@ ExecutorSwitches ExecutorSwitches::from_env() {
   if (const char* e = std::getenv("PAGODA_GREEDY_SPLIT"); e && *e) s.greedy_split = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_GEMV_PAIR"); e && *e) s.gemv_pairs = std::string(e) != "0";
   if (const char* e = std::getenv("PAGODA_ATTN_EARLY"); e && *e) s.attn_early_reads = std::string(e) != "0";
-  if (const char* e = std::getenv("PAGODA_ATTN_TRIGGER"); e && *e) s.attn_trigger_after_wait = std::string(e) == "waited";
   if (const char* e = std::getenv("PAGODA_GEMV_MAX_ROWS"); e && *e)
     s.gemv_max_rows = std::clamp<int64_t>(std::atoll(e), 0, kGemvMaxM);
   if (const char* e = std::getenv("PAGODA_CUDA_KNOCKOUT"); e && *e) {

@@ -35,8 +35,6 @@ struct ExecutorSwitches {
   // PAGODA_ATTN_EARLY=0: the short decode attention reads its RoPE inputs and first keys after its
   // wait, as before (RowAttentionParams::early_reads).
   bool attn_early_reads = true;
-  // PAGODA_ATTN_TRIGGER=waited: RowAttentionParams::trigger_after_wait.
-  bool attn_trigger_after_wait = false;
   // PAGODA_CUDA_KNOCKOUT=qkv,rope,attn,o,gu,down: those ops of every layer are not launched. Wrong
   // outputs; for timing only (what an op costs inside a decode graph: scripts/gpu_run.sh knock8b).
   // Where the RoPE is fused into the attention, `attn` leaves out both and `rope` nothing.

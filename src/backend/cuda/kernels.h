@@ -132,9 +132,6 @@ struct RowAttentionParams {
   // position, slot and cos / sin, and (fresh_keys >= 0) the K / V of each warp's first keys, before
   // the wait. The results do not depend on it; false only for comparisons (PAGODA_ATTN_EARLY=0).
   bool early_reads = true;
-  // The SIMT kernel lets the next kernel launch only once it has passed its own wait (EXPERIMENT,
-  // PAGODA_ATTN_TRIGGER=waited), not at its start.
-  bool trigger_after_wait = false;
   // RoPE + KV write fused in (rope.qkv set; row_attention_fuses_rope): every row is one decode
   // token at position ctx - 1 whose q, k and v come from rope.qkv (q and rope.q_out unused), one
   // row a sequence, and rope.slots[token] is the cache slot of key ctx - 1 in the row's table. The
