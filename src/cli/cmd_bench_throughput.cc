@@ -3,9 +3,8 @@
 // N requests of --input-len random token ids, each generating exactly --output-len tokens
 // (ignore_eos), are submitted at once (continuous batching), then the first --sequential of them
 // again one at a time. Reports output tokens/s of both and their ratio, and the KV memory
-// utilisation during the batched run: tokens held by running sequences / tokens of the KV blocks
-// allocated to them, averaged over samples taken every few milliseconds while all requests run.
-#include <atomic>
+// utilisation during the batched run: tokens the running sequences hold in the cache / tokens of
+// the KV blocks in use, summed over the run's engine steps (EngineStats).
 #include <chrono>
 #include <iostream>
 #include <random>
@@ -79,9 +78,8 @@ int run_throughput(const ThroughputOptions& o) {
     while ((*s)->next()) {
     }
 
-  // Batched run, with a sampler thread for KV utilisation.
-  std::atomic<int64_t> tokens_held{0}, active{0};
-  std::atomic<bool> stop_sampling{false};
+  // Batched run; the engine sums the KV utilisation of every step (EngineStats), read around it.
+  const EngineStats before = e.stats();
   std::vector<std::shared_ptr<RequestStream>> streams;
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& p : prompts) {
@@ -92,23 +90,9 @@ int run_throughput(const ThroughputOptions& o) {
     }
     streams.push_back(*s);
   }
-  double held_sum = 0, alloc_sum = 0;
-  int samples = 0;
-  std::thread sampler([&] {
-    while (!stop_sampling) {
-      const EngineStats st = e.stats();
-      const int64_t used_blocks = st.num_kv_blocks - st.free_kv_blocks;
-      if (st.num_waiting == 0 && st.num_running > 0 && st.num_running == active.load() && used_blocks > 0) {
-        held_sum += static_cast<double>(tokens_held.load());
-        alloc_sum += static_cast<double>(used_blocks) * e.config().block_size;
-        ++samples;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  });
   // One consumer: round-robin over the streams (outputs queue up, nothing blocks the engine).
   int64_t generated = 0;
-  std::vector<bool> started(streams.size(), false), finished(streams.size(), false);
+  std::vector<bool> finished(streams.size(), false);
   size_t remaining = streams.size();
   while (remaining > 0) {
     bool progress = false;
@@ -116,26 +100,21 @@ int run_throughput(const ThroughputOptions& o) {
       if (finished[i]) continue;
       while (auto out = streams[i]->try_next()) {
         progress = true;
-        if (!started[i]) {
-          started[i] = true;
-          tokens_held += out->num_prompt_tokens;
-          ++active;
-        }
-        tokens_held += static_cast<int64_t>(out->tokens.size());
         generated += static_cast<int64_t>(out->tokens.size());
         if (out->finished) {
           finished[i] = true;
           --remaining;
-          tokens_held -= out->num_prompt_tokens + out->num_output_tokens;
-          --active;
         }
       }
     }
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   const double batched_s = since(t0);
-  stop_sampling = true;
-  sampler.join();
+  // A client that has seen its final output also sees the engine's stats of that step.
+  const EngineStats after = e.stats();
+  const double held_sum = after.kv_tokens_held_sum - before.kv_tokens_held_sum;
+  const double alloc_sum = after.kv_tokens_allocated_sum - before.kv_tokens_allocated_sum;
+  const int64_t samples = after.kv_util_steps - before.kv_util_steps;
 
   // Sequential run over the first few prompts.
   const int seq_n = std::min(o.sequential, o.num_prompts);
@@ -169,7 +148,7 @@ int run_throughput(const ThroughputOptions& o) {
         "model {} | {} prompts x ({} in, {} out)\n"
         "continuous batching: {} output tokens in {:.2f} s = {:.1f} output tok/s ({:.1f} total tok/s)\n"
         "one at a time ({} requests): {:.1f} output tok/s -> batching speed-up x{:.2f}\n"
-        "KV memory utilisation (tokens held / tokens in allocated blocks, {} samples): {:.1f}%\n",
+        "KV memory utilisation (tokens held / tokens in allocated blocks, {} steps): {:.1f}%\n",
         o.model, o.num_prompts, o.input_len, o.output_len, generated, batched_s, generated / batched_s,
         j["batched_total_tokens_per_s"].get<double>(), seq_n, j["sequential_output_tokens_per_s"].get<double>(),
         j["batching_speedup"].get<double>(), samples, 100 * j["kv_utilisation"].get<double>());

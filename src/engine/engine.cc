@@ -386,6 +386,12 @@ void EngineLoop::run() {
       stats_.steps = core_->stats().steps;
       stats_.num_kv_blocks = kv.pool().num_usable_blocks();
       stats_.free_kv_blocks = kv.num_free_blocks();
+      const int64_t used_blocks = stats_.num_kv_blocks - stats_.free_kv_blocks;
+      if (core_->stats().steps != steps_before && sch.num_running() > 0 && used_blocks > 0) {
+        ++stats_.kv_util_steps;
+        stats_.kv_tokens_held_sum += static_cast<double>(sch.num_running_cached_tokens());
+        stats_.kv_tokens_allocated_sum += static_cast<double>(used_blocks) * config_.block_size;
+      }
       if (stats_.device_memory_total == 0 || core_->stats().steps % 64 == 0) {
         const DeviceMemoryStats dm = core_->executor().device_memory();
         stats_.device_memory_used = dm.used;

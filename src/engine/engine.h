@@ -109,6 +109,11 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t steps = 0;
   int64_t num_kv_blocks = 0, free_kv_blocks = 0;
+  // KV memory utilisation, summed over the steps that ended with requests running: tokens the
+  // running requests hold in the cache, and tokens of the blocks in use. The ratio of two
+  // snapshots' differences is the utilisation over the steps between them (`bench throughput`).
+  int64_t kv_util_steps = 0;
+  double kv_tokens_held_sum = 0, kv_tokens_allocated_sum = 0;
   // Accelerator memory in use / total (all processes; NVML or cudaMemGetInfo), 0 on the CPU.
   // Refreshed every 64 steps.
   int64_t device_memory_used = 0, device_memory_total = 0;

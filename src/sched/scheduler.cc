@@ -241,6 +241,12 @@ StepUpdate Scheduler::update_from_output(const SchedulerOutput&, const std::vect
   return update;
 }
 
+int64_t Scheduler::num_running_cached_tokens() const {
+  int64_t n = 0;
+  for (const Request* r : running_) n += r->num_computed_tokens;
+  return n;
+}
+
 std::vector<std::string> Scheduler::running_ids() const {
   std::vector<std::string> ids;
   for (const Request* r : running_) ids.push_back(r->id);

@@ -64,6 +64,8 @@ class Scheduler {
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  // Tokens whose K/V the running requests hold in the cache (their num_computed_tokens).
+  int64_t num_running_cached_tokens() const;
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   std::vector<std::string> running_ids() const;
   std::vector<std::string> waiting_ids() const;
