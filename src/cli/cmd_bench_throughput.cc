@@ -114,7 +114,7 @@ int run_throughput(const ThroughputOptions& o) {
   const EngineStats after = e.stats();
   const double held_sum = after.kv_tokens_held_sum - before.kv_tokens_held_sum;
   const double alloc_sum = after.kv_tokens_allocated_sum - before.kv_tokens_allocated_sum;
-  const int64_t samples = after.kv_util_steps - before.kv_util_steps;
+  const int64_t kv_steps = after.kv_util_steps - before.kv_util_steps;
 
   // Sequential run over the first few prompts.
   const int seq_n = std::min(o.sequential, o.num_prompts);
@@ -140,7 +140,7 @@ int run_throughput(const ThroughputOptions& o) {
   j["sequential_output_tokens_per_s"] = seq_n > 0 ? seq_generated / seq_s : 0;
   j["batching_speedup"] = seq_n > 0 ? (generated / batched_s) / (seq_generated / seq_s) : 0;
   j["kv_utilisation"] = alloc_sum > 0 ? held_sum / alloc_sum : 0;
-  j["kv_samples"] = samples;
+  j["kv_steps"] = kv_steps;
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -151,7 +151,7 @@ int run_throughput(const ThroughputOptions& o) {
         "KV memory utilisation (tokens held / tokens in allocated blocks, {} steps): {:.1f}%\n",
         o.model, o.num_prompts, o.input_len, o.output_len, generated, batched_s, generated / batched_s,
         j["batched_total_tokens_per_s"].get<double>(), seq_n, j["sequential_output_tokens_per_s"].get<double>(),
-        j["batching_speedup"].get<double>(), samples, 100 * j["kv_utilisation"].get<double>());
+        j["batching_speedup"].get<double>(), kv_steps, 100 * j["kv_utilisation"].get<double>());
   }
   e.shutdown();
   return 0;

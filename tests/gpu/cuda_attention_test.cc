@@ -321,14 +321,27 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
       EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused output, heads a block " << hpb;
       EXPECT_EQ(to_host<uint8_t>(fused_fx.dv, cache_bytes), to_host<uint8_t>(ref_fx.dv, cache_bytes)) << what << ": V cache, heads a block " << hpb;
     }
-    // The RoPE inputs and the first keys read after the wait instead of before it
-    // (RowAttentionParams::early_reads): the same bits.
-    pf.early_reads = false;
-    for (int hpb : {1, 2}) {
-      pf.simt_heads_per_block = hpb;
-      CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
-      cuda::row_attention(pf, nullptr);
-      EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits) << what << ": fused, late reads, heads a block " << hpb;
+    // Early and late reads (RowAttentionParams::early_reads: the RoPE inputs and the first keys
+    // before or after the wait) at one and two heads a block, each from the original cache, in
+    // which the new key's slot holds an older value: the same bits, and the new key written.
+    auto restore_cache = [&] {
+      for (auto [dev, host] : {std::pair{&fused_fx.dk, &fused_fx.k}, std::pair{&fused_fx.dv, &fused_fx.v}}) {
+        const cuda::DeviceBuffer original = upload_as(*host, a.kv);
+        CUDA_CHECK(cudaMemcpy(dev->get(), original.get(), original.bytes(), cudaMemcpyDeviceToDevice));
+      }
+    };
+    for (bool early : {true, false}) {
+      pf.early_reads = early;
+      for (int hpb : {1, 2}) {
+        pf.simt_heads_per_block = hpb;
+        restore_cache();
+        CUDA_CHECK(cudaMemset(out_fused.get(), 0xff, out_fused.bytes()));
+        cuda::row_attention(pf, nullptr);
+        EXPECT_EQ(to_host<uint8_t>(out_fused, out_bytes), ref_bits)
+            << what << ": fused, " << (early ? "early" : "late") << " reads, heads a block " << hpb;
+        EXPECT_EQ(to_host<uint8_t>(fused_fx.dk, cache_bytes), to_host<uint8_t>(ref_fx.dk, cache_bytes))
+            << what << ": K cache, " << (early ? "early" : "late") << " reads, heads a block " << hpb;
+      }
     }
     pf.early_reads = true;
     pf.simt_heads_per_block = 0;

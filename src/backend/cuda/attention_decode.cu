@@ -169,18 +169,19 @@ __device__ __forceinline__ void rope_decode_row(const RowAttentionParams& p, con
 
 // Decode steps (p.fresh_keys >= 0), 16-bit cache at 8 dims a lane: the K and V chunks of the
 // lane's keys in the warp's first iteration of the block's first split, those that earlier steps
-// wrote (keys < ctx - fresh_keys), copied into shared memory (cp.async: nothing held in registers,
+// wrote (keys < stable: ctx - fresh_keys, and never the key a fused launch writes itself), copied
+// into shared memory (cp.async: nothing held in registers,
 // not sunk below the wait) before the kernel waits for its predecessor. The loop takes them from
 // there; keys it did not copy are zero-filled and read as usual. A batch-1 decode's attention is
 // a chain of a few dependent round trips, and this takes the first of the key loop off it.
 // Returns the iteration's first key, or -1 when nothing was copied.
 template <class KVT, int LPK, int U>
 __device__ __forceinline__ int preload_first_keys(const RowAttentionParams& p, const RowBlock& b, const int32_t* table,
-                                                  int D, uint4 (*pre)[2][32]) {
+                                                  int D, int stable, uint4 (*pre)[2][32]) {
   constexpr int KPW = 32 / LPK;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LPK, gl = lane - grp * LPK;
   const int ks = b.lo + static_cast<int>(blockIdx.z) * b.per;
-  const int ke = min(b.ctx, ks + b.per), stable = b.ctx - p.fresh_keys;
+  const int ke = min(b.ctx, ks + b.per);
   const int base = ks + warp * KPW * U;
   if (base >= ke || base >= stable) return -1;
   const int KVH = static_cast<int>(p.cache.num_kv_heads), bs = static_cast<int>(p.cache.block_size);
@@ -211,7 +212,8 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   __shared__ float o_s[kWarps][HPB][kMaxHeadDim];
   __shared__ float ml_s[kWarps][HPB][2];
   __shared__ __align__(16) KVT new_kv[2][kMaxHeadDim];  // fused RoPE: the row's new key and value
-  __shared__ __align__(16) uint4 pre_s[kPreload ? kWarps : 1][kPreload ? U : 1][2][kPreload ? 32 : 1];  // preload_first_keys
+  // preload_first_keys (8 / 16 KiB at D = 64 / 128, reserved by every launch of a kPreload kernel)
+  __shared__ __align__(16) uint4 pre_s[kPreload ? kWarps : 1][kPreload ? U : 1][2][kPreload ? 32 : 1];
   __shared__ int last_block;
   warp_trace(p.trace, TracePoint::kStart);
   pdl_trigger();
@@ -228,9 +230,12 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   if constexpr (kPreload) {
     if (fused && work && p.early_reads) rope_in = rope_row_inputs<LPK * NV, true>(p.rope, b);
   }
+  // Keys below `stable` came from earlier steps; a fused launch writes key ctx - 1 itself.
+  const int stable = b.ctx - max(p.fresh_keys, fused ? 1 : 0);
   int pre_base = -1;  // the first key of the iteration in pre_s (preload_first_keys), -1: none
   if constexpr (kPreload) {
-    if (work && p.fresh_keys >= 0 && p.early_reads) pre_base = preload_first_keys<KVT, LPK, U>(p, b, table, D, pre_s[threadIdx.x >> 5]);
+    if (work && p.fresh_keys >= 0 && p.early_reads)
+      pre_base = preload_first_keys<KVT, LPK, U>(p, b, table, D, stable, pre_s[threadIdx.x >> 5]);
   }
   if (work && p.fresh_keys >= 0) warm_keys_l2<KVT>(p, b, table, D);
   pdl_wait();
@@ -273,7 +278,6 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int bs = static_cast<int>(p.cache.block_size);
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
-  const int stable = ctx - p.fresh_keys;  // keys before it came from earlier steps (pre_base >= 0)
   if constexpr (kPreload) {
     if (pre_base >= 0) cp_async_wait<0>();
   }
