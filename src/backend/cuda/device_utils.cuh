@@ -156,42 +156,50 @@ __device__ __forceinline__ void block_rms_norm_row(const float4* xr, const float
   block_rms_norm_row_with<N>(xr, d4, eps, scratch, [&](int, int j) { return w4[j]; }, put);
 }
 
-// Loads a kernel issues before pdl_wait(), to overlap its predecessor. They must not be
-// non-coherent (ld.global.nc, __ldg): ptxas may sink a read-only load below griddepcontrol.wait
-// (ACQBULK in the SASS), and does, which would issue it only once the predecessor completed.
-// Plain weak loads stay where they are written (checked in the SASS of sm_90a, CUDA 13.0).
-// load_stream_early also leaves L1 alone (weights read once).
-__device__ __forceinline__ float4 load_f32x4_early(const float4* p) {
-  float4 r;
-  asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
-  return r;
+// Loads a kernel may issue before pdl_wait(), to overlap its predecessor. EARLY: plain weak loads.
+// They must not be non-coherent (ld.global.nc, __ldg): ptxas may sink a read-only load below
+// griddepcontrol.wait (ACQBULK in the SASS), and does, which would issue it only once the
+// predecessor completed; plain loads stay where they are written (checked in the SASS of sm_90a,
+// CUDA 13.0). Without EARLY: an ordinary load (the compiler may make it read-only).
+template <bool EARLY>
+__device__ __forceinline__ float4 load_f32x4(const float4* p) {
+  if constexpr (EARLY) {
+    float4 r;
+    asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
+  } else {
+    return *p;
+  }
 }
-__device__ __forceinline__ float2 load_f32x2_early(const float2* p) {
-  float2 r;
-  asm volatile("ld.global.v2.f32 {%0,%1}, [%2];\n" : "=f"(r.x), "=f"(r.y) : "l"(p));
-  return r;
+template <bool EARLY>
+__device__ __forceinline__ float2 load_f32x2(const float2* p) {
+  if constexpr (EARLY) {
+    float2 r;
+    asm volatile("ld.global.v2.f32 {%0,%1}, [%2];\n" : "=f"(r.x), "=f"(r.y) : "l"(p));
+    return r;
+  } else {
+    return *p;
+  }
 }
 __device__ __forceinline__ int load_s32_early(const int* p) {
   int r;
   asm volatile("ld.global.s32 %0, [%1];\n" : "=r"(r) : "l"(p));
   return r;
 }
-// EARLY: the plain load above (for use before pdl_wait()); else an ordinary one.
+// 16 bytes of a stream read once (weights), leaving L1 alone. EARLY: a plain load, for use before
+// pdl_wait(); else a read-only one (.nc), for the loads after it.
 template <bool EARLY>
-__device__ __forceinline__ float4 load_f32x4(const float4* p) {
-  if constexpr (EARLY) return load_f32x4_early(p);
-  else return *p;
-}
-template <bool EARLY>
-__device__ __forceinline__ float2 load_f32x2(const float* p) {
-  if constexpr (EARLY) return load_f32x2_early(reinterpret_cast<const float2*>(p));
-  else return *reinterpret_cast<const float2*>(p);
-}
-__device__ __forceinline__ uint4 load_stream_early(const uint4* p) {
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+  if constexpr (EARLY) {
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+  }
   return r;
 }
 
@@ -199,7 +207,6 @@ __device__ __forceinline__ uint4 load_stream_early(const uint4* p) {
 // before the kernel waits for its predecessor: they do not depend on it, and the weight of a layer's
 // norm is not in L2 by then (the step streams far more than L2 holds), so read after the reduction
 // they would add a DRAM round trip to the critical path of a GEMV's first wave.
-
 template <int NG>
 struct NormWeightPreload {
   float4 g[NG > 0 ? NG : 1];
@@ -209,7 +216,7 @@ struct NormWeightPreload {
 #pragma unroll
     for (int i = 0; i < NG; ++i) {
       const int j = threadIdx.x + i * blockDim.x;
-      g[i] = j < d4 ? load_f32x4_early(w + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+      g[i] = j < d4 ? load_f32x4<true>(w + j) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   __device__ __forceinline__ float4 operator()(int i, int j) const {
@@ -258,7 +265,7 @@ namespace pagoda::cuda {
 // Programmatic dependent launch (Hopper): kernels launched with launch_pdl() may start while the
 // previous kernel in the stream finishes. Each such kernel calls pdl_wait() before it touches
 // anything an earlier kernel wrote (it returns once the previous grid has completed and its
-// writes are visible; loads issued before it: load_*_early), and pdl_trigger() early so the next
+// writes are visible; loads issued before it: load_f32x4<true> and its kin), and pdl_trigger() early so the next
 // kernel can be scheduled. Every kernel
 // calls pdl_wait() on every path before it exits, so completion stays transitive along the
 // stream. No-ops below sm_90.

@@ -8,7 +8,7 @@
 // launch: the first weight loads (and a fused norm's weights) are issued before the kernel waits
 // for its predecessor, which hides the launch gap and the first DRAM round trip between the many
 // short decode kernels; they are plain loads, not read-only ones, so that ptxas keeps them there
-// (load_stream_early). Optionally fuses the preceding RMSNorm: each block normalises the f32 residual
+// (load_stream<true>). Optionally fuses the preceding RMSNorm: each block normalises the f32 residual
 // rows into shared memory (bf16) and reads x from there.
 //
 // gemm_simt: the batch-invariant matmul. 64x64 output tiles, 16-deep k slices through shared
@@ -31,14 +31,6 @@ constexpr int kGemvMaxSmem = 96 * 1024;
 // float4 norm weights a thread of a fused-norm GEMV reads before waiting (all of them up to
 // K = 4 * 4 * kGemvWarps * 32 = 4096); also the float4 of the residual row it holds in registers.
 constexpr int kNormPreload = 4;
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 
 // acc += dot(8 bf16 weights, 8 bf16 inputs), as eight f32 FMAs in element order.
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
@@ -85,7 +77,7 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[u][r] = load_stream(w[r] + c + 32 * u);
+      for (int r = 0; r < R; ++r) wv[u][r] = load_stream<false>(w[r] + c + 32 * u);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -98,7 +90,7 @@ __device__ __forceinline__ void gemv_rows(const uint4* const (&w)[R], const uint
   for (; c < kc; c += 32) {
     uint4 wv[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wv[r] = load_stream(w[r] + c);
+    for (int r = 0; r < R; ++r) wv[r] = load_stream<false>(w[r] + c);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const uint4 xv = load_x(static_cast<int64_t>(m) * kc + c);
@@ -158,7 +150,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void gemv_kernel(GemvArgs a) {
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      pre[u][r] = (active && lane + 32 * u < kc) ? load_stream_early(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
+      pre[u][r] = (active && lane + 32 * u < kc) ? load_stream<true>(rows[r] + lane + 32 * u) : uint4{0, 0, 0, 0};
   [[maybe_unused]] NormWeightPreload<NORM ? kNormPreload : 0> norm_w;
   if constexpr (NORM) norm_w.load(reinterpret_cast<const float4*>(a.norm_w), K / 4);
   pdl_wait();

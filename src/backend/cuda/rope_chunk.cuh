@@ -12,7 +12,7 @@ namespace pagoda::cuda {
 // half-split layout pairs dims 4c .. 4c + 3 with the other half and takes four of each; the
 // interleaved one rotates the pairs (4c, 4c + 1) and (4c + 2, 4c + 3) with the first two. The same
 // for every q and k head of a token. EARLY: plain loads that may be issued before pdl_wait()
-// (load_f32x4_early), for a kernel that reads them before waiting for its predecessor.
+// (load_f32x4<true>), for a kernel that reads them before waiting for its predecessor.
 struct RopeCs {
   float4 c, s;
 };
@@ -21,7 +21,8 @@ __device__ __forceinline__ RopeCs rope_cs(bool interleaved, int c, const float* 
   const int d0 = c * 4, half = D / 2;
   RopeCs r;
   if (interleaved) {
-    const float2 c2 = load_f32x2<EARLY>(cs + d0 / 2), s2 = load_f32x2<EARLY>(sn + d0 / 2);
+    const float2 c2 = load_f32x2<EARLY>(reinterpret_cast<const float2*>(cs + d0 / 2));
+    const float2 s2 = load_f32x2<EARLY>(reinterpret_cast<const float2*>(sn + d0 / 2));
     r.c = make_float4(c2.x, c2.y, 0.f, 0.f);
     r.s = make_float4(s2.x, s2.y, 0.f, 0.f);
     return r;
