@@ -252,8 +252,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int newest = fused ? ctx - 1 : -1;
   if constexpr (!STRIDED) {
     if (fused) {
-      if constexpr (!kPreload) rope_in = rope_row_inputs<LPK * NV, false>(p.rope, b);
-      else if (!p.early_reads) rope_in = rope_row_inputs<LPK * NV, true>(p.rope, b);
+      if (!(kPreload && p.early_reads)) rope_in = rope_row_inputs<LPK * NV, kPreload>(p.rope, b);  // not read before the wait
       rope_decode_row<LPK * NV, KVT, kPreload>(p, b, rope_in, qscale, q_s, new_kv);
     }
   }
