@@ -5,7 +5,7 @@
 # everything ldd resolves under /lib/x86_64-linux-gnu except glibc, the GCC runtime and zlib/OpenSSL,
 # which every image has and Python there must keep its own of), the tiny
 # test models and stories260K. scripts/gpu_run.sh unpacks it on the GPU machine.
-# Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON && ninja -C build-cuda pagoda_cli pagoda_gpu_tests)
+# Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON -DPAGODA_BUILD_TESTS=ON && ninja -C build-cuda pagoda_cli pagoda_gpu_tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${PAGODA_CUDA_BUILD_DIR:-build-cuda}

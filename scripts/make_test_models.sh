@@ -2,7 +2,7 @@
 # Regenerates the random-weight tiny models (models/tiny/, git-ignored) with the test venv and
 # verifies each file's sha256 against testdata/reference/models.json, i.e. that they are exactly
 # the models the committed reference logits were computed from. Fails loudly otherwise.
-# Takes a few seconds; scripts/setup.sh runs it. Usage: scripts/make_test_models.sh [--out DIR]
+# Takes a few seconds; scripts/setup_test.sh runs it. Usage: scripts/make_test_models.sh [--out DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py="$root/.venv-test/bin/python"

@@ -3,5 +3,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py="$root/.venv-test/bin/python"
-[ -x "$py" ] || { echo "missing $py: run scripts/setup.sh" >&2; exit 1; }
+[ -x "$py" ] || { echo "missing $py: run scripts/setup_test.sh" >&2; exit 1; }
 exec "$py" -m pytest -q -x -p no:cacheprovider "$@"

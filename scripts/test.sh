@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds Pagoda with its tests and runs them all (the README's test command ends here).
-# Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit
+# Needs scripts/setup_test.sh. Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${PAGODA_BUILD_DIR:-build}
 jobs=$(nproc)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_BUILD_TESTS=ON >/dev/null
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_BUILD_TESTS=ON -DPAGODA_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$build" -j "$jobs"
 # The CUDA backend (src/backend/cuda, the `pagoda_cuda` object library) is compiled, not run, when
 # nvcc is found: CI has no GPU (the GPU test tier above skips, "GPU test skipped: ..."; docs/cuda.md

@@ -46,7 +46,7 @@ class Server:
         if not BINARY or not os.path.exists(BINARY):
             raise RuntimeError(f"PAGODA_BINARY not set or missing: {BINARY!r}")
         if not pathlib.Path(model).exists():
-            raise RuntimeError(f"model missing: {model} (run scripts/setup.sh)")
+            raise RuntimeError(f"model missing: {model} (run scripts/setup_test.sh)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="pagoda-serve-", suffix=".log", delete=False)

@@ -2,7 +2,7 @@
 
 1. tools/make_tiny_models.py regenerates models bit-identical to testdata/reference/models.json
    (the models the reference logits were computed from), into a temporary directory.
-2. The models under PAGODA_MODELS_DIR/tiny (made by scripts/make_test_models.sh during setup) match too.
+2. The models under PAGODA_MODELS_DIR/tiny (made by scripts/make_test_models.sh during scripts/setup_test.sh) match too.
 3. Every reference set in testdata/reference/index.json is complete and self-consistent: logits
    files of the documented size, top-1 ids equal to the stored logits' argmax, checkpoints known.
 Uses numpy only (the test venv); the C++ model tests compare Pagoda's logits with these files.
@@ -47,7 +47,7 @@ def test_regenerated_models_are_bit_identical(tmp_path):
 
 def test_models_dir_matches_manifest():
     tiny = MODELS / "tiny"
-    assert tiny.is_dir(), f"{tiny} missing: run scripts/make_test_models.sh (scripts/setup.sh does)"
+    assert tiny.is_dir(), f"{tiny} missing: run scripts/make_test_models.sh (scripts/setup_test.sh does)"
     bad = []
     for model in manifest()["models"].values():
         for rel, meta in model["files"].items():

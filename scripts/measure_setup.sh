@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Measures what the setup commands install on a clean Debian 12: debootstraps a minbase bookworm
+# root (default /tmp/pagoda-deb12, reused when present), then, inside it, asks apt what
+# requirements/apt-run.txt alone (scripts/setup.sh) and with requirements/apt-test.txt
+# (scripts/setup_test.sh) would install: package count, download and installed size (apt's own
+# figures, --no-install-recommends as the scripts use).
+#   scripts/measure_setup.sh [--root DIR] [--install]
+#   --install   also really install the run set in the root and time it (apt-get install)
+# Needs root and the Debian mirror. Nothing is written to the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=/tmp/pagoda-deb12; install=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root) root=$2; shift ;;
+    --install) install=1 ;;
+    *) echo "measure_setup: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  t0=$(date +%s)
+  debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/tmp/pagoda-debootstrap.log
+  echo "measure_setup: debootstrap --variant=minbase bookworm in $(($(date +%s) - t0)) s"
+  cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/" 2>/dev/null || true
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  chroot "$root" apt-get update -q >/dev/null
+fi
+pkgs() { sed -e 's/#.*//' -e 's/[[:space:]]//g' "$@" | grep -v '^$' | tr '\n' ' '; }
+report() {  # label lists...
+  local label=$1; shift
+  # apt-get -s prints the plan; apt's summary line gives the sizes.
+  local out
+  out=$(chroot "$root" apt-get install -s -y --no-install-recommends $(pkgs "$@") 2>&1)
+  local n; n=$(grep -c '^Inst ' <<<"$out" || true)
+  # Installed-Size (KiB) of each package apt would install, from the root's package lists.
+  local names; names=$(grep '^Inst ' <<<"$out" | awk '{print $2}')
+  local kib; kib=$(chroot "$root" apt-cache show --no-all-versions $names 2>/dev/null |
+    awk '/^Installed-Size:/{s+=$2} END{print s+0}')
+  local dl; dl=$(chroot "$root" apt-get install -s -y --no-install-recommends --print-uris $(pkgs "$@") 2>/dev/null |
+    awk "/^'/{s+=\$3} END{print s+0}")
+  printf 'measure_setup: %-28s %4d packages, download %6.0f MB, installed %6.0f MB\n' "$label" "$n" \
+    "$(echo "$dl / 1000000" | bc -l)" "$(echo "$kib / 1024" | bc -l)"
+}
+command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bc
+report "run (setup.sh)" requirements/apt-run.txt
+report "run + test (setup_test.sh)" requirements/apt-run.txt requirements/apt-test.txt
+if [ "$install" = 1 ]; then
+  t0=$(date +%s)
+  before=$(du -sxm "$root" | cut -f1)
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    $(pkgs requirements/apt-run.txt) >/tmp/pagoda-measure-install.log
+  after=$(du -sxm "$root" | cut -f1)
+  echo "measure_setup: run set installed in $(($(date +%s) - t0)) s; root grew $((after - before)) MB (du -sxm)"
+fi
