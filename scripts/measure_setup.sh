@@ -23,7 +23,10 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
   t0=$(date +%s)
   debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/tmp/pagoda-debootstrap.log
   echo "measure_setup: debootstrap --variant=minbase bookworm in $(($(date +%s) - t0)) s"
-  cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/" 2>/dev/null || true
+  # The host's sources (main, updates, security) instead of debootstrap's single line.
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/" && rm -f "$root/etc/apt/sources.list"
+  fi
   cp /etc/resolv.conf "$root/etc/resolv.conf"
   chroot "$root" apt-get update -q >/dev/null
 fi
@@ -38,10 +41,13 @@ report() {  # label lists...
   local names; names=$(grep '^Inst ' <<<"$out" | awk '{print $2}')
   local kib; kib=$(chroot "$root" apt-cache show --no-all-versions $names 2>/dev/null |
     awk '/^Installed-Size:/{s+=$2} END{print s+0}')
-  local dl; dl=$(chroot "$root" apt-get install -s -y --no-install-recommends --print-uris $(pkgs "$@") 2>/dev/null |
+  local dl; dl=$(chroot "$root" apt-get install -qq -y --no-install-recommends --print-uris $(pkgs "$@") 2>/dev/null |
     awk "/^'/{s+=\$3} END{print s+0}")
   printf 'measure_setup: %-28s %4d packages, download %6.0f MB, installed %6.0f MB\n' "$label" "$n" \
     "$(echo "$dl / 1000000" | bc -l)" "$(echo "$kib / 1024" | bc -l)"
+  echo "measure_setup:   largest: $(chroot "$root" apt-cache show --no-all-versions $names 2>/dev/null |
+    awk '/^Package:/{p=$2} /^Installed-Size:/{printf "%d %s\n", $2/1024, p}' | sort -rn | head -8 |
+    awk '{printf "%s %s MB, ", $2, $1}')"
 }
 command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bc
 report "run (setup.sh)" requirements/apt-run.txt
