@@ -4,16 +4,21 @@
 # requirements/apt-run.txt alone (scripts/setup.sh) and with requirements/apt-test.txt
 # (scripts/setup_test.sh) would install: package count, download and installed size (apt's own
 # figures, --no-install-recommends as the scripts use).
-#   scripts/measure_setup.sh [--root DIR] [--install]
-#   --install   also really install the run set in the root and time it (apt-get install)
+#   scripts/measure_setup.sh [--root DIR] [--install] [--run-clone]
+#   --install   also really install the run set, then the test set, in the root and time each
+#               (apt-get install; downloads included)
+#   --run-clone also clone this repository's HEAD into the root (a plain clone, nothing beside it)
+#               and time the README's run command there: scripts/setup.sh && scripts/run.sh
+#               (no ccache: a cold build)
 # Needs root and the Debian mirror. Nothing is written to the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=/tmp/pagoda-deb12; install=0
+root=/tmp/pagoda-deb12; install=0; run_clone=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root=$2; shift ;;
     --install) install=1 ;;
+    --run-clone) run_clone=1 ;;
     *) echo "measure_setup: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,4 +64,24 @@ if [ "$install" = 1 ]; then
     $(pkgs requirements/apt-run.txt) >/tmp/pagoda-measure-install.log
   after=$(du -sxm "$root" | cut -f1)
   echo "measure_setup: run set installed in $(($(date +%s) - t0)) s; root grew $((after - before)) MB (du -sxm)"
+  t0=$(date +%s)
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    $(pkgs requirements/apt-test.txt) >>/tmp/pagoda-measure-install.log
+  after2=$(du -sxm "$root" | cut -f1)
+  echo "measure_setup: test set added in $(($(date +%s) - t0)) s; root grew $((after2 - after)) MB more (du -sxm)"
+fi
+if [ "$run_clone" = 1 ]; then
+  rm -rf "$root/root/pagoda"
+  git clone -q "$(pwd)" "$root/root/pagoda"
+  mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+  t0=$(date +%s)
+  rc=0
+  chroot "$root" /bin/bash -c 'cd /root/pagoda && scripts/setup.sh' >/tmp/pagoda-measure-setup.log 2>&1 || rc=$?
+  t1=$(date +%s)
+  echo "measure_setup: fresh clone: scripts/setup.sh in $((t1 - t0)) s, exit $rc (its apt step is a no-op when --install ran)"
+  rc=0
+  chroot "$root" /bin/bash -c 'cd /root/pagoda && scripts/run.sh' >/tmp/pagoda-measure-run.log 2>&1 || rc=$?
+  echo "measure_setup: fresh clone: scripts/run.sh (cold build + answer) in $(($(date +%s) - t1)) s, exit $rc"
+  tail -5 /tmp/pagoda-measure-run.log
+  umount "$root/proc"
 fi

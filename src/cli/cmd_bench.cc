@@ -25,6 +25,7 @@
 
 #include "backend/cpu/machine_probe.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "common/cpu_features.h"
 #include "common/process_stats.h"
 #include "engine/engine_core.h"
@@ -52,7 +53,7 @@ struct BenchOptions {
   std::string kv_dtype = "f16";
   std::string isa;
   bool json = false;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
   bool compare_graphs = false;
@@ -477,28 +478,29 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   auto subs = std::make_shared<std::vector<std::pair<CLI::App*, std::function<int()>>>>();
   for (auto& cmd : bench_subcommand_registry()) {
     CLI::App* sub = app->add_subcommand(cmd.name, cmd.description);
+    add_log_level_option(sub);
     subs->emplace_back(sub, cmd.setup(sub));
   }
   app->require_subcommand(0, 1);
   app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory");
-  app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)");
-  app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)");
-  app->add_option("-b,--batch", o->batches, "Sequences decoded together in the tg test (several: -b 1,8,64)")->delimiter(',');
-  app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
-  app->add_option("-r,--repeats", o->repeats, "Timed repetitions (after one warm-up)");
+  app->add_option("-p,--prompt", o->prompt, "Prompt tokens for the pp test (0: skip)")->check(CLI::Range(0, 1048576));
+  app->add_option("-n,--gen", o->gen, "Generated tokens for the tg test (0: skip)")->check(CLI::Range(0, 1048576));
+  app->add_option("-b,--batch", o->batches, "Sequences decoded together in the tg test (several: -b 1,8,64)")->delimiter(',')->check(CLI::Range(1, 65536));
+  app->add_option("-t,--threads", o->threads, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
+  app->add_option("-r,--repeats", o->repeats, "Timed repetitions (after one warm-up)")->check(CLI::Range(1, 1000000));
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
-  app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)");
+  app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)")->check(CLI::Range(1, 1024));
   app->add_option("--requests", o->requests, "Offline throughput: requests per run (several: --requests 1000,200)")
-      ->delimiter(',');
-  app->add_option("--input-len", o->input_len, "Offline throughput: prompt tokens per request, per run")->delimiter(',');
-  app->add_option("--output-len", o->output_len, "Offline throughput: generated tokens per request, per run")->delimiter(',');
-  app->add_option("--max-num-seqs", o->max_num_seqs, "Offline throughput: sequences per step");
-  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step");
-  app->add_option("--memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory");
+      ->delimiter(',')->check(CLI::Range(1, 16777216));
+  app->add_option("--input-len", o->input_len, "Offline throughput: prompt tokens per request, per run")->delimiter(',')->check(CLI::Range(1, 1048576));
+  app->add_option("--output-len", o->output_len, "Offline throughput: generated tokens per request, per run")->delimiter(',')->check(CLI::Range(1, 1048576));
+  app->add_option("--max-num-seqs", o->max_num_seqs, "Offline throughput: sequences per step")->check(CLI::Range(1, 1048576));
+  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step")->check(CLI::Range(1, 1073741824));
+  app->add_option("--memory-utilization,--gpu-memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory")->check(CLI::Range(0.0, 1.0));
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)
@@ -507,6 +509,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
       return 2;
     }
+    if (!resolve_device_option(o->device, "bench")) return 2;
     return run_bench(*o);
   };
 });

@@ -28,6 +28,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/options.h"
+#include "cli/progress.h"
 
 namespace pagoda::cli {
 namespace {
@@ -281,6 +283,8 @@ int run_bench_serve(const BenchServeOptions& o) {
   int in_flight = 0;
   net::steady_timer slot(ioc, Clock::time_point::max());
   const auto start = Clock::now();
+  Progress progress("bench serve", "requests", "requests");
+  int ended = 0;
   auto driver = [&]() -> awaitable<void> {
     auto ex = co_await net::this_coro::executor;
     for (int i = 0; i < o.num_prompts; ++i) {
@@ -293,12 +297,14 @@ int run_bench_serve(const BenchServeOptions& o) {
       ++in_flight;
       net::co_spawn(ex, run_one(ep, target, o, std::move(bodies[i]), results[i]), [&](std::exception_ptr) {
         --in_flight;
+        progress.update(++ended, o.num_prompts);
         slot.cancel_one();
       });
     }
   };
   net::co_spawn(ioc, driver(), net::detached);
   ioc.run();
+  progress.finish();
   const double duration = since(start);
 
   std::vector<double> ttft, tpot, itl, e2el;
@@ -388,13 +394,13 @@ const BenchSubcommandRegistration kBenchServe("serve", "Load-test an OpenAI-comp
   app->add_option("--url", o->url, "Server base URL (http://host:port)");
   app->add_option("--model", o->model, "Model name (default: the server's first)");
   app->add_option("--api-key", o->api_key, "API key (Authorization: Bearer)");
-  app->add_option("--num-prompts", o->num_prompts, "Requests to send");
-  app->add_option("--request-rate", o->request_rate, "Poisson arrival rate, requests/s (default inf: all at once)");
-  app->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0: unlimited)");
-  app->add_option("--input-len", o->input_len, "Prompt tokens (random ids)");
-  app->add_option("--output-len", o->output_len, "Generated tokens per request (exact: ignore_eos)");
-  app->add_option("--vocab-size", o->vocab_size, "Token id range for random prompts (default: from /v1/models)");
-  app->add_option("--seed", o->seed, "Seed of prompts and arrival times");
+  app->add_option("--num-prompts", o->num_prompts, "Requests to send")->check(CLI::Range(1, 16777216));
+  app->add_option("--request-rate", o->request_rate, "Poisson arrival rate, requests/s (default inf: all at once)")->check(CLI::PositiveNumber);
+  app->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0: unlimited)")->check(CLI::Range(0, 1048576));
+  app->add_option("--input-len", o->input_len, "Prompt tokens (random ids)")->check(CLI::Range(1, 1048576));
+  app->add_option("--output-len", o->output_len, "Generated tokens per request (exact: ignore_eos)")->check(CLI::Range(1, 1048576));
+  app->add_option("--vocab-size", o->vocab_size, "Token id range for random prompts (default: from /v1/models)")->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", o->seed, "Seed of prompts and arrival times")->check(CLI::NonNegativeNumber);
   app->add_option("--goodput", o->goodput, "SLOs for goodput: ttft:MS tpot:MS e2el:MS")->expected(1, 3);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_bench_serve(*o); };

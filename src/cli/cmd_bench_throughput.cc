@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/options.h"
+#include "cli/progress.h"
 #include "engine/engine.h"
 
 namespace pagoda::cli {
@@ -29,7 +31,7 @@ struct ThroughputOptions {
   int64_t kv_cache_memory = 0;
   uint64_t seed = 0;
   bool json = false;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
 };
@@ -47,7 +49,8 @@ GenerateRequest make_request(const std::vector<int32_t>& prompt, int output_len)
   return g;
 }
 
-int run_throughput(const ThroughputOptions& o) {
+int run_throughput(ThroughputOptions& o) {
+  if (!resolve_device_option(o.device, "bench throughput")) return 2;
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
     std::cerr << "pagoda bench throughput: --num-prompts, --input-len, --output-len must be positive\n";
     return 2;
@@ -61,7 +64,13 @@ int run_throughput(const ThroughputOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
-  auto engine = Engine::create(cfg);
+  auto engine = [&] {
+    Progress progress("bench throughput", "loading weights", "B");
+    cfg.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
+    auto created = Engine::create(cfg);
+    cfg.load_progress = nullptr;
+    return created;
+  }();
   if (!engine.ok()) {
     std::cerr << "pagoda bench throughput: " << engine.status().to_string() << "\n";
     return 1;
@@ -94,7 +103,9 @@ int run_throughput(const ThroughputOptions& o) {
   int64_t generated = 0;
   std::vector<bool> finished(streams.size(), false);
   size_t remaining = streams.size();
+  Progress batched("bench throughput", "batched run", "requests");
   while (remaining > 0) {
+    batched.update(static_cast<int64_t>(streams.size() - remaining), static_cast<int64_t>(streams.size()));
     bool progress = false;
     for (size_t i = 0; i < streams.size(); ++i) {
       if (finished[i]) continue;
@@ -109,6 +120,8 @@ int run_throughput(const ThroughputOptions& o) {
     }
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  batched.update(static_cast<int64_t>(streams.size()), static_cast<int64_t>(streams.size()));
+  batched.finish();
   const double batched_s = since(t0);
   // A client that has seen its final output also sees the engine's stats of that step.
   const EngineStats after = e.stats();
@@ -159,15 +172,15 @@ int run_throughput(const ThroughputOptions& o) {
 
 const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline generation throughput through the Engine (batched vs one at a time)", [](CLI::App* app) {
   auto o = std::make_shared<ThroughputOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
-  app->add_option("--num-prompts", o->num_prompts, "Requests in the batched run");
-  app->add_option("--input-len", o->input_len, "Prompt tokens (random ids)");
-  app->add_option("--output-len", o->output_len, "Generated tokens per request (exact)");
-  app->add_option("--sequential", o->sequential, "Requests in the one-at-a-time run");
-  app->add_option("-t,--threads", o->threads, "Compute threads (default: one per core)");
-  app->add_option("--max-num-seqs", o->max_num_seqs, "Sequences batched together");
-  app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)");
-  app->add_option("--seed", o->seed, "Seed of the random prompts");
+  app->add_option("model,--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("--num-prompts", o->num_prompts, "Requests in the batched run")->check(CLI::Range(1, 16777216));
+  app->add_option("--input-len", o->input_len, "Prompt tokens (random ids)")->check(CLI::Range(1, 1048576));
+  app->add_option("--output-len", o->output_len, "Generated tokens per request (exact)")->check(CLI::Range(1, 1048576));
+  app->add_option("--sequential", o->sequential, "Requests in the one-at-a-time run")->check(CLI::Range(0, 16777216));
+  app->add_option("-t,--threads", o->threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 4096));
+  app->add_option("--max-num-seqs", o->max_num_seqs, "Sequences batched together")->check(CLI::Range(1, 1048576));
+  app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)")->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", o->seed, "Seed of the random prompts")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };

@@ -1,10 +1,13 @@
 // `pagoda generate`: stream one continuation to stdout (text, or token ids with --ids); timing
 // statistics go to stderr. Runs through the same Engine as the server.
 #include <chrono>
+#include <limits>
 #include <cstdio>
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/options.h"
+#include "cli/progress.h"
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -30,13 +33,16 @@ struct GenerateOptions {
   int threads = 0;
   std::string kv_dtype = "f16";
   int64_t max_model_len = 0;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
+  double memory_utilization = 0.0;
   bool verbose = false;
 };
 
-int run_generate(const GenerateOptions& o) {
+int run_generate(GenerateOptions& o) {
+  if (!resolve_device_option(o.device, "generate")) return 2;
+  if (!check_max_model_len("generate", o.model, o.max_model_len)) return 2;
   EngineConfig cfg;
   cfg.model = o.model;
   cfg.threads = o.threads;
@@ -45,6 +51,7 @@ int run_generate(const GenerateOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
+  cfg.memory_utilization = o.memory_utilization;
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
     std::cerr << "pagoda generate: unknown --kv-dtype '" << o.kv_dtype << "'\n";
@@ -52,7 +59,13 @@ int run_generate(const GenerateOptions& o) {
   }
   cfg.kv_dtype = *kv;
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = Engine::create(cfg);
+  auto engine = [&] {
+    Progress progress("generate", "loading weights", "B");
+    cfg.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
+    auto created = Engine::create(cfg);
+    cfg.load_progress = nullptr;
+    return created;
+  }();
   if (!engine.ok()) {
     std::cerr << "pagoda generate: " << engine.status().to_string() << "\n";
     return 1;
@@ -127,22 +140,24 @@ int run_generate(const GenerateOptions& o) {
 
 const CommandRegistration kGenerate("generate", "Generate a continuation of a prompt", [](CLI::App* app) {
   auto o = std::make_shared<GenerateOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("model,--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
   app->add_option("--prompt,-p", o->prompt, "Prompt text")->required();
-  app->add_option("-n,--max-tokens", o->n, "Tokens to generate");
-  app->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)");
-  app->add_option("--top-k", o->top_k, "Top-k (0: off)");
-  app->add_option("--top-p", o->top_p, "Top-p nucleus");
-  app->add_option("--min-p", o->min_p, "Min-p");
-  app->add_option("--repetition-penalty", o->repetition_penalty, "Repetition penalty (1: off)");
-  app->add_option("--seed", o->seed, "Sampling seed (same seed, same output)");
+  app->add_option("-n,--max-tokens", o->n, "Tokens to generate")->check(CLI::Range(1, 1073741824));
+  app->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  app->add_option("--top-k", o->top_k, "Top-k (0: off)")->check(CLI::Range(0, 1073741824));
+  app->add_option("--top-p", o->top_p, "Top-p nucleus")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--min-p", o->min_p, "Min-p")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--repetition-penalty", o->repetition_penalty, "Repetition penalty (1: off)")->check(CLI::Range(0.01, 100.0));
+  app->add_option("--seed", o->seed, "Sampling seed (same seed, same output)")->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
   app->add_flag("--ids", o->ids, "Print generated token ids instead of text");
   app->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
   app->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
-  app->add_option("-t,--threads", o->threads, "Threads (default: one per core)");
+  app->add_option("-t,--threads", o->threads, "Threads (default: one per core)")->check(CLI::Range(0, 4096));
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
-  app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
+  app->add_option("--max-model-len,-c,--ctx-size", o->max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
+      ->check(CLI::Range(0.0, 1.0));
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });

@@ -118,7 +118,7 @@ int run_info(const std::string& path, bool as_json) {
 const CommandRegistration kInfo("info", "Describe a model (architecture, sizes, tokenizer) without running it", [](CLI::App* app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  app->add_option("--model,-m", *path, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("model,--model,-m", *path, "GGUF file or Hugging Face model directory")->required();
   app->add_flag("--json", *json, "Print JSON");
   return [path, json] { return run_info(*path, *json); };
 });

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "loader/gguf.h"
 #include "model/model_loader.h"
 #include "model/tensor_table.h"
@@ -103,6 +104,12 @@ int run_memplan(const MemplanOptions& o) {
     std::cerr << "pagoda memplan: " << facts.status().to_string() << "\n";
     return 1;
   }
+  const int64_t ctx = facts->config.max_position_embeddings;
+  if (o.max_model_len > 0 && ctx > 0 && o.max_model_len > ctx) {
+    std::cerr << fmt::format("pagoda memplan: --max-model-len {} exceeds the model's context length {} "
+                             "(max_position_embeddings); use at most {}\n", o.max_model_len, ctx, ctx);
+    return 2;
+  }
   MemoryPlanInput in;
   in.config = facts->config;
   in.weight_bytes = facts->weight_bytes;
@@ -157,16 +164,16 @@ int run_memplan(const MemplanOptions& o) {
 
 const CommandRegistration kMemplan("memplan", "Print the memory plan for a model and configuration without loading weights", [](CLI::App* app) {
   auto o = std::make_shared<MemplanOptions>();
-  app->add_option("--model,-m", o->model, "GGUF file, Hugging Face directory or config.json")->required();
-  app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
-  app->add_option("--max-num-seqs", o->max_num_seqs, "Maximum concurrent sequences");
-  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step");
+  app->add_option("model,--model,-m", o->model, "GGUF file, Hugging Face directory or config.json")->required();
+  app->add_option("--max-model-len,-c,--ctx-size", o->max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
+  app->add_option("--max-num-seqs", o->max_num_seqs, "Maximum concurrent sequences")->check(CLI::Range(1, 1048576));
+  app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget per step")->check(CLI::Range(1, 1073741824));
   app->add_option("--memory", o->memory, "Device memory, e.g. 80GiB (default: this host's RAM)");
-  app->add_option("--memory-utilization", o->memory_utilization, "Fraction of the device memory to use");
+  app->add_option("--memory-utilization,--gpu-memory-utilization", o->memory_utilization, "Fraction of the device memory to use")->check(CLI::Range(0.0, 1.0));
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "Exact KV cache size (overrides the fraction)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16, bf16, f32");
   app->add_option("--weight-dtype", o->weight_dtype, "Weights dtype when planning from config.json (default: torch_dtype)");
-  app->add_option("--block-size", o->block_size, "KV block size in tokens");
+  app->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_memplan(*o); };
 });

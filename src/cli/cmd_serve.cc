@@ -1,8 +1,10 @@
 // `pagoda serve`: the OpenAI-compatible HTTP server (SSE streaming, /metrics, playground) and,
 // with --grpc-port, the gRPC service, on one engine.
 //
-// Start-up prints the engine and server configuration and the memory plan; a model that fails to
-// load or a port that cannot be bound is a message and exit code 1.
+// Start-up binds the HTTP port first (a port in use fails at once, before the model loads; the
+// gRPC port is checked the same way), then loads the model and prints the engine and server
+// configuration and the memory plan; a model that fails to load or a port that cannot be bound is a
+// message and exit code 1.
 // SIGTERM / SIGINT: graceful shutdown. New requests get 503 and /health says 503; in-flight
 // requests get --shutdown-timeout seconds to finish, then are cancelled (their streams end with
 // finish_reason "abort"); exit code 0.
@@ -15,10 +17,15 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "common/log.h"
+#include "cli/options.h"
 #include "engine/engine.h"
 #include "server/grpc_server.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
+#include "server/listen_socket.h"
+#include "server/stats_logger.h"
+#include "cli/progress.h"
 #include "server/serving_context.h"
 
 namespace pagoda::cli {
@@ -53,9 +60,25 @@ int run_serve(ServeCliOptions& o) {
 
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
-    std::cerr << "pagoda serve: unknown --kv-dtype '" << o.kv_dtype << "'\n";
+    log_error("serve", "unknown --kv-dtype '{}'", o.kv_dtype);
     return 2;
   }
+  if (!resolve_device_option(o.engine.device, "serve")) return 2;
+  if (!check_max_model_len("serve", o.engine.model, o.engine.max_model_len)) return 2;
+  // Claim the ports before the (slow) model load.
+  auto bound = server::BoundSocket::bind(o.serve.host, o.serve.port);
+  if (!bound.ok()) {
+    log_error("serve", "{}", bound.status().message());
+    return 1;
+  }
+  if (o.serve.grpc_port > 0) {
+    auto grpc_probe = server::BoundSocket::bind(o.serve.host, o.serve.grpc_port);
+    if (!grpc_probe.ok()) {
+      log_error("serve", "gRPC: {}", grpc_probe.status().message());
+      return 1;
+    }
+  }
+  log_info("serve", "bound {}:{}; loading the model", o.serve.host, bound->port());
   o.engine.kv_dtype = *kv;
   o.engine.enable_prefix_caching = !o.no_prefix_caching;
   if (!o.rate_limit.empty()) {
@@ -67,69 +90,78 @@ int run_serve(ServeCliOptions& o) {
   if (o.rps > 0) o.serve.rate_limit.requests_per_s = o.rps;
   if (o.tpm > 0) o.serve.rate_limit.tokens_per_min = o.tpm;
 
-  std::cerr << "pagoda serve: engine: " << o.engine.to_string() << "\n";
-  std::cerr << "pagoda serve: server: " << o.serve.to_string() << "\n";
+  log_info("serve", "engine: {}", o.engine.to_string());
+  log_info("serve", "server: {}", o.serve.to_string());
   const auto t0 = std::chrono::steady_clock::now();
-  auto engine = Engine::create(o.engine);
+  auto engine = [&] {
+    Progress progress("serve", "loading weights", "B");
+    o.engine.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
+    auto created = Engine::create(o.engine);
+    o.engine.load_progress = nullptr;
+    return created;
+  }();
   if (!engine.ok()) {
-    std::cerr << "pagoda serve: cannot start the engine: " << engine.status().to_string() << "\n";
+    log_error("serve", "cannot start the engine: {}", engine.status().to_string());
     return 1;
   }
-  std::cerr << fmt::format("pagoda serve: model loaded in {:.2f} s: {} (max_model_len {}, chat template {})\n",
+  log_info("serve", "model loaded in {:.2f} s: {} (max_model_len {}, chat template {})",
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                            (*engine)->model_config().summary(), (*engine)->max_model_len(),
                            (*engine)->has_chat_template() ? "yes" : "no");
-  std::cerr << "pagoda serve: memory plan:\n" << (*engine)->memory_plan().to_string() << "\n";
+  log_info("serve", "memory plan:\n{}", (*engine)->memory_plan().to_string());
 
   server::ServingContext ctx(**engine, o.serve);
   server::HttpApi api(ctx);
   server::HttpServerOptions ho;
   ho.host = o.serve.host;
-  ho.port = o.serve.port;
+  ho.port = bound->port();
+  ho.bound_fd = bound->release();
   ho.threads = o.serve.http_threads;
   ho.body_limit = o.serve.max_body_bytes;
   ho.idle_timeout_s = o.serve.idle_timeout_s;
   ho.write_timeout_s = o.serve.write_timeout_s;
   auto http = std::make_unique<server::HttpServer>(ho, api);
   if (Status st = http->listen(); !st.ok()) {
-    std::cerr << "pagoda serve: " << st.message() << "\n";
+    log_error("serve", "{}", st.message());
     return 1;
   }
   std::unique_ptr<server::GrpcServer> grpc;
   if (o.serve.grpc_port > 0) {
     grpc = std::make_unique<server::GrpcServer>(ctx);
     if (Status st = grpc->start(o.serve.host, o.serve.grpc_port); !st.ok()) {
-      std::cerr << "pagoda serve: " << st.message() << "\n";
+      log_error("serve", "gRPC: {}", st.message());
       return 1;
     }
   }
   http->start();
-  std::cerr << fmt::format("pagoda serve: serving '{}' on http://{}:{}{}\n", ctx.model_name(), o.serve.host,
+  server::StatsLogger stats(**engine, o.serve.stats_interval_s);
+  log_info("serve", "serving '{}' on http://{}:{}{}", ctx.model_name(), o.serve.host,
                            http->port(), grpc ? fmt::format(" and gRPC {}:{}", o.serve.host, grpc->port()) : "");
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << fmt::format("pagoda serve: {} received: draining ({} sequences in flight, timeout {} s)\n",
+  log_info("serve", "{} received: draining ({} sequences in flight, timeout {} s)",
                            sig == SIGTERM ? "SIGTERM" : "SIGINT", ctx.sequences_in_flight(), o.serve.shutdown_timeout_s);
   ctx.set_draining();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.serve.shutdown_timeout_s);
   while (ctx.sequences_in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (ctx.sequences_in_flight() > 0) {
-    std::cerr << fmt::format("pagoda serve: shutdown timeout: cancelling {} sequences\n", ctx.sequences_in_flight());
+    log_warn("serve", "shutdown timeout: cancelling {} sequences", ctx.sequences_in_flight());
     ctx.cancel_all();
     // Let the cancelled streams write their last chunk.
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (ctx.sequences_in_flight() > 0 && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  stats.stop();
   if (grpc) grpc->shutdown(0.5);
   // Stop the io threads, then the engine (no output callback can run after it is joined), then
   // free the connections (their jobs' cancels reach a stopped engine harmlessly).
   http->stop();
   (*engine)->shutdown();
   http.reset();
-  std::cerr << "pagoda serve: stopped\n";
+  log_info("serve", "stopped");
   return 0;
 }
 
@@ -137,35 +169,42 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   auto o = std::make_shared<ServeCliOptions>();
   auto& s = o->serve;
   auto& e = o->engine;
-  app->add_option("--model,-m", e.model, "GGUF file or Hugging Face model directory")->required();
+  e.device = "auto";
+  app->add_option("model,--model,-m", e.model, "GGUF file or Hugging Face model directory")->required();
   app->add_option("--tokenizer", e.tokenizer, "Tokenizer (default: the model's)");
   app->add_option("--host", s.host, "Address to listen on");
-  app->add_option("--port", s.port, "HTTP port (0: any free port)");
-  app->add_option("--grpc-port", s.grpc_port, "gRPC port (0: no gRPC)");
+  app->add_option("--port", s.port, "HTTP port (0: any free port)")->check(port_range());
+  app->add_option("--grpc-port", s.grpc_port, "gRPC port (0: no gRPC)")->check(port_range());
   app->add_option("--api-key", s.api_keys, "API key clients must send as 'Authorization: Bearer KEY' (repeatable)");
   app->add_option("--served-model-name", s.served_model_name, "Model name in the API (default: the file name)");
   app->add_option("--rate-limit", o->rate_limit, "Per-key limits, e.g. 'rps=5,tpm=20000'");
-  app->add_option("--rate-limit-rps", o->rps, "Per-key requests per second (burst: one second's worth)");
-  app->add_option("--rate-limit-tpm", o->tpm, "Per-key tokens (prompt + max output) per minute");
-  app->add_option("--max-queued-requests", s.max_queued_requests, "Sequences that may wait beyond --max-num-seqs before 429 (0: unbounded)");
-  app->add_option("--shutdown-timeout", s.shutdown_timeout_s, "Seconds in-flight requests get to finish on SIGTERM");
-  app->add_option("--http-threads", s.http_threads, "I/O threads of the HTTP server");
-  app->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (413 beyond)");
-  app->add_option("--idle-timeout", s.idle_timeout_s, "Seconds to wait for a request on an open connection");
-  app->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a slow client may take");
-  app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)");
+  app->add_option("--rate-limit-rps", o->rps, "Per-key requests per second (burst: one second's worth)")->check(CLI::NonNegativeNumber);
+  app->add_option("--rate-limit-tpm", o->tpm, "Per-key tokens (prompt + max output) per minute")->check(CLI::NonNegativeNumber);
+  app->add_option("--max-queued-requests", s.max_queued_requests, "Sequences that may wait beyond --max-num-seqs before 429 (0: unbounded)")->check(CLI::NonNegativeNumber);
+  app->add_option("--shutdown-timeout", s.shutdown_timeout_s, "Seconds in-flight requests get to finish on SIGTERM")->check(CLI::NonNegativeNumber);
+  app->add_option("--http-threads", s.http_threads, "I/O threads of the HTTP server")->check(CLI::Range(1, 1024));
+  app->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (413 beyond)")->check(CLI::PositiveNumber);
+  app->add_option("--idle-timeout", s.idle_timeout_s, "Seconds to wait for a request on an open connection")->check(CLI::PositiveNumber);
+  app->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a slow client may take")->check(CLI::PositiveNumber);
+  app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 4096));
   add_device_options(app, e.device, e.dtype, e.cuda_graphs);
-  app->add_option("--gpu-memory-utilization", e.memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)");
-  app->add_option("--max-model-len", e.max_model_len, "Maximum sequence length (default: the model's)");
-  app->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Sequences batched together");
-  app->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens, "Token budget of one engine step");
-  app->add_option("--block-size", e.block_size, "KV cache block size (tokens)");
+  app->add_option("--gpu-memory-utilization", e.memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--max-model-len,-c,--ctx-size", e.max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
+  app->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Sequences batched together")->check(CLI::Range(1, 1048576));
+  app->add_option("--max-num-batched-tokens", e.scheduler.max_num_batched_tokens, "Token budget of one engine step")->check(CLI::Range(1, 1073741824));
+  app->add_option("--block-size", e.block_size, "KV cache block size (tokens)")->check(CLI::Range(1, 4096));
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
-  app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)");
-  app->add_option("--swap-space", e.swap_space, "Host bytes for swap preemption (0: recompute)");
+  app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)")->check(CLI::NonNegativeNumber);
+  app->add_option("--swap-space", e.swap_space, "Host bytes for swap preemption (0: recompute)")->check(CLI::NonNegativeNumber);
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
-  app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step");
+  app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");
+  app->add_flag_callback("--no-access-log", [&s] { s.access_log = false; }, "No access log line per request");
+  app->add_option("--stats-interval", s.stats_interval_s, "Seconds between the stats lines while serving (0: none)")
+      ->check(CLI::Range(0.0, 86400.0));
+  app->add_option("--metrics-prefix", s.metrics_prefix,
+                  "Prefix of the /metrics names: pagoda, or vllm (vLLM's names, for its dashboards)")
+      ->check(CLI::IsMember({"pagoda", "vllm"}));
   return [o] { return run_serve(*o); };
 });
 

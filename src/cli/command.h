@@ -35,7 +35,8 @@ struct BenchSubcommandRegistration {
 
 // --device, --dtype and --no-cuda-graphs: the same for every subcommand that runs a model.
 inline void add_device_options(CLI::App* app, std::string& device, std::string& dtype, bool& cuda_graphs) {
-  app->add_option("--device", device, "cpu, cuda or cuda:N");
+  app->add_option("--device", device,
+                  "auto (the GPU when this build has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N");
   app->add_option("--dtype", dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
   app->add_flag_callback("--no-cuda-graphs", [&cuda_graphs] { cuda_graphs = false; }, "CUDA: run decode steps eagerly");
 }

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/options.h"
 
 namespace pagoda::cli {
 std::vector<CommandInfo>& command_registry() {
@@ -16,9 +17,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Pagoda: an inference engine and server for large language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pagoda 0.1.0");
+  // Every option's default is shown in --help; subcommands inherit this from the app.
+  app.option_defaults()->always_capture_default();
   std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
   for (auto& cmd : command_registry()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);
+    add_log_level_option(sub);
     actions.emplace_back(sub, cmd.setup(sub));
   }
   try {

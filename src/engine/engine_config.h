@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/dtype.h"
@@ -27,6 +28,8 @@ struct EngineConfig {
   std::string dtype = "auto";        // CUDA compute dtype: auto (f32 for f32 weights, else bf16) | f32 | bf16
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
+  // Weight-loading progress (ModelLoadOptions::progress), called on the creating thread.
+  std::function<void(int64_t done, int64_t total)> load_progress;
 
   std::string to_string() const;
 };

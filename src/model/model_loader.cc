@@ -1,5 +1,6 @@
 #include "model/model_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "loader/gguf.h"
@@ -27,8 +28,20 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
-  auto lookup = [source](const std::string& name) { return source->get(name); };
+  int64_t total = 0, done = 0;
+  if (options.progress)
+    for (const auto& name : source->names())
+      if (const Tensor* t = source->find(name)) total += t->nbytes();
+  auto lookup = [source, &options, &done, total](const std::string& name) {
+    auto t = source->get(name);
+    if (options.progress && t.ok()) {
+      done = std::min(total, done + (*t)->nbytes());
+      options.progress(done, total);
+    }
+    return t;
+  };
   auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len, options.cpu_kernels);
+  if (options.progress) options.progress(total, total);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
   m.model = std::move(model).value();
   return m;

@@ -3,6 +3,8 @@
 // kernel asks for a repacked layout) and builds the family's forward model.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <string>
 
@@ -18,6 +20,9 @@ struct ModelLoadOptions {
   // Prepare (repack) the weights for the CPU kernels. A device executor reads the original
   // tensors and skips this (no packed host copies of the weights).
   bool cpu_kernels = true;
+  // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
+  // total; the last call has done == total. Empty: no reports.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct LoadedModel {

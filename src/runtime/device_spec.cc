@@ -2,13 +2,26 @@
 
 #include <charconv>
 
+#include "runtime/cuda_executor.h"
+
 namespace pagoda {
 
 std::string DeviceSpec::to_string() const { return type == Device::kCpu ? "cpu" : fmt::format("cuda:{}", index); }
 
-Result<DeviceSpec> parse_device(std::string_view s) {
+Result<DeviceSpec> parse_device(std::string_view s) { return resolve_device(s, nullptr); }
+
+Result<DeviceSpec> resolve_device(std::string_view s, std::string* why) {
   DeviceSpec d;
   if (s.empty() || s == "cpu") return d;
+  if (s == "auto") {
+    std::string reason;
+    if (cuda_available(&reason)) {
+      d.type = Device::kCuda;
+      reason = fmt::format("{} CUDA device(s) visible", cuda_device_count());
+    }
+    if (why) *why = reason;
+    return d;
+  }
   if (s == "cuda" || s == "gpu") {
     d.type = Device::kCuda;
     return d;
@@ -23,7 +36,7 @@ Result<DeviceSpec> parse_device(std::string_view s) {
       return d;
     }
   }
-  return invalid_argument("unknown device '{}': expected cpu, cuda or cuda:N", s);
+  return invalid_argument("unknown device '{}': expected auto, cpu, cuda or cuda:N", s);
 }
 
 }  // namespace pagoda

@@ -51,6 +51,17 @@ GenerationJob::~GenerationJob() {
     finish_all();
   }
   for (const auto& id : engine_ids_) ctx_.untrack(id);
+  if (ctx_.options().access_log) {
+    AccessLogEntry e = spec_.access;
+    const ojson u = usage_json();
+    e.status = 200;
+    e.prompt_tokens = u["prompt_tokens"].get<int64_t>();
+    e.completion_tokens = u["completion_tokens"].get<int64_t>();
+    e.latency_s = ServingContext::now() - spec_.start;
+    e.stream = spec_.stream;
+    e.aborted = aborted_;
+    write_access_log(e);
+  }
 }
 
 void GenerationJob::attach(std::function<void()> wake) {

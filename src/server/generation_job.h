@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/access_log.h"
 #include "server/http_message.h"
 #include "server/serving_context.h"
 
@@ -33,6 +34,8 @@ struct JobSpec {
   std::string model;
   int64_t created = 0;
   std::vector<std::string> echo_texts;   // completions with echo: per prompt
+  AccessLogEntry access;                 // remote, method, path: the access line written at the end
+  double start = 0;                      // ServingContext::now() when the request arrived
 };
 
 class GenerationJob : public AsyncBody {

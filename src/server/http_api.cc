@@ -1,11 +1,18 @@
 #include "server/http_api.h"
 
+#include "server/access_log.h"
+#include "server/process_metrics.h"
+
 #include "server/generation_job.h"
 #include "server/playground.h"
 
 namespace pagoda::server {
 
 using ojson = nlohmann::ordered_json;
+
+// When the request being handled on this thread arrived (handle() sets it; submit() reads it
+// synchronously below it, on the same thread).
+static thread_local double t_request_start = 0;
 
 namespace {
 
@@ -60,8 +67,14 @@ HttpResponse HttpApi::protocol_error(int status, const std::string& message) {
 
 HandlerResult HttpApi::handle(HttpRequest& request) {
   std::string route_name = "other";
+  const double start = ServingContext::now();
+  t_request_start = start;
   HandlerResult res = route(request, &route_name);
   ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
+  // A generation job writes its own access line when it ends (GenerationJob).
+  if (!res.body && ctx_.options().access_log)
+    write_access_log({request.remote, request.method, request.path, res.response.status, -1, -1,
+                      ServingContext::now() - start, false, false});
   if (ctx_.draining()) res.response.close = true;
   return res;
 }
@@ -144,7 +157,8 @@ HttpResponse HttpApi::health() {
 HttpResponse HttpApi::metrics() {
   HttpResponse r;
   r.content_type = std::string(kPrometheusContentType);
-  r.body = ctx_.metrics().render(ctx_.engine().stats());
+  r.body = rename_metric_prefix(ctx_.metrics().render(ctx_.engine().stats()), ctx_.options().metrics_prefix) +
+           render_process_metrics();
   return r;
 }
 
@@ -276,6 +290,10 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.id = ctx_.make_id(chat ? "chatcmpl" : "cmpl");
   spec.model = ctx_.model_name();
   spec.created = static_cast<int64_t>(std::time(nullptr));
+  spec.access.remote = req.remote;
+  spec.access.method = req.method;
+  spec.access.path = req.path;
+  spec.start = t_request_start;
   spec.echo_texts = std::move(prepared.echo_texts);
   (void)model;
 

@@ -292,9 +292,13 @@ Status HttpServer::listen() {
   if (ec) return make_status(StatusCode::kInvalidArgument, "bad --host '{}': {}", options_.host, ec.message());
   tcp::endpoint ep(addr, static_cast<unsigned short>(options_.port));
   auto& a = impl_->acceptor;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
+  if (options_.bound_fd >= 0) {
+    a.assign(ep.protocol(), options_.bound_fd, ec);
+  } else {
+    a.open(ep.protocol(), ec);
+    if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) a.bind(ep, ec);
+  }
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
     return make_status(StatusCode::kIoError, "cannot listen on {}:{}: {}", options_.host, options_.port, ec.message());

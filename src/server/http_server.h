@@ -39,6 +39,9 @@ struct HttpServerOptions {
   size_t header_limit = 16 << 10;        // bytes, request line + headers
   double idle_timeout_s = 30;            // waiting for (the rest of) a request
   double write_timeout_s = 30;           // one write to a slow client
+  // >= 0: a socket already bound to host:port (server/listen_socket.h), which listen() takes over
+  // (and closes with the server) instead of binding one itself.
+  int bound_fd = -1;
 };
 
 class HttpServer {

@@ -11,10 +11,11 @@ namespace pagoda::server {
 std::string ServeOptions::to_string() const {
   return fmt::format(
       "http {}:{} ({} io threads) | grpc port {} | api keys {} | rate limit rps {} tpm {} | max queued {} | served name "
-      "'{}' | shutdown timeout {} s | body limit {} B | idle timeout {} s",
+      "'{}' | shutdown timeout {} s | body limit {} B | idle timeout {} s | access log {} | stats every {} s | "
+      "metrics prefix {}",
       host, port, http_threads, grpc_port > 0 ? std::to_string(grpc_port) : "off", api_keys.size(),
       rate_limit.requests_per_s, rate_limit.tokens_per_min, max_queued_requests, served_model_name, shutdown_timeout_s,
-      max_body_bytes, idle_timeout_s);
+      max_body_bytes, idle_timeout_s, access_log ? "on" : "off", stats_interval_s, metrics_prefix);
 }
 
 ServingContext::ServingContext(Engine& engine, ServeOptions options)

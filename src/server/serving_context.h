@@ -40,6 +40,9 @@ struct ServeOptions {
   size_t max_body_bytes = 8 << 20;
   double idle_timeout_s = 30;
   double write_timeout_s = 30;
+  bool access_log = true;                  // one INFO line per request (server/access_log.h)
+  double stats_interval_s = 10;            // the periodic stats line (server/stats_logger.h); 0: off
+  std::string metrics_prefix = "pagoda";   // /metrics names PREFIX:...; "vllm" for vLLM's dashboards
   std::string to_string() const;
 };
 

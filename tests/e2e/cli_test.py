@@ -1,0 +1,171 @@
+"""The command line as users type it (issue 28): every numeric option range-checked, --max-model-len
+within the model's context, the port claimed before the model loads, defaults in --help, the model
+as a positional argument, the peers' spellings (--host, --port, -c/--ctx-size,
+--gpu-memory-utilization), --log-level, and --device auto said at start-up. Runs the real binary
+on the tiny stories260K model (context 2048)."""
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import BINARY, TINY_MODEL, free_port, http
+
+TIMEOUT = 60
+
+
+def run(*args, timeout=TIMEOUT):
+    """(exit code, stdout + stderr) of `pagoda ARGS`; a run past `timeout` fails the test."""
+    try:
+        p = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"pagoda {' '.join(map(str, args))} still running after {timeout} s: {e.stderr!r}")
+    return p.returncode, p.stdout + p.stderr
+
+
+# (subcommand args..., option, bad value): each must be refused before anything runs.
+BAD_VALUES = [
+    (["serve", "--model", TINY_MODEL], "--port", "99999"),
+    (["serve", "--model", TINY_MODEL], "--port", "-1"),
+    (["serve", "--model", TINY_MODEL], "--grpc-port", "70000"),
+    (["serve", "--model", TINY_MODEL], "--gpu-memory-utilization", "1.5"),
+    (["serve", "--model", TINY_MODEL], "--max-num-seqs", "0"),
+    (["serve", "--model", TINY_MODEL], "--http-threads", "0"),
+    (["serve", "--model", TINY_MODEL], "--threads", "-2"),
+    (["serve", "--model", TINY_MODEL], "--block-size", "0"),
+    (["serve", "--model", TINY_MODEL], "--shutdown-timeout", "-1"),
+    (["generate", "--model", TINY_MODEL, "-p", "hi"], "--top-p", "2"),
+    (["generate", "--model", TINY_MODEL, "-p", "hi"], "--temperature", "-1"),
+    (["generate", "--model", TINY_MODEL, "-p", "hi"], "-n", "-5"),
+    (["generate", "--model", TINY_MODEL, "-p", "hi"], "--seed", "-7"),
+    (["bench", "throughput", "--model", TINY_MODEL], "--num-prompts", "0"),
+    (["bench", "throughput", "--model", TINY_MODEL], "--max-num-seqs", "-1"),
+    (["bench", "--model", TINY_MODEL], "--repeats", "0"),
+    (["bench", "serve"], "--num-prompts", "0"),
+    (["bench", "serve"], "--request-rate", "-3"),
+    (["memplan", "--model", TINY_MODEL], "--memory-utilization", "2"),
+]
+
+
+@pytest.mark.parametrize("args,option,value", BAD_VALUES, ids=[f"{a[0]}{' ' + a[1] if a[0] == 'bench' else ''} {o} {v}" for a, o, v in BAD_VALUES])
+def test_numeric_option_out_of_range_is_refused(args, option, value):
+    t0 = time.time()
+    rc, out = run(*args, option, value, timeout=20)
+    assert rc != 0, f"{option} {value} accepted:\n{out}"
+    assert option.lstrip("-") in out and value in out, f"the error names neither the option nor the value:\n{out}"
+    assert "model loaded" not in out and "serving" not in out, out
+    assert time.time() - t0 < 10
+
+
+def test_port_99999_does_not_wrap():
+    # 99999 mod 65536 = 34463: the port a wrapping parser would have served on.
+    rc, out = run("serve", "--model", TINY_MODEL, "--port", "99999", timeout=20)
+    assert rc != 0 and "34463" not in out
+    assert "99999" in out and "65535" in out, out
+
+
+@pytest.mark.parametrize("cmd", [["serve"], ["generate", "-p", "hi", "-n", "1"], ["memplan"]])
+def test_max_model_len_beyond_context_is_refused(cmd):
+    rc, out = run(cmd[0], "--model", TINY_MODEL, *cmd[1:], "--max-model-len", "4096", timeout=30)
+    assert rc != 0, out
+    assert "2048" in out and "context" in out, out
+
+
+def test_max_model_len_within_context_and_ctx_size_alias():
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "4", "-c", "1024", "--temperature", "0", "-v")
+    assert rc == 0, out
+    assert "max_model_len 1024" in out, out
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "4", "--ctx-size", "4096")
+    assert rc != 0 and "2048" in out, out
+
+
+def test_port_in_use_fails_before_the_model_loads():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        t0 = time.time()
+        rc, out = run("serve", "--model", TINY_MODEL, "--port", port, timeout=30)
+        assert rc != 0, out
+        assert str(port) in out and "in use" in out, out
+        assert "model loaded" not in out and "engine:" not in out, f"the model loaded before the port was tried:\n{out}"
+        assert time.time() - t0 < 10
+
+
+def test_grpc_port_in_use_fails_before_the_model_loads():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, out = run("serve", "--model", TINY_MODEL, "--port", free_port(), "--grpc-port", port, timeout=30)
+        assert rc != 0 and str(port) in out, out
+        assert "model loaded" not in out, out
+
+
+@pytest.mark.parametrize("cmd,expect", [
+    (["serve"], ["--port", "8000", "127.0.0.1", "--max-num-seqs", "256", "--log-level", "info", "auto"]),
+    (["generate"], ["--max-tokens", "128", "--temperature", "0.8", "--top-k", "40"]),
+    (["bench", "throughput"], ["--num-prompts", "64", "--input-len", "128"]),
+    (["bench", "serve"], ["--num-prompts", "100", "http://127.0.0.1:8000"]),
+])
+def test_help_shows_defaults(cmd, expect):
+    rc, out = run(*cmd, "--help", timeout=20)
+    assert rc == 0, out
+    for e in expect:
+        assert e in out, f"{e!r} missing from `pagoda {' '.join(cmd)} --help`:\n{out}"
+    # The defaults are printed as CLI11 does: "--option TYPE=DEFAULT".
+    assert "=8000" in out or "=128" in out or "=64" in out or "=100" in out, out
+
+
+def test_model_is_positional(server_factory):
+    rc, out = run("info", TINY_MODEL)
+    assert rc == 0 and "context       2048" in out, out
+    rc, out = run("generate", TINY_MODEL, "-p", "Once", "-n", "3", "--temperature", "0")
+    assert rc == 0, out
+    # `pagoda serve MODEL` as `vllm serve MODEL` users type it (Server passes --model; start by hand).
+    port = free_port()
+    p = subprocess.Popen([BINARY, "serve", str(TINY_MODEL), "--host", "127.0.0.1", "--port", str(port), "-c", "512"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert p.poll() is None, p.stdout.read()
+            try:
+                status, _, body = http("GET", f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                if status == 200:
+                    assert b'"max_model_len":512' in body.replace(b" ", b""), body
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("pagoda serve MODEL did not come up")
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+
+
+def test_log_level():
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2", "--log-level", "bogus")
+    assert rc != 0 and "log-level" in out, out
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2", "--log-level", "info")
+    assert rc == 0 and "INFO" in out and "device auto" in out, out
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2", "--log-level", "error")
+    assert rc == 0 and "INFO" not in out, out
+
+
+def test_device_auto_is_the_default_and_said():
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2")
+    assert rc == 0, out
+    assert "device auto: " in out, out
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2", "--device", "cpu")
+    assert rc == 0 and "device auto" not in out, out
+    rc, out = run("generate", "--model", TINY_MODEL, "-p", "Once", "-n", "2", "--device", "tpu")
+    assert rc != 0 and "tpu" in out, out
+
+
+def test_gpu_memory_utilization_spelling_everywhere():
+    for cmd in (["generate", "--model", TINY_MODEL, "-p", "x"], ["serve", "--model", TINY_MODEL], ["memplan", "--model", TINY_MODEL],
+                ["bench", "--model", TINY_MODEL]):
+        rc, out = run(*cmd, "--gpu-memory-utilization", "7", timeout=20)
+        # Accepted as a spelling (not "unknown option"), then range-checked.
+        assert rc != 0 and "memory-utilization" in out and "7" in out and "not expected" not in out, (cmd, out)
