@@ -103,9 +103,11 @@ int run_throughput(ThroughputOptions& o) {
   int64_t generated = 0;
   std::vector<bool> finished(streams.size(), false);
   size_t remaining = streams.size();
-  Progress batched("bench throughput", "batched run", "requests");
+  // Progress in output tokens: every sequence advances together under continuous batching.
+  const int64_t total_out = static_cast<int64_t>(streams.size()) * o.output_len;
+  Progress batched("bench throughput", "batched run", "tokens");
   while (remaining > 0) {
-    batched.update(static_cast<int64_t>(streams.size() - remaining), static_cast<int64_t>(streams.size()));
+    batched.update(generated, total_out);
     bool progress = false;
     for (size_t i = 0; i < streams.size(); ++i) {
       if (finished[i]) continue;
@@ -120,7 +122,7 @@ int run_throughput(ThroughputOptions& o) {
     }
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  batched.update(static_cast<int64_t>(streams.size()), static_cast<int64_t>(streams.size()));
+  batched.update(generated, total_out);
   batched.finish();
   const double batched_s = since(t0);
   // A client that has seen its final output also sees the engine's stats of that step.
