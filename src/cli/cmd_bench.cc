@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -278,8 +279,9 @@ int run_bench(const BenchOptions& o) {
     // Machine ceilings: decode is bound by bandwidth, prefill by the compute peak.
     double bandwidth = 0, compute_peak = 0;
     std::string peak_name, bw_name, machine;
-    const LlamaWeights& w = loaded->model->weights();
-    const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
+    const auto& linears = loaded->model->weights().linears;
+    const bool quantized = std::any_of(linears.begin(), linears.end(),
+                                       [](const LinearEntry& e) { return is_quantized(e.parts.at(0).dtype()); });
     if (cuda) {
       auto c = cuda_measure_ceilings(dev->index);
       if (!c.ok()) {

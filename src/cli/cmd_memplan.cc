@@ -11,7 +11,7 @@
 #include "cli/command.h"
 #include "loader/gguf.h"
 #include "model/model_loader.h"
-#include "model/tensor_table.h"
+#include "model/family.h"
 #include "runtime/memory_plan.h"
 
 namespace pagoda::cli {

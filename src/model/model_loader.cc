@@ -4,6 +4,7 @@
 
 #include "loader/gguf.h"
 #include "loader/hf_model_dir.h"
+#include "model/family.h"
 
 namespace pagoda {
 
@@ -28,7 +29,10 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
   auto lookup = [source](const std::string& name) { return source->get(name); };
-  auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len, options.cpu_kernels);
+  ModelLoadParams params;
+  params.max_positions = m.max_model_len;
+  params.cpu_kernels = options.cpu_kernels;
+  auto model = family_of(m.config).load(m.config, naming, lookup, params);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
   m.model = std::move(model).value();
   return m;

@@ -56,9 +56,9 @@ struct CudaMemoryInfo {
 };
 Result<CudaMemoryInfo> cuda_memory_info(int device);
 
-Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options);
+Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutorOptions& options);
 
-Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options);
 
 // Machine ceilings for `pagoda bench` on the GPU: device-to-device copy bandwidth (bytes/s,

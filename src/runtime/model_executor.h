@@ -23,7 +23,7 @@
 #include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "kv/kv_cache_manager.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "runtime/forward_batch.h"
 #include "runtime/sampler.h"
 
@@ -79,6 +79,6 @@ class ModelExecutor {
 };
 
 // The CPU executor: the model's forward pass on `pool`, KV cache in host memory.
-std::unique_ptr<ModelExecutor> make_cpu_executor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool);
+std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool);
 
 }  // namespace pagoda
