@@ -12,9 +12,7 @@
 //   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
 // Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with one row -> our GEMV (RMSNorm fused
 // into the QKV / gate-up / lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as
-// its beta = 1 epilogue). Opt-in (PAGODA_LAYER_KERNEL=1), one-row bf16 steps go further: after
-// each attention, one persistent kernel (cuda::decode_layer) runs the O, gate/up + SwiGLU and
-// down matmuls and the next layer's norm + QKV (the last layer's: the final norm + lm_head).
+// its beta = 1 epilogue). Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -35,7 +33,6 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/executor_switches.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
@@ -108,6 +105,8 @@ struct StepShape {
 // replayed by the batch's longest context.
 int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
 
+static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
+
 class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(const LlamaModel& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
@@ -118,7 +117,7 @@ class CudaExecutor final : public ModelExecutor {
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
     cudaStreamDestroy(stream_);
-    cuda::block_trace_write();  // PAGODA_BLOCK_TRACE: the last step's warp records
+    cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
   }
 
   Status init();
@@ -155,9 +154,9 @@ class CudaExecutor final : public ModelExecutor {
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
   // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
-  // most sw_.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
+  // most tuning.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
   bool use_gemv(int64_t M, int64_t K, bool norm) const {
-    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= sw_.gemv_max_rows &&
+    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
            (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
@@ -204,7 +203,6 @@ class CudaExecutor final : public ModelExecutor {
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
   DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
-  DeviceBuffer layer_barrier_;  // the persistent decode-layer kernel's grid-barrier counter (8 bytes)
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
@@ -215,11 +213,8 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
-  cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
+  cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
-  cuda::ExecutorSwitches sw_;  // comparison and timing switches (environment)
-  cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
-  bool skip(const char* op) const { return sw_.skip(op); }
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -233,8 +228,8 @@ Status CudaExecutor::init() {
   sms_ = prop.multiProcessorCount;
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
-  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  sw_ = cuda::ExecutorSwitches::from_env();
+  if (opt_.tuning.cuda_profile) profiler_.enable();
+  cuda::block_trace_open(opt_.tuning.block_trace);
   if (!kv_cache_dtype_supported(spec_.dtype))
     return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -256,7 +251,7 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  // PAGODA_BLOCK_TRACE: every step eager (a replayed graph would write its capture's trace slots).
+  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
   if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return {};
@@ -268,8 +263,8 @@ std::string CudaExecutor::describe() const {
                      opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
-                     profiler_.enabled()         ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)"
-                     : cuda::block_trace_enabled() ? " (not captured: PAGODA_BLOCK_TRACE traces every step eagerly)"
+                     profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
+                     : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"
                                                    : "",
                      opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
 }
@@ -352,8 +347,6 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
   att_counters_.reset(static_cast<size_t>(rows * d_.H * 4));  // >= rows x kv heads x head chunks
   CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
-  layer_barrier_.reset(sizeof(unsigned long long));
-  CUDA_CHECK(cudaMemsetAsync(layer_barrier_.get(), 0, layer_barrier_.bytes(), stream_));
   last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
   logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
   const int64_t srows = caps_.seqs;
@@ -392,41 +385,6 @@ void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, in
   }
 }
 
-cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const {
-  const Layer& ly = layers_[l];
-  cuda::DecodeLayerParams p;
-  p.attn = attn_.get();
-  p.w_o = ly.w_o.get();
-  p.residual = residual_.as<float>();
-  p.ffn_norm = ly.ffn_norm.as<float>();
-  p.w_gu = ly.w_gu.get();
-  p.act = act_buf_.get();
-  p.w_down = ly.w_down.get();
-  p.D = d_.D;
-  p.Q = d_.Q;
-  p.F = d_.F;
-  p.eps = static_cast<float>(model_.config().rms_norm_eps);
-  p.barrier = layer_barrier_.as<unsigned long long>();
-  p.num_sms = sms_;
-  p.depth = sw_.layer_depth;
-  p.bulk_copies = !sw_.layer_cp_async;
-  p.timing_no_barriers = skip(",layerbarrier,");
-  if (l + 1 < d_.L) {  // the next layer's norm + QKV
-    const Layer& next = layers_[l + 1];
-    p.tail_norm = next.attn_norm.as<float>();
-    p.w_tail = next.w_qkv.get();
-    p.n_tail = d_.Nqkv;
-    p.tail_out = qkv_.as<float>();
-  } else if (sh.logits > 0) {  // the final norm + lm_head
-    p.tail_norm = out_norm_.as<float>();
-    p.tail_row = in.d<int32_t>(in.o_lrows);
-    p.w_tail = lm_head_ptr_;
-    p.n_tail = d_.V;
-    p.tail_out = logits_.as<float>();
-  }
-  return p;
-}
-
 void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   const ModelConfig& c = model_.config();
   const int64_t T = sh.tokens;
@@ -435,19 +393,13 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   cuda::block_trace_begin_step();
   // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
   const bool fused_norm = use_gemv(T, d_.D, true);
-  // One row, opt-in: the persistent layer kernel does everything between two attentions (not
-  // with knock-outs, which leave single GEMVs out, except `layerbarrier`).
-  const bool layer_kernel = fused_norm && T == 1 && sw_.layer_kernel && (sw_.knockout.empty() || skip(",layerbarrier,")) &&
-                            cuda::decode_layer_supported(layer_params(in, sh, 0));
-  const cuda::GemvPairs gemv_pairs = sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever;
   cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
   profiler_.mark("embedding", stream_);
   for (int64_t l = 0; l < d_.L; ++l) {
     const Layer& ly = layers_[l];
     const cuda::KvCacheLayer kv = kv_layer(l);
-    if (skip(",qkv,") || (layer_kernel && l > 0)) {  // the previous layer kernel's tail did it
-    } else if (fused_norm) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps, gemv_pairs};
+    if (fused_norm) {
+      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
       profiler_.mark("norm+qkv gemv", stream_);
     } else {
@@ -481,23 +433,22 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
     ap.part_o = part_o_.as<float>();
     ap.part_ml = part_ml_.as<float>();
     ap.counters = att_counters_.as<int>();
-    ap.tensor_cores = use_prefill_kernel_ && !sw_.simt_row_attention;
-    ap.tensor_cores_short = sw_.mma_short_rows;
-    ap.simt_heads_per_block = sw_.simt_heads;
-    ap.fresh_keys = sh.decode && sw_.warm_keys ? 1 : -1;
-    ap.early_reads = sw_.attn_early_reads;
+    ap.tensor_cores = use_prefill_kernel_ && opt_.tuning.row_attention != "simt";
+    ap.tensor_cores_short = opt_.tuning.row_attention == "mma";
+    ap.simt_heads_per_block = opt_.tuning.simt_heads;
+    ap.fresh_keys = sh.decode ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
     ap.num_rows = sh.rows;
-    const bool fuse_rope = sh.decode && sh.rows > 0 && !sw_.unfused_rope && cuda::row_attention_fuses_rope(ap);
+    const bool fuse_rope = sh.decode && sh.rows > 0 && cuda::row_attention_fuses_rope(ap);
     if (!fuse_rope) {
       ap.rope = cuda::RopeKvParams{};
-      if (!skip(",rope,")) cuda::rope_kv_write(rp, stream_);
+      cuda::rope_kv_write(rp, stream_);
       profiler_.mark("rope+kv write", stream_);
     }
 
-    if (sh.rows > 0 && !skip(",attn,")) {
+    if (sh.rows > 0) {
       for (int64_t r0 = 0; r0 < sh.rows; r0 += caps_.att_rows) {
         cuda::RowAttentionParams cp = ap;
         cp.num_rows = std::min(caps_.att_rows, sh.rows - r0);
@@ -518,15 +469,9 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::prefill_attention(pp, stream_);
       profiler_.mark("attention prefill", stream_);
     }
-    if (layer_kernel) {
-      cuda::decode_layer(layer_params(in, sh, l), stream_);
-      profiler_.mark("layer kernel: o, norm+gate/up+swiglu, down, next norm+qkv", stream_);
-      continue;
-    }
-    if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
+    linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("o", stream_);
-    if (skip(",gu,")) {
-    } else if (fused_norm) {
+    if (fused_norm) {
       const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
       cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
       profiler_.mark("norm+gate/up+swiglu gemv", stream_);
@@ -538,12 +483,12 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
       cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
       profiler_.mark("swiglu", stream_);
     }
-    if (!skip(",down,")) linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
+    linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
     profiler_.mark("down", stream_);
   }
-  if (sh.logits > 0 && !layer_kernel) {
+  if (sh.logits > 0) {
     if (use_gemv(sh.logits, d_.D, true)) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps, gemv_pairs};
+      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps};
       cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
     } else {
       cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
@@ -748,7 +693,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
-    bool plain_greedy = sw_.greedy_split;  // every row greedy, no penalty entries, blocked ids or logprobs
+    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
       const SamplingParams& P = *sp.params;
@@ -866,6 +811,7 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& mode
     if (linear_weight_tensor(*lw).data() == nullptr)
       return invalid_argument(
           "the model's weights were repacked for the CPU; load it with ModelLoadOptions::cpu_kernels = false for CUDA");
+  PAGODA_RETURN_IF_ERROR(options.tuning.validate());
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
