@@ -32,6 +32,7 @@ struct ThroughputOptions {
   std::string device = "cpu";
   std::string dtype = "auto";
   bool cuda_graphs = true;
+  TuningFlags tuning;
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -61,6 +62,13 @@ int run_throughput(const ThroughputOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
+  auto tuning = resolve_tuning(o.tuning);
+  if (!tuning.ok()) {
+    std::cerr << "pagoda bench throughput: " << tuning.status().to_string() << "\n";
+    return 2;
+  }
+  cfg.tuning = *tuning;
+  if (!o.json) std::cout << "tuning: " << cfg.tuning.to_string() << "\n";
   auto engine = Engine::create(cfg);
   if (!engine.ok()) {
     std::cerr << "pagoda bench throughput: " << engine.status().to_string() << "\n";
@@ -169,6 +177,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)");
   app->add_option("--seed", o->seed, "Seed of the random prompts");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_tuning_options(app, o->tuning);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };
 });

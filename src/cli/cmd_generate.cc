@@ -34,6 +34,7 @@ struct GenerateOptions {
   std::string dtype = "auto";
   bool cuda_graphs = true;
   bool verbose = false;
+  TuningFlags tuning;
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -45,6 +46,15 @@ int run_generate(const GenerateOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
+  auto tuning = resolve_tuning(o.tuning);
+  if (!tuning.ok()) {
+    std::cerr << "pagoda generate: " << tuning.status().to_string() << "\n";
+    return 2;
+  }
+  cfg.tuning = *tuning;
+  // Settings that leave the default path are always shown (the full configuration with -v).
+  if (!o.verbose && cfg.tuning.to_string() != TuningConfig{}.to_string())
+    std::cerr << "pagoda generate: tuning: " << cfg.tuning.to_string() << "\n";
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
     std::cerr << "pagoda generate: unknown --kv-dtype '" << o.kv_dtype << "'\n";
@@ -143,6 +153,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--max-model-len", o->max_model_len, "Maximum sequence length (default: the model's)");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_tuning_options(app, o->tuning);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });

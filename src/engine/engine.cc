@@ -75,10 +75,10 @@ std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
-      "device {} | dtype {} | cuda graphs {} | batch-invariant {}",
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {}",
       model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
-      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant);
+      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string());
 }
 
 // ---- EngineLoop: the engine thread and text output ----

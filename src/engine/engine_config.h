@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "common/tuning_config.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -27,6 +28,7 @@ struct EngineConfig {
   std::string dtype = "auto";        // CUDA compute dtype: auto (f32 for f32 weights, else bf16) | f32 | bf16
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
+  TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
 
   std::string to_string() const;
 };

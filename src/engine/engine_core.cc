@@ -34,6 +34,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   co.max_num_seqs = config.scheduler.max_num_seqs;
   co.cuda_graphs = config.cuda_graphs;
   co.batch_invariant = config.batch_invariant;
+  co.tuning = config.tuning;
 
   MemoryPlanInput in;
   in.config = mc;

@@ -73,7 +73,7 @@ class ModelExecutor {
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }
-  // Per-op device time gathered so far, as a table (CUDA with PAGODA_CUDA_PROFILE=1); empty
+  // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }
 };

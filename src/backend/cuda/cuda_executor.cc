@@ -14,7 +14,8 @@
 //   final_logits       rms_norm of the rows whose logits are wanted -> lm_head -> logits f32
 // Matmul dispatch (on the weight's device format, backend/cuda/device_weight.h): batch-invariant
 // mode -> SIMT GEMM; bf16 with few rows -> our GEMV (RMSNorm fused into the QKV / gate-up /
-// lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
+// lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue). Kernel choices and diagnostics
+// come from CudaExecutorOptions::tuning.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -36,7 +37,6 @@
 #include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_weight.h"
-#include "backend/cuda/executor_switches.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
@@ -109,6 +109,8 @@ struct StepShape {
 // replayed by the batch's longest context.
 int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
 
+static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
+
 class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(const Model& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
@@ -119,7 +121,7 @@ class CudaExecutor final : public ModelExecutor {
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
     cudaStreamDestroy(stream_);
-    cuda::block_trace_write();  // PAGODA_BLOCK_TRACE: the last step's warp records
+    cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
   }
 
   Status init();
@@ -156,9 +158,9 @@ class CudaExecutor final : public ModelExecutor {
     return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
   }
   // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
-  // most sw_.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
+  // most tuning.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
   bool use_gemv(int64_t M, int64_t K, bool norm) const {
-    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= sw_.gemv_max_rows &&
+    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
            (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
@@ -215,10 +217,8 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
-  cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
+  cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
-  cuda::ExecutorSwitches sw_;  // comparison and timing switches (environment)
-  bool skip(const char* op) const { return sw_.skip(op); }
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -232,8 +232,8 @@ Status CudaExecutor::init() {
   sms_ = prop.multiProcessorCount;
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
-  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  sw_ = cuda::ExecutorSwitches::from_env();
+  if (opt_.tuning.cuda_profile) profiler_.enable();
+  cuda::block_trace_open(opt_.tuning.block_trace);
   if (!kv_cache_dtype_supported(spec_.dtype))
     return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -255,7 +255,7 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  // PAGODA_BLOCK_TRACE: every step eager (a replayed graph would write its capture's trace slots).
+  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
   if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return {};
@@ -267,8 +267,8 @@ std::string CudaExecutor::describe() const {
                      opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
-                     profiler_.enabled()         ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)"
-                     : cuda::block_trace_enabled() ? " (not captured: PAGODA_BLOCK_TRACE traces every step eagerly)"
+                     profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
+                     : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"
                                                    : "",
                      opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
 }
@@ -377,8 +377,7 @@ void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M,
 class CudaExecutor::StepOps final : public LayerOps {
  public:
   StepOps(CudaExecutor& ex, const InputRegion& in, const StepShape& sh)
-      : ex_(ex), in_(in), sh_(sh), T_(sh.tokens),
-        gemv_pairs_(ex.sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever) {}
+      : ex_(ex), in_(in), sh_(sh), T_(sh.tokens) {}
 
   void embed() override {
     cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
@@ -387,7 +386,6 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
   void norm_qkv(const NormArgs& norm, LinearId wid) override {
-    if (ex_.skip(",qkv,")) return;
     const cuda::DeviceWeight& w = ex_.weight(wid);
     norm_linear(norm, w, T_, nullptr, ex_.qkv_.get(), GemmOut::kStoreF32, "norm+qkv gemv", "qkv");
   }
@@ -419,22 +417,21 @@ class CudaExecutor::StepOps final : public LayerOps {
     ap.part_o = e.part_o_.as<float>();
     ap.part_ml = e.part_ml_.as<float>();
     ap.counters = e.att_counters_.as<int>();
-    ap.tensor_cores = e.use_prefill_kernel_ && !e.sw_.simt_row_attention;
-    ap.tensor_cores_short = e.sw_.mma_short_rows;
-    ap.simt_heads_per_block = e.sw_.simt_heads;
-    ap.fresh_keys = sh_.decode && e.sw_.warm_keys ? 1 : -1;
-    ap.early_reads = e.sw_.attn_early_reads;
+    ap.tensor_cores = e.use_prefill_kernel_ && e.opt_.tuning.row_attention != "simt";
+    ap.tensor_cores_short = e.opt_.tuning.row_attention == "mma";
+    ap.simt_heads_per_block = e.opt_.tuning.simt_heads;
+    ap.fresh_keys = sh_.decode ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
     ap.num_rows = sh_.rows;
-    const bool fuse_rope = sh_.decode && sh_.rows > 0 && !e.sw_.unfused_rope && cuda::row_attention_fuses_rope(ap);
+    const bool fuse_rope = sh_.decode && sh_.rows > 0 && cuda::row_attention_fuses_rope(ap);
     if (!fuse_rope) {
       ap.rope = cuda::RopeKvParams{};
-      if (!e.skip(",rope,")) cuda::rope_kv_write(rp, e.stream_);
+      cuda::rope_kv_write(rp, e.stream_);
       e.profiler_.mark("rope+kv write", e.stream_);
     }
-    if (sh_.rows > 0 && !e.skip(",attn,")) {
+    if (sh_.rows > 0) {
       for (int64_t r0 = 0; r0 < sh_.rows; r0 += e.caps_.att_rows) {
         cuda::RowAttentionParams cp = ap;
         cp.num_rows = std::min(e.caps_.att_rows, sh_.rows - r0);
@@ -458,7 +455,7 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
   void linear_residual(LinearId wid) override {
-    if (!ex_.skip(",o,")) ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
+    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
     ex_.profiler_.mark("o", ex_.stream_);
   }
 
@@ -466,8 +463,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     CudaExecutor& e = ex_;
     const cuda::DeviceWeight& gu = e.weight(gate_up);
     const int64_t F = gu.n / 2;
-    if (e.skip(",gu,")) {
-    } else if (e.use_gemv(T_, gu.k, true)) {  // norm + gate/up + SwiGLU in one GEMV
+    if (e.use_gemv(T_, gu.k, true)) {  // norm + gate/up + SwiGLU in one GEMV
       const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
       cuda::gemv_bf16(nullptr, gu.data, T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
       e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
@@ -480,7 +476,7 @@ class CudaExecutor::StepOps final : public LayerOps {
       cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
       e.profiler_.mark("swiglu", e.stream_);
     }
-    if (!e.skip(",down,")) e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
+    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
     e.profiler_.mark("down", e.stream_);
   }
 
@@ -500,7 +496,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     CudaExecutor& e = ex_;
     const float eps = static_cast<float>(norm.eps);
     if (e.use_gemv(M, w.k, true)) {
-      const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps, gemv_pairs_};
+      const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
       cuda::gemv_bf16(nullptr, w.data, M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
       return;
@@ -516,7 +512,6 @@ class CudaExecutor::StepOps final : public LayerOps {
   const InputRegion& in_;
   const StepShape& sh_;
   const int64_t T_;
-  const cuda::GemvPairs gemv_pairs_;
 };
 
 void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
@@ -719,7 +714,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
-    bool plain_greedy = sw_.greedy_split;  // every row greedy, no penalty entries, blocked ids or logprobs
+    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
       const SamplingParams& P = *sp.params;
@@ -831,6 +826,7 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
   if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
+  PAGODA_RETURN_IF_ERROR(options.tuning.validate());
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
