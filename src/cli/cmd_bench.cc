@@ -477,6 +477,7 @@ int run_bench(const BenchOptions& o) {
   }
   out["throughput"] = runs;
   out["peak_rss_mib"] = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  out["anon_rss_mib"] = static_cast<double>(current_anon_rss_bytes()) / (1 << 20);
   if (o.json) std::cout << out.dump(2) << "\n";
   return 0;
 }

@@ -30,7 +30,7 @@
 #include "model/model_config.h"
 #include "runtime/memory_plan.h"
 #include "runtime/sampler.h"
-#include "sched/request.h"
+#include "core/request.h"
 
 namespace pagoda {
 

@@ -9,8 +9,6 @@
 
 namespace pagoda {
 
-const char* rope_layout_name(RopeLayout l) { return l == RopeLayout::kInterleaved ? "interleaved" : "half-split"; }
-
 const char* arch_family_name(ArchFamily a) {
   switch (a) {
     case ArchFamily::kLlama: return "llama";

@@ -22,7 +22,7 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
-#include "kv/kv_cache_manager.h"
+#include "core/block_ids.h"
 #include "model/model.h"
 #include "runtime/forward_batch.h"
 #include "runtime/sampler.h"

@@ -226,7 +226,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   // The embedding stays readable (token lookups); everything else repacked is released.
   for (const Tensor* t : releasable)
     if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
-  RopeTable rope(config, params.max_positions, rope_freqs);
+  RopeTable rope(config.rope_spec(), params.max_positions, rope_freqs);
   return std::unique_ptr<Model>(
       new LlamaModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
 }
