@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine needs to run Pagoda's CUDA tests and benchmarks into .gpu/pack.tar.xz
-# (git-ignored; name `.gpu` in the device tool's `carry`): the CUDA build's `pagoda` and GPU test
-# binary, the shared libraries they link that a CUDA-only image lacks (fmt, xxhash, utf8proc, ICU:
+# (git-ignored; name `.gpu` in the device tool's `carry`): the CUDA build's `pagoda`, GPU test
+# binary and CUDA kernel benchmark, the shared libraries they link that a CUDA-only image lacks (fmt, xxhash, utf8proc, ICU:
 # everything ldd resolves under /lib/x86_64-linux-gnu except glibc, the GCC runtime and zlib/OpenSSL,
 # which every image has and Python there must keep its own of), the tiny
 # test models and stories260K. scripts/gpu_run.sh unpacks it on the GPU machine.
-# Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON -DPAGODA_BUILD_TESTS=ON && ninja -C build-cuda pagoda_cli pagoda_gpu_tests)
+# Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON -DPAGODA_BUILD_TESTS=ON -DPAGODA_BUILD_BENCHMARKS=ON &&
+#                               ninja -C build-cuda pagoda_cli pagoda_gpu_tests pagoda_cuda_kernel_bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${PAGODA_CUDA_BUILD_DIR:-build-cuda}
@@ -13,9 +14,9 @@ shared=${PAGODA_SHARED_DIR:-../shared}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/models" "$stage/shared/models"
-cp "$build/pagoda" "$build/tests/pagoda_gpu_tests" "$stage/bin/"
+cp "$build/pagoda" "$build/tests/pagoda_gpu_tests" "$build/bench/pagoda_cuda_kernel_bench" "$stage/bin/"
 strip --strip-debug "$stage/bin/"*
-ldd "$build/pagoda" "$build/tests/pagoda_gpu_tests" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
+ldd "$build/pagoda" "$build/tests/pagoda_gpu_tests" "$build/bench/pagoda_cuda_kernel_bench" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|librt|libpthread|libdl|libz|libssl|libcrypto|ld-linux[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 cp -rL models/tiny "$stage/models/"

@@ -30,6 +30,7 @@ export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA
 export PAGODA_BINARY=$PG/bin/pagoda PAGODA_GPU_REF_DIR=/tmp/gpuref PYTHONUNBUFFERED=1
 PAGODA=$PG/bin/pagoda
 TESTS=$PG/bin/pagoda_gpu_tests
+KBENCH=$PG/bin/pagoda_cuda_kernel_bench
 SHM=/dev/shm
 [ -w /dev/shm ] || SHM=/tmp
 
@@ -100,7 +101,7 @@ bench_model() {  # SHAPE
 # Building blocks of a call (run in the order given on the command line; each step has its own
 # deadline, capped by what is left of PAGODA_GPU_BUDGET_S):
 #   env       GPU name, clocks, driver
-#   alltests  GPU references, every GPU test, the kernel benchmarks (PAGODA_GPU_KERNEL_BENCH=1)
+#   alltests  GPU references and every GPU test
 #   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
 #             (one run per --max-num-seqs in TP128_SEQS, default 256; TP_KV: the KV dtype)
@@ -108,14 +109,13 @@ bench_model() {  # SHAPE
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
 #             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
-#   prof8b    per-op GPU time (PAGODA_CUDA_PROFILE=1): decode b1/b64, prefill 8192, a 256-request wave
+#   prof8b    per-op GPU time (--cuda-profile): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
-#   decode8b  batch-1 decode only (decodesimt8b: with PAGODA_ROW_ATTENTION=simt; decodeunfused8b /
-#             decodeplain8b: PAGODA_UNFUSED_ROPE=1 / 2; decode1b: the default on the 1B shape)
-#   knock8b   tg128 once per entry of KNOCK with PAGODA_CUDA_KNOCKOUT set to it (timing only)
+#   decode8b  batch-1 decode only (decodesimt8b / decodemma8b: with PAGODA_ROW_ATTENTION=simt / mma;
+#             decode1b: the default on the 1B shape)
 #   smallb8b  tg128 at batch 1-4 with the GEMV up to 1, 4 and 2 rows (PAGODA_GEMV_MAX_ROWS; needs
 #             the 8B model: run after m8b or decode8b)
-#   kbench    the kernel benchmarks only (CudaKernelBench)
+#   kbench    the CUDA kernel benchmarks (pagoda_cuda_kernel_bench, bench/cuda/)
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
@@ -123,7 +123,7 @@ bench_model() {  # SHAPE
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 stage_alltests() {
   step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
-  PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step tests 150 $TESTS
+  TAILN=3 step tests 150 $TESTS
 }
 model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }
 model_shape() { case $1 in 8b) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
@@ -167,15 +167,15 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
   tail -n 3 "$LOGS/serve_server.log" >>"$SUMMARY"
   TAILN=6 step enginetp 60 $PAGODA bench throughput -m $PG/shared/models/stories260K/stories260K.gguf --device cuda --num-prompts 256 --input-len 64 --output-len 64 --sequential 2
 }
-# Where the time goes (PAGODA_CUDA_PROFILE=1: every step eager, CUDA events between ops): decode
+# Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
 # at batch 1 and 64, prefill 8192, and one wave of 256 requests of 1000 in / 200 out.
 stage_profile() {
   local m
   ensure_model $1
   m=$(model_dir $1)
-  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_decode_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 32 -b 1,64 -r 1
-  PAGODA_CUDA_PROFILE=1 TAILN=20 step prof_prefill_$1 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 1
-  PAGODA_CUDA_PROFILE=1 TAILN=40 step prof_tp_$1 100 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 256 --input-len 1000 --output-len ${PROF_TP_OUT:-100} --max-num-seqs 256
+  TAILN=40 step prof_decode_$1 60 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 32 -b 1,64 -r 1
+  TAILN=20 step prof_prefill_$1 60 $PAGODA bench -m $m --device cuda --cuda-profile -p 8192 -n 0 -r 1
+  TAILN=40 step prof_tp_$1 100 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 0 --requests 256 --input-len 1000 --output-len ${PROF_TP_OUT:-100} --max-num-seqs 256
 }
 # One wave of 256 requests (1000 in / 300 out; graphs on): a quick proxy of the 1000 x 1000/1000 run.
 stage_wave() {
@@ -191,16 +191,6 @@ stage_decode1() {
   ensure_model $1
   m=$(model_dir $1)
   TAILN=3 step decode1${2:-}_$1 40 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
-}
-# EXPERIMENT: batch-1 decode with one op of every layer left out (PAGODA_CUDA_KNOCKOUT; output
-# is garbage, the device time per token tells what each op costs inside the graph).
-stage_knockout() {
-  local m k
-  ensure_model $1
-  m=$(model_dir $1)
-  for k in ${KNOCK:-none rope attn rope,attn o qkv gu down}; do
-    PAGODA_CUDA_KNOCKOUT=$k TAILN=3 step knock_${k/,/+}_$1 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 1 -r 3
-  done
 }
 # A/B runs in one call: tg128 at batch 1 (SWEEP_B: other batch sizes) once per entry of SWEEP, each
 # entry a comma-separated list of VAR=value settings for that run ("-" for none), e.g.
@@ -219,7 +209,8 @@ stage_sweep() {
     )
   done
 }
-# Block trace (PAGODA_BLOCK_TRACE; tools/block_trace_report.py, docs/cuda.md): the last step of an
+# Block trace (--cuda-block-trace, a build with -DPAGODA_CUDA_BLOCK_TRACE=ON; tools/block_trace_report.py,
+# docs/cuda.md): the last step of an
 # eager tg run (-n TRACE_N, default 128), once per SWEEP entry as in stage_sweep. The report goes
 # to the summary; TRACE_KEEP=1 also keeps the raw records (gzip) under $OUT.
 stage_trace() {
@@ -232,31 +223,31 @@ stage_trace() {
     (
       [ -n "$settings" ] && export $settings
       local f=/tmp/trace_$tag.bin copy
-      PAGODA_BLOCK_TRACE=$f TAILN=3 step "trace_$tag" 120 ${PAGODA_BIN_OVERRIDE:-$PAGODA} bench -m $m --device cuda --no-cuda-graphs -p 0 -n ${TRACE_N:-128} -b 1 -r 1
+      TAILN=3 step "trace_$tag" 120 ${PAGODA_BIN_OVERRIDE:-$PAGODA} bench -m $m --device cuda --no-cuda-graphs --cuda-block-trace $f -p 0 -n ${TRACE_N:-128} -b 1 -r 1
       copy=$(grep -oE 'bandwidth [0-9.]+ GB/s' "$LOGS/trace_$tag.log" | grep -oE '[0-9.]+' | head -n 1)
       TAILN=45 step "trace_report_$tag" 60 python3 tools/block_trace_report.py $f --copy-gbs "${copy:-0}"
       if [ "${TRACE_KEEP:-0}" = 1 ]; then gzip -c $f >"$OUT/trace_$tag.bin.gz"; cp $f.launches "$OUT/trace_$tag.bin.launches"; fi
     )
   done
 }
-stage_kbench() { PAGODA_GPU_KERNEL_BENCH=1 TAILN=3 step kbench 150 $TESTS --gtest_filter='CudaKernelBench.*'; }
+stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
 # launches after skipping NCU_SKIP, in the bench sections NCU_ONLY (PAGODA_KBENCH_ONLY). NCU_TAG
 # names the step, so one call can profile several launches.
 stage_ncu() {
   local k=${NCU_KERNELS:-row_attention_mma_kernel|gemv_kernel}
-  PAGODA_KBENCH_ONLY=${NCU_ONLY:-gemv,decode} PAGODA_GPU_KERNEL_BENCH=1 TAILN=200 step ncu${NCU_TAG:-} 300 \
+  PAGODA_KBENCH_ONLY=${NCU_ONLY:-gemv,decode} TAILN=200 step ncu${NCU_TAG:-} 300 \
     ncu --kernel-name "regex:$k" --launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-6}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats --section InstructionStats $TESTS --gtest_filter='CudaKernelBench.*'
+    --section LaunchStats --section SchedulerStats --section InstructionStats $KBENCH
 }
 # Nsight Compute on the model itself: launches of kernels matching NCU_KERNELS (default the
-# persistent layer kernel) in an eager batch-1 decode of the model (SHAPE 8b or 1b). NCU_METRICS
+# GEMVs) in an eager batch-1 decode of the model (SHAPE 8b or 1b). NCU_METRICS
 # (comma-separated metric names) replaces the default sections.
 stage_ncu_model() {
   ensure_model $1
-  local m=$(model_dir $1) k=${NCU_KERNELS:-decode_layer_kernel}
+  local m=$(model_dir $1) k=${NCU_KERNELS:-gemv_kernel}
   local what="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy
     --section LaunchStats --section SchedulerStats"
   [ -n "${NCU_METRICS:-}" ] && what="--metrics $NCU_METRICS"
@@ -292,12 +283,9 @@ for s in "$@"; do
     decode8b) stage_decode1 8b ;;
     decodesimt8b) PAGODA_ROW_ATTENTION=simt stage_decode1 8b simt ;;
     decodemma8b) PAGODA_ROW_ATTENTION=mma stage_decode1 8b mma ;;
-    decodeunfused8b) PAGODA_UNFUSED_ROPE=1 stage_decode1 8b unfused ;;
-    decodeplain8b) PAGODA_UNFUSED_ROPE=2 stage_decode1 8b plain ;;
     decode1b) stage_decode1 1b ;;
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
     kbench) stage_kbench ;;
-    knock8b) stage_knockout 8b ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
     trace8b) stage_trace 8b ;;

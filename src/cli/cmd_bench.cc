@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -66,6 +67,8 @@ struct BenchOptions {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   double memory_utilization = 0.9;
+  TuningFlags tuning_flags;
+  TuningConfig tuning;  // resolved from tuning_flags and the environment before run_bench
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -99,6 +102,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
+  cfg.tuning = o.tuning;
   cfg.kv_dtype = kv_dtype;
   cfg.max_model_len = max_len;
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
@@ -113,7 +117,9 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
     return 1;
   }
   const double create_s = seconds_since(t_create);
-  if (!o.json) std::cout << (*core)->executor().describe() << "\n" << (*core)->memory_plan().to_string() << "\n";
+  if (!o.json)
+    std::cout << (*core)->executor().describe() << "\ntuning: " << o.tuning.to_string() << "\n"
+              << (*core)->memory_plan().to_string() << "\n";
   std::mt19937_64 rng(1234);
   for (size_t run = 0; run < n_runs; ++run) {
     const int n_req = o.requests[run], in_len = pick(o.input_len, run), out_len = pick(o.output_len, run);
@@ -273,14 +279,16 @@ int run_bench(const BenchOptions& o) {
   out["model"] = o.model;
   out["config"] = cfg.summary();
   out["kv_dtype"] = o.kv_dtype;
+  out["tuning"] = o.tuning.to_string();
   out["model_load_s"] = load_s;
 
   if (o.prompt > 0 || o.gen > 0) {
     // Machine ceilings: decode is bound by bandwidth, prefill by the compute peak.
     double bandwidth = 0, compute_peak = 0;
     std::string peak_name, bw_name, machine;
-    const LlamaWeights& w = loaded->model->weights();
-    const bool quantized = is_quantized(linear_weight_tensor(*w.layers.at(0).wqkv).dtype());
+    const auto& linears = loaded->model->weights().linears;
+    const bool quantized = std::any_of(linears.begin(), linears.end(),
+                                       [](const LinearEntry& e) { return is_quantized(e.parts.at(0).dtype()); });
     if (cuda) {
       auto c = cuda_measure_ceilings(dev->index);
       if (!c.ok()) {
@@ -320,6 +328,7 @@ int run_bench(const BenchOptions& o) {
       co.cuda_graphs = o.cuda_graphs;
       co.batch_invariant = o.batch_invariant;
       co.prefill_tile_q = o.prefill_tile;
+      co.tuning = o.tuning;
       auto r = make_cuda_executor(*loaded->model, spec, co);
       if (!r.ok()) {
         std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
@@ -443,6 +452,7 @@ int run_bench(const BenchOptions& o) {
     if (dm.total > 0) out["device_memory_used_gib"] = static_cast<double>(dm.used) / (1 << 30);
     if (!o.json) {
       std::cout << fmt::format("model {}  device {}  kv {}\n", o.model, ex->describe(), o.kv_dtype);
+      std::cout << "tuning: " << o.tuning.to_string() << "\n";
       std::cout << fmt::format("machine {}: bandwidth {:.1f} GB/s ({}), compute peak {:.1f} GFLOP/s ({})\n", machine,
                                bandwidth / 1e9, bw_name, compute_peak / 1e9, peak_name);
       std::cout << fmt::format("| {:<18} | {:>18} | {:>10} | {:>7} | {:>11} | {:>7} |\n", "test", "t/s", "GB/s", "bw %",
@@ -468,6 +478,7 @@ int run_bench(const BenchOptions& o) {
   }
   out["throughput"] = runs;
   out["peak_rss_mib"] = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  out["anon_rss_mib"] = static_cast<double>(current_anon_rss_bytes()) / (1 << 20);
   if (o.json) std::cout << out.dump(2) << "\n";
   return 0;
 }
@@ -491,6 +502,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_tuning_options(app, o->tuning_flags);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
   app->add_option("--prefill-tile", o->prefill_tile, "CUDA: queries per block of the prefill attention kernel (64, 128)")->check(CLI::Range(1, 1024));
@@ -510,6 +522,12 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       return 2;
     }
     if (!resolve_device_option(o->device, "bench")) return 2;
+    auto tuning = resolve_tuning(o->tuning_flags);
+    if (!tuning.ok()) {
+      std::cerr << "pagoda bench: " << tuning.status().to_string() << "\n";
+      return 2;
+    }
+    o->tuning = *tuning;
     return run_bench(*o);
   };
 });

@@ -34,6 +34,7 @@ struct ThroughputOptions {
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
+  TuningFlags tuning;
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -64,6 +65,13 @@ int run_throughput(ThroughputOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
+  auto tuning = resolve_tuning(o.tuning);
+  if (!tuning.ok()) {
+    std::cerr << "pagoda bench throughput: " << tuning.status().to_string() << "\n";
+    return 2;
+  }
+  cfg.tuning = *tuning;
+  if (!o.json) std::cout << "tuning: " << cfg.tuning.to_string() << "\n";
   auto engine = [&] {
     Progress progress("bench throughput", "loading weights", "B");
     cfg.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
@@ -184,6 +192,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)")->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o->seed, "Seed of the random prompts")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_tuning_options(app, o->tuning);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };
 });

@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "model/model_loader.h"
+#include "runtime/cpu_layer_ops.h"
 
 namespace pagoda::cli {
 namespace {
@@ -27,11 +28,10 @@ struct DumpContext {
   int64_t layers_written = 0;
 };
 
-void write_layer(void* ctx, int64_t layer, const Tensor& residual) {
-  auto* c = static_cast<DumpContext*>(ctx);
-  std::ofstream f(fmt::format("{}/layer_{}.f32", c->dir, layer), std::ios::binary);
+void write_layer(DumpContext& c, int64_t layer, const Tensor& residual) {
+  std::ofstream f(fmt::format("{}/layer_{}.f32", c.dir, layer), std::ios::binary);
   f.write(static_cast<const char*>(residual.data()), residual.nbytes());
-  ++c->layers_written;
+  ++c.layers_written;
 }
 
 int run_dump(const DumpOptions& o) {
@@ -54,7 +54,6 @@ int run_dump(const DumpOptions& o) {
     }
   std::filesystem::create_directories(o.out);
   DumpContext ctx{o.out};
-  m->model->set_layer_hook(&write_layer, &ctx);
   ThreadPool pool(0);
   const int64_t bs = 16, nblocks = (static_cast<int64_t>(ids.size()) + bs - 1) / bs;
   KvCacheStorage kv(m->config, nblocks + 1, bs, DType::kF32);
@@ -64,7 +63,8 @@ int run_dump(const DumpOptions& o) {
   batch.add_sequence(ids, static_cast<int32_t>(ids.size()), table, bs, true, true);
   ForwardWorkspace ws;
   Tensor logits;
-  m->model->forward(batch, kv, ws, logits, pool);
+  cpu_forward(*m->model, batch, kv, ws, logits, pool,
+              [&ctx](int64_t layer, const Tensor& residual) { write_layer(ctx, layer, residual); });
   std::ofstream(o.out + "/logits.f32", std::ios::binary).write(static_cast<const char*>(logits.data()), logits.nbytes());
   nlohmann::json meta = {{"layers", ctx.layers_written}, {"tokens", ids.size()}, {"hidden", m->config.hidden_size},
                          {"vocab", m->config.vocab_size}, {"ids", ids}, {"model", o.model}};

@@ -38,6 +38,7 @@ struct GenerateOptions {
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
   bool verbose = false;
+  TuningFlags tuning;
 };
 
 int run_generate(GenerateOptions& o) {
@@ -52,6 +53,15 @@ int run_generate(GenerateOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
+  auto tuning = resolve_tuning(o.tuning);
+  if (!tuning.ok()) {
+    std::cerr << "pagoda generate: " << tuning.status().to_string() << "\n";
+    return 2;
+  }
+  cfg.tuning = *tuning;
+  // Settings that leave the default path are always shown (the full configuration with -v).
+  if (!o.verbose && cfg.tuning.to_string() != TuningConfig{}.to_string())
+    std::cerr << "pagoda generate: tuning: " << cfg.tuning.to_string() << "\n";
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
     std::cerr << "pagoda generate: unknown --kv-dtype '" << o.kv_dtype << "'\n";
@@ -158,6 +168,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
+  add_tuning_options(app, o->tuning);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });

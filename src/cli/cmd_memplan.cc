@@ -12,7 +12,7 @@
 #include "cli/options.h"
 #include "loader/gguf.h"
 #include "model/model_loader.h"
-#include "model/tensor_table.h"
+#include "model/family.h"
 #include "runtime/memory_plan.h"
 
 namespace pagoda::cli {

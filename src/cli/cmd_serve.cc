@@ -38,6 +38,7 @@ struct ServeCliOptions {
   std::string rate_limit;
   double rps = 0, tpm = 0;
   bool no_prefix_caching = false;
+  TuningFlags tuning;
 };
 
 void raise_fd_limit() {
@@ -81,6 +82,12 @@ int run_serve(ServeCliOptions& o) {
   log_info("serve", "bound {}:{}; loading the model", o.serve.host, bound->port());
   o.engine.kv_dtype = *kv;
   o.engine.enable_prefix_caching = !o.no_prefix_caching;
+  auto tuning = resolve_tuning(o.tuning);
+  if (!tuning.ok()) {
+    std::cerr << "pagoda serve: " << tuning.status().to_string() << "\n";
+    return 2;
+  }
+  o.engine.tuning = *tuning;
   if (!o.rate_limit.empty()) {
     if (auto err = server::parse_rate_limit(o.rate_limit, &o.serve.rate_limit)) {
       std::cerr << "pagoda serve: --rate-limit: " << *err << "\n";
@@ -188,6 +195,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a slow client may take")->check(CLI::PositiveNumber);
   app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 4096));
   add_device_options(app, e.device, e.dtype, e.cuda_graphs);
+  add_tuning_options(app, o->tuning);
   app->add_option("--gpu-memory-utilization", e.memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")->check(CLI::Range(0.0, 1.0));
   app->add_option("--max-model-len,-c,--ctx-size", e.max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
   app->add_option("--max-num-seqs", e.scheduler.max_num_seqs, "Sequences batched together")->check(CLI::Range(1, 1048576));

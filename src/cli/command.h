@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/env_config.h"
+#include "common/tuning_config.h"
+
 namespace pagoda::cli {
 
 // Called once when the app is built: declares the subcommand's options on `sub` (binding them
@@ -39,6 +42,41 @@ inline void add_device_options(CLI::App* app, std::string& device, std::string& 
                   "auto (the GPU when this build has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N");
   app->add_option("--dtype", dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
   app->add_flag_callback("--no-cuda-graphs", [&cuda_graphs] { cuda_graphs = false; }, "CUDA: run decode steps eagerly");
+}
+
+// The tuning flags as given on the command line (unset: empty / -1 / false).
+struct TuningFlags {
+  std::string row_attention;
+  int simt_heads = -1;
+  int gemv_max_rows = -1;
+  bool cuda_profile = false;
+  std::string block_trace;
+};
+
+// --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-profile, --cuda-block-trace
+// (common/tuning_config.h): the same for every subcommand that runs a model.
+inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
+  app->add_option("--cuda-row-attention", f.row_attention,
+                  "CUDA decode attention: auto, simt (no tensor cores), mma (tensor cores for short launches too)");
+  app->add_option("--cuda-simt-heads", f.simt_heads, "CUDA: query heads a SIMT attention block takes (0: auto, 1, 2, 4)");
+  app->add_option("--cuda-gemv-max-rows", f.gemv_max_rows, "CUDA: rows up to which bf16 linear layers use the GEMV (0-4)");
+  app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
+  app->add_option("--cuda-block-trace", f.block_trace,
+                  "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
+}
+
+// The tuning of a run: the defaults, then the PAGODA_* environment, then the flags given (a flag
+// wins over the environment). An invalid-argument status names a bad variable or flag.
+inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
+  TuningConfig t;
+  PAGODA_RETURN_IF_ERROR(apply_tuning_env(t));
+  if (!f.row_attention.empty()) t.row_attention = f.row_attention;
+  if (f.simt_heads >= 0) t.simt_heads = f.simt_heads;
+  if (f.gemv_max_rows >= 0) t.gemv_max_rows = f.gemv_max_rows;
+  if (f.cuda_profile) t.cuda_profile = true;
+  if (!f.block_trace.empty()) t.block_trace = f.block_trace;
+  PAGODA_RETURN_IF_ERROR(t.validate());
+  return t;
 }
 
 struct CommandRegistration {

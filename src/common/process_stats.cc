@@ -20,4 +20,11 @@ int64_t current_rss_bytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
+int64_t current_anon_rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0, shared = 0;
+  in >> size >> resident >> shared;
+  return (resident - shared) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 }  // namespace pagoda

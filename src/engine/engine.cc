@@ -75,10 +75,10 @@ std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
-      "device {} | dtype {} | cuda graphs {} | batch-invariant {}",
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {}",
       model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
-      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant);
+      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string());
 }
 
 // ---- EngineLoop: the engine thread and text output ----
@@ -366,10 +366,20 @@ void EngineLoop::run() {
     std::vector<CoreOutput> outs;
     const int64_t steps_before = core_->stats().steps;
     try {
-      outs = core_->step();
-    } catch (const std::exception&) {
-      // Should not happen (the core catches forward failures); keep serving.
+      outs = core_->step();  // a failed step finishes its requests with the error itself
+    } catch (...) {
+      // Only if failing the requests failed as well: every stream still open ends with an error.
       outs.clear();
+      std::vector<std::string> ids;
+      for (const auto& [id, t] : tracked_) ids.push_back(id);
+      for (const auto& id : ids) {
+        CoreOutput o;
+        o.id = id;
+        o.finished = true;
+        o.status = RequestStatus::kFinishedError;
+        o.error = "engine step failed, and so did finishing its requests";
+        emit(o);
+      }
     }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
@@ -412,7 +422,7 @@ void EngineLoop::run() {
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
 Engine::~Engine() { shutdown(); }
 
-Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const ExecutorDecorator& decorate) {
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   ModelLoadOptions lo;
   lo.max_model_len = config.max_model_len;
@@ -427,7 +437,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   if (auto t = load_chat_template(config.tokenizer.empty() ? config.model : config.tokenizer); t.ok())
     chat_template = std::move(*t);
   auto pool = std::make_unique<ThreadPool>(config.threads);
-  PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool));
+  PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool, decorate));
   return std::unique_ptr<Engine>(new Engine(
       std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok), std::move(chat_template))));
 }

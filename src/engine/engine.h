@@ -27,10 +27,11 @@
 
 #include "common/status.h"
 #include "engine/engine_config.h"
+#include "engine/executor_decorator.h"
 #include "model/model_config.h"
 #include "runtime/memory_plan.h"
 #include "runtime/sampler.h"
-#include "sched/request.h"
+#include "core/request.h"
 
 namespace pagoda {
 
@@ -121,7 +122,8 @@ struct EngineStats {
 
 class Engine {
  public:
-  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // `decorate` wraps the executor (tests: fault injection).
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config, const ExecutorDecorator& decorate = {});
   ~Engine();
 
   // Validates (parameters, prompt length against the model and the KV cache), tokenizes and

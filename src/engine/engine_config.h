@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "common/tuning_config.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -28,6 +29,7 @@ struct EngineConfig {
   std::string dtype = "auto";        // CUDA compute dtype: auto (f32 for f32 weights, else bf16) | f32 | bf16
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
+  TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   // Weight-loading progress (ModelLoadOptions::progress), called on the creating thread.
   std::function<void(int64_t done, int64_t total)> load_progress;
 

@@ -16,7 +16,8 @@ constexpr int64_t kCpuDefaultKvMemory = int64_t{2} << 30;
 
 double EngineCore::now() const { return steady_seconds() - t0_; }
 
-Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config, LoadedModel model, ThreadPool& pool) {
+Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config, LoadedModel model, ThreadPool& pool,
+                                                      const ExecutorDecorator& decorate) {
   std::unique_ptr<EngineCore> core(new EngineCore());
   core->t0_ = steady_seconds();
   core->config_ = config;
@@ -34,6 +35,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   co.max_num_seqs = config.scheduler.max_num_seqs;
   co.cuda_graphs = config.cuda_graphs;
   co.batch_invariant = config.batch_invariant;
+  co.tuning = config.tuning;
 
   MemoryPlanInput in;
   in.config = mc;
@@ -92,6 +94,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   } else {
     core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
   }
+  if (decorate) core->executor_ = decorate(std::move(core->executor_));
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   return core;
 }
@@ -155,12 +158,41 @@ void EngineCore::finish(const std::string& id, RequestStatus status, std::string
   requests_.erase(it);
 }
 
+std::vector<CoreOutput> EngineCore::fail_all(const std::string& error) {
+  // Blocks registered in the prefix cache by the failed step may hold garbage.
+  kv_manager_->reset_prefix_cache();
+  std::vector<std::string> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  for (const auto& id : ids) finish(id, RequestStatus::kFinishedError, error);
+  std::vector<CoreOutput> failed = std::move(pending_finished_);
+  pending_finished_.clear();
+  return failed;
+}
+
 std::vector<CoreOutput> EngineCore::step() {
   std::vector<CoreOutput> outputs = std::move(pending_finished_);
   pending_finished_.clear();
+  // A failure outside the forward pass (scheduling, the update) leaves the scheduler's view of
+  // every request unknown: they all end with the error, and the core serves new requests.
+  std::string error;
+  try {
+    step_into(outputs);
+    return outputs;
+  } catch (const std::exception& e) {
+    error = fmt::format("engine step failed: {}", e.what());
+  } catch (...) {
+    error = "engine step failed: unknown exception";
+  }
+  std::vector<CoreOutput> failed = fail_all(error);
+  outputs.insert(outputs.end(), std::make_move_iterator(failed.begin()), std::make_move_iterator(failed.end()));
+  return outputs;
+}
+
+void EngineCore::step_into(std::vector<CoreOutput>& outputs) {
   const double t_schedule = now();
   SchedulerOutput sched = scheduler_->schedule();
-  if (sched.empty() && sched.finished.empty() && sched.preempted.empty() && sched.swap_out.empty()) return outputs;
+  if (sched.empty() && sched.finished.empty() && sched.preempted.empty() && sched.swap_out.empty()) return;
   const double t = now();
   stats_.schedule_s += t - t_schedule;
   for (const auto& st : sched.num_scheduled_tokens) first_scheduled_.try_emplace(st.id, t);
@@ -171,17 +203,23 @@ std::vector<CoreOutput> EngineCore::step() {
     stats_.prompt_tokens += std::max(0, std::min(r->num_prompt_tokens(), before + st.num_tokens) - before);
   }
   RunnerOutput ran;
+  std::string error;
   try {
     ran = runner_->execute(sched);
   } catch (const std::exception& e) {
+    error = fmt::format("forward pass failed: {}", e.what());
+  } catch (...) {
+    error = "forward pass failed: unknown exception";
+  }
+  if (!error.empty()) {
     // The batch failed as a whole: fail its requests, keep the engine alive. Blocks registered in
     // the prefix cache this step may hold garbage: drop the cache.
     kv_manager_->reset_prefix_cache();
-    for (const auto& st : sched.num_scheduled_tokens) finish(st.id, RequestStatus::kFinishedError, fmt::format("forward pass failed: {}", e.what()));
+    for (const auto& st : sched.num_scheduled_tokens) finish(st.id, RequestStatus::kFinishedError, error);
     auto failed = std::move(pending_finished_);
     pending_finished_.clear();
     outputs.insert(outputs.end(), failed.begin(), failed.end());
-    return outputs;
+    return;
   }
   const double t_update = now();
   stats_.execute_s += t_update - t;
@@ -205,7 +243,6 @@ std::vector<CoreOutput> EngineCore::step() {
     requests_.erase(r->id);
   }
   stats_.update_s += now() - t_update;
-  return outputs;
 }
 
 }  // namespace pagoda

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "engine/executor_decorator.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model_loader.h"
 #include "runtime/memory_plan.h"
@@ -44,15 +45,22 @@ struct CoreStats {
 class EngineCore {
  public:
   // Plans memory, allocates the KV cache and builds the scheduler and runner over `model`.
-  static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config, LoadedModel model, ThreadPool& pool);
+  // `decorate` wraps the executor (tests: fault injection).
+  static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config, LoadedModel model, ThreadPool& pool,
+                                                    const ExecutorDecorator& decorate = {});
 
   // Admission: validates lengths and ids, clamps max_tokens. The request starts waiting.
   Status add_request(std::unique_ptr<Request> r);
   // Finishes a request (abort by default); no-op for unknown ids.
   void finish(const std::string& id, RequestStatus status = RequestStatus::kFinishedAborted, std::string error = {});
   // One engine iteration; returns outputs of requests that got a token or finished (including
-  // those finished through finish() since the last step).
+  // those finished through finish() since the last step). Never throws: when the forward pass
+  // fails, the requests of its batch finish with kFinishedError and the error; when anything
+  // else in the step fails, every request does. The core keeps serving new requests either way.
   std::vector<CoreOutput> step();
+  // Finishes every request with kFinishedError and `error` and returns their outputs (with those
+  // finished since the last step); drops the prefix cache.
+  std::vector<CoreOutput> fail_all(const std::string& error);
 
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
   const Scheduler& scheduler() const { return *scheduler_; }
@@ -73,6 +81,8 @@ class EngineCore {
  private:
   EngineCore() = default;
   CoreOutput snapshot(const Request& r) const;
+  // step() without its guard: appends to `outputs`; may throw.
+  void step_into(std::vector<CoreOutput>& outputs);
 
   EngineConfig config_;
   LoadedModel model_;

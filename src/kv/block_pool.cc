@@ -1,22 +1,10 @@
 #include "kv/block_pool.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 
 #include "common/check.h"
 
 namespace pagoda {
-
-BlockHash hash_block_tokens(BlockHash parent, std::span<const int32_t> tokens) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  XXH3_64bits_update(st, &parent, sizeof(parent));
-  XXH3_64bits_update(st, tokens.data(), tokens.size_bytes());
-  const BlockHash h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
-}
 
 BlockPool::BlockPool(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching)
     : block_size_(block_size), caching_(enable_prefix_caching), blocks_(num_blocks) {

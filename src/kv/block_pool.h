@@ -17,15 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/block_ids.h"
+
 namespace pagoda {
-
-using BlockId = int32_t;
-inline constexpr BlockId kNullBlock = 0;
-
-// Chained hash of a full block: hash(parent, tokens). The first block's parent is kRootHash.
-using BlockHash = uint64_t;
-inline constexpr BlockHash kRootHash = 0x5041474f44414b56ull;  // "PAGODAKV"
-BlockHash hash_block_tokens(BlockHash parent, std::span<const int32_t> tokens);
 
 struct PrefixCacheStats {
   int64_t queries = 0;  // tokens looked up

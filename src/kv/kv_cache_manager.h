@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
-#include "sched/request.h"
+#include "core/request.h"
 
 namespace pagoda {
 
@@ -26,7 +26,6 @@ struct ComputedBlocks {
   int32_t num_tokens = 0;       // tokens they hold
 };
 
-using BlockCopy = std::pair<BlockId, BlockId>;  // (source, destination)
 
 class KvCacheManager {
  public:

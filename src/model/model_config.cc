@@ -5,10 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/gguf.h"
+#include "model/family.h"
 
 namespace pagoda {
-
-const char* rope_layout_name(RopeLayout l) { return l == RopeLayout::kInterleaved ? "interleaved" : "half-split"; }
 
 const char* arch_family_name(ArchFamily a) {
   switch (a) {
@@ -91,22 +90,9 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
   auto arch = g.get_string("general.architecture");
   if (!arch) return invalid_argument("GGUF has no general.architecture string");
   c.arch_name = *arch;
-  if (*arch == "llama") {
-    c.family = ArchFamily::kLlama;
-  } else if (*arch == "mistral") {
-    c.family = ArchFamily::kMistral;
-  } else if (*arch == "qwen2") {
-    c.family = ArchFamily::kQwen2;
-    c.attention_bias = true;
-  } else if (*arch == "qwen3") {
-    c.family = ArchFamily::kQwen3;
-    c.qk_norm = true;
-  } else {
-    return unimplemented("architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3)", *arch);
-  }
-  // llama-family converters permute Q/K rows for the interleaved rotation; qwen converters do not.
-  c.rope_layout = (c.family == ArchFamily::kLlama || c.family == ArchFamily::kMistral) ? RopeLayout::kInterleaved
-                                                                                       : RopeLayout::kHalfSplit;
+  const Family* family = find_family(*arch);
+  if (family == nullptr)
+    return unimplemented("architecture '{}' is not supported (supported: {})", *arch, supported_architectures());
   const std::string p = *arch + ".";
   auto need_int = [&](const std::string& key, int64_t* out) -> Status {
     auto v = g.get_int(p + key);
@@ -143,6 +129,7 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
     c.vocab_size = emb->dims[1];
   }
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  PAGODA_RETURN_IF_ERROR(family->configure_gguf(*arch, g, c));
   PAGODA_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -150,22 +137,11 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
 Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
   ModelConfig c;
-  c.rope_layout = RopeLayout::kHalfSplit;
   const std::string model_type = j.value("model_type", std::string());
   c.arch_name = model_type;
-  if (model_type == "llama") {
-    c.family = ArchFamily::kLlama;
-  } else if (model_type == "mistral") {
-    c.family = ArchFamily::kMistral;
-  } else if (model_type == "qwen2") {
-    c.family = ArchFamily::kQwen2;
-    c.attention_bias = true;
-  } else if (model_type == "qwen3") {
-    c.family = ArchFamily::kQwen3;
-    c.qk_norm = true;
-  } else {
-    return unimplemented("model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3)", model_type);
-  }
+  const Family* family = find_family(model_type);
+  if (family == nullptr)
+    return unimplemented("model_type '{}' is not supported (supported: {})", model_type, supported_architectures());
   try {
     auto need = [&](const char* key) -> Result<int64_t> {
       if (!j.contains(key) || !j[key].is_number_integer()) return invalid_argument("config.json: missing integer '{}'", key);
@@ -185,12 +161,7 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     c.max_position_embeddings = j.value("max_position_embeddings", int64_t{2048});
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-    if (c.family == ArchFamily::kLlama || c.family == ArchFamily::kMistral)
-      c.attention_bias = j.value("attention_bias", false);
-    if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
-      const bool used = c.family == ArchFamily::kMistral || j.value("use_sliding_window", false);
-      if (used) c.sliding_window = j["sliding_window"].get<int64_t>();
-    }
+    PAGODA_RETURN_IF_ERROR(family->configure_hf(model_type, j, c));
     // transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters {rope_type, rope_theta, ...}.
     nlohmann::json rope = nlohmann::json::object();
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = j["rope_scaling"];

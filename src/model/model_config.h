@@ -8,27 +8,12 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/dtype.h"
+#include "common/rope_params.h"
 #include "common/status.h"
 
 namespace pagoda {
 
 class GgufFile;
-
-// How rotary position embedding pairs up the dimensions of a head.
-enum class RopeLayout {
-  kInterleaved,  // pairs (2i, 2i+1): Meta/llama2.c checkpoints, GGUF from the llama converters
-  kHalfSplit,    // pairs (i, i + d/2): HF transformers checkpoints ("NeoX" style)
-};
-const char* rope_layout_name(RopeLayout l);
-
-struct RopeScaling {
-  enum class Kind { kNone, kLinear, kLlama3 };
-  Kind kind = Kind::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;            // llama3
-  double high_freq_factor = 4.0;           // llama3
-  int64_t original_max_position = 8192;    // llama3
-};
 
 enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3 };
 const char* arch_family_name(ArchFamily a);
@@ -56,6 +41,7 @@ struct ModelConfig {
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
+  RopeSpec rope_spec() const { return {rope_dim, rope_theta, rope_layout, rope_scaling}; }
   // 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
   int64_t kv_bytes_per_token(DType kv_dtype) const;
   // Checks internal consistency (positive sizes, heads divide, GQA groups integral).

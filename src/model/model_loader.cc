@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <unordered_set>
 
 #include "loader/gguf.h"
 #include "loader/hf_model_dir.h"
+#include "model/family.h"
 
 namespace pagoda {
 
@@ -28,19 +30,24 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
+  // Weight-loading progress: bytes of the distinct tensors the family has looked up so far.
   int64_t total = 0, done = 0;
+  std::unordered_set<std::string> seen;
   if (options.progress)
     for (const auto& name : source->names())
       if (const Tensor* t = source->find(name)) total += t->nbytes();
-  auto lookup = [source, &options, &done, total](const std::string& name) {
+  auto lookup = [source, &options, &done, &seen, total](const std::string& name) {
     auto t = source->get(name);
-    if (options.progress && t.ok()) {
+    if (options.progress && t.ok() && seen.insert(name).second) {
       done = std::min(total, done + (*t)->nbytes());
       options.progress(done, total);
     }
     return t;
   };
-  auto model = LlamaModel::load(m.config, naming, lookup, m.max_model_len, options.cpu_kernels);
+  ModelLoadParams params;
+  params.max_positions = m.max_model_len;
+  params.cpu_kernels = options.cpu_kernels;
+  auto model = family_of(m.config).load(m.config, naming, lookup, params);
   if (options.progress) options.progress(total, total);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
   m.model = std::move(model).value();

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "loader/weight_source.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "model/model_config.h"
 
 namespace pagoda {
@@ -28,7 +28,7 @@ struct ModelLoadOptions {
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;  // keeps the mapped files alive
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   int64_t max_model_len = 0;
 };
 

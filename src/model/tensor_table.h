@@ -29,17 +29,9 @@ struct TensorDecl {
 // another error explaining why it is unusable (e.g. an unsupported dtype).
 using TensorLookup = std::function<Result<const Tensor*>(const std::string& name)>;
 
-// The table of the Llama family (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama);
-// optional entries follow the config's flags (biases, q/k norms, untied output, rope factors).
-std::vector<TensorDecl> llama_family_tensor_table(const ModelConfig& config);
-
 inline const std::string& decl_name(const TensorDecl& d, WeightNaming naming) {
   return naming == WeightNaming::kGguf ? d.gguf_name : d.hf_name;
 }
-
-// Parameters the family declares for this config (required tensors plus the optional ones the
-// config's flags enable; an untied output counts): the parameter count a checkpoint will have.
-int64_t declared_parameter_count(const ModelConfig& config);
 
 // Checks presence, shape and dtype of every declared tensor. Errors name the tensor, the
 // expected and the found shape/dtype.

@@ -9,7 +9,7 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
-#include "ops/kv_layout.h"
+#include "common/kv_layout.h"
 
 namespace pagoda {
 

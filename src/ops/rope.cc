@@ -8,18 +8,18 @@
 
 namespace pagoda {
 
-RopeTable::RopeTable(const ModelConfig& config, int64_t max_positions, std::span<const float> freq_factors)
-    : rope_dim_(config.rope_dim), max_positions_(max_positions), layout_(config.rope_layout) {
+RopeTable::RopeTable(const RopeSpec& spec, int64_t max_positions, std::span<const float> freq_factors)
+    : rope_dim_(spec.rope_dim), max_positions_(max_positions), layout_(spec.layout) {
   PAGODA_CHECK(rope_dim_ > 0 && rope_dim_ % 2 == 0 && max_positions_ > 0, "rope table dim {} positions {}", rope_dim_, max_positions_);
   const int64_t half = rope_dim_ / 2;
   PAGODA_CHECK(freq_factors.empty() || static_cast<int64_t>(freq_factors.size()) == half, "rope_freqs has {} entries, want {}",
                freq_factors.size(), half);
   inv_freq_.resize(half);
-  const auto& rs = config.rope_scaling;
+  const auto& rs = spec.scaling;
   for (int64_t i = 0; i < half; ++i) {
     // As transformers: exponent and power in f32.
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(rope_dim_);
-    double f = static_cast<float>(1.0 / static_cast<double>(std::pow(static_cast<float>(config.rope_theta), exponent)));
+    double f = static_cast<float>(1.0 / static_cast<double>(std::pow(static_cast<float>(spec.theta), exponent)));
     if (!freq_factors.empty()) {
       f /= freq_factors[i];
     } else if (rs.kind == RopeScaling::Kind::kLinear) {

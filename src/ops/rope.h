@@ -8,8 +8,8 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
-#include "model/model_config.h"
-#include "ops/kv_layout.h"
+#include "common/rope_params.h"
+#include "common/kv_layout.h"
 
 namespace pagoda {
 
@@ -19,7 +19,7 @@ namespace pagoda {
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(const ModelConfig& config, int64_t max_positions, std::span<const float> freq_factors = {});
+  RopeTable(const RopeSpec& spec, int64_t max_positions, std::span<const float> freq_factors = {});
 
   int64_t rope_dim() const { return rope_dim_; }
   int64_t max_positions() const { return max_positions_; }

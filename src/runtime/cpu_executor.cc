@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "runtime/cpu_layer_ops.h"
 #include "runtime/kv_cache_storage.h"
 #include "runtime/model_executor.h"
 
@@ -8,7 +9,7 @@ namespace {
 
 class CpuExecutor final : public ModelExecutor {
  public:
-  CpuExecutor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool)
+  CpuExecutor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool)
       : model_(model), pool_(pool), kv_(model.config(), spec.num_blocks, spec.block_size, spec.dtype) {
     if (spec.num_host_blocks > 0)
       host_ = std::make_unique<KvCacheStorage>(model.config(), spec.num_host_blocks, spec.block_size, spec.dtype);
@@ -17,7 +18,7 @@ class CpuExecutor final : public ModelExecutor {
   std::string device_name() const override { return "cpu"; }
 
   const Tensor& forward(const ForwardBatch& batch) override {
-    model_.forward(batch, kv_, ws_, logits_, pool_);
+    cpu_forward(model_, batch, kv_, ws_, logits_, pool_);
     return logits_;
   }
 
@@ -31,11 +32,7 @@ class CpuExecutor final : public ModelExecutor {
   }
 
   int64_t workspace_bytes() const override {
-    int64_t b = logits_.defined() ? logits_.nbytes() : 0;
-    for (const Tensor* t : {&ws_.residual, &ws_.hidden, &ws_.qkv, &ws_.q, &ws_.k, &ws_.v, &ws_.attn, &ws_.proj,
-                            &ws_.gate_up, &ws_.act, &ws_.last_hidden})
-      if (t->defined()) b += t->nbytes();
-    return b;
+    return (logits_.defined() ? logits_.nbytes() : 0) + ws_.bytes();
   }
   int64_t kv_cache_bytes() const override { return kv_.bytes(); }
 
@@ -51,7 +48,7 @@ class CpuExecutor final : public ModelExecutor {
     }
   }
 
-  const LlamaModel& model_;
+  const Model& model_;
   ThreadPool& pool_;
   KvCacheStorage kv_;
   std::unique_ptr<KvCacheStorage> host_;
@@ -65,7 +62,7 @@ void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSp
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
 }
 
-std::unique_ptr<ModelExecutor> make_cpu_executor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool) {
+std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool) {
   return std::make_unique<CpuExecutor>(model, spec, pool);
 }
 

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tuning_config.h"
 #include "runtime/model_executor.h"
 
 namespace pagoda {
@@ -36,6 +37,7 @@ struct CudaExecutorOptions {
   bool cuda_graphs = true;           // capture decode steps per batch-size bucket at start-up
   bool batch_invariant = false;
   int prefill_tile_q = 128;          // queries per block of the tensor-core prefill kernel: 64 or 128
+  TuningConfig tuning;               // kernel choices, profiler and block trace (validated at start)
 };
 
 // The memory planner's terms for a CUDA executor with these options (bytes on the device).
@@ -56,9 +58,9 @@ struct CudaMemoryInfo {
 };
 Result<CudaMemoryInfo> cuda_memory_info(int device);
 
-Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options);
+Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutorOptions& options);
 
-Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options);
 
 // Machine ceilings for `pagoda bench` on the GPU: device-to-device copy bandwidth (bytes/s,

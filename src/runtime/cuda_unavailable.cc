@@ -12,10 +12,10 @@ bool cuda_available(std::string* why) {
 }
 int cuda_device_count() { return 0; }
 Result<CudaMemoryInfo> cuda_memory_info(int) { return unimplemented("{}", kNoCuda); }
-Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel&, const CudaExecutorOptions&) {
+Result<CudaMemoryTerms> cuda_memory_terms(const Model&, const CudaExecutorOptions&) {
   return unimplemented("{}", kNoCuda);
 }
-Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel&, const KvCacheSpec&, const CudaExecutorOptions&) {
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model&, const KvCacheSpec&, const CudaExecutorOptions&) {
   return unimplemented("{}", kNoCuda);
 }
 Result<CudaCeilings> cuda_measure_ceilings(int, int64_t, int64_t) { return unimplemented("{}", kNoCuda); }

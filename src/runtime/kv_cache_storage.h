@@ -7,7 +7,7 @@
 
 #include "common/tensor.h"
 #include "model/model_config.h"
-#include "ops/kv_layout.h"
+#include "common/kv_layout.h"
 
 namespace pagoda {
 

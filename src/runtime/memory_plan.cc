@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/tensor_table.h"
+#include "model/family.h"
 
 namespace pagoda {
 namespace {

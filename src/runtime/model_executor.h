@@ -22,8 +22,8 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
-#include "kv/kv_cache_manager.h"
-#include "model/llama_model.h"
+#include "core/block_ids.h"
+#include "model/model.h"
 #include "runtime/forward_batch.h"
 #include "runtime/sampler.h"
 
@@ -73,12 +73,12 @@ class ModelExecutor {
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }
-  // Per-op device time gathered so far, as a table (CUDA with PAGODA_CUDA_PROFILE=1); empty
+  // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }
 };
 
 // The CPU executor: the model's forward pass on `pool`, KV cache in host memory.
-std::unique_ptr<ModelExecutor> make_cpu_executor(const LlamaModel& model, const KvCacheSpec& spec, ThreadPool& pool);
+std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool);
 
 }  // namespace pagoda

@@ -18,7 +18,7 @@
 
 #include "runtime/model_executor.h"
 #include "runtime/sampler.h"
-#include "sched/scheduler_output.h"
+#include "core/scheduler_output.h"
 
 namespace pagoda {
 

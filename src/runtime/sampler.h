@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/sampling_params.h"
+#include "core/sampling_params.h"
 
 namespace pagoda {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sched/request.h"
+#include "core/request.h"
 
 namespace pagoda {
 

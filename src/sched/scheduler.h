@@ -20,8 +20,8 @@
 
 #include "kv/kv_cache_manager.h"
 #include "sched/policy.h"
-#include "sched/request.h"
-#include "sched/scheduler_output.h"
+#include "core/request.h"
+#include "core/scheduler_output.h"
 
 namespace pagoda {
 

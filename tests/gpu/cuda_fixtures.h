@@ -82,7 +82,7 @@ struct RopeFixture {
       cfg.rope_scaling.factor = 8;
       cfg.rope_scaling.original_max_position = 64;
     }
-    rope = std::make_unique<RopeTable>(cfg, max_pos);
+    rope = std::make_unique<RopeTable>(cfg.rope_spec(), max_pos);
     const int64_t W = (H + 2 * KVH) * D, half = D / 2;
     qkv = random_floats(T * W, seed, -2, 2);
     bias = random_floats(W, seed + 1, -0.5f, 0.5f);

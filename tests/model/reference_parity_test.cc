@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_loader.h"
+#include "runtime/cpu_layer_ops.h"
 #include "reference_data.h"
 #include "test_paths.h"
 
@@ -68,7 +69,7 @@ RunResult run(const LoadedModel& m, const std::vector<int32_t>& prompt, int step
   Tensor logits;
   ForwardBatch batch;
   batch.add_sequence(prompt, static_cast<int32_t>(prompt.size()), table, bs, true, /*want_all_logits=*/true);
-  m.model->forward(batch, kv, ws, logits, pool);
+  cpu_forward(*m.model, batch, kv, ws, logits, pool);
   RunResult r;
   const int64_t V = m.config.vocab_size;
   r.logits.assign(logits.data_as<float>(), logits.data_as<float>() + logits.numel());
@@ -78,7 +79,7 @@ RunResult run(const LoadedModel& m, const std::vector<int32_t>& prompt, int step
     r.greedy.push_back(next);
     batch.clear();
     batch.add_sequence({next}, ++ctx, table, bs);
-    m.model->forward(batch, kv, ws, logits, pool);
+    cpu_forward(*m.model, batch, kv, ws, logits, pool);
     next = argmax(logits.data_as<float>(), V);
   }
   return r;

@@ -117,7 +117,7 @@ TEST_P(AttentionByIsa, RopeKvWriteMatchesReference) {
       cfg.rope_scaling.kind = RopeScaling::Kind::kLlama3;
       cfg.rope_scaling.factor = 8;
       cfg.rope_scaling.original_max_position = 64;
-      RopeTable rope(cfg, 512);
+      RopeTable rope(cfg.rope_spec(), 512);
       KvCacheStorage kv(cfg, 8, 16, dt);
       const int64_t T = 6;
       std::vector<int32_t> positions = {0, 1, 2, 77, 78, 300};
@@ -169,7 +169,7 @@ TEST(RopeTable, Llama3ScalingMatchesFormula) {
   cfg.rope_scaling.low_freq_factor = 1;
   cfg.rope_scaling.high_freq_factor = 4;
   cfg.rope_scaling.original_max_position = 8192;
-  RopeTable t(cfg, 4);
+  RopeTable t(cfg.rope_spec(), 4);
   // Highest frequency (wavelength 2*pi < 8192/4): unchanged. Lowest (wavelength > 8192): / 8.
   const double f0 = 1.0, flast = 1.0 / std::pow(500000.0, 62.0 / 64.0);
   EXPECT_NEAR(t.inv_freq()[0], f0, 1e-7);

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model_config.h"
-#include "model/tensor_table.h"
+#include "model/family.h"
 #include "runtime/memory_plan.h"
 #include "test_paths.h"
 

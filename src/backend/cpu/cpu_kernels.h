@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "common/cpu_features.h"
-#include "ops/kv_layout.h"
+#include "common/kv_layout.h"
 
 namespace pagoda::cpu {
 

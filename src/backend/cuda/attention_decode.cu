@@ -480,7 +480,7 @@ bool use_mma(const RowAttentionParams& p) {
 // Query heads a SIMT block takes (16-bit caches at head_dim 64 / 128; other caches kMaxG): as
 // asked (1, 2 or kMaxG), else 1 for a one-row launch, 2 up to kRowShortRows rows and kMaxG beyond.
 // A short launch is a chain of dependent round trips on a few SMs: more blocks, each a shorter
-// chain. Llama-3-8B shape, tg128 on the H200 (docs/cuda.md, eighth session): batch 1 229.1 tok/s
+// chain. Llama-3-8B shape, tg128 on the H200 (docs/decisions.md#d2): batch 1 229.1 tok/s
 // with 4 heads a block, 238.4 with 1; batch 4 / 8 816.3 / 1665.9 with 4, 850.7 / 1692.8 with 2.
 // The results do not depend on it (op tests: the same bits).
 int simt_heads_per_block(const RowAttentionParams& p) {

@@ -46,7 +46,7 @@ constexpr int kMmaKeys = 16 * kMmaWarps;  // keys per tile
 // rows x 1500 keys, f16 cache, D 128): 2 stages (3 blocks an SM) 516 us, 3 stages (2 blocks) 610
 // us, 4 stages (1 block) 1046 us: more blocks an SM beat deeper rings. Also measured and dropped
 // after the warps loaded their own keys (466 us): 3 stages (503 us), and an L2 bulk prefetch of
-// each warp's chunks of the tile after next (502 us). With the keys as rows (seventh session):
+// each warp's chunks of the tile after next (502 us). With the keys as rows (docs/decisions.md#d14):
 // 4 stages for launches of at most a block an SM (batch 1) changed nothing (29.2 vs 29.0 us at
 // 1 x 8192 keys).
 constexpr int kMmaStages = 2;

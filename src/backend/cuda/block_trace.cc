@@ -1,7 +1,6 @@
 #include "backend/cuda/block_trace.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -29,22 +28,22 @@ struct Tracer {
 };
 
 Tracer& tracer() {
-  static Tracer t = [] {
-    Tracer x;
-    const char* e = std::getenv("PAGODA_BLOCK_TRACE");
-    if (!e || !*e) return x;
-#ifdef PAGODA_BLOCK_TRACE
-    x.path = e;
-#else
-    std::fprintf(stderr, "PAGODA_BLOCK_TRACE is set, but this build has no block trace (configure with "
-                         "-DPAGODA_CUDA_BLOCK_TRACE=ON): not tracing\n");
-#endif
-    return x;
-  }();
+  static Tracer t;
   return t;
 }
 
 }  // namespace
+
+void block_trace_open(const std::string& path) {
+  Tracer& t = tracer();
+  if (path.empty() || !t.path.empty()) return;
+#ifdef PAGODA_BLOCK_TRACE
+  t.path = path;
+#else
+  std::fprintf(stderr, "block trace %s requested, but this build has no block trace (configure with "
+                       "-DPAGODA_CUDA_BLOCK_TRACE=ON): not tracing\n", path.c_str());
+#endif
+}
 
 bool block_trace_enabled() { return !tracer().path.empty(); }
 

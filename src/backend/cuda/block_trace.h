@@ -1,11 +1,12 @@
 // Block trace: when a step's kernels overlap under programmatic dependent launch, neither CUDA
 // events (they serialise the kernels they separate) nor Nsight Compute (it replays kernels one at
-// a time) show what the device does at a kernel boundary. With PAGODA_BLOCK_TRACE=FILE the decode
+// a time) show what the device does at a kernel boundary. With TuningConfig::block_trace = FILE
+// (PAGODA_BLOCK_TRACE, --cuda-block-trace) the decode
 // chain's kernels (the GEMVs, the split-KV row attention) record for every warp three readings of
 // the global timer: when the warp started, when it passed its wait for the previous kernel, and
 // when it ended, plus its SM. Each step overwrites the previous one's records; when the executor
 // closes, the last step goes to FILE (binary records) and FILE.launches (one line a launch).
-// tools/block_trace_report.py turns them into a timeline (docs/cuda.md, "Block trace").
+// tools/block_trace_report.py turns them into a timeline (docs/cuda.md, "Diagnostics").
 //
 // Diagnostics only, compiled in with -DPAGODA_CUDA_BLOCK_TRACE=ON (a build of its own: the kernels
 // of the default build are the same code as without it). While it is on, steps run eagerly (a
@@ -16,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace pagoda::cuda {
 
@@ -32,7 +34,11 @@ struct TraceSlots {
   int64_t base = 0;
 };
 
-// True when PAGODA_BLOCK_TRACE names a file (read once) and the build has the trace.
+// Turns the trace on, writing to `path` (empty: off); a process traces into one file, so only the
+// first call with a non-empty path counts. Builds without the trace warn on stderr and stay off.
+// Not thread-safe: call before the first traced launch (the executor calls it at start-up).
+void block_trace_open(const std::string& path);
+// True when block_trace_open named a file and the build has the trace.
 bool block_trace_enabled();
 // A new step starts: its launches take slots from the start of the buffer again.
 void block_trace_begin_step();

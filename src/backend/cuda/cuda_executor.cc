@@ -1,20 +1,21 @@
-// The CUDA executor: weights, paged KV cache, activation workspace and the forward pass of a
-// Llama-family model on one GPU, with decode steps replayed from CUDA graphs and sampling on the
-// device. runtime/cuda_executor.h states the compute paths and the batch-invariance contract.
+// The CUDA executor: weights, paged KV cache, activation workspace and the layer ops of any
+// family's forward pass (model/layer_ops.h) on one GPU, with decode steps replayed from CUDA
+// graphs and sampling on the device. runtime/cuda_executor.h states the compute paths and the
+// batch-invariance contract.
 //
-// One forward pass (T tokens):
-//   embedding -> residual f32 [T, D]
-//   per layer: rms_norm -> hidden (act) ; QKV matmul -> qkv f32 ; rope_kv_write (bias, q/k norm,
-//     RoPE, K/V into the cache) -> q f32 ; attention (split-KV rows and/or tensor-core prefill
-//     tiles) -> attn (act) ; O matmul adds into residual ; rms_norm -> hidden ; gate/up matmul +
-//     SwiGLU -> act ; down matmul adds into residual
-//   (decode steps on the SIMT split-KV kernel: rope_kv_write runs inside the attention kernel)
-//   final rms_norm on the rows whose logits are wanted only -> lm_head -> logits f32
-// Matmul dispatch: batch-invariant mode -> SIMT GEMM; bf16 with one row -> our GEMV (RMSNorm fused
-// into the QKV / gate-up / lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as
-// its beta = 1 epilogue). Opt-in (PAGODA_LAYER_KERNEL=1), one-row bf16 steps go further: after
-// each attention, one persistent kernel (cuda::decode_layer) runs the O, gate/up + SwiGLU and
-// down matmuls and the next layer's norm + QKV (the last layer's: the final norm + lm_head).
+// The layer ops of one forward pass (T tokens) and the kernels they launch:
+//   embed              embedding -> residual f32 [T, D]
+//   norm_qkv           rms_norm -> hidden (act) ; QKV matmul -> qkv f32
+//   rope_kv_attention  rope_kv_write (bias, q/k norm, RoPE, K/V into the cache) -> q f32 ;
+//                      attention (split-KV rows and/or tensor-core prefill tiles) -> attn (act)
+//                      (decode steps on the SIMT split-KV kernel: rope_kv_write runs inside it)
+//   linear_residual    matmul adding into residual
+//   gated_mlp          rms_norm -> hidden ; gate/up matmul + SwiGLU -> act ; down adds into residual
+//   final_logits       rms_norm of the rows whose logits are wanted -> lm_head -> logits f32
+// Matmul dispatch (on the weight's device format, backend/cuda/device_weight.h): batch-invariant
+// mode -> SIMT GEMM; bf16 with few rows -> our GEMV (RMSNorm fused into the QKV / gate-up /
+// lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue). Kernel choices and diagnostics
+// come from CudaExecutorOptions::tuning.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
@@ -35,7 +36,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_sizing.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/executor_switches.h"
+#include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
@@ -108,9 +109,11 @@ struct StepShape {
 // replayed by the batch's longest context.
 int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
 
+static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
+
 class CudaExecutor final : public ModelExecutor {
  public:
-  CudaExecutor(const LlamaModel& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
+  CudaExecutor(const Model& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
       : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {}
 
   ~CudaExecutor() override {
@@ -118,7 +121,7 @@ class CudaExecutor final : public ModelExecutor {
     cudaStreamSynchronize(stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
     cudaStreamDestroy(stream_);
-    cuda::block_trace_write();  // PAGODA_BLOCK_TRACE: the last step's warp records
+    cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
   }
 
   Status init();
@@ -141,23 +144,23 @@ class CudaExecutor final : public ModelExecutor {
   std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
 
  private:
-  struct Layer {
-    DeviceBuffer w_qkv, w_o, w_gu, w_down;  // [Nqkv, D], [D, Q], [2F, D], [D, F] act dtype
-    DeviceBuffer attn_norm, ffn_norm;       // [D] f32
-    DeviceBuffer bias;                      // [Nqkv] f32 (Qwen2)
-    DeviceBuffer q_norm, k_norm;            // [Dh] f32 (Qwen3)
-  };
+  class StepOps;  // the layer ops of one launch_forward()
 
   void upload_weights();
   void allocate_workspace(int64_t tokens, int64_t logits_rows);
   void capture_graphs();
   void destroy_graphs();
   cuda::KvCacheLayer kv_layer(int64_t l) const;
-  void linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode);
+  // y = x w^T for M rows; N, K from the weight.
+  void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
+  const float* vec(VectorId id) const {
+    return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
+  }
   // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
-  // most sw_.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
+  // most tuning.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
   bool use_gemv(int64_t M, int64_t K, bool norm) const {
-    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= sw_.gemv_max_rows &&
+    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
            (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
@@ -182,7 +185,7 @@ class CudaExecutor final : public ModelExecutor {
   void copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items);
   void swap(const std::vector<BlockCopy>& copies, bool out);
 
-  const LlamaModel& model_;
+  const Model& model_;
   Dims d_;
   KvCacheSpec spec_;
   CudaExecutorOptions opt_;
@@ -194,9 +197,9 @@ class CudaExecutor final : public ModelExecutor {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::BlasLt> blas_;
 
-  DeviceBuffer embed_, lm_head_, out_norm_, rope_cos_, rope_sin_;
-  const void* lm_head_ptr_ = nullptr;
-  std::vector<Layer> layers_;
+  DeviceBuffer embed_, rope_cos_, rope_sin_;                // [V, D] act; [max_pos, half] f32 each
+  std::vector<cuda::DeviceWeight> linears_;                 // by LinearId (model/model_weights.h)
+  std::vector<DeviceBuffer> vectors_;                       // by VectorId: [n] f32
   DeviceBuffer kv_;
   int64_t kv_layer_bytes_ = 0;
   PinnedBuffer host_kv_;
@@ -204,7 +207,6 @@ class CudaExecutor final : public ModelExecutor {
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
   DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
-  DeviceBuffer layer_barrier_;  // the persistent decode-layer kernel's grid-barrier counter (8 bytes)
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
@@ -215,11 +217,8 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
-  cuda::OpProfiler profiler_;  // PAGODA_CUDA_PROFILE=1: every step eager, timed per op
+  cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
-  cuda::ExecutorSwitches sw_;  // comparison and timing switches (environment)
-  cuda::DecodeLayerParams layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const;
-  bool skip(const char* op) const { return sw_.skip(op); }
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
 };
@@ -233,8 +232,8 @@ Status CudaExecutor::init() {
   sms_ = prop.multiProcessorCount;
   gpu_name_ = prop.name;
   blas_ = std::make_unique<cuda::BlasLt>();
-  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e && std::string(e) != "0") profiler_.enable();
-  sw_ = cuda::ExecutorSwitches::from_env();
+  if (opt_.tuning.cuda_profile) profiler_.enable();
+  cuda::block_trace_open(opt_.tuning.block_trace);
   if (!kv_cache_dtype_supported(spec_.dtype))
     return invalid_argument("CUDA KV cache dtype must be f32, f16, bf16 or f8_e4m3, got {}", dtype_name(spec_.dtype));
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
@@ -256,7 +255,7 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  // PAGODA_BLOCK_TRACE: every step eager (a replayed graph would write its capture's trace slots).
+  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
   if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return {};
@@ -268,71 +267,50 @@ std::string CudaExecutor::describe() const {
                      opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
-                     profiler_.enabled()         ? " (not replayed: PAGODA_CUDA_PROFILE times every step eagerly)"
-                     : cuda::block_trace_enabled() ? " (not captured: PAGODA_BLOCK_TRACE traces every step eagerly)"
+                     profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
+                     : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"
                                                    : "",
                      opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
 }
 
 void CudaExecutor::upload_weights() {
-  const LlamaWeights& w = model_.weights();
-  const ModelConfig& c = model_.config();
-  const int64_t e = elem_bytes(act_);
+  const ModelWeights& w = model_.weights();
   cuda::WeightUploader up(stream_);
-  auto upload_matrix = [&](DeviceBuffer& dst, std::initializer_list<const Tensor*> parts) {
-    int64_t rows = 0, cols = -1;
-    for (const Tensor* t : parts) {
-      rows += t->dim(0);
-      PAGODA_CHECK(cols < 0 || cols == t->dim(1), "fused weight parts differ in K");
-      cols = t->dim(1);
+  embed_.reset(static_cast<size_t>(cuda::device_weight_bytes(act_, w.token_embd.dim(0), w.token_embd.dim(1))));
+  up.upload(w.token_embd, act_, embed_.get());
+  linears_.resize(w.linears.size());
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    const LinearEntry& e = w.linears[i];
+    cuda::DeviceWeight& dw = linears_[i];
+    dw.format = act_;
+    for (const Tensor& part : e.parts) PAGODA_CHECK(cuda::device_weight_format(part.dtype(), act_) == dw.format,
+                                                    "'{}': parts of one weight map to different device formats", e.name);
+    dw.n = e.n();
+    dw.k = e.k();
+    if (e.parts.size() == 1 && e.parts[0].data() == w.token_embd.data()) {
+      dw.data = embed_.get();  // the tied output projection reads the embedding's copy
+      continue;
     }
-    dst.reset(static_cast<size_t>(rows * cols * e));
-    int64_t r = 0;
-    for (const Tensor* t : parts) {
-      up.upload(*t, act_, dst.as<uint8_t>() + r * cols * e);
-      r += t->dim(0);
+    dw.storage.reset(static_cast<size_t>(cuda::device_weight_bytes(dw.format, dw.n, dw.k)));
+    int64_t row = 0;  // parts stacked along N, each converted or dequantized on the way
+    for (const Tensor& part : e.parts) {
+      up.upload(part, dw.format, dw.storage.as<uint8_t>() + cuda::device_weight_bytes(dw.format, row, dw.k));
+      row += part.dim(0);
     }
-  };
-  auto upload_vec = [&](DeviceBuffer& dst, std::initializer_list<const Tensor*> parts) {
-    int64_t n = 0;
-    for (const Tensor* t : parts) n += t->numel();
-    dst.reset(static_cast<size_t>(n * 4));
-    int64_t off = 0;
-    for (const Tensor* t : parts) {
-      PAGODA_CHECK(t->dtype() == DType::kF32, "expected an f32 vector");
-      up.upload_f32(t->data_as<float>(), t->numel(), dst.as<float>() + off);
-      off += t->numel();
-    }
-  };
-  upload_matrix(embed_, {&w.token_embd});
-  if (tied_output(model_)) {
-    lm_head_ptr_ = embed_.get();
-  } else {
-    upload_matrix(lm_head_, {&linear_weight_tensor(*w.output)});
-    lm_head_ptr_ = lm_head_.get();
+    dw.data = dw.storage.get();
   }
-  upload_vec(out_norm_, {&w.output_norm});
+  vectors_.resize(w.vectors.size());
+  for (size_t i = 0; i < w.vectors.size(); ++i) {
+    const Tensor& v = w.vectors[i];
+    PAGODA_CHECK(v.dtype() == DType::kF32, "expected an f32 vector");
+    vectors_[i].reset(static_cast<size_t>(v.numel() * 4));
+    up.upload_f32(v.data_as<float>(), v.numel(), vectors_[i].get());
+  }
   const RopeTable& rope = model_.rope();
   rope_cos_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
   rope_sin_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
   up.upload_f32(rope.cos(0), d_.max_pos * d_.half, rope_cos_.get());
   up.upload_f32(rope.sin(0), d_.max_pos * d_.half, rope_sin_.get());
-  layers_.resize(static_cast<size_t>(d_.L));
-  for (int64_t l = 0; l < d_.L; ++l) {
-    const LlamaLayerWeights& lw = w.layers[l];
-    Layer& dl = layers_[l];
-    upload_matrix(dl.w_qkv, {&linear_weight_tensor(*lw.wqkv)});  // q, k, v rows (fused at load)
-    upload_matrix(dl.w_o, {&linear_weight_tensor(*lw.wo)});
-    upload_matrix(dl.w_gu, {&linear_weight_tensor(*lw.w_gate_up)});  // gate rows, then up rows
-    upload_matrix(dl.w_down, {&linear_weight_tensor(*lw.w_down)});
-    upload_vec(dl.attn_norm, {&lw.attn_norm});
-    upload_vec(dl.ffn_norm, {&lw.ffn_norm});
-    if (c.attention_bias) upload_vec(dl.bias, {&lw.bq, &lw.bk, &lw.bv});
-    if (c.qk_norm) {
-      upload_vec(dl.q_norm, {&lw.q_norm});
-      upload_vec(dl.k_norm, {&lw.k_norm});
-    }
-  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -352,8 +330,6 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
   att_counters_.reset(static_cast<size_t>(rows * d_.H * 4));  // >= rows x kv heads x head chunks
   CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
-  layer_barrier_.reset(sizeof(unsigned long long));
-  CUDA_CHECK(cudaMemsetAsync(layer_barrier_.get(), 0, layer_barrier_.bytes(), stream_));
   last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
   logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
   const int64_t srows = caps_.seqs;
@@ -379,179 +355,169 @@ cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
   return k;
 }
 
-void CudaExecutor::linear(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, GemmOut mode) {
+void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   if (M <= 0) return;
+  PAGODA_CHECK(w.format == act_, "weight format {} has no kernels for compute dtype {}", dtype_name(w.format),
+               dtype_name(act_));
+  const int64_t N = w.n, K = w.k;
   if (opt_.batch_invariant) {
-    cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
+    cuda::gemm_simt(x, w.data, act_, M, N, K, y, N, mode, stream_);
   } else if (use_gemv(M, K, false)) {
-    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+    cuda::gemv_bf16(x, w.data, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
     PAGODA_CHECK(mode != GemmOut::kSwiGlu, "cuBLASLt path has no fused SwiGLU");
-    blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
+    blas_->matmul(x, w.data, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
   }
 }
 
-cuda::DecodeLayerParams CudaExecutor::layer_params(const InputRegion& in, const StepShape& sh, int64_t l) const {
-  const Layer& ly = layers_[l];
-  cuda::DecodeLayerParams p;
-  p.attn = attn_.get();
-  p.w_o = ly.w_o.get();
-  p.residual = residual_.as<float>();
-  p.ffn_norm = ly.ffn_norm.as<float>();
-  p.w_gu = ly.w_gu.get();
-  p.act = act_buf_.get();
-  p.w_down = ly.w_down.get();
-  p.D = d_.D;
-  p.Q = d_.Q;
-  p.F = d_.F;
-  p.eps = static_cast<float>(model_.config().rms_norm_eps);
-  p.barrier = layer_barrier_.as<unsigned long long>();
-  p.num_sms = sms_;
-  p.depth = sw_.layer_depth;
-  p.bulk_copies = !sw_.layer_cp_async;
-  p.timing_no_barriers = skip(",layerbarrier,");
-  if (l + 1 < d_.L) {  // the next layer's norm + QKV
-    const Layer& next = layers_[l + 1];
-    p.tail_norm = next.attn_norm.as<float>();
-    p.w_tail = next.w_qkv.get();
-    p.n_tail = d_.Nqkv;
-    p.tail_out = qkv_.as<float>();
-  } else if (sh.logits > 0) {  // the final norm + lm_head
-    p.tail_norm = out_norm_.as<float>();
-    p.tail_row = in.d<int32_t>(in.o_lrows);
-    p.w_tail = lm_head_ptr_;
-    p.n_tail = d_.V;
-    p.tail_out = logits_.as<float>();
+// The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
+// the device, `sh` its shape. Each op launches what the replaced launch sequence launched, in
+// the same order (a decode step replays them from a graph).
+class CudaExecutor::StepOps final : public LayerOps {
+ public:
+  StepOps(CudaExecutor& ex, const InputRegion& in, const StepShape& sh)
+      : ex_(ex), in_(in), sh_(sh), T_(sh.tokens) {}
+
+  void embed() override {
+    cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
+                    ex_.stream_);
+    ex_.profiler_.mark("embedding", ex_.stream_);
   }
-  return p;
-}
 
-void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
-  const ModelConfig& c = model_.config();
-  const int64_t T = sh.tokens;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const int32_t* ids = in.d<int32_t>(in.o_ids);
-  cuda::block_trace_begin_step();
-  // One-row bf16 steps: RMSNorm fused into the QKV and gate/up GEMVs (and the lm_head).
-  const bool fused_norm = use_gemv(T, d_.D, true);
-  // One row, opt-in: the persistent layer kernel does everything between two attentions (not
-  // with knock-outs, which leave single GEMVs out, except `layerbarrier`).
-  const bool layer_kernel = fused_norm && T == 1 && sw_.layer_kernel && (sw_.knockout.empty() || skip(",layerbarrier,")) &&
-                            cuda::decode_layer_supported(layer_params(in, sh, 0));
-  const cuda::GemvPairs gemv_pairs = sw_.gemv_pairs ? cuda::GemvPairs::kAuto : cuda::GemvPairs::kNever;
-  cuda::embedding(embed_.get(), act_, ids, T, d_.D, residual_.as<float>(), stream_);
-  profiler_.mark("embedding", stream_);
-  for (int64_t l = 0; l < d_.L; ++l) {
-    const Layer& ly = layers_[l];
-    const cuda::KvCacheLayer kv = kv_layer(l);
-    if (skip(",qkv,") || (layer_kernel && l > 0)) {  // the previous layer kernel's tail did it
-    } else if (fused_norm) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.attn_norm.as<float>(), eps, gemv_pairs};
-      cuda::gemv_bf16(nullptr, ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), d_.Nqkv, GemmOut::kStoreF32, stream_, &nrm);
-      profiler_.mark("norm+qkv gemv", stream_);
-    } else {
-      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.attn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
-      profiler_.mark("rms_norm", stream_);
-      linear(hidden_.get(), ly.w_qkv.get(), T, d_.Nqkv, d_.D, qkv_.get(), GemmOut::kStoreF32);
-      profiler_.mark("qkv", stream_);
-    }
+  void norm_qkv(const NormArgs& norm, LinearId wid) override {
+    const cuda::DeviceWeight& w = ex_.weight(wid);
+    norm_linear(norm, w, T_, nullptr, ex_.qkv_.get(), GemmOut::kStoreF32, "norm+qkv gemv", "qkv");
+  }
 
+  void rope_kv_attention(const AttentionArgs& a) override {
+    CudaExecutor& e = ex_;
+    const cuda::KvCacheLayer kv = e.kv_layer(a.layer);
     cuda::RopeKvParams rp;
-    rp.qkv = qkv_.as<float>();
-    rp.num_tokens = T;
-    rp.num_heads = d_.H;
-    rp.head_dim = d_.Dh;
-    rp.rope_dim = model_.rope().rope_dim();
-    rp.bias = c.attention_bias ? ly.bias.as<float>() : nullptr;
-    rp.q_norm = c.qk_norm ? ly.q_norm.as<float>() : nullptr;
-    rp.k_norm = c.qk_norm ? ly.k_norm.as<float>() : nullptr;
-    rp.norm_eps = eps;
-    rp.cos = rope_cos_.as<float>();
-    rp.sin = rope_sin_.as<float>();
-    rp.interleaved = model_.rope().layout() == RopeLayout::kInterleaved;
-    rp.positions = in.d<int32_t>(in.o_pos);
-    rp.slots = in.d<int32_t>(in.o_slots);
-    rp.q_out = q_.as<float>();
+    rp.qkv = e.qkv_.as<float>();
+    rp.num_tokens = T_;
+    rp.num_heads = e.d_.H;
+    rp.head_dim = e.d_.Dh;
+    rp.rope_dim = e.model_.rope().rope_dim();
+    rp.bias = e.vec(a.qkv_bias);
+    rp.q_norm = e.vec(a.q_norm);
+    rp.k_norm = e.vec(a.k_norm);
+    rp.norm_eps = static_cast<float>(a.norm_eps);
+    rp.cos = e.rope_cos_.as<float>();
+    rp.sin = e.rope_sin_.as<float>();
+    rp.interleaved = e.model_.rope().layout() == RopeLayout::kInterleaved;
+    rp.positions = in_.d<int32_t>(in_.o_pos);
+    rp.slots = in_.d<int32_t>(in_.o_slots);
+    rp.q_out = e.q_.as<float>();
     rp.cache = kv;
     cuda::RowAttentionParams ap;
-    set_attention_operands(ap, in, kv);
-    ap.max_keys = sh.max_keys;
-    ap.num_sms = sms_;
-    ap.part_o = part_o_.as<float>();
-    ap.part_ml = part_ml_.as<float>();
-    ap.counters = att_counters_.as<int>();
-    ap.tensor_cores = use_prefill_kernel_ && !sw_.simt_row_attention;
-    ap.tensor_cores_short = sw_.mma_short_rows;
-    ap.simt_heads_per_block = sw_.simt_heads;
-    ap.fresh_keys = sh.decode && sw_.warm_keys ? 1 : -1;
-    ap.early_reads = sw_.attn_early_reads;
+    e.set_attention_operands(ap, in_, kv);
+    ap.max_keys = sh_.max_keys;
+    ap.num_sms = e.sms_;
+    ap.part_o = e.part_o_.as<float>();
+    ap.part_ml = e.part_ml_.as<float>();
+    ap.counters = e.att_counters_.as<int>();
+    ap.tensor_cores = e.use_prefill_kernel_ && e.opt_.tuning.row_attention != "simt";
+    ap.tensor_cores_short = e.opt_.tuning.row_attention == "mma";
+    ap.simt_heads_per_block = e.opt_.tuning.simt_heads;
+    ap.fresh_keys = sh_.decode ? 1 : -1;
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
-    ap.num_rows = sh.rows;
-    const bool fuse_rope = sh.decode && sh.rows > 0 && !sw_.unfused_rope && cuda::row_attention_fuses_rope(ap);
+    ap.num_rows = sh_.rows;
+    const bool fuse_rope = sh_.decode && sh_.rows > 0 && cuda::row_attention_fuses_rope(ap);
     if (!fuse_rope) {
       ap.rope = cuda::RopeKvParams{};
-      if (!skip(",rope,")) cuda::rope_kv_write(rp, stream_);
-      profiler_.mark("rope+kv write", stream_);
+      cuda::rope_kv_write(rp, e.stream_);
+      e.profiler_.mark("rope+kv write", e.stream_);
     }
-
-    if (sh.rows > 0 && !skip(",attn,")) {
-      for (int64_t r0 = 0; r0 < sh.rows; r0 += caps_.att_rows) {
+    if (sh_.rows > 0) {
+      for (int64_t r0 = 0; r0 < sh_.rows; r0 += e.caps_.att_rows) {
         cuda::RowAttentionParams cp = ap;
-        cp.num_rows = std::min(caps_.att_rows, sh.rows - r0);
-        cp.row_token = in.d<int32_t>(in.o_rtok) + r0;
-        cp.row_seq = in.d<int32_t>(in.o_rseq) + r0;
-        cp.row_ctx = in.d<int32_t>(in.o_rctx) + r0;
-        cuda::row_attention(cp, stream_);
+        cp.num_rows = std::min(e.caps_.att_rows, sh_.rows - r0);
+        cp.row_token = in_.d<int32_t>(in_.o_rtok) + r0;
+        cp.row_seq = in_.d<int32_t>(in_.o_rseq) + r0;
+        cp.row_ctx = in_.d<int32_t>(in_.o_rctx) + r0;
+        cuda::row_attention(cp, e.stream_);
       }
-      profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", stream_);
+      e.profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", e.stream_);
     }
-    if (sh.items > 0) {
+    if (sh_.items > 0) {
       cuda::PrefillAttentionParams pp;
-      set_attention_operands(pp, in, kv);
-      pp.seqs = in.d<cuda::PrefillSeq>(in.o_pseqs);
-      pp.items = in.d<cuda::PrefillItem>(in.o_pitems);
-      pp.num_items = sh.items;
-      pp.tile_q = opt_.prefill_tile_q;
-      cuda::prefill_attention(pp, stream_);
-      profiler_.mark("attention prefill", stream_);
+      e.set_attention_operands(pp, in_, kv);
+      pp.seqs = in_.d<cuda::PrefillSeq>(in_.o_pseqs);
+      pp.items = in_.d<cuda::PrefillItem>(in_.o_pitems);
+      pp.num_items = sh_.items;
+      pp.tile_q = e.opt_.prefill_tile_q;
+      cuda::prefill_attention(pp, e.stream_);
+      e.profiler_.mark("attention prefill", e.stream_);
     }
-    if (layer_kernel) {
-      cuda::decode_layer(layer_params(in, sh, l), stream_);
-      profiler_.mark("layer kernel: o, norm+gate/up+swiglu, down, next norm+qkv", stream_);
-      continue;
-    }
-    if (!skip(",o,")) linear(attn_.get(), ly.w_o.get(), T, d_.D, d_.Q, residual_.get(), GemmOut::kAddF32);
-    profiler_.mark("o", stream_);
-    if (skip(",gu,")) {
-    } else if (fused_norm) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), nullptr, ly.ffn_norm.as<float>(), eps};
-      cuda::gemv_bf16(nullptr, ly.w_gu.get(), T, 2 * d_.F, d_.D, act_buf_.get(), d_.F, GemmOut::kSwiGlu, stream_, &nrm);
-      profiler_.mark("norm+gate/up+swiglu gemv", stream_);
-    } else {
-      cuda::rms_norm(residual_.as<float>(), nullptr, T, d_.D, ly.ffn_norm.as<float>(), eps, hidden_.get(), act_, stream_);
-      profiler_.mark("rms_norm", stream_);
-      linear(hidden_.get(), ly.w_gu.get(), T, 2 * d_.F, d_.D, gu_.get(), GemmOut::kStoreAct);
-      profiler_.mark("gate/up", stream_);
-      cuda::swiglu(gu_.get(), T, d_.F, act_buf_.get(), act_, stream_);
-      profiler_.mark("swiglu", stream_);
-    }
-    if (!skip(",down,")) linear(act_buf_.get(), ly.w_down.get(), T, d_.D, d_.F, residual_.get(), GemmOut::kAddF32);
-    profiler_.mark("down", stream_);
   }
-  if (sh.logits > 0 && !layer_kernel) {
-    if (use_gemv(sh.logits, d_.D, true)) {
-      const cuda::GemvNorm nrm{residual_.as<float>(), in.d<int32_t>(in.o_lrows), out_norm_.as<float>(), eps, gemv_pairs};
-      cuda::gemv_bf16(nullptr, lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), d_.V, GemmOut::kStoreF32, stream_, &nrm);
-    } else {
-      cuda::rms_norm(residual_.as<float>(), in.d<int32_t>(in.o_lrows), sh.logits, d_.D, out_norm_.as<float>(), eps,
-                     last_.get(), act_, stream_);
-      linear(last_.get(), lm_head_ptr_, sh.logits, d_.V, d_.D, logits_.get(), GemmOut::kStoreF32);
-    }
-    profiler_.mark("final norm+lm_head", stream_);
+
+  void linear_residual(LinearId wid) override {
+    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
+    ex_.profiler_.mark("o", ex_.stream_);
   }
+
+  void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) override {
+    CudaExecutor& e = ex_;
+    const cuda::DeviceWeight& gu = e.weight(gate_up);
+    const int64_t F = gu.n / 2;
+    if (e.use_gemv(T_, gu.k, true)) {  // norm + gate/up + SwiGLU in one GEMV
+      const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
+      cuda::gemv_bf16(nullptr, gu.data, T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
+      e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
+    } else {
+      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
+                     e.hidden_.get(), e.act_, e.stream_);
+      e.profiler_.mark("rms_norm", e.stream_);
+      e.linear(e.hidden_.get(), gu, T_, e.gu_.get(), GemmOut::kStoreAct);
+      e.profiler_.mark("gate/up", e.stream_);
+      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("swiglu", e.stream_);
+    }
+    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
+    e.profiler_.mark("down", e.stream_);
+  }
+
+  void final_logits(const NormArgs& norm, LinearId wid) override {
+    if (sh_.logits <= 0) return;
+    norm_linear(norm, ex_.weight(wid), sh_.logits, in_.d<int32_t>(in_.o_lrows), ex_.logits_.get(), GemmOut::kStoreF32,
+                nullptr, nullptr);
+    ex_.profiler_.mark("final norm+lm_head", ex_.stream_);
+  }
+
+ private:
+  // y[M, N] = rms_norm(residual[rows]) w^T (rows: nullptr for the first M rows, else M row
+  // indices): one GEMV with the norm fused where it applies, else the norm into `hidden` (the
+  // `last` buffer for gathered rows) and a matmul. Labels non-null: profiler marks.
+  void norm_linear(const NormArgs& norm, const cuda::DeviceWeight& w, int64_t M, const int32_t* rows, void* y,
+                   GemmOut mode, const char* fused_label, const char* label) {
+    CudaExecutor& e = ex_;
+    const float eps = static_cast<float>(norm.eps);
+    if (e.use_gemv(M, w.k, true)) {
+      const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
+      cuda::gemv_bf16(nullptr, w.data, M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
+      if (fused_label) e.profiler_.mark(fused_label, e.stream_);
+      return;
+    }
+    DeviceBuffer& normed = rows ? e.last_ : e.hidden_;
+    cuda::rms_norm(e.residual_.as<float>(), rows, M, w.k, e.vec(norm.weight), eps, normed.get(), e.act_, e.stream_);
+    if (label) e.profiler_.mark("rms_norm", e.stream_);
+    e.linear(normed.get(), w, M, y, mode);
+    if (label) e.profiler_.mark(label, e.stream_);
+  }
+
+  CudaExecutor& ex_;
+  const InputRegion& in_;
+  const StepShape& sh_;
+  const int64_t T_;
+};
+
+void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
+  cuda::block_trace_begin_step();
+  StepOps ops(*this, in, sh);
+  model_.forward(ops);
 }
 
 void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items) {
@@ -748,7 +714,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
-    bool plain_greedy = sw_.greedy_split;  // every row greedy, no penalty entries, blocked ids or logprobs
+    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
       const SamplingParams& P = *sp.params;
@@ -854,18 +820,13 @@ void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
 
 }  // namespace
 
-Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const LlamaModel& model, const KvCacheSpec& spec,
+Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options) {
   std::string why;
   if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
-  // A model loaded for the CPU kernels may hold only repacked copies of its fused weights (the
-  // concatenated original is dropped): the device needs the plain [N, K] matrices.
-  for (const LinearWeight* lw : model.weights().linear_weights())
-    if (linear_weight_tensor(*lw).data() == nullptr)
-      return invalid_argument(
-          "the model's weights were repacked for the CPU; load it with ModelLoadOptions::cpu_kernels = false for CUDA");
+  PAGODA_RETURN_IF_ERROR(options.tuning.validate());
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());

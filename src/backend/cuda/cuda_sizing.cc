@@ -2,21 +2,24 @@
 
 #include <algorithm>
 
+#include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
 #include "ops/linear.h"
 
 namespace pagoda {
 namespace cuda {
 
-Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt) {
+Result<DType> resolve_compute_dtype(const Model& m, const std::string& opt) {
   if (opt == "f32") return DType::kF32;
   if (opt == "bf16") return DType::kBF16;
   if (opt != "auto") return invalid_argument("--dtype must be auto, f32 or bf16, got '{}'", opt);
-  const DType w = linear_weight_tensor(*m.weights().layers.at(0).wqkv).dtype();
-  return w == DType::kF32 ? DType::kF32 : DType::kBF16;
+  for (const LinearEntry& e : m.weights().linears)
+    for (const Tensor& part : e.parts)
+      if (part.dtype() != DType::kF32) return DType::kBF16;
+  return DType::kF32;
 }
 
-Dims::Dims(const LlamaModel& m) {
+Dims::Dims(const Model& m) {
   const ModelConfig& c = m.config();
   D = c.hidden_size;
   H = c.num_heads;
@@ -62,25 +65,21 @@ int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t 
   return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(SampleOutput)});
 }
 
-bool tied_output(const LlamaModel& m) {
-  return linear_weight_tensor(*m.weights().output).data() == m.weights().token_embd.data();
-}
+bool tied_output(const Model& m) { return m.weights().tied_output; }
 
-int64_t weight_bytes_for(const LlamaModel& m, DType act) {
+int64_t weight_bytes_for(const Model& m, DType act) {
   const Dims d(m);
-  const ModelConfig& c = m.config();
-  const int64_t e = elem_bytes(act);
-  int64_t per_layer = (d.Nqkv * d.D + d.D * d.Q + 2 * d.F * d.D + d.D * d.F) * e + 2 * d.D * 4;
-  if (c.attention_bias) per_layer += d.Nqkv * 4;
-  if (c.qk_norm) per_layer += 2 * d.Dh * 4;
-  int64_t total = d.L * per_layer + d.V * d.D * e + d.D * 4 + 2 * d.max_pos * d.half * 4;
-  if (!tied_output(m)) total += d.V * d.D * e;
+  const ModelWeights& w = m.weights();
+  int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1)) + 2 * d.max_pos * d.half * 4;  // embedding, RoPE cos and sin
+  for (const LinearEntry& lw : w.linears) total += device_weight_bytes(act, lw.n(), lw.k());
+  if (w.tied_output) total -= device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1));  // reads the embedding
+  for (const Tensor& v : w.vectors) total += v.numel() * 4;
   return total;
 }
 
 }  // namespace cuda
 
-Result<CudaMemoryTerms> cuda_memory_terms(const LlamaModel& model, const CudaExecutorOptions& options) {
+Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutorOptions& options) {
   PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
   const cuda::Dims d(model);
   const cuda::Capacities caps(options);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "runtime/cuda_executor.h"
 
 namespace pagoda::cuda {
@@ -18,13 +18,13 @@ namespace pagoda::cuda {
 inline int64_t elem_bytes(DType t) { return row_bytes(t, 1); }  // plain types: f32, f16, bf16, f8_e4m3
 inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-// --dtype auto | f32 | bf16 -> the compute dtype (auto: f32 for f32 weights, else bf16).
-Result<DType> resolve_compute_dtype(const LlamaModel& m, const std::string& opt);
+// --dtype auto | f32 | bf16 -> the compute dtype (auto: f32 when every matmul weight is f32, else bf16).
+Result<DType> resolve_compute_dtype(const Model& m, const std::string& opt);
 
 // Model dimensions the executor uses.
 struct Dims {
   int64_t D, H, KVH, Dh, F, V, L, Q, Nqkv, half, max_pos;
-  explicit Dims(const LlamaModel& m);
+  explicit Dims(const Model& m);
 };
 
 // Batch sizes captured as decode graphs (ascending; the last is the largest).
@@ -43,8 +43,8 @@ struct Capacities {
 int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows);
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
 // The output projection is the token embedding.
-bool tied_output(const LlamaModel& m);
-int64_t weight_bytes_for(const LlamaModel& m, DType act);
+bool tied_output(const Model& m);
+int64_t weight_bytes_for(const Model& m, DType act);
 constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack
 
 }  // namespace pagoda::cuda

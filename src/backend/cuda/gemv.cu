@@ -1,7 +1,7 @@
 // Matmuls outside cuBLASLt.
 //
 // gemv_bf16: decode-sized (M <= 4) y = x W^T with bf16 weights, the batch-1 hot path (the
-// executor uses it for one row only: from two rows cuBLASLt is faster, docs/cuda.md). Bound by
+// executor uses it for one row only: from two rows cuBLASLt is faster, docs/decisions.md#d5). Bound by
 // reading W once: one warp per output row (two for the fused gate/up + SwiGLU), each lane
 // streams 16-byte chunks of the row with four loads in flight (L1-bypassing streaming loads),
 // f32 FMAs, one warp reduction per output at the end. Launched with programmatic dependent
@@ -219,7 +219,7 @@ void launch_gemv_mode(const GemvArgs& a, cudaStream_t s) {
 // GemvPairs::kAuto: a one-row fused-norm kStoreF32 GEMV of N outputs takes two a warp when one a
 // warp needs more than one wave of blocks and two a warp fit in one (QKV of the 8B shape: 768 ->
 // 384 blocks at 3 an SM on 132 SMs; not the lm_head, which needs many waves either way). Measured
-// on the H200 (docs/cuda.md): +0.7 % at tg128 batch 1 (the QKV span 15.4 -> 13.5 us a layer).
+// on the H200 (docs/decisions.md#d6): +0.7 % at tg128 batch 1 (the QKV span 15.4 -> 13.5 us a layer).
 bool gemv_pairs_rows(int64_t N) {
   static const int resident = [] {
     int dev = 0, sms = 0, per_sm = 0;

@@ -123,14 +123,14 @@ struct RowAttentionParams {
   // Tensor cores for f16 / bf16 caches at head_dim 64 / 128 (Q and P rounded to the cache type),
   // except for short launches (row_attention_short); false: f32 arithmetic throughout.
   bool tensor_cores = false;
-  bool tensor_cores_short = false;  // ... for short launches too (comparisons: PAGODA_ROW_ATTENTION=mma)
+  bool tensor_cores_short = false;  // ... for short launches too (TuningConfig::row_attention "mma")
   // Keys at the end of a row that the preceding kernels of this step may have written (decode: 1,
   // its own token); the keys before them come from earlier steps, so the SIMT kernel warms their
   // cache lines in L2 before it waits for its predecessor. -1: unknown, nothing read early.
   int fresh_keys = -1;
   // Short SIMT launches (one or two query heads a block, 16-bit cache) read the fused RoPE's
   // position, slot and cos / sin, and (fresh_keys >= 0) the K / V of each warp's first keys, before
-  // the wait. The results do not depend on it; false only for comparisons (PAGODA_ATTN_EARLY=0).
+  // the wait. The results do not depend on it; false only in the op tests (docs/decisions.md#d4).
   bool early_reads = true;
   // RoPE + KV write fused in (rope.qkv set; row_attention_fuses_rope): every row is one decode
   // token at position ctx - 1 whose q, k and v come from rope.qkv (q and rope.q_out unused), one
@@ -139,12 +139,12 @@ struct RowAttentionParams {
   RopeKvParams rope;
   // Query heads a block of the SIMT kernel takes, for 16-bit caches at head_dim 64 / 128: 0 its
   // choice (1 for a one-row launch, 2 up to kRowShortRows rows, else 4); 1, 2 or 4 as given
-  // (comparisons: PAGODA_SIMT_HEADS). Other caches take 4. The results do not depend on it.
+  // (TuningConfig::simt_heads). Other caches take 4. The results do not depend on it.
   int simt_heads_per_block = 0;
   // The tensor-core kernel's bound on a row's splits (row_num_splits' target); 0: its default,
   // row_attention_splits. Benchmarks and tests vary it. The SIMT kernel ignores it.
   int target_splits = 0;
-  // Block trace (block_trace.h): set by row_attention itself when PAGODA_BLOCK_TRACE is on.
+  // Block trace (block_trace.h): set by row_attention itself when the trace is on.
   TraceSlots trace;
 
   void check() const;
@@ -229,51 +229,6 @@ bool gemv_norm_supported(int64_t M, int64_t K);
 bool gemv_takes_pairs(int64_t M, int64_t N, GemmOut mode, const GemvNorm* norm);
 void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
                cudaStream_t s, const GemvNorm* norm = nullptr);
-
-// ---- decode_layer.cu: the persistent one-row decode layer ---------------------------------------
-
-// Everything of a decoder layer after its attention, for one row (batch-1 decode), in one
-// persistent kernel (one block an SM, all co-resident, grid barriers between the stages), plus the
-// next layer's norm + QKV or the final norm + lm_head:
-//   residual += attn W_o^T ; act = SwiGLU(rms_norm(residual) W_gu^T) ; residual += act W_down^T ;
-//   tail_out = rms_norm(residual[tail_row]) W_tail^T          (when w_tail is set)
-// Each warp streams whole weight rows of all four matrices, 4 KiB slots of a row at a time,
-// through its own ring of shared-memory slots (TMA bulk copies where allowed, else cp.async), so
-// weight bytes keep moving while the block waits for the attention (programmatic dependent
-// launch) and at the grid barriers; tensor-core dot products (f32 accumulation), gemv_bf16's
-// norms. An experiment, opt-in in the executor: slower than the GEMVs on the H200 so far
-// (docs/cuda.md, ninth and tenth sessions).
-struct DecodeLayerParams {
-  const void* attn = nullptr;     // [Q] bf16, the attention output (written by the previous kernel)
-  const void* w_o = nullptr;      // [D, Q] bf16
-  float* residual = nullptr;      // [D] f32, updated in place (row 0)
-  const float* ffn_norm = nullptr;  // [D] f32
-  const void* w_gu = nullptr;     // [2F, D] bf16: gate rows, then up rows
-  void* act = nullptr;            // [F] bf16 workspace (SwiGLU output)
-  const void* w_down = nullptr;   // [D, F] bf16
-  const float* tail_norm = nullptr;  // [D] f32; the tail stage runs when w_tail is set
-  const int32_t* tail_row = nullptr;  // optional [1]: residual row the tail normalises (else 0)
-  const void* w_tail = nullptr;   // [n_tail, D] bf16
-  float* tail_out = nullptr;      // [n_tail] f32
-  int64_t D = 0, Q = 0, F = 0, n_tail = 0;
-  float eps = 1e-5f;
-  // Grid barrier counter: 8 bytes of device memory, zero before the first launch, then only ever
-  // used by launches of the same grid size (it counts up; every barrier adds the grid size).
-  unsigned long long* barrier = nullptr;
-  int num_sms = 132;
-  int blocks = 0;                 // grid size; 0: one block an SM (tests use fewer)
-  int depth = 0;                  // ring slots a warp at most; 0: the most that fit (comparisons)
-  bool timing_no_barriers = false;  // timing only (knock-out): no grid barriers, wrong results
-  // Weights through Hopper bulk copies (TMA), where the device and the shapes allow them (compute
-  // capability 9, D, Q, F multiples of 2048); false: cp.async always (comparisons, tests).
-  bool bulk_copies = true;
-};
-// Whether the kernel can run these shapes on this device (bf16 rows of 16-byte chunks, its shared
-// memory fits); false: run the GEMVs instead.
-bool decode_layer_supported(const DecodeLayerParams& p);
-// Whether decode_layer would fill its ring with bulk copies (p.bulk_copies, and allowed here).
-bool decode_layer_uses_bulk_copies(const DecodeLayerParams& p);
-void decode_layer(const DecodeLayerParams& p, cudaStream_t s);
 
 // Batch-invariant tiled SIMT GEMM: every output is one f32 FMA chain over k = 0..K-1 in order,
 // so a row's result does not depend on M or on the other rows. Slow; the --batch-invariant mode.

@@ -58,7 +58,7 @@ std::string OpProfiler::report() const {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     return a.first.first != b.first.first ? a.first.first < b.first.first : a.second.ms > b.second.ms;
   });
-  std::string s = "GPU time per op (eager steps, CUDA events between ops; PAGODA_CUDA_PROFILE)\n";
+  std::string s = "GPU time per op (eager steps, CUDA events between ops; --cuda-profile)\n";
   s += fmt::format("| {:<8} | {:<22} | {:>8} | {:>11} | {:>10} | {:>6} |\n", "step", "op", "calls", "total ms", "mean us",
                    "share");
   s += "|----------|------------------------|----------|-------------|------------|--------|\n";

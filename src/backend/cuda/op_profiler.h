@@ -1,5 +1,5 @@
 // Per-op GPU time of eager forward passes, for finding where a step's time goes
-// (PAGODA_CUDA_PROFILE=1; docs/cuda.md). A CUDA event is recorded after every op of a step; when
+// (TuningConfig::cuda_profile: --cuda-profile, PAGODA_CUDA_PROFILE=1). A CUDA event is recorded after every op of a step; when
 // the step ends, the time between consecutive events is added to that op's total, keyed by the
 // step's kind (decode / prefill / mixed). Events serialise the ops they separate (programmatic
 // dependent launch cannot overlap a kernel with the next across an event), so the figures are an

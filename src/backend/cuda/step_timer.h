@@ -1,4 +1,4 @@
-// Where a CUDA step's time goes, for `pagoda bench` (docs/cuda.md, "Where a step's time goes"):
+// Where a CUDA step's time goes, for `pagoda bench` (docs/cuda.md, "Diagnostics"):
 // host wall time of the executor's phases (inputs + launches, sampling set-up, waiting for the
 // device) and, for decode graphs, the host time of cudaGraphLaunch against the device time between
 // events recorded before and after it. Always on: a few clock reads and two event records a step.

@@ -1,6 +1,5 @@
-// SwiGLU's arithmetic, shared by the SwiGLU kernels (activation.cu), the GEMV's fused SwiGLU
-// (gemv.cu) and the persistent decode-layer kernel (decode_layer.cu), so that every path computes
-// and rounds silu(gate) * up alike.
+// SwiGLU's arithmetic, shared by the SwiGLU kernels (activation.cu) and the GEMV's fused SwiGLU
+// (gemv.cu), so that every path computes and rounds silu(gate) * up alike.
 #pragma once
 
 #include "backend/cuda/device_utils.cuh"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "model/model_config.h"
-#include "ops/kv_layout.h"
+#include "common/rope_params.h"
+#include "common/kv_layout.h"
 
 namespace pagoda::reference {
 

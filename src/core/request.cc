@@ -1,4 +1,4 @@
-#include "sched/request.h"
+#include "core/request.h"
 
 namespace pagoda {
 

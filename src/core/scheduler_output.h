@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/block_pool.h"
-#include "kv/kv_cache_manager.h"
-#include "runtime/sampling_params.h"
+#include "core/block_ids.h"
+#include "core/sampling_params.h"
 
 namespace pagoda {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/block_pool.h"
-#include "runtime/sampling_params.h"
+#include "core/block_ids.h"
+#include "core/sampling_params.h"
 
 namespace pagoda {
 

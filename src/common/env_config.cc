@@ -1,0 +1,86 @@
+#include "common/env_config.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace pagoda {
+namespace {
+
+constexpr const char* kTuningVars[] = {"PAGODA_ROW_ATTENTION", "PAGODA_SIMT_HEADS", "PAGODA_GEMV_MAX_ROWS",
+                                       "PAGODA_CUDA_PROFILE", "PAGODA_BLOCK_TRACE"};
+
+// Switches of the CUDA backend that were removed, and where docs/decisions.md says why.
+constexpr const char* kRetired[][2] = {
+    {"PAGODA_UNFUSED_ROPE", "#d3"},  {"PAGODA_ATTN_EARLY", "#d4"},   {"PAGODA_GEMV_PAIR", "#d6"},
+    {"PAGODA_GREEDY_SPLIT", "#d11"}, {"PAGODA_LAYER_KERNEL", "#d8"}, {"PAGODA_LAYER_DEPTH", "#d8"},
+    {"PAGODA_LAYER_COPY", "#d8"},    {"PAGODA_CUDA_KNOCKOUT", "#d12"},
+};
+
+std::optional<std::string> getenv_value(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+// The tuning variables as the process had them at the first call.
+const std::map<std::string, std::string>& snapshot() {
+  static const std::map<std::string, std::string> s = [] {
+    std::map<std::string, std::string> m;
+    for (const char* name : kTuningVars)
+      if (auto v = getenv_value(name)) m[name] = *v;
+    for (const auto& [name, anchor] : kRetired)
+      if (getenv_value(name))
+        std::fprintf(stderr, "pagoda: %s is no longer read (removed; docs/decisions.md%s)\n", name, anchor);
+    return m;
+  }();
+  return s;
+}
+
+Status parse_int(const char* name, const std::string& v, int& out) {
+  int x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size()) return invalid_argument("{}='{}': not an integer", name, v);
+  out = x;
+  return {};
+}
+
+}  // namespace
+
+Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
+  TuningConfig n = t;
+  // Each variable is checked as it is applied, so an error names it.
+  auto checked = [&n](const char* name, const std::string& v) -> Status {
+    if (Status s = n.validate(); !s.ok()) return invalid_argument("{}='{}': {}", name, v, s.message());
+    return {};
+  };
+  if (auto v = lookup("PAGODA_ROW_ATTENTION")) {
+    n.row_attention = *v;
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_ROW_ATTENTION", *v));
+  }
+  if (auto v = lookup("PAGODA_SIMT_HEADS")) {
+    PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_SIMT_HEADS", *v, n.simt_heads));
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_SIMT_HEADS", *v));
+  }
+  if (auto v = lookup("PAGODA_GEMV_MAX_ROWS")) {
+    PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_GEMV_MAX_ROWS", *v, n.gemv_max_rows));
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_GEMV_MAX_ROWS", *v));
+  }
+  if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
+  if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
+  PAGODA_RETURN_IF_ERROR(n.validate());
+  t = n;
+  return {};
+}
+
+Status apply_tuning_env(TuningConfig& t) {
+  const auto& env = snapshot();
+  return apply_tuning_vars(t, [&env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+}  // namespace pagoda

@@ -1,0 +1,33 @@
+// The one place the process environment is read (tests and fuzzers keep their own test paths).
+// The PAGODA_* tuning variables are read once, on the first call, and parsed into a
+// TuningConfig; flags are applied over them afterwards, so a flag wins over the environment.
+//
+//   PAGODA_ROW_ATTENTION=auto|simt|mma  -> TuningConfig::row_attention
+//   PAGODA_SIMT_HEADS=0|1|2|4           -> simt_heads
+//   PAGODA_GEMV_MAX_ROWS=0..4           -> gemv_max_rows
+//   PAGODA_CUDA_PROFILE=0|1             -> cuda_profile (any value but "0" turns it on)
+//   PAGODA_BLOCK_TRACE=FILE             -> block_trace
+//
+// Variables that earlier builds read (comparison variants and knock-outs, docs/decisions.md) are
+// reported on stderr once as no longer read. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "common/tuning_config.h"
+
+namespace pagoda {
+
+// A variable's value; nullopt when it is unset or empty.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+
+// Sets the fields of `t` whose variable `lookup` gives; an invalid-argument status names a
+// variable that does not parse or is out of range (`t` is then unchanged).
+Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup);
+// apply_tuning_vars over the process environment as it was at the first call.
+Status apply_tuning_env(TuningConfig& t);
+
+}  // namespace pagoda

@@ -1,0 +1,21 @@
+#include "common/tuning_config.h"
+
+namespace pagoda {
+
+Status TuningConfig::validate() const {
+  if (row_attention != "auto" && row_attention != "simt" && row_attention != "mma")
+    return invalid_argument("row attention must be auto, simt or mma, got '{}'", row_attention);
+  if (simt_heads != 0 && simt_heads != 1 && simt_heads != 2 && simt_heads != 4)
+    return invalid_argument("SIMT attention heads a block must be 0 (auto), 1, 2 or 4, got {}", simt_heads);
+  if (gemv_max_rows < 0 || gemv_max_rows > kTuningMaxGemvRows)
+    return invalid_argument("GEMV rows must be in [0, {}], got {}", kTuningMaxGemvRows, gemv_max_rows);
+  return {};
+}
+
+std::string TuningConfig::to_string() const {
+  return fmt::format("row attention {} | simt heads {} | gemv rows {} | profile {} | block trace {}", row_attention,
+                     simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
+                     cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,44 @@
+// Tuning knobs of the compute backends: one struct, part of the engine configuration
+// (EngineConfig::tuning), filled from the command line over the environment (common/env_config.h)
+// and printed at start-up. Every field's default is the product's path; the others are choices a
+// measurement on another machine may want (docs/cuda.md, "Configuration"). Today all knobs are the
+// CUDA backend's; the CPU backend ignores them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace pagoda {
+
+// The most rows a bf16 linear layer can give the CUDA GEMV (backend/cuda/kernels.h, kGemvMaxM).
+inline constexpr int kTuningMaxGemvRows = 4;
+
+struct TuningConfig {
+  // Decode attention kernel of the CUDA backend: "auto" (tensor cores for 16-bit caches, the SIMT
+  // kernel for short launches), "simt" (no tensor cores), "mma" (tensor cores for short launches
+  // too). Env PAGODA_ROW_ATTENTION, flag --cuda-row-attention.
+  std::string row_attention = "auto";
+  // Query heads a block of the SIMT decode attention takes: 0 its choice, else 1, 2 or 4. Env
+  // PAGODA_SIMT_HEADS, flag --cuda-simt-heads.
+  int simt_heads = 0;
+  // Rows up to which bf16 linear layers use the GEMV instead of cuBLASLt, 0..kTuningMaxGemvRows
+  // (docs/decisions.md#d5: on the H200 the GEMV wins at one row only). Env PAGODA_GEMV_MAX_ROWS,
+  // flag --cuda-gemv-max-rows.
+  int gemv_max_rows = 1;
+  // Per-op GPU time: every step eager with CUDA events between ops, reported by `pagoda bench`.
+  // Env PAGODA_CUDA_PROFILE=1, flag --cuda-profile.
+  bool cuda_profile = false;
+  // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds
+  // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
+  // flag --cuda-block-trace.
+  std::string block_trace;
+
+  // An invalid-argument status naming the first field out of range.
+  Status validate() const;
+  // One line: "row attention auto | simt heads 0 | gemv rows 1 | profile off | block trace off".
+  std::string to_string() const;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,11 @@
+// The families this build runs (each defined in its own file here; registered in model/family.cc).
+#pragma once
+
+#include "model/family.h"
+
+namespace pagoda {
+
+// Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama (families/llama.cc).
+const Family& llama_family();
+
+}  // namespace pagoda

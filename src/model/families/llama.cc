@@ -1,0 +1,241 @@
+// The Llama family: Llama 1/2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama. Pre-norm
+// decoder layers of GQA attention with RoPE and a SwiGLU MLP; the variants are config flags:
+// q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3), tied embeddings, RoPE layout and scaling
+// (llama3 frequency factors as a tensor in GGUF), sliding window (Mistral).
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mapped_file.h"
+#include "loader/gguf.h"
+#include "model/families/families.h"
+#include "ops/elementwise.h"
+
+namespace pagoda {
+namespace {
+
+Status configure_gguf(std::string_view arch, const GgufFile&, ModelConfig& c) {
+  if (arch == "llama") {
+    c.family = ArchFamily::kLlama;
+  } else if (arch == "mistral") {
+    c.family = ArchFamily::kMistral;
+  } else if (arch == "qwen2") {
+    c.family = ArchFamily::kQwen2;
+    c.attention_bias = true;
+  } else {
+    c.family = ArchFamily::kQwen3;
+    c.qk_norm = true;
+  }
+  // llama-family converters permute Q/K rows for the interleaved rotation; qwen converters do not.
+  c.rope_layout = (c.family == ArchFamily::kLlama || c.family == ArchFamily::kMistral) ? RopeLayout::kInterleaved
+                                                                                       : RopeLayout::kHalfSplit;
+  return {};
+}
+
+// Throws nlohmann::json::type_error on a mistyped key (the caller reports it).
+Status configure_hf(std::string_view arch, const nlohmann::json& j, ModelConfig& c) {
+  c.rope_layout = RopeLayout::kHalfSplit;
+  if (arch == "llama" || arch == "mistral") {
+    c.family = arch == "llama" ? ArchFamily::kLlama : ArchFamily::kMistral;
+    c.attention_bias = j.value("attention_bias", false);
+  } else if (arch == "qwen2") {
+    c.family = ArchFamily::kQwen2;
+    c.attention_bias = true;
+  } else {
+    c.family = ArchFamily::kQwen3;
+    c.qk_norm = true;
+  }
+  const auto sw = j.find("sliding_window");
+  if (sw != j.end() && sw->is_number_integer()) {
+    const bool used = c.family == ArchFamily::kMistral || j.value("use_sliding_window", false);
+    if (used) c.sliding_window = sw->get<int64_t>();
+  }
+  return {};
+}
+
+std::vector<TensorDecl> tensor_table(const ModelConfig& c) {
+  std::vector<TensorDecl> t;
+  const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t Q = c.q_size(), KV = c.kv_size(), hd = c.head_dim;
+  t.push_back({"token_embd.weight", "model.embed_tokens.weight", {V, D}, true, false});
+  t.push_back({"output_norm.weight", "model.norm.weight", {D}, true, false});
+  t.push_back({"output.weight", "lm_head.weight", {V, D}, !c.tie_word_embeddings, true});
+  t.push_back({"rope_freqs.weight", "", {c.rope_dim / 2}, false, false});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string g = fmt::format("blk.{}.", i);
+    const std::string h = fmt::format("model.layers.{}.", i);
+    auto add = [&](const char* gn, const char* hn, std::vector<int64_t> shape, bool required, bool linear) {
+      t.push_back({g + gn, h + hn, std::move(shape), required, linear, i});
+    };
+    add("attn_norm.weight", "input_layernorm.weight", {D}, true, false);
+    add("attn_q.weight", "self_attn.q_proj.weight", {Q, D}, true, true);
+    add("attn_k.weight", "self_attn.k_proj.weight", {KV, D}, true, true);
+    add("attn_v.weight", "self_attn.v_proj.weight", {KV, D}, true, true);
+    add("attn_output.weight", "self_attn.o_proj.weight", {D, Q}, true, true);
+    if (c.attention_bias) {
+      add("attn_q.bias", "self_attn.q_proj.bias", {Q}, true, false);
+      add("attn_k.bias", "self_attn.k_proj.bias", {KV}, true, false);
+      add("attn_v.bias", "self_attn.v_proj.bias", {KV}, true, false);
+    }
+    if (c.qk_norm) {
+      add("attn_q_norm.weight", "self_attn.q_norm.weight", {hd}, true, false);
+      add("attn_k_norm.weight", "self_attn.k_norm.weight", {hd}, true, false);
+    }
+    add("ffn_norm.weight", "post_attention_layernorm.weight", {D}, true, false);
+    add("ffn_gate.weight", "mlp.gate_proj.weight", {F, D}, true, true);
+    add("ffn_up.weight", "mlp.up_proj.weight", {F, D}, true, true);
+    add("ffn_down.weight", "mlp.down_proj.weight", {D, F}, true, true);
+  }
+  return t;
+}
+
+struct LlamaLayer {
+  VectorId attn_norm;           // [D]
+  LinearId wqkv;                // [Q + KV + KV, D]: q, k, v rows fused (they share their input)
+  VectorId qkv_bias;            // optional [Q + KV + KV] (Qwen2)
+  VectorId q_norm, k_norm;      // optional [head_dim] (Qwen3)
+  LinearId wo;                  // [D, Q]
+  VectorId ffn_norm;            // [D]
+  LinearId gate_up;             // [F + F, D]: gate rows, then up rows
+  LinearId down;                // [D, F]
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(ModelConfig config, ModelWeights weights, RopeTable rope, std::vector<LlamaLayer> layers,
+             VectorId output_norm, LinearId output)
+      : Model(llama_family(), std::move(config), std::move(weights), std::move(rope)),
+        layers_(std::move(layers)),
+        output_norm_(output_norm),
+        output_(output) {}
+
+  void forward(LayerOps& ops) const override {
+    const ModelConfig& c = config();
+    const double eps = c.rms_norm_eps;
+    ops.embed();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const LlamaLayer& ly = layers_[static_cast<size_t>(l)];
+      ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
+      ops.rope_kv_attention({l, ly.qkv_bias, ly.q_norm, ly.k_norm, eps});
+      ops.linear_residual(ly.wo);
+      ops.gated_mlp({ly.ffn_norm, eps}, ly.gate_up, ly.down);
+      ops.end_layer(l);
+    }
+    ops.final_logits({output_norm_, eps}, output_);
+  }
+
+ private:
+  std::vector<LlamaLayer> layers_;
+  VectorId output_norm_;
+  LinearId output_;
+};
+
+Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming naming, const TensorLookup& lookup,
+                                    const ModelLoadParams& params) {
+  PAGODA_RETURN_IF_ERROR(config.validate());
+  const auto table = tensor_table(config);
+  PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
+  // The checkpoint's name of a declared tensor, by its GGUF name.
+  auto name_of = [&](const std::string& gguf_name) -> const std::string& {
+    for (const auto& d : table)
+      if (d.gguf_name == gguf_name) return decl_name(d, naming);
+    PAGODA_CHECK(false, "no declaration for {}", gguf_name);
+  };
+  // The tensor if present (validate_tensor_table vetted it), else nullptr.
+  auto find = [&](const std::string& gguf_name) -> const Tensor* {
+    const std::string& name = name_of(gguf_name);
+    if (name.empty()) return nullptr;
+    auto r = lookup(name);
+    return r.ok() ? *r : nullptr;
+  };
+  auto f32_of = [&](std::initializer_list<std::string> gguf_names) -> Tensor {
+    std::vector<Tensor> parts;
+    for (const std::string& g : gguf_names)
+      if (const Tensor* t = find(g)) parts.push_back(to_f32(*t));
+    if (parts.empty()) return Tensor();
+    if (parts.size() == 1) return parts[0];
+    int64_t n = 0;
+    for (const Tensor& p : parts) n += p.numel();
+    Tensor cat = Tensor::empty(DType::kF32, {n});
+    int64_t off = 0;
+    for (const Tensor& p : parts) {
+      std::copy_n(p.data_as<const float>(), p.numel(), cat.data_as<float>() + off);
+      off += p.numel();
+    }
+    return cat;
+  };
+  ModelWeights w;
+  // Mapped bytes whose pages can be released once prepared: the CPU kernels read repacked copies
+  // (a device executor reads the parts once, at upload, and the kernel may drop them again).
+  std::vector<const Tensor*> releasable;
+  // A matmul weight of the tensors `gguf_names` stacked along N (one: unfused).
+  auto linear_of = [&](std::initializer_list<std::string> gguf_names, const std::string& label) -> Result<LinearId> {
+    LinearEntry e;
+    e.name = label;
+    for (const std::string& g : gguf_names) {
+      const Tensor& t = *find(g);
+      const int64_t block = dtype_traits(t.dtype()).block_size;
+      if (!e.parts.empty() && t.dim(1) != e.parts[0].dim(1))
+        return invalid_argument("'{}': fused weights differ in K ({} and {})", label, t.shape_string(),
+                                e.parts[0].shape_string());
+      if (t.dim(1) % block != 0)
+        return invalid_argument("'{}' {}: K must be a multiple of {}'s block of {}", g, t.shape_string(),
+                                dtype_traits(t.dtype()).name, block);
+      e.parts.push_back(t);
+    }
+    if (params.cpu_kernels) {
+      if (e.parts.size() == 1) {
+        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear(e.parts[0], label));
+      } else {
+        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear_fused(e.parts, label));
+      }
+      // A fused weight owns a concatenated copy or a repacked one: the mapped originals are not
+      // read again by the CPU kernels.
+      if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
+        for (const std::string& g : gguf_names) releasable.push_back(find(g));
+    }
+    return w.add_linear(std::move(e));
+  };
+
+  w.token_embd = *find("token_embd.weight");
+  const VectorId output_norm = w.add_vector(f32_of({"output_norm.weight"}));
+  w.tied_output = find("output.weight") == nullptr;
+  PAGODA_ASSIGN_OR_RETURN(const LinearId output, linear_of({w.tied_output ? "token_embd.weight" : "output.weight"},
+                                                           name_of(w.tied_output ? "token_embd.weight" : "output.weight")));
+  std::vector<float> rope_freqs;
+  if (Tensor rf = f32_of({"rope_freqs.weight"}); rf.defined())
+    rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());
+
+  std::vector<LlamaLayer> layers;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    LlamaLayer ly;
+    ly.attn_norm = w.add_vector(f32_of({p + "attn_norm.weight"}));
+    PAGODA_ASSIGN_OR_RETURN(ly.wqkv, linear_of({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
+    if (config.attention_bias) ly.qkv_bias = w.add_vector(f32_of({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
+    if (config.qk_norm) {
+      ly.q_norm = w.add_vector(f32_of({p + "attn_q_norm.weight"}));
+      ly.k_norm = w.add_vector(f32_of({p + "attn_k_norm.weight"}));
+    }
+    PAGODA_ASSIGN_OR_RETURN(ly.wo, linear_of({p + "attn_output.weight"}, name_of(p + "attn_output.weight")));
+    ly.ffn_norm = w.add_vector(f32_of({p + "ffn_norm.weight"}));
+    PAGODA_ASSIGN_OR_RETURN(ly.gate_up, linear_of({p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
+    PAGODA_ASSIGN_OR_RETURN(ly.down, linear_of({p + "ffn_down.weight"}, name_of(p + "ffn_down.weight")));
+    layers.push_back(ly);
+  }
+  // The embedding stays readable (token lookups); everything else repacked is released.
+  for (const Tensor* t : releasable)
+    if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
+  RopeTable rope(config.rope_spec(), params.max_positions, rope_freqs);
+  return std::unique_ptr<Model>(
+      new LlamaModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
+}
+
+}  // namespace
+
+const Family& llama_family() {
+  static const Family f{"llama", {"llama", "mistral", "qwen2", "qwen3"}, configure_gguf, configure_hf, tensor_table, load};
+  return f;
+}
+
+}  // namespace pagoda

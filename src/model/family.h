@@ -1,0 +1,56 @@
+// The family registry: a family is one file under model/families/ that turns a checkpoint's
+// metadata into a ModelConfig, declares the tensors it expects, and loads a Model whose forward
+// pass is written against the layer ops. Adding a family is that file plus one line in
+// family.cc's table.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/tensor_table.h"
+
+namespace pagoda {
+
+class GgufFile;
+
+struct ModelLoadParams {
+  int64_t max_positions = 0;  // RoPE table size: the longest sequence the engine will run
+  // Prepare (repack) the matmul weights for the CPU kernels; false keeps plain views of the
+  // checkpoint for device executors.
+  bool cpu_kernels = true;
+};
+
+struct Family {
+  std::string_view name;                        // "llama"
+  std::vector<std::string_view> architectures;  // GGUF general.architecture / HF model_type values
+  // Sets the family's flags in `c` (its generic hyper-parameters are already parsed) from GGUF
+  // metadata or a config.json object; `arch` is one of `architectures`.
+  Status (*configure_gguf)(std::string_view arch, const GgufFile& g, ModelConfig& c);
+  Status (*configure_hf)(std::string_view arch, const nlohmann::json& j, ModelConfig& c);
+  // The tensors a checkpoint of this config holds (required and optional).
+  std::vector<TensorDecl> (*tensor_table)(const ModelConfig& c);
+  // Validates the checkpoint against the table and prepares every weight.
+  Result<std::unique_ptr<Model>> (*load)(const ModelConfig& c, WeightNaming naming, const TensorLookup& lookup,
+                                         const ModelLoadParams& params);
+};
+
+// The family that runs `arch` (a GGUF architecture or an HF model_type), or nullptr.
+const Family* find_family(std::string_view arch);
+// The family of a parsed config (aborts if none: configs come from the parsers above).
+const Family& family_of(const ModelConfig& config);
+
+// Parameters the config's family declares (required tensors plus the optional ones the config's
+// flags enable; an untied output counts): the parameter count a checkpoint will have.
+int64_t declared_parameter_count(const ModelConfig& config);
+
+// "llama, mistral, qwen2, qwen3": every architecture some family runs, for error messages.
+std::string supported_architectures();
+
+}  // namespace pagoda

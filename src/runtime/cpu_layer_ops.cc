@@ -1,0 +1,174 @@
+#include "runtime/cpu_layer_ops.h"
+
+#include <cmath>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace pagoda {
+namespace {
+
+void ensure_workspace(const ModelConfig& c, int64_t T, ForwardWorkspace& ws) {
+  if (ws.capacity >= T) return;
+  const int64_t cap = std::max<int64_t>(T, 16);
+  ws.residual = Tensor::empty(DType::kF32, {cap, c.hidden_size});
+  ws.hidden = Tensor::empty(DType::kF32, {cap, c.hidden_size});
+  ws.qkv = Tensor::empty(DType::kF32, {cap, c.q_size() + 2 * c.kv_size()});
+  ws.q = Tensor::empty(DType::kF32, {cap, c.q_size()});
+  ws.k = Tensor::empty(DType::kF32, {cap, c.kv_size()});
+  ws.v = Tensor::empty(DType::kF32, {cap, c.kv_size()});
+  ws.attn = Tensor::empty(DType::kF32, {cap, c.q_size()});
+  ws.proj = Tensor::empty(DType::kF32, {cap, c.hidden_size});
+  ws.gate_up = Tensor::empty(DType::kF32, {cap, 2 * c.intermediate_size});
+  ws.act = Tensor::empty(DType::kF32, {cap, c.intermediate_size});
+  ws.last_hidden = Tensor::empty(DType::kF32, {cap, c.hidden_size});
+  ws.capacity = cap;
+}
+
+class CpuLayerOps final : public LayerOps {
+ public:
+  CpuLayerOps(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
+              ThreadPool& pool, const LayerHook& hook)
+      : m_(model), c_(model.config()), w_(model.weights()), batch_(batch), kv_(kv), logits_(logits), pool_(pool),
+        hook_(hook) {
+    const int64_t T = batch.num_tokens();
+    PAGODA_CHECK(T > 0, "empty batch");
+    ensure_workspace(c_, T, ws);
+    ws_ = &ws;
+    residual_ = ws.residual.slice_rows(0, T);
+    hidden_ = ws.hidden.slice_rows(0, T);
+    qkv_ = ws.qkv.slice_rows(0, T);
+    q_ = ws.q.slice_rows(0, T);
+    k_ = ws.k.slice_rows(0, T);
+    v_ = ws.v.slice_rows(0, T);
+    attn_ = ws.attn.slice_rows(0, T);
+    proj_ = ws.proj.slice_rows(0, T);
+    gate_up_ = ws.gate_up.slice_rows(0, T);
+    act_ = ws.act.slice_rows(0, T);
+    seqs_.reserve(batch.seqs.size());
+    for (const auto& s : batch.seqs) seqs_.push_back({s.token_begin, s.num_tokens, s.context_len, s.block_table});
+  }
+
+  void embed() override { embedding_lookup(w_.token_embd, batch_.token_ids, residual_, pool_); }
+
+  void norm_qkv(const NormArgs& norm, LinearId w) override {
+    norm_residual(norm, hidden_);
+    linear(cpu_weight(w), hidden_, qkv_, pool_);
+  }
+
+  void rope_kv_attention(const AttentionArgs& a) override {
+    if (a.qkv_bias.defined()) add_bias(qkv_, w_.vector(a.qkv_bias), pool_);
+    split_columns(qkv_, {&q_, &k_, &v_}, pool_);
+    RopeKvWriteParams rp;
+    rp.q = &q_;
+    rp.k = &k_;
+    rp.v = &v_;
+    rp.positions = batch_.positions;
+    rp.slots = batch_.slots;
+    rp.rope = &m_.rope();
+    rp.q_norm = a.q_norm.defined() ? &w_.vector(a.q_norm) : nullptr;
+    rp.k_norm = a.k_norm.defined() ? &w_.vector(a.k_norm) : nullptr;
+    rp.norm_eps = a.norm_eps;
+    rp.num_heads = c_.num_heads;
+    rp.cache = kv_.layer(a.layer);
+    rope_kv_write(rp, pool_);
+
+    PagedAttentionParams ap;
+    ap.q = &q_;
+    ap.out = &attn_;
+    ap.seqs = seqs_;
+    ap.cache = kv_.layer(a.layer);
+    ap.num_heads = c_.num_heads;
+    ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+    ap.sliding_window = c_.sliding_window;
+    paged_attention(ap, pool_);
+  }
+
+  void linear_residual(LinearId w) override {
+    linear(cpu_weight(w), attn_, proj_, pool_);
+    pending_add_ = true;
+  }
+
+  void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) override {
+    norm_residual(norm, hidden_);
+    linear(cpu_weight(gate_up), hidden_, gate_up_, pool_);
+    swiglu_fused(gate_up_, act_, pool_);
+    linear(cpu_weight(down), act_, proj_, pool_);
+    pending_add_ = true;
+  }
+
+  void final_logits(const NormArgs& norm, LinearId w) override {
+    const int64_t n = static_cast<int64_t>(batch_.logits_rows.size());
+    if (logits_.dtype() != DType::kF32 || logits_.ndim() != 2 || logits_.dim(0) != n || logits_.dim(1) != c_.vocab_size)
+      logits_ = Tensor::empty(DType::kF32, {n, c_.vocab_size});
+    if (n == 0) return;
+    flush_residual();
+    Tensor last = ws_->last_hidden.slice_rows(0, n);
+    gather_rows(residual_, batch_.logits_rows, last);
+    rms_norm(last, w_.vector(norm.weight), norm.eps, last, pool_);
+    linear(cpu_weight(w), last, logits_, pool_);
+  }
+
+  void end_layer(int64_t layer) override {
+    if (!hook_) return;
+    flush_residual();
+    hook_(layer, residual_);
+  }
+
+ private:
+  const LinearWeight& cpu_weight(LinearId id) const {
+    const LinearEntry& e = w_.linear(id);
+    PAGODA_CHECK(e.cpu != nullptr, "linear '{}' was loaded for a device executor: no CPU kernels", e.name);
+    return *e.cpu;
+  }
+  // out = rms_norm(residual), the deferred projection added into the residual first.
+  void norm_residual(const NormArgs& norm, Tensor& out) {
+    if (pending_add_) {
+      add_rms_norm(residual_, proj_, w_.vector(norm.weight), norm.eps, out, pool_);
+      pending_add_ = false;
+    } else {
+      rms_norm(residual_, w_.vector(norm.weight), norm.eps, out, pool_);
+    }
+  }
+  void flush_residual() {
+    if (!pending_add_) return;
+    add_inplace(residual_, proj_, pool_);
+    pending_add_ = false;
+  }
+
+  const Model& m_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  const ForwardBatch& batch_;
+  KvCacheStorage& kv_;
+  Tensor& logits_;
+  ThreadPool& pool_;
+  const LayerHook& hook_;
+  ForwardWorkspace* ws_ = nullptr;
+  // Views of the workspace's first T rows.
+  Tensor residual_, hidden_, qkv_, q_, k_, v_, attn_, proj_, gate_up_, act_;
+  std::vector<AttentionSeq> seqs_;
+  bool pending_add_ = false;  // proj_ still has to be added into residual_
+};
+
+}  // namespace
+
+int64_t ForwardWorkspace::bytes() const {
+  int64_t b = 0;
+  for (const Tensor* t : {&residual, &hidden, &qkv, &q, &k, &v, &attn, &proj, &gate_up, &act, &last_hidden})
+    if (t->defined()) b += t->nbytes();
+  return b;
+}
+
+void cpu_forward(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
+                 ThreadPool& pool, const LayerHook& hook) {
+  CpuLayerOps ops(model, batch, kv, ws, logits, pool, hook);
+  model.forward(ops);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,70 @@
+// The tuning knobs (common/tuning_config.h) and their environment variables (common/env_config.h):
+// defaults are the product's path, each variable sets its field, bad values are errors that name
+// the variable, and nothing is half-applied.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "common/env_config.h"
+#include "common/tuning_config.h"
+
+namespace pagoda {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
+  const TuningConfig t;
+  EXPECT_TRUE(t.validate().ok());
+  EXPECT_EQ(t.to_string(), "row attention auto | simt heads auto | gemv rows 1 | profile off | block trace off");
+}
+
+TEST(TuningConfig, EachVariableSetsItsField) {
+  TuningConfig t;
+  ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_ROW_ATTENTION", "simt"},
+                                           {"PAGODA_SIMT_HEADS", "2"},
+                                           {"PAGODA_GEMV_MAX_ROWS", "4"},
+                                           {"PAGODA_CUDA_PROFILE", "1"},
+                                           {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"}}))
+                  .ok());
+  EXPECT_EQ(t.row_attention, "simt");
+  EXPECT_EQ(t.simt_heads, 2);
+  EXPECT_EQ(t.gemv_max_rows, 4);
+  EXPECT_TRUE(t.cuda_profile);
+  EXPECT_EQ(t.block_trace, "/tmp/trace.bin");
+  EXPECT_EQ(t.to_string(), "row attention simt | simt heads 2 | gemv rows 4 | profile on | block trace /tmp/trace.bin");
+  // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
+  ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
+  EXPECT_FALSE(t.cuda_profile);
+  EXPECT_EQ(t.gemv_max_rows, 4);
+}
+
+TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
+  const std::map<std::string, std::string> bad[] = {
+      {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
+      {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
+  };
+  for (const auto& vars : bad) {
+    TuningConfig t;
+    std::map<std::string, std::string> all = vars;
+    all["PAGODA_CUDA_PROFILE"] = "1";  // a good variable beside the bad one is not applied either
+    const Status s = apply_tuning_vars(t, env_of(all));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << vars.begin()->first << "=" << vars.begin()->second;
+    EXPECT_NE(s.message().find(vars.begin()->first), std::string::npos) << s.message();
+    EXPECT_FALSE(t.cuda_profile);
+    EXPECT_EQ(t.to_string(), TuningConfig{}.to_string());
+  }
+  TuningConfig t;
+  t.gemv_max_rows = 7;
+  EXPECT_NE(t.validate().message().find("GEMV rows"), std::string::npos) << t.validate().message();
+}
+
+}  // namespace
+}  // namespace pagoda
