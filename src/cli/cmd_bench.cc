@@ -345,14 +345,18 @@ int run_bench(const BenchOptions& o) {
 
     // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
     // On CUDA the weights are read in the compute dtype the executor converted them to.
-    const bool f32_compute =
-        cuda && (o.dtype == "f32" || (o.dtype == "auto" && linear_weight_tensor(*w.layers.at(0).wqkv).dtype() == DType::kF32));
+    const ModelWeights& w = loaded->model->weights();
+    bool all_f32 = true;
+    for (const LinearEntry& e : w.linears)
+      for (const Tensor& part : e.parts) all_f32 = all_f32 && part.dtype() == DType::kF32;
+    const bool f32_compute = cuda && (o.dtype == "f32" || (o.dtype == "auto" && all_f32));
     auto bytes_of = [&](const Tensor& t) { return cuda ? t.numel() * (f32_compute ? 4 : 2) : t.nbytes(); };
     int64_t weight_bytes = 0, linear_params = 0;
-    for (const LinearWeight* lw : w.linear_weights()) {
-      weight_bytes += bytes_of(linear_weight_tensor(*lw));
-      if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
-    }
+    for (size_t i = 0; i < w.linears.size(); ++i)
+      for (const Tensor& part : w.linears[i].parts) {
+        weight_bytes += bytes_of(part);
+        if (static_cast<int32_t>(i) != w.output.index) linear_params += part.numel();
+      }
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
     for (int64_t s = 0; s < seqs; ++s)

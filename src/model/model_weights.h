@@ -48,6 +48,7 @@ struct ModelWeights {
   Tensor token_embd;  // [V, D] any weight dtype; rows are looked up by token id
   std::vector<LinearEntry> linears;  // in load order
   std::vector<Tensor> vectors;  // [n] f32: norm weights, biases
+  LinearId output;              // the output projection (logits)
   bool tied_output = false;     // the output projection reads token_embd
 
   LinearId add_linear(LinearEntry w) {

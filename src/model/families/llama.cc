@@ -202,6 +202,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   w.tied_output = find("output.weight") == nullptr;
   PAGODA_ASSIGN_OR_RETURN(const LinearId output, linear_of({w.tied_output ? "token_embd.weight" : "output.weight"},
                                                            name_of(w.tied_output ? "token_embd.weight" : "output.weight")));
+  w.output = output;
   std::vector<float> rope_freqs;
   if (Tensor rf = f32_of({"rope_freqs.weight"}); rf.defined())
     rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());
