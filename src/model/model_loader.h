@@ -3,6 +3,7 @@
 // kernel asks for a repacked layout) and builds the family's forward model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,10 @@ struct ModelLoadOptions {
   // Prepare (repack) the weights for the CPU kernels. A device executor reads the original
   // tensors and skips this (no packed host copies of the weights).
   bool cpu_kernels = true;
+  // Called with the checkpoint's config, its weight bytes and the max_model_len chosen above, after
+  // the config is validated and before the model (its RoPE table, packed weights) is built: a
+  // non-ok Status stops the load (the engine passes its memory-plan check).
+  std::function<Status(const ModelConfig&, int64_t weight_bytes, int64_t max_model_len)> precheck;
 };
 
 struct LoadedModel {
