@@ -60,12 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const size_t n = parser.put(boost::asio::buffer(in.data() + used, in.size() - used), ec);
       used += n;
       if (ec == http::error::need_more) {
-        if (used >= in.size()) {
+        ec = {};
+        if (n == 0 || used >= in.size()) {  // the input ends inside this request
           parser.put_eof(ec);
-          if (ec) return 0;
+          if (ec || !parser.is_done()) return 0;
           break;
         }
-        ec = {};
         continue;
       }
       if (ec) return 0;
@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           return 0;  // the connection answers and closes
         }
       }
-      if (n == 0 && !parser.is_done()) return 0;
+      if (n == 0 && !parser.is_done()) return 0;  // no progress without an error: stop
     }
     check(used <= in.size());
     in.remove_prefix(used);

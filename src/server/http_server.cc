@@ -65,6 +65,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
       while (skip < data.size() && (p[skip] == '\r' || p[skip] == '\n')) ++skip;
       buffer_.consume(skip);
     }
+    if (buffer_.size() == 0) {
+      // Wait for the first byte of a request ourselves: Beast's parser takes a leading CRLF for a
+      // malformed request line.
+      stream_.expires_after(secs(options_.idle_timeout_s));
+      stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        if (ec) return self->on_read_error(ec);
+        self->buffer_.commit(n);
+        self->read_request();
+      });
+      return;
+    }
     head_ = false;
     parser_.emplace();
     parser_->body_limit(options_.body_limit);
@@ -201,6 +212,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start_body(std::shared_ptr<AsyncBody> body) {
     body_ = std::move(body);
+    // Pending operations keep a connection alive; while a body is produced there may be none (the
+    // watch read stops once the client has pipelined enough bytes), so the body holds it until it
+    // ends (finish_body / close).
+    hold_ = shared_from_this();
     body_done_ = false;
     pending_out_.clear();
     if (body_->streaming()) {
@@ -254,6 +269,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void finish_body() {
     body_.reset();
+    auto keep = std::move(hold_);  // released when this returns (a read below holds it again)
     if (!keep_alive_) return close();
     if (watching_) {
       // The pending watch read would swallow the next request's wait: cancel it, then read.
@@ -311,6 +327,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
     body_.reset();
+    net::post(stream_.get_executor(), [keep = std::move(hold_)] {});  // released after this handler
   }
 
   static constexpr size_t kMaxPipelined = 64 << 10;
@@ -329,6 +346,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<std::array<char, 8192>> discard_;
   bool keep_alive_ = true, close_after_ = false, closed_ = false;
   std::shared_ptr<AsyncBody> body_;
+  std::shared_ptr<Connection> hold_;  // self while a body is produced (see start_body)
   bool body_done_ = false, writing_ = false, watching_ = false, resume_after_watch_ = false;
 };
 

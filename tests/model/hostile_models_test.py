@@ -14,6 +14,8 @@ import pathlib
 import resource
 import struct
 import subprocess
+import tempfile
+import time
 
 import pytest
 
@@ -59,11 +61,26 @@ def binary():
 
 
 def run(args, address_space=None, timeout=120):
+    """CompletedProcess-like result with .max_rss_mib (the child's peak resident memory)."""
     def limit():
         if address_space:
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-    return subprocess.run([binary(), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, preexec_fn=limit)
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([binary(), *map(str, args)], stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
+        deadline = time.time() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.time() > deadline:
+                proc.kill()
+                raise AssertionError(f"{args} did not finish in {timeout}s")
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        proc.stdout = out.read().decode(errors="replace")
+        proc.max_rss_mib = usage.ru_maxrss / 1024.0
+        return proc
 
 
 def assert_clear_error(proc, phrase):
@@ -141,10 +158,11 @@ def test_gguf_context_length_refused_without_allocating(tmp_path, value, phrase)
 def test_gguf_long_context_refused_by_the_plan_before_the_rope_table(tmp_path):
     # 2^24 positions pass validation; the KV cache for one such sequence does not fit the CPU
     # default budget, so the memory plan refuses it. Before, the RoPE table for 2^24 positions
-    # (GiBs) was built first: under a 2 GiB address space that is std::bad_alloc.
+    # (512 MiB for stories260K's 8-wide heads) was built and filled first.
     f = patched_stories(tmp_path, "llama.context_length", 1 << 24)
     proc = run(["generate", "--model", f, "--prompt", "Once", "-n", "2"], address_space=2 << 30)
     assert_clear_error(proc, "--max-model-len")
+    assert proc.max_rss_mib < 256, f"peak RSS {proc.max_rss_mib:.0f} MiB before refusing"
     # The same file with a bounded --max-model-len runs (the RoPE table has 256 positions).
     ok = run(["generate", "--model", f, "--prompt", "Once", "-n", "2", "--max-model-len", 256],
              address_space=2 << 30)
