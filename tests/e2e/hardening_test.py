@@ -146,7 +146,7 @@ def test_client_eof_still_cancels(tiny):
 # ---- defect 5: head-of-line blocking ----
 
 def test_large_bodies_do_not_block_health(server_factory):
-    s = server_factory(TINY_MODEL, "--max-model-len", 512, "--http-threads", 2, "--parse-threads", 2)
+    s = server_factory(TINY_MODEL, "--max-model-len", 512, "--http-threads", 2)
     text = "Once upon a time, there was a little girl named Lily. " * 60000  # ~3.3 MB to tokenize
     done = {}
 
