@@ -41,11 +41,12 @@ Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, i
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   MemoryPlanInput in = memory_plan_input(config, mc, weight_bytes);
   if (dev.type == Device::kCuda) {
-    // The device's own terms need the built model; the KV budget alone (the weights as stored,
-    // no workspace) is a lower bound of what the full plan needs, so this refuses nothing the
-    // full plan would accept.
+    // The device's own terms (weights in the compute dtype, workspace) need the built model:
+    // here only the KV cache counts (weights 0), a lower bound of what the full plan needs, so
+    // this refuses nothing the full plan would accept.
     auto info = cuda_memory_info(dev.index);
     if (!info.ok()) return Status();  // the executor's own set-up reports it
+    in.weight_bytes = 0;
     in.device_memory = info->total;
     in.device_reserved = info->total - info->free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
