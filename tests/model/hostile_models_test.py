@@ -167,3 +167,13 @@ def test_gguf_long_context_refused_by_the_plan_before_the_rope_table(tmp_path):
     ok = run(["generate", "--model", f, "--prompt", "Once", "-n", "2", "--max-model-len", 256],
              address_space=2 << 30)
     assert ok.returncode == 0, ok.stdout[-3000:]
+
+
+def test_gguf_tokenizer_key_of_wrong_type(tmp_path):
+    ms = make_seeds_module()
+    kvs = ms.llama_kvs() + [("tokenizer.ggml.model", ms.STR, "llama"),
+                            ("tokenizer.ggml.tokens", ms.ARR, (ms.I32, [1, 2, 3]))]
+    f = tmp_path / "tokens_int.gguf"
+    f.write_bytes(ms.gguf_file(kvs, [("token_embd.weight", [8, 16], "f32")]))
+    proc = run(["tokenize", "--model", f, "--text", "x"])
+    assert_clear_error(proc, "tokenizer.ggml.tokens has type array of int32, expected a non-empty array of strings")
