@@ -13,7 +13,9 @@ A sampler thread times GET /health every HEALTH_PERIOD s and reads the server's 
 
 Reported (text, and JSON with --json):
   - RSS slope after warm-up (least squares over the samples after --warmup s), MiB/hour, and the
-    RSS at warm-up end and at the end;
+    RSS at warm-up end and at the end; the same for the heap and small anonymous mappings alone
+    (RSS less the KV pool's pages, which become resident as blocks are first used, and less the
+    memory-mapped weights' file pages): a leak shows there;
   - KV blocks at the end, once traffic stopped: pagoda:kv_cache_free_blocks == pagoda:kv_cache_blocks
     and no request running or waiting;
   - /health latency p50 / p99 / max over the whole run, and per 5-minute window p99;
@@ -79,6 +81,7 @@ class Soak:
         self.unexpected = []
         self.health = []  # (t, seconds)
         self.rss = []     # (t, MiB)
+        self.rss_rest = []  # (t, MiB): RSS less big anonymous buffers and file pages
         self.stop = threading.Event()
         self.t0 = None
 
@@ -131,6 +134,25 @@ class Soak:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024.0
         return float("nan")
+
+    def rss_parts_mib(self):
+        """Resident MiB by kind of mapping (/proc/PID/smaps): the KV pool and other preallocated
+        buffers (anonymous mappings >= 128 MiB, resident as their pages are first touched), file
+        pages (the memory-mapped weights, resident as rows are first read), and the rest (heap and
+        small anonymous mappings: where a leak would show)."""
+        parts = {"big_anon": 0.0, "file": 0.0, "rest": 0.0}
+        kind = "rest"
+        with open(f"/proc/{self.proc.pid}/smaps") as f:
+            for line in f:
+                p = line.split()
+                if "-" in p[0] and not p[0].endswith(":"):
+                    lo, hi = p[0].split("-")
+                    name = p[5] if len(p) > 5 else ""
+                    kind = ("file" if name.startswith("/") else
+                            "big_anon" if not name and int(hi, 16) - int(lo, 16) >= (128 << 20) else "rest")
+                elif p[0] == "Rss:":
+                    parts[kind] += int(p[1]) / 1024.0
+        return parts
 
     # ---- bookkeeping ----
     def count(self, kind, status):
@@ -286,6 +308,10 @@ class Soak:
                 self.health.append((t, dt))
             if t >= next_rss:
                 self.rss.append((t, self.rss_mib()))
+                try:
+                    self.rss_rest.append((t, self.rss_parts_mib()["rest"]))
+                except OSError:
+                    pass
                 next_rss = t + self.args.rss_period
             self.stop.wait(self.args.health_period)
 
@@ -338,6 +364,7 @@ class Soak:
             self.proc.kill()
             rc = None
         after = [(t, v) for t, v in self.rss if t >= self.args.warmup]
+        rest_after = [(t, v) for t, v in self.rss_rest if t >= self.args.warmup]
         h_all = [d for _, d in self.health]
         windows = {}
         for t, d in self.health:
@@ -352,7 +379,10 @@ class Soak:
                         "at_warmup_end": round(after[0][1], 1) if after else None,
                         "end": round(final_rss, 1), "max": round(max(v for _, v in self.rss), 1) if self.rss else None,
                         "slope_after_warmup_mib_per_hour": round(slope_per_hour(after), 2),
-                        "samples_after_warmup": len(after)},
+                        "samples_after_warmup": len(after),
+                        "heap_and_small_anon_at_warmup_end": round(rest_after[0][1], 1) if rest_after else None,
+                        "heap_and_small_anon_end": round(rest_after[-1][1], 1) if rest_after else None,
+                        "heap_and_small_anon_slope_after_warmup_mib_per_hour": round(slope_per_hour(rest_after), 2)},
             "kv_end": {"blocks": blocks, "free_blocks": free, "usage": usage, "running": running, "waiting": waiting,
                        "all_free": blocks is not None and blocks == free and not running and not waiting},
             "health_ms": {"samples": len(h_all), "p50": round(percentile(h_all, 50) * 1000, 2),
