@@ -14,7 +14,8 @@ A sampler thread times GET /health every HEALTH_PERIOD s and reads the server's 
 Reported (text, and JSON with --json):
   - RSS slope after warm-up (least squares over the samples after --warmup s), MiB/hour, and the
     RSS at warm-up end and at the end; the same for the heap and small anonymous mappings alone
-    (RSS less the KV pool's pages, which become resident as blocks are first used, and less the
+    (RSS less the KV pool's and other preallocated buffers' pages, which become resident as they
+    are first used, up to their size, and less the
     memory-mapped weights' file pages): a leak shows there;
   - KV blocks at the end, once traffic stopped: pagoda:kv_cache_free_blocks == pagoda:kv_cache_blocks
     and no request running or waiting;
@@ -137,7 +138,8 @@ class Soak:
 
     def rss_parts_mib(self):
         """Resident MiB by kind of mapping (/proc/PID/smaps): the KV pool and other preallocated
-        buffers (anonymous mappings >= 128 MiB, resident as their pages are first touched), file
+        buffers (anonymous mappings over 64 MiB, i.e. larger than any malloc arena; resident as
+        their pages are first touched: bounded by their size), file
         pages (the memory-mapped weights, resident as rows are first read), and the rest (heap and
         small anonymous mappings: where a leak would show)."""
         parts = {"big_anon": 0.0, "file": 0.0, "rest": 0.0}
@@ -149,7 +151,7 @@ class Soak:
                     lo, hi = p[0].split("-")
                     name = p[5] if len(p) > 5 else ""
                     kind = ("file" if name.startswith("/") else
-                            "big_anon" if not name and int(hi, 16) - int(lo, 16) >= (128 << 20) else "rest")
+                            "big_anon" if not name and int(hi, 16) - int(lo, 16) > (64 << 20) else "rest")
                 elif p[0] == "Rss:":
                     parts[kind] += int(p[1]) / 1024.0
         return parts
