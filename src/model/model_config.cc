@@ -192,6 +192,8 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
   ModelConfig c;
   c.rope_layout = RopeLayout::kHalfSplit;
+  if (j.contains("model_type") && !j["model_type"].is_string())
+    return invalid_argument("config.json: 'model_type' has type {}, expected a string", j["model_type"].type_name());
   const std::string model_type = j.value("model_type", std::string());
   c.arch_name = model_type;
   if (model_type == "llama") {

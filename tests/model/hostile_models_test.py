@@ -42,6 +42,8 @@ HF_EXPECTED = {
     "llama3_factors_inverted.json": "low_freq_factor",
     "vocab_huge.json": "vocab_size = 1099511627776 is implausibly large",
     "head_dim_odd.json": "head_dim 15 must be even",
+    # found by hf_config_fuzz: an uncaught nlohmann type_error (std::terminate) before
+    "model_type_int.json": "'model_type' has type number, expected a string",
 }
 GGUF_EXPECTED = {
     "ctx_u32_max.gguf": "context length) = 4294967295 is implausibly large",
