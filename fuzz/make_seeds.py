@@ -73,7 +73,7 @@ def llama_kvs(arch="llama", hidden=8, heads=2, kv_heads=1, layers=1, ffn=16, ctx
             (p + "block_count", U32, layers), (p + "feed_forward_length", U32, ffn),
             (p + "attention.head_count", U32, heads), (p + "attention.head_count_kv", U32, kv_heads),
             (p + "attention.layer_norm_rms_epsilon", F32, 1e-5), (p + "rope.freq_base", F32, 10000.0),
-            (p + "rope.dimension_count", U32, hidden // heads)]
+            (p + "rope.dimension_count", U32, hidden // heads if heads else 8)]
 
 
 def stories_kv_section(path):
@@ -125,6 +125,18 @@ def gguf_seeds(shared):
                                                               ("general.alignment", U32, 64)],
         [("blk.0.attn_q_norm.weight", [8], "f32"), ("blk.0.attn_k.weight", [16, 16], "f32")], alignment=64)
     seeds["no_tensors.gguf"] = gguf_file([("general.architecture", STR, "llama")], [])
+    # Hostile hyper-parameters (issue 25): each must be a clear error, never a crash or a huge allocation.
+    small = [("token_embd.weight", [8, 16], "f32")]
+    seeds["ctx_u32_max.gguf"] = gguf_file(llama_kvs(ctx=0xFFFFFFFF), small)
+    seeds["ctx_2_28.gguf"] = gguf_file(llama_kvs(ctx=1 << 28), small)
+    seeds["heads_zero.gguf"] = gguf_file(llama_kvs(heads=0), small)
+    seeds["kv_heads_zero.gguf"] = gguf_file(llama_kvs(kv_heads=0), small)
+    seeds["heads_not_dividing.gguf"] = gguf_file(
+        [kv for kv in llama_kvs(hidden=9, heads=2) if not kv[0].endswith("rope.dimension_count")], small)
+    seeds["block_count_float.gguf"] = gguf_file(
+        [(k, F32, 1.0) if k.endswith("block_count") else (k, t, v) for k, t, v in llama_kvs()], small)
+    seeds["ctx_negative_i64.gguf"] = gguf_file(
+        [(k, I64, -5) if k.endswith("context_length") else (k, t, v) for k, t, v in llama_kvs()], small)
     stories = os.path.join(shared, "models", "stories260K", "stories260K.gguf")
     if os.path.exists(stories):
         raw, n_kv, data = stories_kv_section(stories)
@@ -170,6 +182,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
     args = ap.parse_args()
+    # hf_config_fuzz and http_request_fuzz seeds are committed text files (fuzz/seeds/<target>/).
     for target, seeds in (("gguf_fuzz", gguf_seeds(args.shared)), ("safetensors_fuzz", safetensors_seeds())):
         d = os.path.join(args.out, target)
         os.makedirs(d, exist_ok=True)

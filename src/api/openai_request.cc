@@ -176,8 +176,7 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
     } else {
       return bad_request("'stop' must be a string or a list of strings", "stop");
     }
-    for (const auto& x : o->stop)
-      if (x.empty()) return bad_request("'stop' strings must not be empty", "stop");
+    if (auto err = check_stop_strings(o->stop)) return bad_request("'stop': " + *err, "stop");
   }
   if (const json* s = f.get("stop_token_ids")) {
     if (!s->is_array()) return bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
@@ -299,7 +298,23 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
   return e;
 }
 
+std::optional<std::string> check_stop_strings(const std::vector<std::string>& stop) {
+  if (stop.size() > static_cast<size_t>(kMaxStopStrings))
+    return "more than " + std::to_string(kMaxStopStrings) + " stop strings (" + std::to_string(stop.size()) + ")";
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) return "stop string " + std::to_string(i) + " is empty (stop strings must not be empty)";
+    if (stop[i].size() > kMaxStopStringBytes)
+      return "stop string " + std::to_string(i) + " is " + std::to_string(stop[i].size()) + " bytes (at most " +
+             std::to_string(kMaxStopStringBytes) + ")";
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out) {
+  // nlohmann's lexer takes a NUL byte for the end of input, which would accept `{...}\0garbage`;
+  // JSON text cannot contain a raw NUL anyway (RFC 8259: control characters must be escaped).
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
+    return bad_request("the body is not valid JSON: a NUL byte at offset " + std::to_string(nul), {}, "invalid_json");
   if (!depth_ok(body, kMaxJsonDepth))
     return bad_request("the JSON body is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
   *out = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);

@@ -27,6 +27,7 @@ constexpr int kMaxJsonDepth = 64;
 constexpr int kMaxN = 128;
 constexpr int kMaxLogprobs = 20;
 constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopStringBytes = 1024;
 
 // An error for the client, in OpenAI's shape {"error": {message, type, param, code}}.
 struct ApiError {
@@ -43,6 +44,9 @@ struct ApiError {
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+// Stop strings of any front end: at most kMaxStopStrings, each non-empty and at most
+// kMaxStopStringBytes. The error message (names the bound), or nullopt.
+std::optional<std::string> check_stop_strings(const std::vector<std::string>& stop);
 
 // Sampling and stopping options shared by both endpoints (engine semantics in engine.h).
 struct GenerationOptions {

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -39,14 +40,35 @@ struct ServeCliOptions {
   double rps = 0, tpm = 0;
   bool no_prefix_caching = false;
   TuningFlags tuning;
+  std::string allowed_origins;
+  int64_t max_connections = -1;  // -1: from the file-descriptor limit
 };
 
-void raise_fd_limit() {
+// Raises the soft file-descriptor limit to the hard one; returns the soft limit now in force.
+int64_t raise_fd_limit() {
   rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
   }
+  return rl.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(rl.rlim_cur);
+}
+
+// "a,b , c" -> {"a", "b", "c"}; empty items dropped.
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    start = end + 1;
+  }
+  return out;
 }
 
 int run_serve(ServeCliOptions& o) {
@@ -57,7 +79,19 @@ int run_serve(ServeCliOptions& o) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit();
+  const int64_t fd_limit = raise_fd_limit();
+  // Descriptors beyond the HTTP connections: model files, gRPC, the engine, logs.
+  constexpr int64_t kReservedFds = 64;
+  if (o.max_connections < 0) o.max_connections = std::max<int64_t>(16, fd_limit - kReservedFds);
+  o.serve.max_connections = o.max_connections;
+  o.serve.allowed_origins = split_list(o.allowed_origins);
+  for (const auto& origin : o.serve.allowed_origins) {
+    if (origin != "*" && origin.find("://") == std::string::npos) {
+      std::cerr << "pagoda serve: --allowed-origins: '" << origin
+                << "' is not an origin (scheme://host[:port]) or '*'\n";
+      return 2;
+    }
+  }
 
   auto kv = dtype_from_name(o.kv_dtype);
   if (!kv) {
@@ -127,6 +161,9 @@ int run_serve(ServeCliOptions& o) {
   ho.body_limit = o.serve.max_body_bytes;
   ho.idle_timeout_s = o.serve.idle_timeout_s;
   ho.write_timeout_s = o.serve.write_timeout_s;
+  ho.max_connections = o.serve.max_connections;
+  ho.worker_threads = o.serve.parse_threads;
+  ho.max_pending = o.serve.max_pending_parses;
   auto http = std::make_unique<server::HttpServer>(ho, api);
   if (Status st = http->listen(); !st.ok()) {
     log_error("serve", "{}", st.message());
@@ -193,6 +230,15 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (413 beyond)")->check(CLI::PositiveNumber);
   app->add_option("--idle-timeout", s.idle_timeout_s, "Seconds to wait for a request on an open connection")->check(CLI::PositiveNumber);
   app->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a slow client may take")->check(CLI::PositiveNumber);
+  app->add_option("--max-connections", o->max_connections,
+                  "Open HTTP connections; more are answered 503 at once (default: the fd limit less 64)");
+  app->add_option("--parse-threads", s.parse_threads, "Workers that parse, template and tokenize requests off the I/O threads");
+  app->add_option("--max-pending-parses", s.max_pending_parses, "Requests that may wait for a parse worker (503 beyond)");
+  app->add_option("--allowed-origins", o->allowed_origins,
+                  "CORS: comma-separated origins (e.g. 'https://app.example') or '*' allowed to call the API from a "
+                  "browser (default: none, CORS off)");
+  app->add_flag("--metrics-require-key", s.metrics_require_key,
+                "With --api-key: /metrics needs a key too (/ and /health never do)");
   app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 4096));
   add_device_options(app, e.device, e.dtype, e.cuda_graphs);
   add_tuning_options(app, o->tuning);

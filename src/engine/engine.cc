@@ -428,6 +428,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
   lo.max_model_len = config.max_model_len;
   lo.cpu_kernels = dev.type == Device::kCpu;
   lo.progress = config.load_progress;
+  lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
+    return precheck_memory_plan(config, mc, weight_bytes);
+  };
   PAGODA_ASSIGN_OR_RETURN(LoadedModel model, load_model(config.model, lo));
   PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
   if (tok->vocab_size() > model.config.vocab_size)

@@ -16,6 +16,44 @@ constexpr int64_t kCpuDefaultKvMemory = int64_t{2} << 30;
 
 double EngineCore::now() const { return steady_seconds() - t0_; }
 
+MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes) {
+  MemoryPlanInput in;
+  in.config = mc;
+  in.weight_bytes = weight_bytes;
+  in.max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings;
+  in.max_num_seqs = config.scheduler.max_num_seqs;
+  in.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+  in.block_size = config.block_size;
+  in.kv_dtype = config.kv_dtype;
+  in.device_memory = host_memory_bytes();
+  in.memory_utilization = config.memory_utilization;
+  in.kv_cache_memory = config.kv_cache_memory;
+  auto dev = parse_device(config.device);
+  if (!(dev.ok() && dev->type == Device::kCuda) && in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
+    // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
+    const int64_t want = (in.max_model_len + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
+    in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
+  }
+  return in;
+}
+
+Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes) {
+  PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
+  MemoryPlanInput in = memory_plan_input(config, mc, weight_bytes);
+  if (dev.type == Device::kCuda) {
+    // The device's own terms (weights in the compute dtype, workspace) need the built model:
+    // here only the KV cache counts (weights 0), a lower bound of what the full plan needs, so
+    // this refuses nothing the full plan would accept.
+    auto info = cuda_memory_info(dev.index);
+    if (!info.ok()) return Status();  // the executor's own set-up reports it
+    in.weight_bytes = 0;
+    in.device_memory = info->total;
+    in.device_reserved = info->total - info->free;
+    if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
+  }
+  return plan_memory(in).status();
+}
+
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config, LoadedModel model, ThreadPool& pool,
                                                       const ExecutorDecorator& decorate) {
   std::unique_ptr<EngineCore> core(new EngineCore());
@@ -37,18 +75,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   co.batch_invariant = config.batch_invariant;
   co.tuning = config.tuning;
 
-  MemoryPlanInput in;
-  in.config = mc;
+  int64_t weight_bytes = 0;
   for (const auto& name : model.weights->names())
-    if (const Tensor* t = model.weights->find(name)) in.weight_bytes += t->nbytes();
-  in.max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings;
-  in.max_num_seqs = config.scheduler.max_num_seqs;
-  in.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
-  in.block_size = config.block_size;
-  in.kv_dtype = config.kv_dtype;
-  in.device_memory = host_memory_bytes();
-  in.memory_utilization = config.memory_utilization;
-  in.kv_cache_memory = config.kv_cache_memory;
+    if (const Tensor* t = model.weights->find(name)) weight_bytes += t->nbytes();
+  MemoryPlanInput in = memory_plan_input(config, mc, weight_bytes);
   if (cuda) {
     // Device memory: the CUDA executor's own terms (weights in its compute dtype, workspace,
     // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
@@ -62,10 +92,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     in.device_memory = info.total;
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
-  } else if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
-    // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
-    const int64_t want = (in.max_model_len + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
-    in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
   }
   PAGODA_ASSIGN_OR_RETURN(core->plan_, plan_memory(in));
   core->max_model_len_ = core->plan_.max_model_len;

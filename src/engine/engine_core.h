@@ -42,6 +42,13 @@ struct CoreStats {
   double schedule_s = 0, execute_s = 0, update_s = 0;
 };
 
+// The memory-plan input of `config` for a model of `mc` whose weights take `weight_bytes` (host
+// terms; EngineCore::create adds the CUDA executor's own terms on a GPU).
+MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes);
+// The memory plan's verdict before anything large is allocated (the RoPE table, packed weights,
+// the KV cache): the plan's own error (e.g. "max_model_len N needs ...") when it cannot fit.
+Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes);
+
 class EngineCore {
  public:
   // Plans memory, allocates the KV cache and builds the scheduler and runner over `model`.

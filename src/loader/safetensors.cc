@@ -58,7 +58,8 @@ Status parse_entry(const std::string& name, const nlohmann::json& e, Safetensors
   info->name = name;
   if (!e.is_object()) return data_loss("tensor '{}': header entry is not an object ({})", name, short_dump(e));
   auto dt = e.find("dtype");
-  if (dt == e.end() || !dt->is_string()) return data_loss("tensor '{}': missing string 'dtype'", name);
+  if (dt == e.end()) return data_loss("tensor '{}': missing string 'dtype'", name);
+  if (!dt->is_string()) return data_loss("tensor '{}': 'dtype' has type {}, expected a string", name, dt->type_name());
   info->dtype_name = dt->get<std::string>();
   const DTypeRow* row = find_dtype(info->dtype_name);
   if (row == nullptr) return unimplemented("tensor '{}': unknown safetensors dtype '{}'", name, info->dtype_name);
@@ -66,7 +67,8 @@ Status parse_entry(const std::string& name, const nlohmann::json& e, Safetensors
   info->dtype = row->dtype;
 
   auto sh = e.find("shape");
-  if (sh == e.end() || !sh->is_array()) return data_loss("tensor '{}': missing array 'shape'", name);
+  if (sh == e.end()) return data_loss("tensor '{}': missing array 'shape'", name);
+  if (!sh->is_array()) return data_loss("tensor '{}': 'shape' has type {}, expected an array", name, sh->type_name());
   if (sh->size() > static_cast<size_t>(SafetensorsFile::kMaxDims))
     return data_loss("tensor '{}': {} dimensions (at most {} allowed)", name, sh->size(), SafetensorsFile::kMaxDims);
   int64_t numel = 1;

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -24,27 +25,45 @@ int64_t ModelConfig::kv_bytes_per_token(DType kv_dtype) const {
 }
 
 Status ModelConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) -> Status {
+  auto in_range = [](int64_t v, int64_t hi, const char* name) -> Status {
     if (v <= 0) return invalid_argument("model config: {} must be positive (got {})", name, v);
+    if (v > hi) return invalid_argument("model config: {} = {} is implausibly large (at most {})", name, v, hi);
     return {};
   };
-  PAGODA_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
-  PAGODA_RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
-  PAGODA_RETURN_IF_ERROR(positive(intermediate_size, "intermediate_size"));
-  PAGODA_RETURN_IF_ERROR(positive(num_layers, "num_layers"));
-  PAGODA_RETURN_IF_ERROR(positive(num_heads, "num_heads"));
-  PAGODA_RETURN_IF_ERROR(positive(num_kv_heads, "num_kv_heads"));
-  PAGODA_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
-  PAGODA_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
+  PAGODA_RETURN_IF_ERROR(in_range(vocab_size, kMaxVocabSize, "vocab_size"));
+  PAGODA_RETURN_IF_ERROR(in_range(hidden_size, kMaxHiddenSize, "hidden_size"));
+  PAGODA_RETURN_IF_ERROR(in_range(intermediate_size, kMaxIntermediateSize, "intermediate_size"));
+  PAGODA_RETURN_IF_ERROR(in_range(num_layers, kMaxLayers, "num_layers"));
+  PAGODA_RETURN_IF_ERROR(in_range(num_heads, kMaxHeads, "num_heads"));
+  PAGODA_RETURN_IF_ERROR(in_range(num_kv_heads, kMaxHeads, "num_kv_heads"));
+  PAGODA_RETURN_IF_ERROR(in_range(head_dim, kMaxHeadDim, "head_dim"));
+  PAGODA_RETURN_IF_ERROR(in_range(max_position_embeddings, kMaxContextLength, "max_position_embeddings (context length)"));
   if (num_heads % num_kv_heads != 0)
     return invalid_argument("model config: num_heads {} is not a multiple of num_kv_heads {}", num_heads, num_kv_heads);
   if (head_dim % 2 != 0) return invalid_argument("model config: head_dim {} must be even for RoPE", head_dim);
+  if (num_heads * head_dim > 4 * kMaxHiddenSize)
+    return invalid_argument("model config: num_heads {} x head_dim {} is implausibly large", num_heads, head_dim);
   if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0)
     return invalid_argument("model config: rope dimension {} must be even and in (0, head_dim={}]", rope_dim, head_dim);
-  if (!(rms_norm_eps > 0) || !(rope_theta > 0)) return invalid_argument("model config: rms_norm_eps and rope_theta must be positive");
-  if (num_layers > 4096 || num_heads > 4096 || hidden_size > (1 << 20) || vocab_size > (1 << 24))
-    return invalid_argument("model config: implausible sizes (layers {}, heads {}, hidden {}, vocab {})", num_layers,
-                            num_heads, hidden_size, vocab_size);
+  if (!std::isfinite(rms_norm_eps) || !(rms_norm_eps > 0) || rms_norm_eps >= 1)
+    return invalid_argument("model config: rms_norm_eps {} must be in (0, 1)", rms_norm_eps);
+  if (!std::isfinite(rope_theta) || !(rope_theta > 0))
+    return invalid_argument("model config: rope_theta {} must be positive and finite", rope_theta);
+  if (sliding_window < 0) return invalid_argument("model config: sliding_window {} must be >= 0", sliding_window);
+  if (rope_scaling.kind != RopeScaling::Kind::kNone) {
+    const RopeScaling& r = rope_scaling;
+    if (!std::isfinite(r.factor) || !(r.factor > 0) || r.factor > 1e6)
+      return invalid_argument("model config: rope scaling factor {} must be positive and finite", r.factor);
+    if (r.kind == RopeScaling::Kind::kLlama3) {
+      if (!std::isfinite(r.low_freq_factor) || !std::isfinite(r.high_freq_factor) || !(r.low_freq_factor > 0) ||
+          !(r.high_freq_factor > r.low_freq_factor))
+        return invalid_argument("model config: llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({})",
+                                r.low_freq_factor, r.high_freq_factor);
+      if (r.original_max_position <= 0 || r.original_max_position > kMaxContextLength)
+        return invalid_argument("model config: llama3 rope scaling original_max_position_embeddings {} out of range",
+                                r.original_max_position);
+    }
+  }
   return {};
 }
 
@@ -94,19 +113,41 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
   if (family == nullptr)
     return unimplemented("architecture '{}' is not supported (supported: {})", *arch, supported_architectures());
   const std::string p = *arch + ".";
+  // A key that is present with the wrong type is reported as such, not as missing.
+  auto typed = [&](const std::string& key, bool want_int) -> Status {
+    const GgufValue* v = g.find(p + key);
+    if (v == nullptr) return {};
+    const bool ok = want_int ? v->as_int().has_value() && v->type != GgufType::kBool && v->type != GgufType::kFloat32 &&
+                                   v->type != GgufType::kFloat64
+                             : v->as_float().has_value() && v->type != GgufType::kBool;
+    if (!ok)
+      return invalid_argument("GGUF metadata '{}{}' has type {}, expected {}", p, key, gguf_type_name(v->type),
+                              want_int ? "an integer" : "a number");
+    return {};
+  };
   auto need_int = [&](const std::string& key, int64_t* out) -> Status {
+    PAGODA_RETURN_IF_ERROR(typed(key, true));
     auto v = g.get_int(p + key);
     if (!v) return invalid_argument("GGUF is missing integer metadata '{}{}'", p, key);
     *out = *v;
     return {};
   };
+  for (const char* key : {"attention.head_count_kv", "attention.key_length", "rope.dimension_count",
+                          "attention.sliding_window", "vocab_size"})
+    PAGODA_RETURN_IF_ERROR(typed(key, true));
+  for (const char* key : {"attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor"})
+    PAGODA_RETURN_IF_ERROR(typed(key, false));
   PAGODA_RETURN_IF_ERROR(need_int("embedding_length", &c.hidden_size));
   PAGODA_RETURN_IF_ERROR(need_int("feed_forward_length", &c.intermediate_size));
   PAGODA_RETURN_IF_ERROR(need_int("block_count", &c.num_layers));
   PAGODA_RETURN_IF_ERROR(need_int("attention.head_count", &c.num_heads));
   PAGODA_RETURN_IF_ERROR(need_int("context_length", &c.max_position_embeddings));
   c.num_kv_heads = g.get_int(p + "attention.head_count_kv").value_or(c.num_heads);
-  c.head_dim = g.get_int(p + "attention.key_length").value_or(c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  if (c.num_heads <= 0) return invalid_argument("model config: {}attention.head_count must be positive (got {})", p, c.num_heads);
+  if (!g.find(p + "attention.key_length") && c.hidden_size % c.num_heads != 0)
+    return invalid_argument("model config: embedding_length {} is not a multiple of attention.head_count {}", c.hidden_size,
+                            c.num_heads);
+  c.head_dim = g.get_int(p + "attention.key_length").value_or(c.hidden_size / c.num_heads);
   c.rope_dim = g.get_int(p + "rope.dimension_count").value_or(c.head_dim);
   c.rms_norm_eps = g.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
   c.rope_theta = g.get_float(p + "rope.freq_base").value_or(10000.0);
@@ -137,46 +178,71 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
 Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
   ModelConfig c;
+  if (j.contains("model_type") && !j["model_type"].is_string())
+    return invalid_argument("config.json: 'model_type' has type {}, expected a string", j["model_type"].type_name());
   const std::string model_type = j.value("model_type", std::string());
   c.arch_name = model_type;
   const Family* family = find_family(model_type);
   if (family == nullptr)
     return unimplemented("model_type '{}' is not supported (supported: {})", model_type, supported_architectures());
   try {
-    auto need = [&](const char* key) -> Result<int64_t> {
-      if (!j.contains(key) || !j[key].is_number_integer()) return invalid_argument("config.json: missing integer '{}'", key);
-      return j[key].get<int64_t>();
+    // Integers: absent -> `fallback` (or an error when required); present with another type ->
+    // "has type X, expected an integer".
+    auto int_field = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
+      if (!j.contains(key) || (fallback && j[key].is_null())) {
+        if (fallback) return *fallback;
+        return invalid_argument("config.json: missing integer '{}'", key);
+      }
+      const auto& v = j[key];
+      if (!v.is_number_integer())
+        return invalid_argument("config.json: '{}' has type {}, expected an integer", key,
+                                v.is_number_float() ? "float" : v.type_name());
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        return invalid_argument("config.json: '{}' = {} is out of range", key, v.get<uint64_t>());
+      return v.get<int64_t>();
     };
-    PAGODA_ASSIGN_OR_RETURN(c.vocab_size, need("vocab_size"));
-    PAGODA_ASSIGN_OR_RETURN(c.hidden_size, need("hidden_size"));
-    PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, need("intermediate_size"));
-    PAGODA_ASSIGN_OR_RETURN(c.num_layers, need("num_hidden_layers"));
-    PAGODA_ASSIGN_OR_RETURN(c.num_heads, need("num_attention_heads"));
-    c.num_kv_heads = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_number_integer()
-                         ? j["num_key_value_heads"].get<int64_t>()
-                         : c.num_heads;
-    c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
-                                                                              : c.hidden_size / c.num_heads;
+    auto number_field = [&](const nlohmann::json& o, const char* key, double fallback) -> Result<double> {
+      if (!o.contains(key) || o[key].is_null()) return fallback;
+      if (!o[key].is_number()) return invalid_argument("config.json: '{}' has type {}, expected a number", key, o[key].type_name());
+      return o[key].get<double>();
+    };
+    PAGODA_ASSIGN_OR_RETURN(c.vocab_size, int_field("vocab_size", std::nullopt));
+    PAGODA_ASSIGN_OR_RETURN(c.hidden_size, int_field("hidden_size", std::nullopt));
+    PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, int_field("intermediate_size", std::nullopt));
+    PAGODA_ASSIGN_OR_RETURN(c.num_layers, int_field("num_hidden_layers", std::nullopt));
+    PAGODA_ASSIGN_OR_RETURN(c.num_heads, int_field("num_attention_heads", std::nullopt));
+    if (c.num_heads <= 0) return invalid_argument("config.json: num_attention_heads must be positive (got {})", c.num_heads);
+    PAGODA_ASSIGN_OR_RETURN(c.num_kv_heads, int_field("num_key_value_heads", c.num_heads));
+    if (!j.contains("head_dim") || j["head_dim"].is_null()) {
+      if (c.hidden_size % c.num_heads != 0)
+        return invalid_argument("config.json: hidden_size {} is not a multiple of num_attention_heads {}", c.hidden_size,
+                                c.num_heads);
+    }
+    PAGODA_ASSIGN_OR_RETURN(c.head_dim, int_field("head_dim", c.hidden_size / c.num_heads));
     c.rope_dim = c.head_dim;
-    c.max_position_embeddings = j.value("max_position_embeddings", int64_t{2048});
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+    PAGODA_ASSIGN_OR_RETURN(c.max_position_embeddings, int_field("max_position_embeddings", int64_t{2048}));
+    PAGODA_ASSIGN_OR_RETURN(c.rms_norm_eps, number_field(j, "rms_norm_eps", 1e-6));
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+      PAGODA_ASSIGN_OR_RETURN(c.sliding_window, int_field("sliding_window", int64_t{0}));  // the family decides its use
+    }
     PAGODA_RETURN_IF_ERROR(family->configure_hf(model_type, j, c));
     // transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters {rope_type, rope_theta, ...}.
     nlohmann::json rope = nlohmann::json::object();
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = j["rope_scaling"];
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = j["rope_parameters"];
-    c.rope_theta = j.value("rope_theta", rope.value("rope_theta", 10000.0));
+    PAGODA_ASSIGN_OR_RETURN(const double nested_theta, number_field(rope, "rope_theta", 10000.0));
+    PAGODA_ASSIGN_OR_RETURN(c.rope_theta, number_field(j, "rope_theta", nested_theta));
     std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
     if (rope_type == "llama3") {
       c.rope_scaling.kind = RopeScaling::Kind::kLlama3;
-      c.rope_scaling.factor = rope.value("factor", 8.0);
-      c.rope_scaling.low_freq_factor = rope.value("low_freq_factor", 1.0);
-      c.rope_scaling.high_freq_factor = rope.value("high_freq_factor", 4.0);
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor, number_field(rope, "factor", 8.0));
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor, number_field(rope, "low_freq_factor", 1.0));
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor, number_field(rope, "high_freq_factor", 4.0));
       c.rope_scaling.original_max_position = rope.value("original_max_position_embeddings", int64_t{8192});
     } else if (rope_type == "linear") {
       c.rope_scaling.kind = RopeScaling::Kind::kLinear;
-      c.rope_scaling.factor = rope.value("factor", 1.0);
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor, number_field(rope, "factor", 1.0));
     } else if (rope_type != "default") {
       return unimplemented("config.json: rope type '{}' is not supported", rope_type);
     }

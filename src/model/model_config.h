@@ -15,6 +15,16 @@ namespace pagoda {
 
 class GgufFile;
 
+// Upper bounds ModelConfig::validate() accepts: far above every released checkpoint, low enough
+// that sizes derived from them (RoPE tables, KV bytes per token) cannot overflow.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+
 enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3 };
 const char* arch_family_name(ArchFamily a);
 
@@ -44,7 +54,8 @@ struct ModelConfig {
   RopeSpec rope_spec() const { return {rope_dim, rope_theta, rope_layout, rope_scaling}; }
   // 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
   int64_t kv_bytes_per_token(DType kv_dtype) const;
-  // Checks internal consistency (positive sizes, heads divide, GQA groups integral).
+  // Checks every hyper-parameter: sizes positive and below the kMax* bounds, heads divide, GQA
+  // groups integral, eps / theta / scaling finite and in range. The message names the field.
   Status validate() const;
   std::string summary() const;  // one line for logs
   nlohmann::json to_json() const;

@@ -28,6 +28,15 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
   PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
+  if (m.max_model_len <= 0 || m.max_model_len > kMaxContextLength)
+    return invalid_argument("{}: max_model_len {} is out of range (1 to {})", path, m.max_model_len, kMaxContextLength);
+  if (options.precheck) {
+    int64_t weight_bytes = 0;
+    for (const auto& name : m.weights->names())
+      if (const Tensor* t = m.weights->find(name)) weight_bytes += t->nbytes();
+    if (Status st = options.precheck(m.config, weight_bytes, m.max_model_len); !st.ok())
+      return Status(st.code(), fmt::format("{}: {}", path, st.message()));
+  }
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
   // Weight-loading progress: bytes of the distinct tensors the family has looked up so far.

@@ -23,6 +23,10 @@ struct ModelLoadOptions {
   // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
   // total; the last call has done == total. Empty: no reports.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Called with the checkpoint's config, its weight bytes and the max_model_len chosen above, after
+  // the config is validated and before the model (its RoPE table, packed weights) is built: a
+  // non-ok Status stops the load (the engine passes its memory-plan check).
+  std::function<Status(const ModelConfig&, int64_t weight_bytes, int64_t max_model_len)> precheck;
 };
 
 struct LoadedModel {

@@ -4,7 +4,10 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "pagoda.grpc.pb.h"
+#include "server/http_request_rules.h"
 
 namespace pagoda::server {
 namespace {
@@ -73,14 +76,18 @@ class Service final : public pagoda::v1::Pagoda::Service {
     if (req->has_repetition_penalty()) g.sampling.repetition_penalty = req->repetition_penalty();
     g.sampling.presence_penalty = req->presence_penalty();
     g.sampling.frequency_penalty = req->frequency_penalty();
+    if (req->stop_size() > api::kMaxStopStrings)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("more than {} stop strings ({})", api::kMaxStopStrings, req->stop_size()));
     g.stop.stop.assign(req->stop().begin(), req->stop().end());
+    if (auto err = api::check_stop_strings(g.stop.stop)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *err);
     g.stop.ignore_eos = req->ignore_eos();
     g.stop.min_tokens = req->min_tokens();
     g.priority = req->priority();
     g.request_id = ctx_.make_id("grpc");
     const int64_t plen = static_cast<int64_t>(g.prompt_ids.size());
     const int64_t charge = plen + (g.stop.max_tokens > 0 ? g.stop.max_tokens : std::max<int64_t>(0, engine.max_model_len() - plen));
-    auto admitted = ctx_.admit(ServingContext::caller_key(auth, context->peer()), charge, 1);
+    auto admitted = ctx_.admit(ctx_.caller_key(auth, peer_host(context->peer())), charge, 1);
     if (auto* e = std::get_if<api::ApiError>(&admitted)) return to_grpc(*e);
     auto ticket = std::move(std::get<std::unique_ptr<ServingContext::Ticket>>(admitted));
     auto stream = engine.submit(std::move(g));

@@ -4,6 +4,7 @@
 #include "server/process_metrics.h"
 
 #include "server/generation_job.h"
+#include "server/http_request_rules.h"
 #include "server/playground.h"
 
 namespace pagoda::server {
@@ -69,14 +70,39 @@ HandlerResult HttpApi::handle(HttpRequest& request) {
   std::string route_name = "other";
   const double start = ServingContext::now();
   t_request_start = start;
+  // The route may move the request into deferred work: what the access line needs is kept here.
+  AccessLogEntry access{request.remote, request.method, request.path};
+  const std::string allow_origin = ctx_.cors_allow_origin(request.header("origin"));
   HandlerResult res = route(request, &route_name);
+  if (res.deferred) {
+    // Runs on the server's work pool; metrics, access line and CORS once the route's result is known.
+    res.deferred = [this, work = std::move(res.deferred), route_name, allow_origin, access, start]() {
+      t_request_start = start;  // a generation job started by `work` reads it on this thread
+      HandlerResult r = work();
+      finish(r, route_name, allow_origin, access, start);
+      return r;
+    };
+    return res;
+  }
+  finish(res, route_name, allow_origin, access, start);
+  return res;
+}
+
+void HttpApi::finish(HandlerResult& res, const std::string& route_name, const std::string& allow_origin,
+                     AccessLogEntry access, double start) {
   ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
   // A generation job writes its own access line when it ends (GenerationJob).
-  if (!res.body && ctx_.options().access_log)
-    write_access_log({request.remote, request.method, request.path, res.response.status, -1, -1,
-                      ServingContext::now() - start, false, false});
+  if (!res.body && ctx_.options().access_log) {
+    access.status = res.response.status;
+    access.latency_s = ServingContext::now() - start;
+    write_access_log(access);
+  }
   if (ctx_.draining()) res.response.close = true;
-  return res;
+  if (!allow_origin.empty()) {
+    auto& headers = res.body ? res.body_headers : res.response.headers;
+    headers.push_back({"Access-Control-Allow-Origin", allow_origin});
+    if (allow_origin != "*") headers.push_back({"Vary", "Origin"});
+  }
 }
 
 HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
@@ -110,19 +136,46 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
     return res;
   }
   *route_name = found->path;
-  if (req.method != found->method) {
+  const std::string allowed = std::string(found->method) == "GET" ? "GET, HEAD" : found->method;
+  if (req.method == "OPTIONS") {
+    // CORS preflight: answered only for a configured origin.
+    const std::string origin = req.header("origin");
+    const std::string allow = ctx_.cors_allow_origin(origin);
+    if (!allow.empty() && !req.header("access-control-request-method").empty()) {
+      res.response.status = 204;
+      res.response.content_type.clear();
+      res.response.headers = {{"Access-Control-Allow-Methods", allowed + ", OPTIONS"},
+                              {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                              {"Access-Control-Max-Age", "600"}};
+      return res;
+    }
+    res.response = error_response(make_error(
+        405, "invalid_request_error",
+        origin.empty() || ctx_.options().allowed_origins.empty()
+            ? "method OPTIONS is not allowed on " + std::string(found->path) + " (CORS is off: start the server with --allowed-origins)"
+            : "origin '" + origin + "' is not allowed (see --allowed-origins)",
+        "method_not_allowed"));
+    res.response.headers.push_back({"Allow", allowed});
+    return res;
+  }
+  const bool head_of_get = req.method == "HEAD" && std::string(found->method) == "GET";
+  if (req.method != found->method && !head_of_get) {
     res.response = error_response(make_error(405, "invalid_request_error",
                                              "method " + req.method + " is not allowed on " + found->path + " (use " +
                                                  found->method + ")",
                                              "method_not_allowed"));
-    res.response.headers.push_back({"Allow", found->method});
+    res.response.headers.push_back({"Allow", allowed});
     return res;
   }
-  if (found->auth) {
+  if (found->auth || (path == "/metrics" && ctx_.options().metrics_require_key)) {
     if (auto e = ctx_.check_auth(req.header("authorization"))) {
       res.response = error_response(*e);
       return res;
     }
+  }
+  if (auto v = check_request_content_type(req.method, req.header("content-type"))) {
+    res.response = error_response(make_error(v->status, "invalid_request_error", v->message, "unsupported_media_type"));
+    return res;
   }
   if (path == "/") {
     res.response.content_type = "text/html; charset=utf-8";
@@ -141,11 +194,24 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
     res.response = error_response(make_error(503, "service_unavailable", "the server is shutting down", "shutting_down"));
     return res;
   }
-  if (path == "/v1/models") res.response = models(model_id);
-  else if (path == "/v1/completions") return completions(req);
-  else if (path == "/v1/chat/completions") return chat_completions(req);
-  else if (path == "/tokenize") res.response = tokenize(req);
-  else if (path == "/detokenize") res.response = detokenize(req);
+  if (path == "/v1/models") {
+    res.response = models(model_id);
+    return res;
+  }
+  // Parsing, templating and tokenizing: off the I/O threads. The request is moved into the work.
+  auto owned = std::make_shared<HttpRequest>(std::move(req));
+  if (path == "/v1/completions") res.deferred = [this, owned] { return completions(*owned); };
+  else if (path == "/v1/chat/completions") res.deferred = [this, owned] { return chat_completions(*owned); };
+  else if (path == "/tokenize") res.deferred = [this, owned] {
+    HandlerResult r;
+    r.response = tokenize(*owned);
+    return r;
+  };
+  else if (path == "/detokenize") res.deferred = [this, owned] {
+    HandlerResult r;
+    r.response = detokenize(*owned);
+    return r;
+  };
   return res;
 }
 
@@ -273,7 +339,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     tokens += static_cast<int64_t>(ids.size()) + out * o.n;
   }
   const std::string auth = req.header("authorization");
-  auto admitted = ctx_.admit(ServingContext::caller_key(auth, req.remote), tokens,
+  auto admitted = ctx_.admit(ctx_.caller_key(auth, req.remote), tokens,
                              static_cast<int32_t>(prepared.prompts.size()) * o.n);
   if (auto* e = std::get_if<api::ApiError>(&admitted)) {
     res.response = error_response(*e);

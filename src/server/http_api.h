@@ -10,13 +10,19 @@
 //   POST /tokenize             {prompt | messages} -> {tokens, count, max_model_len}
 //   POST /detokenize           {tokens} -> {prompt}
 //
-// With API keys configured, /v1/*, /tokenize and /detokenize need `Authorization: Bearer <key>`.
+// With API keys configured, /v1/*, /tokenize and /detokenize need `Authorization: Bearer <key>`
+// (scheme case-insensitive); /metrics too with --metrics-require-key; /, /health never (probes).
+// HEAD works on every GET route. POST bodies must be `Content-Type: application/json` (415).
+// CORS is off unless origins are configured (ServeOptions::allowed_origins): then a preflight
+// OPTIONS from such an origin is 204 and responses carry Access-Control-Allow-Origin.
+// The POST routes' parsing, templating and tokenizing run deferred (on the server's work pool).
 // Every error is OpenAI's {"error": {...}} body. Each response is counted in
 // pagoda:http_requests_total{route,status} (unknown paths as route "other").
 #pragma once
 
 #include <string>
 
+#include "server/access_log.h"
 #include "server/http_server.h"
 #include "server/serving_context.h"
 
@@ -30,6 +36,10 @@ class HttpApi : public HttpHandler {
 
  private:
   HandlerResult route(HttpRequest& request, std::string* route_name);
+  // Metrics, the draining close and CORS headers on a route's final result.
+  // Metrics, the access line (non-streamed results) and CORS headers of a route's result.
+  void finish(HandlerResult& res, const std::string& route_name, const std::string& allow_origin,
+              AccessLogEntry access, double start);
   HandlerResult completions(HttpRequest& request);
   HandlerResult chat_completions(HttpRequest& request);
   HttpResponse tokenize(HttpRequest& request);

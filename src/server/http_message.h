@@ -52,8 +52,14 @@ class AsyncBody {
 };
 
 struct HandlerResult {
-  HttpResponse response;             // used when body is null
+  HttpResponse response;             // used when body and deferred are null
   std::shared_ptr<AsyncBody> body;
+  // Headers added to the head of an asynchronous body's response (CORS and the like).
+  std::vector<std::pair<std::string, std::string>> body_headers;
+  // Work too heavy for an I/O thread (JSON parsing, chat templating, tokenizing): the server runs
+  // it on its bounded work pool and then handles its result like this one (it must not itself
+  // return a deferred result). A full pool is a 503.
+  std::function<HandlerResult()> deferred;
 };
 
 const char* http_status_text(int status);

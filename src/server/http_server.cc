@@ -10,6 +10,9 @@
 #include <chrono>
 #include <optional>
 
+#include "server/http_request_rules.h"
+#include "server/work_pool.h"
+
 namespace pagoda::server {
 namespace {
 
@@ -25,9 +28,10 @@ std::chrono::steady_clock::duration secs(double s) {
 // One client connection. Everything runs on the connection's strand (the stream's executor).
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, const HttpServerOptions& options, HttpHandler& handler,
-             std::shared_ptr<std::atomic<int64_t>> count)
-      : stream_(std::move(socket)), options_(options), handler_(handler), count_(std::move(count)) {
+  Connection(tcp::socket socket, const HttpServerOptions& options, HttpHandler& handler, WorkPool& pool,
+             std::shared_ptr<std::atomic<int64_t>> count, bool reject)
+      : stream_(std::move(socket)), options_(options), handler_(handler), pool_(pool), count_(std::move(count)),
+        reject_(reject) {
     ++*count_;
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
@@ -39,12 +43,40 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->reject_) {
+        return self->send_response(
+            self->handler_.protocol_error(503, "too many open connections (the server's limit is " +
+                                                   std::to_string(self->options_.max_connections) + "); retry later"),
+            true);
+      }
+      self->read_request();
+    });
   }
 
  private:
   void read_request() {
     if (closed_) return;
+    // RFC 9112 2.2: empty lines before a request line are ignored (a stray CRLF after a body).
+    {
+      auto data = buffer_.data();
+      const char* p = static_cast<const char*>(data.data());
+      size_t skip = 0;
+      while (skip < data.size() && (p[skip] == '\r' || p[skip] == '\n')) ++skip;
+      buffer_.consume(skip);
+    }
+    if (buffer_.size() == 0) {
+      // Wait for the first byte of a request ourselves: Beast's parser takes a leading CRLF for a
+      // malformed request line.
+      stream_.expires_after(secs(options_.idle_timeout_s));
+      stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        if (ec) return self->on_read_error(ec);
+        self->buffer_.commit(n);
+        self->read_request();
+      });
+      return;
+    }
+    head_ = false;
     parser_.emplace();
     parser_->body_limit(options_.body_limit);
     parser_->header_limit(static_cast<uint32_t>(options_.header_limit));
@@ -55,8 +87,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
-    if (parser_->is_done()) return dispatch_request();
     auto& req = parser_->get();
+    const auto te = req[http::field::transfer_encoding];
+    if (auto v = check_request_framing(std::string_view(te.data(), te.size())))
+      return send_response(handler_.protocol_error(v->status, v->message), true);
+    if (parser_->is_done()) return dispatch_request();
     auto expect = req[http::field::expect];
     if (beast::iequals(expect, "100-continue")) {
       out_ = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -90,37 +125,64 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void dispatch_request() {
     auto& req = parser_->get();
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    std::string target(req.target());
-    const size_t q = target.find('?');
-    r.path = target.substr(0, q);
-    if (q != std::string::npos) r.query = target.substr(q + 1);
-    for (const auto& f : req) {
-      std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      auto [it, inserted] = r.headers.emplace(name, std::string(f.value()));
-      if (!inserted) it->second += ", " + std::string(f.value());
-    }
-    r.body = std::move(req.body());
-    r.remote = remote_;
+    HttpRequest r = to_http_request(req, remote_);
     keep_alive_ = req.keep_alive();
+    head_ = r.method == "HEAD";
     parser_.reset();
+    HandlerResult res = run_handler([&] { return handler_.handle(r); });
+    if (res.deferred) return defer(std::move(res.deferred));
+    on_handled(std::move(res));
+  }
+
+  template <class Fn>
+  HandlerResult run_handler(Fn&& fn) {
     HandlerResult res;
     try {
-      res = handler_.handle(r);
+      res = fn();
     } catch (const std::exception& e) {
-      res.body = nullptr;
+      res = HandlerResult();
       res.response = handler_.protocol_error(500, std::string("internal error: ") + e.what());
     }
+    return res;
+  }
+
+  // Runs `work` on the pool; its result comes back to this connection's strand. No read is
+  // pending meanwhile (the work is bounded; the body that follows watches the socket).
+  void defer(std::function<HandlerResult()> work) {
+    stream_.expires_never();
+    auto self = shared_from_this();
+    auto ex = stream_.get_executor();
+    const bool queued = pool_.try_submit([self, ex, work = std::move(work)]() mutable {
+      auto res = std::make_shared<HandlerResult>(self->run_handler(work));
+      work = nullptr;
+      net::post(ex, [self, res] {
+        if (res->deferred) {
+          res->deferred = nullptr;
+          res->response = self->handler_.protocol_error(500, "internal error: a deferred handler deferred again");
+          res->body.reset();
+        }
+        self->on_handled(std::move(*res));
+      });
+    });
+    if (!queued)
+      send_response(handler_.protocol_error(503, "the server is busy (too many requests being parsed); retry later"),
+                    true);
+  }
+
+  void on_handled(HandlerResult res) {
+    if (closed_) {
+      if (res.body) res.body->abort();
+      return;
+    }
     if (!res.body) return send_response(res.response, res.response.close);
+    body_headers_ = std::move(res.body_headers);
     start_body(std::move(res.body));
   }
 
   void send_response(const HttpResponse& res, bool close_after) {
     close_after_ = close_after || !keep_alive_;
     out_ = format_response_head(res.status, res.content_type, res.headers, false, res.body.size(), close_after_);
-    out_ += res.body;
+    if (!head_) out_ += res.body;
     stream_.expires_after(secs(options_.write_timeout_s));
     net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->close();
@@ -150,12 +212,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start_body(std::shared_ptr<AsyncBody> body) {
     body_ = std::move(body);
+    // Pending operations keep a connection alive; while a body is produced there may be none (the
+    // watch read stops once the client has pipelined enough bytes), so the body holds it until it
+    // ends (finish_body / close).
+    hold_ = shared_from_this();
     body_done_ = false;
     pending_out_.clear();
     if (body_->streaming()) {
-      pending_out_ = format_response_head(200, "text/event-stream; charset=utf-8",
-                                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, true, 0,
-                                          !keep_alive_);
+      auto headers = body_headers_;
+      headers.insert(headers.begin(), {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+      pending_out_ = format_response_head(200, "text/event-stream; charset=utf-8", headers, true, 0, !keep_alive_);
     }
     std::weak_ptr<Connection> weak = weak_from_this();
     auto ex = stream_.get_executor();
@@ -181,7 +247,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           body_done_ = true;
         }
       } else if (p.done) {
-        out += format_response_head(p.status, "application/json", {}, false, p.data.size(), !keep_alive_);
+        out += format_response_head(p.status, "application/json", body_headers_, false, p.data.size(), !keep_alive_);
         out += p.data;
         body_done_ = true;
       }
@@ -203,6 +269,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void finish_body() {
     body_.reset();
+    auto keep = std::move(hold_);  // released when this returns (a read below holds it again)
     if (!keep_alive_) return close();
     if (watching_) {
       // The pending watch read would swallow the next request's wait: cancel it, then read.
@@ -226,11 +293,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_watch(beast::error_code ec, size_t n) {
     watching_ = false;
     if (!ec) {
-      buffer_.commit(n);  // a pipelined request: keep it for the parser, stop watching
+      // Bytes while the response is produced (a pipelined request, a stray CRLF): keep them for the
+      // parser and keep watching for EOF, up to a bound (beyond it the client's next request waits
+      // in the socket; a write to a client that left fails and aborts the body).
+      buffer_.commit(n);
       if (resume_after_watch_) {
         resume_after_watch_ = false;
-        read_request();
+        return read_request();
       }
+      if (body_ && !body_done_ && buffer_.size() < kMaxPipelined) start_watch();
       return;
     }
     if (ec == net::error::operation_aborted && resume_after_watch_) {
@@ -256,12 +327,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
     body_.reset();
+    net::post(stream_.get_executor(), [keep = std::move(hold_)] {});  // released after this handler
   }
+
+  static constexpr size_t kMaxPipelined = 64 << 10;
 
   beast::tcp_stream stream_;
   const HttpServerOptions& options_;
   HttpHandler& handler_;
+  WorkPool& pool_;
   std::shared_ptr<std::atomic<int64_t>> count_;
+  bool reject_ = false, head_ = false;
+  std::vector<std::pair<std::string, std::string>> body_headers_;
   std::string remote_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -269,6 +346,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<std::array<char, 8192>> discard_;
   bool keep_alive_ = true, close_after_ = false, closed_ = false;
   std::shared_ptr<AsyncBody> body_;
+  std::shared_ptr<Connection> hold_;  // self while a body is produced (see start_body)
   bool body_done_ = false, writing_ = false, watching_ = false, resume_after_watch_ = false;
 };
 
@@ -279,10 +357,13 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   net::steady_timer retry{ioc};
+  std::unique_ptr<WorkPool> pool;
 };
 
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler& handler)
-    : options_(std::move(options)), handler_(handler), impl_(std::make_unique<Impl>()) {}
+    : options_(std::move(options)), handler_(handler), impl_(std::make_unique<Impl>()) {
+  impl_->pool = std::make_unique<WorkPool>(options_.worker_threads, options_.max_pending);
+}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -323,7 +404,8 @@ void HttpServer::start() {
       }
       beast::error_code ignored;
       s.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Connection>(std::move(s), options_, handler_, connections_)->start();
+      const bool reject = options_.max_connections > 0 && connections_->load() >= options_.max_connections;
+      std::make_shared<Connection>(std::move(s), options_, handler_, *impl_->pool, connections_, reject)->start();
       (*again)();
     });
   };
@@ -335,6 +417,7 @@ void HttpServer::start() {
 
 void HttpServer::stop() {
   if (threads_.empty()) return;
+  impl_->pool->stop();  // no handler work after this; results already posted are dropped with the io_context
   net::post(impl_->ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);

@@ -2,10 +2,18 @@
 // threads, one strand per connection, no thread per connection.
 //
 // Per connection: keep-alive; header and body limits (431 / 413 and close); "Expect:
-// 100-continue"; an idle/slow-client timeout on reading a request and on each write. While a
-// response is produced asynchronously (AsyncBody: SSE or waiting for the engine) the connection
-// keeps a read pending on the socket, so a client that disconnects is noticed at once (EOF or
-// reset) and the body is aborted; a failed or timed-out write aborts it too.
+// 100-continue"; an idle/slow-client timeout on reading a request and on each write; HEAD on any
+// GET route (the GET response's head, no body); Transfer-Encoding other than plain "chunked" is
+// 501. While a response is produced asynchronously (AsyncBody: SSE or waiting for the engine) the
+// connection keeps a read pending on the socket, so a client that disconnects is noticed at once
+// (EOF or reset) and the body is aborted; a failed or timed-out write aborts it too. Bytes the
+// client sends meanwhile (HTTP/1.1 pipelining, a stray CRLF) are kept, up to the header limit, and
+// parsed after the response: pipelined requests are answered in order.
+//
+// Handler results marked `deferred` run on a bounded work pool (worker_threads, max_pending), not
+// on the I/O threads; a full pool is answered 503 at once. With max_connections > 0, a connection
+// beyond it is answered 503 and closed at once (instead of waiting in the kernel's backlog when the
+// process runs out of file descriptors).
 //
 // Thread-safety: start()/stop() from one controlling thread; the handler is called on io threads,
 // concurrently for different connections.
@@ -42,6 +50,9 @@ struct HttpServerOptions {
   // >= 0: a socket already bound to host:port (server/listen_socket.h), which listen() takes over
   // (and closes with the server) instead of binding one itself.
   int bound_fd = -1;
+  int worker_threads = 2;                // the work pool for deferred handler work
+  size_t max_pending = 256;              // deferred tasks that may wait for a worker
+  int64_t max_connections = 0;           // open connections; 0: no limit
 };
 
 class HttpServer {

@@ -17,6 +17,9 @@ ServerMetrics::ServerMetrics(std::string model_name)
       running_(registry_.gauge("pagoda:num_requests_running", "Number of requests in model execution batches.", {"model_name"})),
       waiting_(registry_.gauge("pagoda:num_requests_waiting", "Number of requests waiting to be processed.", {"model_name"})),
       kv_usage_(registry_.gauge("pagoda:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", {"model_name"})),
+      kv_blocks_(registry_.gauge("pagoda:kv_cache_blocks", "KV-cache blocks usable by requests.", {"model_name"})),
+      kv_free_blocks_(registry_.gauge("pagoda:kv_cache_free_blocks",
+                                      "KV-cache blocks no request holds (prefix-cached ones included).", {"model_name"})),
       device_memory_used_(registry_.gauge("pagoda:gpu_memory_used_bytes",
                                           "Accelerator memory in use, all processes (NVML, else cudaMemGetInfo); 0 on the CPU.", {"model_name"})),
       device_memory_total_(registry_.gauge("pagoda:gpu_memory_total_bytes", "Accelerator memory in total; 0 on the CPU.", {"model_name"})),
@@ -58,6 +61,8 @@ std::string ServerMetrics::render(const EngineStats& s) {
   running_.labels({model_}).set(static_cast<double>(s.num_running));
   waiting_.labels({model_}).set(static_cast<double>(s.num_waiting));
   kv_usage_.labels({model_}).set(s.kv_cache_usage);
+  kv_blocks_.labels({model_}).set(static_cast<double>(s.num_kv_blocks));
+  kv_free_blocks_.labels({model_}).set(static_cast<double>(s.free_kv_blocks));
   device_memory_used_.labels({model_}).set(static_cast<double>(s.device_memory_used));
   device_memory_total_.labels({model_}).set(static_cast<double>(s.device_memory_total));
   prefix_queries_.labels({model_}).set(static_cast<double>(s.prefix_cache_queries));

@@ -44,6 +44,8 @@ class ServerMetrics {
   Family<Gauge>& running_;
   Family<Gauge>& waiting_;
   Family<Gauge>& kv_usage_;
+  Family<Gauge>& kv_blocks_;
+  Family<Gauge>& kv_free_blocks_;
   Family<Gauge>& device_memory_used_;
   Family<Gauge>& device_memory_total_;
   Family<Counter>& prefix_queries_;

@@ -1,10 +1,16 @@
 #include "server/serving_context.h"
 
+#include "server/http_request_rules.h"
+
 #include <chrono>
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <string_view>
 #include <ctime>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace pagoda::server {
 
@@ -12,10 +18,12 @@ std::string ServeOptions::to_string() const {
   return fmt::format(
       "http {}:{} ({} io threads) | grpc port {} | api keys {} | rate limit rps {} tpm {} | max queued {} | served name "
       "'{}' | shutdown timeout {} s | body limit {} B | idle timeout {} s | access log {} | stats every {} s | "
-      "metrics prefix {}",
+      "metrics prefix {} | max connections {} | parse threads {} | cors {} | metrics need key {}",
       host, port, http_threads, grpc_port > 0 ? std::to_string(grpc_port) : "off", api_keys.size(),
       rate_limit.requests_per_s, rate_limit.tokens_per_min, max_queued_requests, served_model_name, shutdown_timeout_s,
-      max_body_bytes, idle_timeout_s, access_log ? "on" : "off", stats_interval_s, metrics_prefix);
+      max_body_bytes, idle_timeout_s, access_log ? "on" : "off", stats_interval_s, metrics_prefix, max_connections,
+      parse_threads, allowed_origins.empty() ? std::string("off") : fmt::format("{}", fmt::join(allowed_origins, ",")),
+      metrics_require_key && !api_keys.empty());
 }
 
 ServingContext::ServingContext(Engine& engine, ServeOptions options)
@@ -37,9 +45,7 @@ double ServingContext::now() {
 
 std::optional<api::ApiError> ServingContext::check_auth(const std::string& authorization) const {
   if (options_.api_keys.empty()) return std::nullopt;
-  std::string key = authorization;
-  if (key.size() >= 7 && (key.compare(0, 7, "Bearer ") == 0 || key.compare(0, 7, "bearer ") == 0)) key = key.substr(7);
-  else key.clear();
+  const std::string key = bearer_token(authorization);
   for (const auto& k : options_.api_keys)
     if (!key.empty() && key == k) return std::nullopt;
   api::ApiError e;
@@ -49,6 +55,15 @@ std::optional<api::ApiError> ServingContext::check_auth(const std::string& autho
   e.message = authorization.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key";
   e.headers.push_back({"WWW-Authenticate", "Bearer"});
   return e;
+}
+
+std::string ServingContext::cors_allow_origin(const std::string& origin) const {
+  if (origin.empty()) return {};
+  for (const auto& o : options_.allowed_origins) {
+    if (o == "*") return "*";
+    if (o == origin) return origin;
+  }
+  return {};
 }
 
 std::optional<api::ApiError> ServingContext::check_model(const std::string& requested) const {
@@ -62,8 +77,8 @@ std::optional<api::ApiError> ServingContext::check_model(const std::string& requ
   return e;
 }
 
-std::string ServingContext::caller_key(const std::string& authorization, const std::string& remote) {
-  if (!authorization.empty()) return "key:" + authorization;
+std::string ServingContext::caller_key(const std::string& authorization, const std::string& remote) const {
+  if (!options_.api_keys.empty()) return "key:" + bearer_token(authorization);
   return "addr:" + remote;
 }
 
@@ -85,14 +100,26 @@ std::variant<std::unique_ptr<ServingContext::Ticket>, api::ApiError> ServingCont
   }
   if (options_.max_queued_requests > 0) {
     const int64_t capacity = engine_.config().scheduler.max_num_seqs;
-    const int64_t waiting = in_flight_.load() + sequences - capacity;
+    const int64_t most = capacity + options_.max_queued_requests;
+    if (sequences > most) {
+      // Could never be admitted, even on an idle server: not a reason to retry.
+      api::ApiError e = api::bad_request(
+          fmt::format("the request asks for {} sequences (prompts x n) but the server holds at most {} ({} running + {} "
+                      "waiting); send fewer prompts or a smaller n",
+                      sequences, most, capacity, options_.max_queued_requests),
+          "n", "too_many_sequences");
+      return e;
+    }
+    const int64_t in_flight = in_flight_.load();
+    const int64_t waiting = in_flight + sequences - capacity;
     if (waiting > options_.max_queued_requests) {
       api::ApiError e;
       e.status = 429;
       e.type = "rate_limit_error";
       e.code = "queue_full";
-      e.message = fmt::format("the server is at capacity ({} sequences running, {} may wait); retry later", capacity,
-                              options_.max_queued_requests);
+      e.message = fmt::format(
+          "the server is at capacity ({} sequences running, {} waiting, at most {} may wait); retry later",
+          std::min(in_flight, capacity), std::max<int64_t>(0, in_flight - capacity), options_.max_queued_requests);
       e.headers.push_back({"Retry-After", "1"});
       return e;
     }

@@ -43,6 +43,13 @@ struct ServeOptions {
   bool access_log = true;                  // one INFO line per request (server/access_log.h)
   double stats_interval_s = 10;            // the periodic stats line (server/stats_logger.h); 0: off
   std::string metrics_prefix = "pagoda";   // /metrics names PREFIX:...; "vllm" for vLLM's dashboards
+  int64_t max_connections = 0;             // open HTTP connections; 0: no limit
+  int parse_threads = 2;                   // workers parsing / templating / tokenizing requests
+  size_t max_pending_parses = 256;         // requests that may wait for such a worker (503 beyond)
+  // CORS: origins allowed to call the API from a browser ("*": any). Empty: no CORS headers and
+  // preflight requests are refused (a page on another origin cannot read responses or send JSON).
+  std::vector<std::string> allowed_origins;
+  bool metrics_require_key = false;        // /metrics needs an API key too (when keys are set)
   std::string to_string() const;
 };
 
@@ -62,10 +69,15 @@ class ServingContext {
 
   // `authorization` is the Authorization header (or gRPC metadata) value; nullopt when allowed.
   std::optional<api::ApiError> check_auth(const std::string& authorization) const;
+  // The Access-Control-Allow-Origin value for a request from `origin`; empty when not allowed.
+  std::string cors_allow_origin(const std::string& origin) const;
   // 404 for a model name that is not ours (empty: the default).
   std::optional<api::ApiError> check_model(const std::string& requested) const;
-  // The rate-limit key of a caller: its API key, else its address.
-  static std::string caller_key(const std::string& authorization, const std::string& remote);
+  // The rate-limit key of a caller: with API keys configured, the key it authenticated with (the
+  // caller passed check_auth); without keys, its address (`remote` without a port), whatever
+  // Authorization header it sends.
+  std::string caller_key(const std::string& authorization, const std::string& remote) const;
+  RateLimiter& limiter() { return limiter_; }
 
   class Ticket {
    public:

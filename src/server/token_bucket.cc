@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <sstream>
 
 namespace pagoda::server {
@@ -36,6 +37,11 @@ double TokenBucket::available(double now) {
   return tokens_;
 }
 
+bool TokenBucket::full(double now) {
+  refill(now);
+  return tokens_ >= capacity_;
+}
+
 std::optional<std::string> parse_rate_limit(const std::string& spec, RateLimitConfig* out) {
   std::stringstream ss(spec);
   std::string part;
@@ -54,9 +60,24 @@ std::optional<std::string> parse_rate_limit(const std::string& spec, RateLimitCo
   return std::nullopt;
 }
 
+void RateLimiter::sweep(double now) {
+  for (auto it = by_key_.begin(); it != by_key_.end();) {
+    Buckets& b = it->second;
+    const bool idle = (!b.requests || b.requests->full(now)) && (!b.tokens || b.tokens->full(now));
+    it = idle ? by_key_.erase(it) : std::next(it);
+  }
+  sweep_at_ = std::max(kMinSweep, 2 * by_key_.size());
+}
+
+size_t RateLimiter::num_keys() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_key_.size();
+}
+
 RateLimiter::Buckets& RateLimiter::buckets(const std::string& key, double now) {
   auto it = by_key_.find(key);
   if (it != by_key_.end()) return it->second;
+  if (by_key_.size() >= sweep_at_) sweep(now);
   Buckets b;
   if (config_.requests_per_s > 0)
     b.requests.emplace(config_.requests_per_s, std::max(1.0, config_.requests_per_s), now);

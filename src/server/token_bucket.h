@@ -25,6 +25,8 @@ class TokenBucket {
   std::optional<double> take(double n, double now);
   void refund(double n, double now);
   double available(double now);
+  // True when the bucket has refilled to capacity: it is then the same as a fresh one.
+  bool full(double now);
 
  private:
   void refill(double now);
@@ -49,15 +51,22 @@ class RateLimiter {
   std::optional<double> admit(const std::string& key, double tokens, double now);
   // Gives back tokens charged by admit() but not used.
   void refund(const std::string& key, double tokens, double now);
+  // Keys with state (buckets not yet refilled). Bounded: buckets that have refilled completely are
+  // indistinguishable from fresh ones and are dropped (swept when the table doubles), so memory
+  // follows the callers active within one refill period, not every caller ever seen.
+  size_t num_keys();
 
  private:
   struct Buckets {
     std::optional<TokenBucket> requests, tokens;
   };
   Buckets& buckets(const std::string& key, double now);
+  void sweep(double now);
   RateLimitConfig config_;
   std::mutex mu_;
   std::unordered_map<std::string, Buckets> by_key_;
+  size_t sweep_at_ = kMinSweep;
+  static constexpr size_t kMinSweep = 1024;
 };
 
 }  // namespace pagoda::server

@@ -70,11 +70,22 @@ class Lexer {
   }
 
  private:
+  // Line and column (in code points) of `offset`. Tokens come in increasing offset order, so the
+  // column is counted on from the previous position on the same line: linear in the source
+  // overall, however long its lines (counting from the line start each time was quadratic).
   SourcePos pos_at(size_t offset) const {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     size_t line = static_cast<size_t>(it - line_starts_.begin());
     size_t start = line_starts_[line - 1];
-    size_t col = utf8_length(std::string_view(src_).substr(start, offset - start)) + 1;
+    size_t from = start, col = 1;
+    if (last_line_ == line && last_offset_ >= start && last_offset_ <= offset) {
+      from = last_offset_;
+      col = last_col_;
+    }
+    col += utf8_length(std::string_view(src_).substr(from, offset - from));
+    last_line_ = line;
+    last_offset_ = offset;
+    last_col_ = col;
     return {static_cast<int>(line), static_cast<int>(col)};
   }
 
@@ -431,6 +442,7 @@ class Lexer {
   std::string src_;
   LexerOptions opts_;
   std::vector<size_t> line_starts_;
+  mutable size_t last_line_ = 0, last_offset_ = 0, last_col_ = 1;  // pos_at's previous answer
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   bool line_starting_ = true;

@@ -712,6 +712,9 @@ class Parser {
 }  // namespace
 
 Body parse_template(std::string_view source, const LexerOptions& options) {
+  if (source.size() > kMaxTemplateBytes)
+    throw_error(fmt::format("the template is {} bytes; at most {} are accepted", source.size(), kMaxTemplateBytes),
+                StatusCode::kInvalidArgument);
   return Parser(tokenize(source, options)).parse_root();
 }
 

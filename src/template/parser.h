@@ -11,6 +11,7 @@
 // Nesting depth is bounded (kMaxParseDepth) so hostile input cannot exhaust the stack.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 #include "template/ast.h"
@@ -19,8 +20,12 @@
 namespace pagoda::tmpl {
 
 constexpr int kMaxParseDepth = 200;
+// Largest template source accepted (real chat templates are a few KiB to a few tens of KiB).
+// Lexing and parsing are linear in the source.
+constexpr size_t kMaxTemplateBytes = 1 << 20;
 
-// Throws TemplateException with line:column on a syntax error.
+// Throws TemplateException with line:column on a syntax error, or when the source is larger
+// than kMaxTemplateBytes.
 Body parse_template(std::string_view source, const LexerOptions& options = {});
 
 }  // namespace pagoda::tmpl

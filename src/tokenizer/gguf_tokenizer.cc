@@ -114,11 +114,23 @@ TokenType token_type_from_gguf(int64_t t) {
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g) {
   const std::string where = g.path().empty() ? "GGUF" : fmt::format("GGUF {}", g.path());
+  // "has type X, expected Y" for a key that is present with the wrong type (not "missing").
+  auto type_of = [&g](const char* key) -> std::string {
+    const GgufValue* v = g.find(key);
+    if (v == nullptr) return "missing";
+    if (const GgufArray* a = v->as_array()) return fmt::format("has type array of {}", gguf_type_name(a->elem_type));
+    return fmt::format("has type {}", gguf_type_name(v->type));
+  };
   const auto model = g.get_string("tokenizer.ggml.model");
-  if (!model) return not_found("{}: no tokenizer.ggml.model (the file holds no tokenizer)", where);
+  if (!model) {
+    if (g.find("tokenizer.ggml.model"))
+      return data_loss("{}: tokenizer.ggml.model {}, expected a string", where, type_of("tokenizer.ggml.model"));
+    return not_found("{}: no tokenizer.ggml.model (the file holds no tokenizer)", where);
+  }
   const GgufArray* tokens = g.get_array("tokenizer.ggml.tokens");
   if (!tokens || tokens->elem_type != GgufType::kString || tokens->strings.empty())
-    return data_loss("{}: tokenizer.ggml.tokens is missing or not a non-empty array of strings", where);
+    return data_loss("{}: tokenizer.ggml.tokens {}, expected a non-empty array of strings", where,
+                     tokens && tokens->elem_type == GgufType::kString ? "is empty" : type_of("tokenizer.ggml.tokens"));
   const size_t n = tokens->strings.size();
 
   auto d = std::make_unique<TokenizerData>();
@@ -200,7 +212,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g)
 
   const GgufArray* merges = g.get_array("tokenizer.ggml.merges");
   if (!merges || merges->elem_type != GgufType::kString)
-    return data_loss("{}: tokenizer.ggml.merges is missing or not an array of strings", where);
+    return data_loss("{}: tokenizer.ggml.merges {}, expected an array of strings", where, type_of("tokenizer.ggml.merges"));
 
   StringIdMap& source_ids = d->text_to_id;  // vocabulary text -> id (first wins), kept by make_tokenizer
   source_ids.reserve(n);

@@ -138,3 +138,14 @@ def test_resource_exhausted_and_unavailable(pb):
         assert s.proc.wait(timeout=30) == 0
     finally:
         s.kill()
+
+
+def test_generate_validates_stop_strings(pb, server):
+    pb2, _ = pb
+    stub = stub_for(pb, server.grpc_port)
+    for stop, phrase in ([[""], "empty"], [["x"] * 17, "more than 16"], [["y" * 2000], "at most 1024"]):
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Generate(pb2.GenerateRequest(prompt="Once", max_tokens=2, stop=stop), metadata=AUTH))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and phrase in e.value.details(), e.value.details()
+    ok = list(stub.Generate(pb2.GenerateRequest(prompt="Once", max_tokens=2, stop=["zzz"]), metadata=AUTH))
+    assert ok[-1].finished

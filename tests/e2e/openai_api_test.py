@@ -244,14 +244,17 @@ def test_auth_and_rate_limit(guarded_server):
 def test_queue_full(server_factory):
     s = server_factory(TINY_MODEL, "--max-model-len", 2048, "--max-num-seqs", 1, "--max-queued-requests", 1)
     c = client(s)
-    with pytest.raises(openai.RateLimitError) as e:
+    # More sequences than running + waiting could ever hold: a 400 saying why, not a 429 to retry.
+    with pytest.raises(openai.BadRequestError) as e:
         c.completions.create(model=TINY_NAME, prompt="Once", max_tokens=4, n=3)
-    assert e.value.body["code"] == "queue_full"
+    assert e.value.body["code"] == "too_many_sequences"
     stream = c.completions.create(model=TINY_NAME, prompt="Once", max_tokens=1900, stream=True,
                                   extra_body={"ignore_eos": True})
     next(iter(stream))  # running now
-    with pytest.raises(openai.RateLimitError):
+    with pytest.raises(openai.RateLimitError) as e:
         c.completions.create(model=TINY_NAME, prompt="Once", max_tokens=4, n=2)
+    assert e.value.body["code"] == "queue_full"
+    assert "1 sequences running, 0 waiting" in e.value.body["message"]
     stream.close()
 
 

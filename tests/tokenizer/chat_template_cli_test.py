@@ -117,3 +117,37 @@ def test_bad_input_is_a_clear_error(tmp_path, model, messages, needle):
 def test_missing_required_option():
     proc = subprocess.run([BINARY, "chat-template", "--messages", "x.json"], capture_output=True, timeout=60)
     assert proc.returncode != 0 and proc.returncode > 0
+
+
+def write_template_dir(path, template):
+    path.mkdir()
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": "<s>",
+                                                            "eos_token": "</s>"}), encoding="utf-8")
+    messages = path / "messages.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "hi"}]), encoding="utf-8")
+    return str(path), str(messages)
+
+
+def test_large_single_line_template_parses_in_linear_time(tmp_path):
+    # 400 KB on one line, if-blocks nested 150 deep (issue 25: the column of every token was counted
+    # from the line start, so this took minutes; it is linear now). The bound is ~20x above the
+    # linear parse on a loaded 2-core runner and far below the quadratic one.
+    depth = 150
+    unit = "{% if true %}" * depth + "a" + "{% endif %}" * depth
+    template = unit * (400_000 // len(unit) + 1)
+    model, messages = write_template_dir(tmp_path / "big", template)
+    proc = subprocess.run([BINARY, "chat-template", "--model", model, "--messages", messages],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "a" * (400_000 // len(unit) + 1)
+
+
+def test_oversized_and_too_deep_templates_are_clear_errors(tmp_path):
+    model, messages = write_template_dir(tmp_path / "huge", "x" * ((1 << 20) + 1))
+    proc = subprocess.run([BINARY, "chat-template", "--model", model, "--messages", messages],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode != 0 and "at most 1048576" in proc.stderr, proc.stderr
+    model, messages = write_template_dir(tmp_path / "deep", "{% if true %}" * 300 + "a" + "{% endif %}" * 300)
+    proc = subprocess.run([BINARY, "chat-template", "--model", model, "--messages", messages],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode != 0 and "nesting deeper than 200" in proc.stderr, proc.stderr

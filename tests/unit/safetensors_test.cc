@@ -196,6 +196,10 @@ std::vector<BadCase> bad_cases() {
                    StatusCode::kUnimplemented, "tensor 'w': unknown safetensors dtype 'F12'"});
   cases.push_back({"no shape", file(R"({"w":{"dtype":"F32","data_offsets":[0,24]}})", d24), StatusCode::kDataLoss,
                    "tensor 'w': missing array 'shape'"});
+  cases.push_back({"dtype not a string", file(R"({"w":{"dtype":5,"shape":[6],"data_offsets":[0,24]}})", d24),
+                   StatusCode::kDataLoss, "tensor 'w': 'dtype' has type number, expected a string"});
+  cases.push_back({"shape not an array", file(R"({"w":{"dtype":"F32","shape":6,"data_offsets":[0,24]}})", d24),
+                   StatusCode::kDataLoss, "tensor 'w': 'shape' has type number, expected an array"});
   cases.push_back({"negative dim", file(R"({"w":{"dtype":"F32","shape":[-6],"data_offsets":[0,24]}})", d24),
                    StatusCode::kDataLoss, "shape entry -6 is not a non-negative integer"});
   cases.push_back({"float dim", file(R"({"w":{"dtype":"F32","shape":[6.0],"data_offsets":[0,24]}})", d24),

@@ -2,12 +2,18 @@
 // HTTP response framing.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "api/sse.h"
 #include "server/http_message.h"
 #include "server/metrics.h"
+#include "server/http_request_rules.h"
 #include "server/token_bucket.h"
+#include "server/work_pool.h"
 
 namespace pagoda {
 namespace {
@@ -125,6 +131,85 @@ TEST(RateLimiter, PerKeyAndParse) {
   EXPECT_NEAR(*w, 5.0, 1e-6);
   lim.refund("c", 500, 0);
   EXPECT_FALSE(lim.admit("c", 100, 0.0));
+}
+
+TEST(RateLimiter, IdleKeysAreDropped) {
+  // 50k distinct callers once each, 1 s apart in groups: the table keeps only callers whose
+  // buckets have not refilled (issue 25: entries were never freed).
+  server::RateLimitConfig cfg;
+  cfg.requests_per_s = 1;
+  server::RateLimiter lim(cfg);
+  double now = 0;
+  for (int i = 0; i < 50000; ++i) {
+    if (i % 500 == 0) now += 2;  // everything older than 1 s has refilled
+    EXPECT_FALSE(lim.admit("addr:" + std::to_string(i), 1, now));
+  }
+  EXPECT_LE(lim.num_keys(), 2048u);
+  // A caller still inside its refill period keeps its state across sweeps.
+  EXPECT_FALSE(lim.admit("busy", 1, now));
+  for (int i = 0; i < 5000; ++i) EXPECT_FALSE(lim.admit("new:" + std::to_string(i), 1, now));
+  EXPECT_TRUE(lim.admit("busy", 1, now));
+}
+
+TEST(HttpRules, BearerToken) {
+  EXPECT_EQ(server::bearer_token("Bearer K1"), "K1");
+  EXPECT_EQ(server::bearer_token("bearer K1"), "K1");
+  EXPECT_EQ(server::bearer_token("BEARER K1"), "K1");
+  EXPECT_EQ(server::bearer_token("  BeArEr \t K1  "), "K1");
+  EXPECT_EQ(server::bearer_token("Bearer"), "");
+  EXPECT_EQ(server::bearer_token("BearerK1"), "");
+  EXPECT_EQ(server::bearer_token("Basic K1"), "");
+  EXPECT_EQ(server::bearer_token(""), "");
+}
+
+TEST(HttpRules, PeerHost) {
+  EXPECT_EQ(server::peer_host("ipv4:127.0.0.1:54321"), "127.0.0.1");
+  EXPECT_EQ(server::peer_host("ipv6:[::1]:50051"), "::1");
+  EXPECT_EQ(server::peer_host("unix:/tmp/s"), "unix:/tmp/s");
+}
+
+TEST(HttpRules, FramingAndContentType) {
+  EXPECT_FALSE(server::check_request_framing(""));
+  EXPECT_FALSE(server::check_request_framing("chunked"));
+  EXPECT_FALSE(server::check_request_framing(" Chunked "));
+  auto v = server::check_request_framing("gzip, chunked");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 501);
+  EXPECT_TRUE(server::check_request_framing("chunked, chunked"));
+  EXPECT_FALSE(server::check_request_content_type("POST", "application/json"));
+  EXPECT_FALSE(server::check_request_content_type("POST", "Application/JSON; charset=utf-8"));
+  EXPECT_FALSE(server::check_request_content_type("GET", ""));
+  auto t = server::check_request_content_type("POST", "text/plain");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->status, 415);
+  EXPECT_TRUE(server::check_request_content_type("POST", ""));
+  EXPECT_TRUE(server::check_request_content_type("POST", "application/jsonp"));
+}
+
+TEST(WorkPool, BoundedQueue) {
+  server::WorkPool pool(1, 2);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> ran{0};
+  auto blocker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+    ++ran;
+  };
+  ASSERT_TRUE(pool.try_submit(blocker));
+  // Wait until the worker took the blocker, then fill the queue.
+  for (int i = 0; i < 1000 && pool.queued() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(pool.try_submit([&] { ++ran; }));
+  EXPECT_TRUE(pool.try_submit([&] { ++ran; }));
+  EXPECT_FALSE(pool.try_submit([&] { ++ran; }));  // full: refused, not queued
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (int i = 0; i < 2000 && ran.load() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(ran.load(), 3);
 }
 
 }  // namespace

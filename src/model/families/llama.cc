@@ -45,11 +45,9 @@ Status configure_hf(std::string_view arch, const nlohmann::json& j, ModelConfig&
     c.family = ArchFamily::kQwen3;
     c.qk_norm = true;
   }
-  const auto sw = j.find("sliding_window");
-  if (sw != j.end() && sw->is_number_integer()) {
-    const bool used = c.family == ArchFamily::kMistral || j.value("use_sliding_window", false);
-    if (used) c.sliding_window = sw->get<int64_t>();
-  }
+  // The window (parsed and type-checked with the generic keys) applies to Mistral always, to the
+  // others only with use_sliding_window.
+  if (c.family != ArchFamily::kMistral && !j.value("use_sliding_window", false)) c.sliding_window = 0;
   return {};
 }
 
