@@ -340,7 +340,7 @@ int run_bench(const BenchOptions& o) {
     auto bytes_of = [&](const Tensor& t) { return cuda ? t.numel() * (f32_compute ? 4 : 2) : t.nbytes(); };
     int64_t weight_bytes = 0, linear_params = 0;
     for (const LinearWeight* lw : w.linear_weights()) {
-      weight_bytes += bytes_of(linear_weight_tensor(*lw));
+      for (const Tensor& part : linear_weight_parts(*lw)) weight_bytes += bytes_of(part);  // mixed: per dtype
       if (lw != w.output.get()) linear_params += linear_weight_tensor(*lw).numel();
     }
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
