@@ -266,8 +266,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantBudget,
                                            Budget{DType::kQ5_1, 1.7e-3, 6e-4}, Budget{DType::kQ8_0, 3.5e-5, 6e-4},
                                            Budget{DType::kQ4_K, 6.5e-3, 6e-4}, Budget{DType::kQ5_K, 1.6e-3, 6e-4},
                                            Budget{DType::kQ6_K, 4e-4, 6e-4}, Budget{DType::kQ2_K, 0.08, 6e-4},
-                                           Budget{DType::kQ3_K, 0.04, 6e-4}, Budget{DType::kIQ4_NL, 9e-3, 6e-4},
-                                           Budget{DType::kIQ4_XS, 9e-3, 6e-4}),
+                                           Budget{DType::kQ3_K, 0.025, 6e-4}, Budget{DType::kIQ4_NL, 6.5e-3, 6e-4},
+                                           Budget{DType::kIQ4_XS, 6.5e-3, 6e-4}),
                          [](const auto& info) { return std::string(dtype_name(info.param.t)); });
 
 // Activation formats round trip too.
