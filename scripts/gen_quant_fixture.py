@@ -4,8 +4,9 @@ implementation of the formats), checked by tests/quant/gguf_fixture_test.cc.
 
 For each format NAME:
   NAME.q    quantized bytes: legacy formats (q4_0 ... q8_0, bf16, f16) quantized from input.f32 by
-            gguf.quants.quantize (our quantize_row must produce the same bytes); k-quants are random
-            blocks (gguf cannot quantize them) with sane fp16 super-block scales.
+            gguf.quants.quantize (our quantize_row must produce the same bytes); k-quants, q2_k,
+            q3_k, iq4_nl, iq4_xs, tq1_0 and tq2_0 are random blocks (every bit pattern occurs) with
+            sane fp16 scales.
   NAME.deq  gguf.quants.dequantize of NAME.q as float32 (our dequantize_row must match exactly).
 input.f32: ROWS x COLS float32 (gaussian rows with a few special rows: zeros, constants, one spike).
 
@@ -45,6 +46,13 @@ def random_k_blocks(qtype, nblocks, rng) -> np.ndarray:
         b[:, 2:4] = f16(rng.uniform(0.001, 0.05, nblocks))   # dmin
     elif qtype == T.Q6_K:
         b[:, size - 2:size] = f16(rng.uniform(0.001, 0.05, nblocks))
+    elif qtype == T.Q2_K:
+        b[:, 80:82] = f16(rng.uniform(0.001, 0.05, nblocks))   # d
+        b[:, 82:84] = f16(rng.uniform(0.001, 0.05, nblocks))   # dmin
+    elif qtype in (T.Q3_K, T.TQ1_0, T.TQ2_0):
+        b[:, size - 2:size] = f16(rng.uniform(0.001, 0.05, nblocks))
+    elif qtype in (T.IQ4_NL, T.IQ4_XS):
+        b[:, 0:2] = f16(rng.uniform(-0.05, 0.05, nblocks))
     return b
 
 
@@ -61,8 +69,9 @@ def build() -> dict[str, bytes]:
         files[f"{name}.q"] = np.ascontiguousarray(q).tobytes()
         files[f"{name}.deq"] = quants.dequantize(q, qt).astype(np.float32).tobytes()
     rng = np.random.default_rng(99)
-    for name, qt in [("q4_k", T.Q4_K), ("q5_k", T.Q5_K), ("q6_k", T.Q6_K)]:
-        b = random_k_blocks(qt, ROWS * COLS // 256, rng)
+    for name, qt in [("q4_k", T.Q4_K), ("q5_k", T.Q5_K), ("q6_k", T.Q6_K), ("q2_k", T.Q2_K), ("q3_k", T.Q3_K),
+                     ("iq4_nl", T.IQ4_NL), ("iq4_xs", T.IQ4_XS), ("tq1_0", T.TQ1_0), ("tq2_0", T.TQ2_0)]:
+        b = random_k_blocks(qt, ROWS * COLS // quants.GGML_QUANT_SIZES[qt][0], rng)
         files[f"{name}.q"] = b.tobytes()
         files[f"{name}.deq"] = quants.dequantize(b, qt).astype(np.float32).tobytes()
     return files

@@ -26,12 +26,24 @@ enum class DType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
   kI64 = 27,
   kF64 = 28,
+  kIQ1_M = 29,
   kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
   // Not a GGUF type (dtype_traits_of never returns it): the FP8 E4M3 KV cache of the CUDA backend
   // (1 sign, 4 exponent, 3 mantissa bits, bias 7, no infinities, max 448; half.h converts).
   kF8E4M3 = 0x1000,
@@ -44,6 +56,9 @@ struct DTypeTraits {
   int64_t block_bytes;      // bytes per block
   bool quantized;
   bool weight_supported;    // the engine can run matmuls with weights of this type
+  // For a GGUF type the engine can read but not compute with: why, and what to use instead
+  // (empty when weight_supported or for the plain integer types).
+  std::string_view unsupported_hint = {};
 };
 
 // Traits of a known dtype; nullopt for an id we do not know (e.g. a corrupt GGUF type field).

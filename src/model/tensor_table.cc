@@ -19,8 +19,11 @@ Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming 
       return invalid_argument("tensor '{}' has shape {}, expected [{}]", name, t->shape_string(), fmt::join(d.shape, ", "));
     const auto& tr = dtype_traits(t->dtype());
     const bool float_type = t->dtype() == DType::kF32 || t->dtype() == DType::kF16 || t->dtype() == DType::kBF16;
-    if (d.linear && !tr.weight_supported)
+    if (d.linear && !tr.weight_supported) {
+      if (!tr.unsupported_hint.empty())
+        return unimplemented("tensor '{}': unsupported type {} ({})", name, tr.name, tr.unsupported_hint);
       return unimplemented("tensor '{}' has dtype {}, which is not supported for weights", name, tr.name);
+    }
     if (!d.linear && !float_type && !(d.gguf_name == "token_embd.weight" && tr.weight_supported))
       return unimplemented("tensor '{}' has dtype {}; expected f32, f16 or bf16", name, tr.name);
   }

@@ -37,21 +37,19 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vect
   return prepare_linear_fused(ws, name, IsaLevel::kAmx);
 }
 
-Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
-                                                                 const std::string& name, IsaLevel max_isa) {
-  if (ws.empty()) return invalid_argument("fused linear '{}': no weights", name);
+namespace {
+
+// Parts [b, e) of ws (one dtype) concatenated along N and prepared; the concatenated copy is
+// dropped when the kernels read a packed one.
+Result<std::shared_ptr<const LinearWeight>> prepare_run(const std::vector<Tensor>& ws, size_t b, size_t e,
+                                                        const std::string& name, IsaLevel max_isa) {
   int64_t n = 0;
-  for (const Tensor& w : ws) {
-    if (!w.defined() || w.ndim() != 2 || w.dtype() != ws[0].dtype() || w.dim(1) != ws[0].dim(1))
-      return invalid_argument("fused linear '{}': weights must be 2-d with one dtype and K, got {} and {}", name,
-                              w.shape_string(), ws[0].shape_string());
-    n += w.dim(0);
-  }
-  Tensor cat = Tensor::empty(ws[0].dtype(), {n, ws[0].dim(1)});
+  for (size_t i = b; i < e; ++i) n += ws[i].dim(0);
+  Tensor cat = Tensor::empty(ws[b].dtype(), {n, ws[b].dim(1)});
   int64_t row = 0;
-  for (const Tensor& w : ws) {
-    std::memcpy(cat.row_ptr(row), w.data(), static_cast<size_t>(w.nbytes()));
-    row += w.dim(0);
+  for (size_t i = b; i < e; ++i) {
+    std::memcpy(cat.row_ptr(row), ws[i].data(), static_cast<size_t>(ws[i].nbytes()));
+    row += ws[i].dim(0);
   }
   PAGODA_ASSIGN_OR_RETURN(auto prepared, prepare_linear(cat, name, max_isa));
   if (prepared->pack != cpu::PackKind::kNone) {
@@ -62,9 +60,51 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vect
   return prepared;
 }
 
+}  // namespace
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
+                                                                 const std::string& name, IsaLevel max_isa) {
+  if (ws.empty()) return invalid_argument("fused linear '{}': no weights", name);
+  for (const Tensor& w : ws) {
+    if (!w.defined() || w.ndim() != 2 || w.dim(1) != ws[0].dim(1))
+      return invalid_argument("fused linear '{}': weights must be 2-d with one K, got {} and {}", name,
+                              w.shape_string(), ws[0].shape_string());
+    if (w.device() != Device::kCpu) return invalid_argument("fused linear '{}': a weight is not on the CPU", name);
+  }
+  // One sub-weight per run of consecutive equal-dtype parts.
+  std::vector<std::shared_ptr<const LinearWeight>> runs;
+  for (size_t b = 0; b < ws.size();) {
+    size_t e = b + 1;
+    while (e < ws.size() && ws[e].dtype() == ws[b].dtype()) ++e;
+    const std::string run_name = b == 0 && e == ws.size() ? name : fmt::format("{}[{}:{}]", name, b, e);
+    PAGODA_ASSIGN_OR_RETURN(auto run, prepare_run(ws, b, e, run_name, max_isa));
+    runs.push_back(std::move(run));
+    b = e;
+  }
+  if (runs.size() == 1) return runs[0];
+  std::shared_ptr<const LinearWeight> mixed = cpu::make_mixed_linear(std::move(runs), name);
+  return mixed;
+}
+
+std::vector<Tensor> linear_weight_parts(const LinearWeight& w) {
+  if (w.parts.empty()) return {w.weight};
+  std::vector<Tensor> out;
+  for (const auto& p : w.parts) out.push_back(p->weight);
+  return out;
+}
+
+bool linear_weight_mixed(const LinearWeight& w) { return !w.parts.empty(); }
+
 const Tensor& linear_weight_tensor(const LinearWeight& w) { return w.weight; }
 IsaLevel linear_weight_isa(const LinearWeight& w) { return w.isa; }
-bool linear_weight_repacked(const LinearWeight& w) { return w.pack != cpu::PackKind::kNone; }
+bool linear_weight_repacked(const LinearWeight& w) {
+  if (!w.parts.empty()) {
+    for (const auto& p : w.parts)
+      if (p->pack != cpu::PackKind::kNone) return true;
+    return false;
+  }
+  return w.pack != cpu::PackKind::kNone;
+}
 
 void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool) {
   PAGODA_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32, "linear '{}': x and y must be f32", w.name);

@@ -1,7 +1,7 @@
 // Linear layer front end: y = x W^T, the matmul every projection uses.
 //
-//   w: [N, K] weight in any weight dtype (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k,
-//      q5_k, q6_k); row n holds the K inputs of output n.
+//   w: [N, K] weight in any weight dtype (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k,
+//      q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, tq1_0, tq2_0); row n holds the K inputs of output n.
 //   x: [M, K] f32 activations (M tokens), contiguous.
 //   y: [M, N] f32 output, written (not accumulated), contiguous.
 //
@@ -31,10 +31,13 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, cons
 // Same, with the ISA level capped at max_isa (tests and benchmarks compare levels).
 Result<std::shared_ptr<const LinearWeight>> prepare_linear(const Tensor& w, const std::string& name,
                                                            IsaLevel max_isa);
-// Fused projections that share their input (q/k/v, gate/up): the weights [N_i, K] (same dtype and
-// K) are concatenated along N into one [sum N_i, K] weight, so one linear() call (one activation
-// quantization, one pass over the threads) writes y[M, sum N_i] with weight i's outputs at
-// columns [sum_{j<i} N_j, ...). The concatenated copy is owned by the prepared weight.
+// Fused projections that share their input (q/k/v, gate/up): the weights [N_i, K] (same K) are
+// concatenated along N, so one linear() call writes y[M, sum N_i] with weight i's outputs at
+// columns [sum_{j<i} N_j, ...). Consecutive weights of one dtype form one group (one [sum, K]
+// copy, one kernel pass); a fused weight whose parts differ in dtype (llama-quantize's mixes give
+// attn_v a higher type than attn_q / attn_k) holds one group per run and linear() runs each into
+// its columns, quantizing the activations once for all groups whose kernels can share them. The
+// concatenated copies are owned by the prepared weight.
 Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vector<Tensor>& ws,
                                                                  const std::string& name);
 // Same, with the ISA level capped (kScalar: no repacking; device executors read the copy).
@@ -42,10 +45,19 @@ Result<std::shared_ptr<const LinearWeight>> prepare_linear_fused(const std::vect
                                                                  const std::string& name, IsaLevel max_isa);
 
 // The original [N, K] tensor. For a fused weight whose kernels read a repacked copy, the
-// concatenated original is released after packing: shape and dtype only (data() is null).
+// concatenated original is released after packing: shape and dtype only (data() is null). For a
+// mixed fused weight (linear_weight_mixed): a data-less [N, K] view with the first group's dtype;
+// read linear_weight_parts instead.
 const Tensor& linear_weight_tensor(const LinearWeight& w);
-// Whether the kernels read a repacked copy: the original's bytes are then never read again, and
-// a caller that owns them (a memory-mapped file) may release their pages.
+// The weight's groups in column (row-of-W) order, each an [N_g, K] tensor of one dtype: one entry
+// (the tensor above) for a plain or single-dtype fused weight, one per dtype run for a mixed one.
+// A group's data() is null when its kernels read a repacked copy (prepare with kScalar to keep
+// the originals, as device executors do). Stacking the groups' rows gives W.
+std::vector<Tensor> linear_weight_parts(const LinearWeight& w);
+// Whether w is a fused weight with groups of different dtypes.
+bool linear_weight_mixed(const LinearWeight& w);
+// Whether the kernels read a repacked copy (of any group): the original's bytes are then never
+// read again, and a caller that owns them (a memory-mapped file) may release their pages.
 bool linear_weight_repacked(const LinearWeight& w);
 IsaLevel linear_weight_isa(const LinearWeight& w);          // level its kernels were chosen for
 

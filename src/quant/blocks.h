@@ -88,6 +88,65 @@ struct BlockQ8_K {
   int16_t bsums[kQKK / 16];
 };
 
+// 16 sub-blocks of 16: x = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4), q 2-bit: element
+// 128h + 32j + l (h < 2, j < 4, l < 32) is bits 2j, 2j+1 of qs[32h + l].
+struct BlockQ2_K {
+  static constexpr int kBlockSize = kQKK;
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d, dmin;
+};
+// 16 sub-blocks of 16: x = d * (sc[s] - 32) * q, q = low2 - (hmask bit ? 0 : 4) in [-4, 3]; low2 of
+// element 128h + 32j + l is bits 2j, 2j+1 of qs[32h + l], its hmask bit is bit j' of hmask[l] with
+// element = 32j' + l. sc[s] 6-bit: low nibble of scales[s] (s < 8) or high nibble of scales[s - 8],
+// high 2 bits at bits 2(s / 4) of scales[8 + s % 4].
+struct BlockQ3_K {
+  static constexpr int kBlockSize = kQKK;
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// x[j] = d * kIq4nlValues[q[j]], nibbles as Q4_0.
+struct BlockIQ4_NL {
+  static constexpr int kBlockSize = kQK;
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+// 8 sub-blocks of 32: x = d * (ls[j] - 32) * kIq4nlValues[q], ls 6-bit: nibble j % 2 of
+// scales_l[j / 2] | bits 2j, 2j+1 of scales_h << 4; sub-block j's nibbles in qs[16j ..] as Q4_0.
+struct BlockIQ4_XS {
+  static constexpr int kBlockSize = kQKK;
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+// Ternary, x = d * (q - 1), q in {0, 1, 2}: element 128h + 32j + l is bits 2j, 2j+1 of qs[32h + l].
+struct BlockTQ2_0 {
+  static constexpr int kBlockSize = kQKK;
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+};
+// Ternary, x = d * (q - 1), five base-3 digits per byte stored as ceil(v * 256 / 243): digit k of
+// byte b is ((uint8_t)(b * 3^k) * 3) >> 8. Elements 32k + l: digit k of qs[l] (l < 32); 160 + 16k + l:
+// digit k of qs[32 + l] (l < 16); 240 + 4k + l: digit k (k < 4) of qh[l].
+struct BlockTQ1_0 {
+  static constexpr int kBlockSize = kQKK;
+  uint8_t qs[(kQKK - 4 * kQKK / 64) / 5];
+  uint8_t qh[kQKK / 64];
+  uint16_t d;
+};
+
+// The 16 non-uniform levels of IQ4_NL / IQ4_XS (GGUF format constant).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockTQ2_0) == 66);
+static_assert(sizeof(BlockTQ1_0) == 54);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);

@@ -23,6 +23,12 @@ PAGODA_QUANT_FORMAT(q4_k)
 PAGODA_QUANT_FORMAT(q5_k)
 PAGODA_QUANT_FORMAT(q6_k)
 PAGODA_QUANT_FORMAT(q8_k)
+PAGODA_QUANT_FORMAT(q2_k)
+PAGODA_QUANT_FORMAT(q3_k)
+PAGODA_QUANT_FORMAT(iq4_nl)
+PAGODA_QUANT_FORMAT(iq4_xs)
+PAGODA_QUANT_FORMAT(tq1_0)
+PAGODA_QUANT_FORMAT(tq2_0)
 #undef PAGODA_QUANT_FORMAT
 
 // Weight row . activation row (the activation in the partner format).
@@ -37,5 +43,11 @@ float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q5_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q2_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q3_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_xs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_tq1_0_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
 
 }  // namespace pagoda::quant::ref

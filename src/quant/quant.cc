@@ -24,6 +24,12 @@ constexpr std::array kOps = {
     QuantOps{DType::kQ4_K, 256, 144, dequantize_row_q4_k, quantize_row_q4_k, DType::kQ8_K, vec_dot_q4_k_q8_k},
     QuantOps{DType::kQ5_K, 256, 176, dequantize_row_q5_k, quantize_row_q5_k, DType::kQ8_K, vec_dot_q5_k_q8_k},
     QuantOps{DType::kQ6_K, 256, 210, dequantize_row_q6_k, quantize_row_q6_k, DType::kQ8_K, vec_dot_q6_k_q8_k},
+    QuantOps{DType::kQ2_K, 256, 84, dequantize_row_q2_k, quantize_row_q2_k, DType::kQ8_K, vec_dot_q2_k_q8_k},
+    QuantOps{DType::kQ3_K, 256, 110, dequantize_row_q3_k, quantize_row_q3_k, DType::kQ8_K, vec_dot_q3_k_q8_k},
+    QuantOps{DType::kIQ4_NL, 32, 18, dequantize_row_iq4_nl, quantize_row_iq4_nl, DType::kQ8_0, vec_dot_iq4_nl_q8_0},
+    QuantOps{DType::kIQ4_XS, 256, 136, dequantize_row_iq4_xs, quantize_row_iq4_xs, DType::kQ8_K, vec_dot_iq4_xs_q8_k},
+    QuantOps{DType::kTQ1_0, 256, 54, dequantize_row_tq1_0, quantize_row_tq1_0, DType::kQ8_K, vec_dot_tq1_0_q8_k},
+    QuantOps{DType::kTQ2_0, 256, 66, dequantize_row_tq2_0, quantize_row_tq2_0, DType::kQ8_K, vec_dot_tq2_0_q8_k},
     QuantOps{DType::kQ8_K, 256, 292, dequantize_row_q8_k, quantize_row_q8_k, DType::kQ8_K, nullptr},
 };
 

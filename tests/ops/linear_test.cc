@@ -112,14 +112,18 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LinearTest,
                                            Case{DType::kQ4_1, 1e-4}, Case{DType::kQ5_0, 1e-4},
                                            Case{DType::kQ5_1, 1e-4}, Case{DType::kQ8_0, 1e-4},
                                            Case{DType::kQ4_K, 1e-4}, Case{DType::kQ5_K, 1e-4},
-                                           Case{DType::kQ6_K, 1e-4}),
+                                           Case{DType::kQ6_K, 1e-4}, Case{DType::kQ2_K, 1e-4},
+                                           Case{DType::kQ3_K, 1e-4}, Case{DType::kIQ4_NL, 1e-4},
+                                           Case{DType::kIQ4_XS, 1e-4}, Case{DType::kTQ1_0, 1e-4},
+                                           Case{DType::kTQ2_0, 1e-4}),
                          [](const auto& info) { return std::string(dtype_name(info.param.t)); });
 
 // Weights made by the gguf package (testdata/quant: legacy formats quantized by gguf, k-quants
 // random blocks, so every scale/min bit pattern occurs) through every level's packing and kernels.
 TEST(LinearGguf, FixtureWeightsAllLevels) {
   ThreadPool pool(1);
-  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16"}) {
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16", "q2_k", "q3_k",
+                           "iq4_nl", "iq4_xs", "tq1_0", "tq2_0"}) {
     const DType t = *dtype_from_name(name);
     std::ifstream f(test::testdata_dir() + "/quant/" + name + ".q", std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -160,7 +164,78 @@ TEST(LinearFused, MatchesSeparateCalls) {
     for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(yf[t * 64 + i], yg[t * 40 + i]);
     for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(yf[t * 64 + 40 + i], yu[t * 24 + i]);
   }
-  EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ8_0, 8, 64, 3)}, "mixed").ok());
+  EXPECT_FALSE(prepare_linear_fused({gate, make_weight(DType::kQ4_1, 8, 96, 3)}, "bad_k").ok());
+}
+
+// Fused parts of different dtypes (llama-quantize's mixes: attn_v / ffn_down a type higher): one
+// group per dtype run, each written into its columns; bit-identical to separate linear() calls at
+// every level and token count, and the groups are what linear_weight_parts returns.
+TEST(LinearFused, MixedDtypesMatchSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t k = 512;
+  const std::vector<std::vector<std::pair<DType, int64_t>>> mixes = {
+      {{DType::kQ5_0, 40}, {DType::kQ5_0, 24}, {DType::kQ8_0, 24}},      // c offsets differ (vnni)
+      {{DType::kQ4_K, 48}, {DType::kQ4_K, 16}, {DType::kQ6_K, 16}},      // c16 for the last group only
+      {{DType::kQ3_K, 33}, {DType::kQ2_K, 17}, {DType::kIQ4_XS, 9}},     // three groups
+      {{DType::kIQ4_NL, 20}, {DType::kF16, 12}, {DType::kIQ4_NL, 12}},  // float between integer groups
+  };
+  for (const auto& mix : mixes) {
+    std::vector<Tensor> ws;
+    int64_t n = 0;
+    for (const auto& [t, rows] : mix) {
+      ws.push_back(make_weight(t, rows, k, static_cast<uint32_t>(n + rows)));
+      n += rows;
+    }
+    for (IsaLevel isa : cpu::supported_isa_levels()) {
+      auto fused = prepare_linear_fused(ws, "mixed", isa);
+      ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+      const std::vector<Tensor> parts = linear_weight_parts(**fused);
+      int64_t groups = 1;
+      for (size_t i = 1; i < mix.size(); ++i) groups += mix[i].first != mix[i - 1].first;
+      ASSERT_EQ(static_cast<int64_t>(parts.size()), groups);
+      EXPECT_EQ(linear_weight_mixed(**fused), groups > 1);
+      EXPECT_EQ(linear_weight_tensor(**fused).dim(0), n);
+      int64_t rows = 0;
+      for (const Tensor& p : parts) {
+        EXPECT_EQ(p.dim(1), k);
+        rows += p.dim(0);
+      }
+      EXPECT_EQ(rows, n);
+      for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{33}}) {
+        const auto x = gaussian(m * k, static_cast<uint32_t>(m));
+        std::vector<float> yf(m * n, NAN);
+        linear(**fused, x.data(), m, yf.data(), pool);
+        int64_t col = 0;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          auto one = prepare_linear(ws[i], "one", isa);
+          ASSERT_TRUE(one.ok());
+          const int64_t ni = ws[i].dim(0);
+          std::vector<float> yi(m * ni);
+          linear(**one, x.data(), m, yi.data(), pool);
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t j = 0; j < ni; ++j)
+              ASSERT_EQ(yf[t * n + col + j], yi[t * ni + j])
+                  << isa_level_name(isa) << " part " << i << " (" << dtype_name(ws[i].dtype()) << ") M=" << m;
+          col += ni;
+        }
+      }
+    }
+    // kScalar keeps the originals: stacking the parts' rows gives the weights
+    auto plain = prepare_linear_fused(ws, "mixed", IsaLevel::kScalar);
+    ASSERT_TRUE(plain.ok());
+    size_t wi = 0;
+    for (const Tensor& p : linear_weight_parts(**plain)) {
+      ASSERT_NE(p.data(), nullptr);
+      int64_t row = 0;
+      while (row < p.dim(0)) {
+        ASSERT_EQ(ws[wi].dtype(), p.dtype());
+        EXPECT_EQ(std::memcmp(p.row_ptr(row), ws[wi].data(), static_cast<size_t>(ws[wi].nbytes())), 0);
+        row += ws[wi].dim(0);
+        ++wi;
+      }
+    }
+    EXPECT_EQ(wi, ws.size());
+  }
 }
 
 // Enough row groups that 2 threads split the groups (not the tokens) for a GEMM-sized M, with a
@@ -190,7 +265,8 @@ TEST(LinearBatchInvariance, RowsBitIdenticalAcrossM) {
   const std::vector<int64_t> ms = {1, 2, 7, 33, 512};
   const int64_t rows_x = 520;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                  DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL,
+                  DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0}) {
     const int64_t bs = dtype_traits(t).block_size;
     // N: several groups and panels with a partial last group; K: several GEMM K blocks (and, for
     // float weights, one not a multiple of anything)

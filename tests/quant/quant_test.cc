@@ -197,7 +197,7 @@ TEST_P(GgufFixture, MatchesGgufPackage) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, GgufFixture,
                          ::testing::Values("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-                                           "q6_k"),
+                                           "q6_k", "q2_k", "q3_k", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0"),
                          [](const auto& info) { return std::string(info.param); });
 
 // ---------- round trip and dot products ----------
@@ -265,7 +265,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantBudget,
                                            Budget{DType::kQ4_1, 7.5e-3, 6e-4}, Budget{DType::kQ5_0, 2.2e-3, 6e-4},
                                            Budget{DType::kQ5_1, 1.7e-3, 6e-4}, Budget{DType::kQ8_0, 3.5e-5, 6e-4},
                                            Budget{DType::kQ4_K, 6.5e-3, 6e-4}, Budget{DType::kQ5_K, 1.6e-3, 6e-4},
-                                           Budget{DType::kQ6_K, 4e-4, 6e-4}),
+                                           Budget{DType::kQ6_K, 4e-4, 6e-4}, Budget{DType::kQ2_K, 0.08, 6e-4},
+                                           Budget{DType::kQ3_K, 0.025, 6e-4}, Budget{DType::kIQ4_NL, 6.5e-3, 6e-4},
+                                           Budget{DType::kIQ4_XS, 6.5e-3, 6e-4}),
                          [](const auto& info) { return std::string(dtype_name(info.param.t)); });
 
 // Activation formats round trip too.
@@ -294,9 +296,86 @@ TEST(QuantActivation, Q8_1SumAndQ8_KBsums) {
   EXPECT_LT(nmse(y, x), 1e-4);
 }
 
+// Ternary formats: ternary data round-trips exactly; gaussian data keeps the sign of the large values.
+TEST(QuantTernary, ExactOnTernaryData) {
+  for (DType t : {DType::kTQ1_0, DType::kTQ2_0}) {
+    const int64_t n = 1024;
+    std::vector<float> x(n);
+    std::mt19937 rng(5);
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.25f * static_cast<float>(static_cast<int>(rng() % 3) - 1);
+    for (int64_t b = 0; b < n / 256; ++b) x[256 * b] = 0.25f;  // every block's absmax is 0.25
+    const auto y = dequantize(t, quantize(t, x), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i]) << dtype_name(t) << " element " << i;
+    const QuantOps* ops = quant_ops(t);
+    const auto a = gaussian(n, 3);
+    std::vector<uint8_t> aq(row_bytes(ops->vec_dot_type, n));
+    quantize_row(ops->vec_dot_type, a.data(), aq.data(), n);
+    std::vector<float> ad(n);
+    dequantize_row(ops->vec_dot_type, aq.data(), ad.data(), n);
+    double exact = 0;
+    for (int64_t i = 0; i < n; ++i) exact += static_cast<double>(x[i]) * ad[i];
+    const auto xq = quantize(t, x);
+    EXPECT_NEAR(vec_dot(t, xq.data(), aq.data(), n), exact, 1e-4 * std::fabs(exact) + 1e-5) << dtype_name(t);
+  }
+}
+
+// Known values of the formats whose layouts are easy to get wrong by one bit position.
+TEST(QuantLayout, Q3_KSignsAndScales) {
+  BlockQ3_K b{};
+  b.d = f32_to_fp16(0.5f);
+  // scale of sub-block 0: low nibble 1 (scales[0] & 15), high bits 2 (scales[8] bits 0..1) -> 33 - 32 = 1
+  b.scales[0] = 0x01;
+  b.scales[8] = 0x02;
+  // element 0: low2 = 3, hmask bit set -> q = 3; element 1: low2 = 1, hmask clear -> q = -3
+  b.qs[0] = 3;
+  b.qs[1] = 1;
+  b.hmask[0] = 1;
+  float y[256];
+  dequantize_row(DType::kQ3_K, &b, y, 256);
+  EXPECT_EQ(y[0], 1.5f);
+  EXPECT_EQ(y[1], -1.5f);
+  EXPECT_EQ(y[2], -2.0f);  // low2 0, hmask clear: -4 * 0.5 * 1
+  EXPECT_EQ(y[16], 64.0f);  // sub-block 1: scale 0 - 32 = -32, q = -4: 0.5 * -32 * -4
+}
+
+TEST(QuantLayout, IQ4_NLLevels) {
+  BlockIQ4_NL b{};
+  b.d = f32_to_fp16(2.0f);
+  for (int l = 0; l < 16; ++l) b.qs[l] = static_cast<uint8_t>(l | ((15 - l) << 4));
+  float y[32];
+  dequantize_row(DType::kIQ4_NL, &b, y, 32);
+  for (int l = 0; l < 16; ++l) {
+    EXPECT_EQ(y[l], 2.0f * kIq4nlValues[l]);
+    EXPECT_EQ(y[16 + l], 2.0f * kIq4nlValues[15 - l]);
+  }
+}
+
+TEST(QuantTraits, GgufTypeIds) {
+  // ggml_type ids and block sizes of the GGUF spec
+  struct Row {
+    uint32_t id;
+    const char* name;
+    int64_t block, bytes;
+  };
+  for (const Row& r : {Row{10, "q2_k", 256, 84}, Row{11, "q3_k", 256, 110}, Row{16, "iq2_xxs", 256, 66},
+                       Row{17, "iq2_xs", 256, 74}, Row{18, "iq3_xxs", 256, 98}, Row{19, "iq1_s", 256, 50},
+                       Row{20, "iq4_nl", 32, 18}, Row{21, "iq3_s", 256, 110}, Row{22, "iq2_s", 256, 82},
+                       Row{23, "iq4_xs", 256, 136}, Row{29, "iq1_m", 256, 56}, Row{34, "tq1_0", 256, 54},
+                       Row{35, "tq2_0", 256, 66}, Row{39, "mxfp4", 32, 17}}) {
+    const auto tr = dtype_traits_of(r.id);
+    ASSERT_TRUE(tr.has_value()) << r.name;
+    EXPECT_EQ(tr->name, r.name);
+    EXPECT_EQ(tr->block_size, r.block) << r.name;
+    EXPECT_EQ(tr->block_bytes, r.bytes) << r.name;
+    // every type either computes or says what to use instead
+    EXPECT_TRUE(tr->weight_supported || !tr->unsupported_hint.empty()) << r.name;
+  }
+}
+
 TEST(QuantTraits, TableAgreesWithDTypeTraits) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                  DType::kQ8_0, DType::kQ8_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+                  DType::kQ8_0, DType::kQ8_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kQ2_K,
+                  DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0}) {
     const QuantOps* o = quant_ops(t);
     ASSERT_NE(o, nullptr) << dtype_name(t);
     EXPECT_EQ(o->block_size, dtype_traits(t).block_size);
@@ -305,7 +384,7 @@ TEST(QuantTraits, TableAgreesWithDTypeTraits) {
       EXPECT_NE(o->vec_dot, nullptr) << dtype_name(t);
     }
   }
-  EXPECT_EQ(quant_ops(DType::kQ2_K), nullptr);
+  EXPECT_EQ(quant_ops(DType::kIQ2_XXS), nullptr);
 }
 
 }  // namespace

@@ -4,30 +4,34 @@
 //
 // Packed weight layouts (built once by pack.cc, the same bytes for every SIMD level):
 //
-//  * "qint" family (q4_0, q4_1, q5_0, q5_1, q8_0): rows are grouped by kGroupRows = 16. For row
-//    group g and 32-element block b one record holds, in order:
-//      d[16]  fp16 block scales of the 16 rows
+//  * "qint" family (q4_0, q4_1, q5_0, q5_1, q8_0; iq4_nl packed as q8_0, iq4_xs its own q8 row):
+//    rows are grouped by kGroupRows = 16. For row group g and 32-element block b one record holds,
+//    in order:
+//      d[16]  fp16 block scales of the 16 rows (iq4_xs: f32, d * (ls - 32) of the sub-block, exact)
 //      m[16]  fp16 block mins (q4_1, q5_1 only)
 //      codes  unsigned codes: 4-bit formats 4 chunks of 64 bytes; in chunk c, bytes 4r..4r+3
 //             hold row r's elements 4c..4c+3 in the low nibbles and 16+4c..16+4c+3 in the high
-//             nibbles (exactly GGUF's qs[4c..4c+3]); q8_0 8 vectors of 64 bytes, vector v bytes
-//             4r..4r+3 = row r's elements 4v..4v+3 plus 128 (so they are unsigned).
+//             nibbles (exactly GGUF's qs[4c..4c+3]); q8_0 / iq4_xs 8 vectors of 64 bytes, vector v
+//             bytes 4r..4r+3 = row r's elements 4v..4v+3 plus 128 (so they are unsigned; iq4_nl and
+//             iq4_xs store their levels kIq4nlValues[nibble]).
 //      qh[8]  (q5_0, q5_1) 64-bit masks, mask v bit 4r+i = 5th bit of row r's element 4v+i.
 //    Value of row r, element e: d[r] * (code - offset) (+ m[r]); offset 8 (q4_0), 16 (q5_0),
-//    128 (q8_0), 0 (q4_1/q5_1). The layout turns a 64-byte load into one dword per row, so the
-//    integer dot with a broadcast activation dword (vpdpbusd) accumulates 16 rows' dot products in
-//    the 16 lanes: no horizontal sums anywhere.
-//  * "qint k" family (q4_k, q5_k, q6_k): per row group and 256-element super-block, a header of
-//    f32 d[16] and (q4_k, q5_k) f32 dmin[16] (the rows' super-block scales, exact fp16 -> f32),
-//    then 8 records, one per 32-element sub-block j:
+//    128 (q8_0, iq4_xs), 0 (q4_1/q5_1). The layout turns a 64-byte load into one dword per row, so
+//    the integer dot with a broadcast activation dword (vpdpbusd) accumulates 16 rows' dot products
+//    in the 16 lanes: no horizontal sums anywhere.
+//  * "qint k" family (q4_k, q5_k, q6_k, q2_k; q3_k, tq1_0 and tq2_0 packed as q6_k): per row group
+//    and 256-element super-block, a header of f32 d[16] and (q4_k, q5_k, q2_k) f32 dmin[16] (the
+//    rows' super-block scales, exact fp16 -> f32), then 8 records, one per 32-element sub-block j:
 //      q4_k/q5_k: sc[16] u8, m[16] u8 (6-bit scale and min of sub-block j of each row), the
 //                 4-bit code chunks as above, q5_k the 5th-bit masks as above.
 //                 Value: d[r] * sc[r] * code - dmin[r] * m[r].
 //      q6_k:      sc_lo[16] i8, sc_hi[16] i8 (the scales of elements 0..15 / 16..31), low-nibble
 //                 chunks as above, then two sets of 8 64-bit masks (bit 4, bit 5 of the code).
-//                 Value: d[r] * sc * (code - 32).
-//  * "float" family (f32, f16, bf16): group g holds [K][16] elements in the original type
-//    (k-major, 16 rows interleaved), so one vector load is one k for 16 rows.
+//                 Value: d[r] * sc * (code - 32). q3_k / tq: code = q + 32 (28..35), sc their
+//                 scale (q3_k sc - 32, tq 1): the same values exactly.
+//      q2_k:      sc_lo[16], sc_hi[16] u8 (4-bit scales of elements 0..15 / 16..31), the code chunks
+//                 (codes 0..3), then m_lo[16], m_hi[16] u8 (4-bit mins).
+//                 Value: d[r] * sc * code - dmin[r] * m.
 // Rows past N in the last group are zero.
 #pragma once
 
@@ -48,24 +52,31 @@ template <DType T>
 struct QintLayout {
   static constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;   // m[16] after d[16]
   static constexpr bool kHigh = T == DType::kQ5_0 || T == DType::kQ5_1;  // qh masks after the codes
-  static constexpr bool kQ8 = T == DType::kQ8_0;                         // 8 code vectors, not 4
-  static constexpr int64_t kCodesAt = kMin ? 64 : 32;
+  static constexpr bool kF32Scale = T == DType::kIQ4_XS;                  // d[16] is f32
+  static constexpr bool kQ8 = T == DType::kQ8_0 || kF32Scale;             // 8 code vectors, not 4
+  static constexpr int64_t kCodesAt = (kMin || kF32Scale) ? 64 : 32;
   static constexpr int64_t kRecord = kCodesAt + (kQ8 ? 512 : 256) + (kHigh ? 64 : 0);
 };
 template <DType T>
 struct QintKLayout {
   static constexpr bool kQ6 = T == DType::kQ6_K;
+  static constexpr bool kQ2 = T == DType::kQ2_K;
   static constexpr bool kHigh = T == DType::kQ5_K;
   static constexpr int64_t kHeader = kQ6 ? 64 : 128;
-  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
+  static constexpr int64_t kMinsAt = 32 + 256;  // q2_k: m_lo[16], m_hi[16] after the codes
+  static constexpr int64_t kRecord = 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : (kQ2 ? 32 : 0)));
   static constexpr int64_t kSuper = kHeader + 8 * kRecord;
 };
+
+// The dtype whose packed layout and kernels serve weights of dtype t (t itself, or q6_k for q3_k /
+// tq1_0 / tq2_0, q8_0 for iq4_nl). pack_weight reads t's blocks and writes this layout.
+DType kernel_dtype(DType t);
 
 // Bytes of one (group, block) record of a qint format.
 int64_t qint_record_bytes(DType t);
 // Bytes of one (group, super-block) of a qint k format (header + 8 records).
 int64_t qint_k_superblock_bytes(DType t);
-PackKind pack_kind(DType t);
+PackKind pack_kind(DType t);  // of t's kernel_dtype
 // Packed size of a [n, k] weight; 0 for kNone.
 int64_t packed_bytes(DType t, int64_t n, int64_t k);
 // w: [n, k] rows in GGUF layout -> dst (packed_bytes(t, n, k) bytes).

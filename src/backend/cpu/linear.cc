@@ -44,7 +44,7 @@ inline void split(int64_t total, int ith, int nth, int64_t* b, int64_t* e) {
   *e = total * (ith + 1) / nth;
 }
 
-void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, int64_t ldy, ThreadPool& pool) {
   const int64_t n = w.n, k = w.k;
   const quant::QuantOps* ops = quant::quant_ops(w.dtype);
   pool.run([&](int ith, int nth) {
@@ -61,7 +61,7 @@ void linear_generic(const LinearWeight& w, const float* x, int64_t m, float* y, 
         for (; e + 8 <= k; e += 8)
           for (int j = 0; j < 8; ++j) acc[j] += row[e + j] * xt[e + j];
         for (; e < k; ++e) acc[0] += row[e] * xt[e];
-        y[t * n + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
       }
     }
   });
@@ -98,6 +98,127 @@ void run_split(ThreadPool& pool, int64_t groups, int64_t m, int64_t gq, int64_t 
   });
 }
 
+// What the integer kernels of a packed weight read besides the codes: the code offset folded into
+// c (0: none) and whether c16 (q6_k layout's -32 * per-16 sums) is needed.
+struct ActNeed {
+  const KernelTable* kt = nullptr;
+  int32_t c_offset = 0;
+  bool c16 = false;
+};
+
+ActNeed act_need(const LinearWeight& w) {
+  ActNeed n{w.kernels, 0, false};
+  const int32_t off = w.kernels->act_offset ? w.kernels->act_offset(w.kernel_dtype) : 0;
+  if (w.kernel_dtype == DType::kQ6_K) {
+    n.c16 = off != 0;
+  } else {
+    n.c_offset = off;
+  }
+  return n;
+}
+
+// `have` serves `want` (one quantization covers both).
+bool act_covers(const ActNeed& have, const ActNeed& want) {
+  return have.kt == want.kt && (want.c_offset == 0 || want.c_offset == have.c_offset) && (!want.c16 || have.c16);
+}
+// have and want merged, or false when their offsets conflict.
+bool act_merge(ActNeed* have, const ActNeed& want) {
+  if (have->kt != want.kt || (want.c_offset != 0 && have->c_offset != 0 && want.c_offset != have->c_offset)) return false;
+  if (want.c_offset != 0) have->c_offset = want.c_offset;
+  have->c16 = have->c16 || want.c16;
+  return true;
+}
+
+// Activations quantized once per call for the integer kernels, reused by the parts of a mixed
+// fused weight whose needs it covers. Owns no memory: `buf` is the calling thread's scratch.
+struct ActState {
+  bool valid = false;
+  ActNeed need;
+  ActQ8 a{};
+};
+
+void quantize_acts(const ActNeed& need, const float* x, int64_t m, int64_t k, ThreadPool& pool,
+                   std::vector<uint8_t>& buf, ActState* st) {
+  const KernelTable* kt = need.kt;
+  const int64_t nb = k / kQBlock, tile = kt->act_tile;
+  const int64_t slots = (m + tile - 1) / tile * tile * nb;  // (token, block) pairs
+  // per slot: 32 codes, d, s, s16[2] (f32), c, c16[2] (i32)
+  const size_t bytes = static_cast<size_t>(slots * 32 + slots * 7 * 4 + 64);
+  uint8_t* base = scratch(buf, bytes);
+  base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
+  ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nullptr, nullptr, nb, tile, 0};
+  a.d = reinterpret_cast<float*>(base + slots * 32);
+  a.s = a.d + slots;
+  a.s16 = a.s + slots;
+  int32_t* ints = reinterpret_cast<int32_t*>(a.s16 + 2 * slots);
+  a.offset = need.c_offset;
+  if (need.c_offset != 0) a.c = ints;
+  if (need.c16) a.c16 = ints + slots;
+  if (m == 1) {
+    kt->quantize_act(x, k, 0, 1, k, a);
+  } else {
+    pool.run([&](int ith, int nth) {
+      int64_t m0, m1;
+      split(m, ith, nth, &m0, &m1);
+      if (m0 < m1) kt->quantize_act(x, k, m0, m1, k, a);
+    });
+  }
+  st->valid = true;
+  st->need = need;
+  st->a = a;
+}
+
+// One (non-mixed) weight: y[t * ldy + r] for r < w.n. `merge_with`: the weights run after this one
+// in the same call (their activation needs are merged into this quantization where compatible).
+void run_weight(const LinearWeight& w, const float* x, int64_t m, float* y, int64_t ldy, ThreadPool& pool,
+                std::vector<uint8_t>& act_buf, ActState* st, const std::shared_ptr<const LinearWeight>* merge_with,
+                size_t n_merge) {
+  const KernelTable* kt = w.kernels;
+  const int64_t groups = (w.n + kGroupRows - 1) / kGroupRows;
+  const auto* packed = static_cast<const uint8_t*>(w.packed.get());
+  switch (w.pack) {
+    case PackKind::kNone: linear_generic(w, x, m, y, ldy, pool); return;
+    case PackKind::kFloat: {
+      if (m <= kGemvMaxTokens || kt->fgemm_packed == nullptr) {
+        run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+          kt->fgemm(w.kernel_dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, ldy, w.n);
+        });
+        return;
+      }
+      // GEMM: x into token tiles once (all threads), then the threads split the panels
+      thread_local std::vector<float> xp_buf;
+      const int64_t tiles = (m + kXTile - 1) / kXTile;
+      float* xp = scratch(xp_buf, static_cast<size_t>(packed_x_floats(m, w.k)));
+      pool.run([&](int ith, int nth) {
+        int64_t t0, t1;
+        split(tiles, ith, nth, &t0, &t1);
+        if (t0 < t1) kt->pack_x(x, w.k, t0 * kXTile, std::min(m, t1 * kXTile), m, w.k, xp);
+      });
+      run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+        kt->fgemm_packed(w.kernel_dtype, packed, w.k, g0, g1, xp, m, m0, m1, y, ldy, w.n);
+      });
+      return;
+    }
+    case PackKind::kQint:
+    case PackKind::kQintK: {
+      const ActNeed need = act_need(w);
+      if (!st->valid || !act_covers(st->need, need)) {
+        ActNeed merged = need;
+        for (size_t i = 0; i < n_merge; ++i) {
+          const LinearWeight& o = *merge_with[i];
+          if (o.pack == PackKind::kQint || o.pack == PackKind::kQintK) act_merge(&merged, act_need(o));
+        }
+        quantize_acts(merged, x, m, w.k, pool, act_buf, st);
+      }
+      const ActQ8& a = st->a;
+      run_split(pool, groups, m, kQintQuantum, kt->act_tile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
+        kt->qgemm(w.kernel_dtype, packed, w.k, g0, g1, a, m0, m1, y, ldy, w.n);
+      });
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa) {
@@ -105,6 +226,7 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
   lw->weight = w;
   lw->name = name;
   lw->dtype = w.dtype();
+  lw->kernel_dtype = kernel_dtype(w.dtype());
   lw->n = w.dim(0);
   lw->k = w.dim(1);
   lw->isa = isa;
@@ -122,71 +244,36 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
   return lw;
 }
 
+std::shared_ptr<LinearWeight> make_mixed_linear(std::vector<std::shared_ptr<const LinearWeight>> parts,
+                                                const std::string& name) {
+  PAGODA_CHECK(parts.size() >= 2, "mixed linear '{}' needs two parts or more", name);
+  auto lw = std::make_shared<LinearWeight>();
+  lw->name = name;
+  lw->dtype = parts[0]->dtype;
+  lw->kernel_dtype = parts[0]->kernel_dtype;
+  lw->k = parts[0]->k;
+  lw->isa = parts[0]->isa;
+  for (const auto& p : parts) {
+    PAGODA_CHECK(p->k == lw->k && p->parts.empty(), "mixed linear '{}': parts must be plain and share K", name);
+    lw->part_col.push_back(lw->n);
+    lw->n += p->n;
+  }
+  lw->weight = Tensor::view(lw->dtype, {lw->n, lw->k}, nullptr, nullptr);
+  lw->parts = std::move(parts);
+  return lw;
+}
+
 void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   if (m <= 0) return;
-  const KernelTable* kt = w.kernels;
-  const int64_t groups = (w.n + kGroupRows - 1) / kGroupRows;
-  const auto* packed = static_cast<const uint8_t*>(w.packed.get());
-  switch (w.pack) {
-    case PackKind::kNone: linear_generic(w, x, m, y, pool); return;
-    case PackKind::kFloat: {
-      if (m <= kGemvMaxTokens || kt->fgemm_packed == nullptr) {
-        run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
-          kt->fgemm(w.dtype, packed, w.k, g0, g1, x, w.k, m0, m1, y, w.n, w.n);
-        });
-        return;
-      }
-      // GEMM: x into token tiles once (all threads), then the threads split the panels
-      thread_local std::vector<float> xp_buf;
-      const int64_t tiles = (m + kXTile - 1) / kXTile;
-      float* xp = scratch(xp_buf, static_cast<size_t>(packed_x_floats(m, w.k)));
-      pool.run([&](int ith, int nth) {
-        int64_t t0, t1;
-        split(tiles, ith, nth, &t0, &t1);
-        if (t0 < t1) kt->pack_x(x, w.k, t0 * kXTile, std::min(m, t1 * kXTile), m, w.k, xp);
-      });
-      run_split(pool, groups, m, kFloatQuantum, kXTile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
-        kt->fgemm_packed(w.dtype, packed, w.k, g0, g1, xp, m, m0, m1, y, w.n, w.n);
-      });
-      return;
-    }
-    case PackKind::kQint:
-    case PackKind::kQintK: {
-      thread_local std::vector<uint8_t> act_buf;
-      const int64_t nb = w.k / kQBlock, tile = kt->act_tile;
-      const int64_t slots = (m + tile - 1) / tile * tile * nb;  // (token, block) pairs
-      // per slot: 32 codes, d, s, s16[2] (f32), c, c16[2] (i32)
-      const size_t bytes = static_cast<size_t>(slots * 32 + slots * 7 * 4 + 64);
-      uint8_t* base = scratch(act_buf, bytes);
-      base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
-      ActQ8 a{reinterpret_cast<int8_t*>(base), nullptr, nullptr, nullptr, nullptr, nullptr, nb, tile, 0};
-      a.d = reinterpret_cast<float*>(base + slots * 32);
-      a.s = a.d + slots;
-      a.s16 = a.s + slots;
-      a.offset = kt->act_offset ? kt->act_offset(w.dtype) : 0;
-      if (a.offset != 0) {
-        int32_t* ints = reinterpret_cast<int32_t*>(a.s16 + 2 * slots);
-        if (w.dtype == DType::kQ6_K) {
-          a.c16 = ints + slots;
-        } else {
-          a.c = ints;
-        }
-      }
-      if (m == 1) {
-        kt->quantize_act(x, w.k, 0, 1, w.k, a);
-      } else {
-        pool.run([&](int ith, int nth) {
-          int64_t m0, m1;
-          split(m, ith, nth, &m0, &m1);
-          if (m0 < m1) kt->quantize_act(x, w.k, m0, m1, w.k, a);
-        });
-      }
-      run_split(pool, groups, m, kQintQuantum, tile, [&](int64_t g0, int64_t g1, int64_t m0, int64_t m1) {
-        kt->qgemm(w.dtype, packed, w.k, g0, g1, a, m0, m1, y, w.n, w.n);
-      });
-      return;
-    }
+  thread_local std::vector<uint8_t> act_buf;
+  ActState st;
+  if (w.parts.empty()) {
+    run_weight(w, x, m, y, w.n, pool, act_buf, &st, nullptr, 0);
+    return;
   }
+  for (size_t i = 0; i < w.parts.size(); ++i)
+    run_weight(*w.parts[i], x, m, y + w.part_col[i], w.n, pool, act_buf, &st, w.parts.data() + i + 1,
+               w.parts.size() - i - 1);
 }
 
 }  // namespace pagoda::cpu

@@ -90,7 +90,12 @@ inline void qint_tile(const uint8_t* rec, int64_t nb, const ActQ8& a, int64_t t0
   const float* xd = a.d + i0;
   const float* xs = a.s + i0;
   for (int64_t b = 0; b < nb; ++b, rec += F::kRecord, xq += 32 * kTile, xd += kTile, xs += kTile) {
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
+    __m256 dw;
+    if constexpr (F::kF32Scale) {
+      dw = _mm256_loadu_ps(reinterpret_cast<const float*>(rec) + 8 * h);
+    } else {
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
+    }
     const uint8_t* cp = rec + F::kCodesAt;
     __m256i isum[MT];
     for (int t = 0; t < MT; ++t) isum[t] = _mm256_setzero_si256();
@@ -211,8 +216,14 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
     if constexpr (!F::kQ6) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r = sb + F::kHeader + j * F::kRecord;
+      constexpr bool kPer16 = F::kQ6 || F::kQ2;  // two scales per sub-block (elements 0..15, 16..31)
       const __m256 d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
-      const __m256 d1 = _mm256_mul_ps(F::kQ6 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
+      const __m256 d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
+      __m256 mlo = _mm256_setzero_ps(), mhi = _mm256_setzero_ps();
+      if constexpr (F::kQ2) {
+        mlo = _mm256_mul_ps(msup, widen8(r + F::kMinsAt + 8 * h, false));
+        mhi = _mm256_mul_ps(msup, widen8(r + F::kMinsAt + 16 + 8 * h, false));
+      }
       const uint8_t* cp = r + 32;
       __m256i ilo[MT], ihi[MT];
       for (int t = 0; t < MT; ++t) ilo[t] = ihi[t] = _mm256_setzero_si256();
@@ -247,6 +258,12 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
           const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
           acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(-32.f * slo)), acc[t]);
           acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(-32.f * shi)), acc[t]);
+        } else if constexpr (F::kQ2) {
+          const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(ilo[t]), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(mlo, _mm256_set1_ps(slo), acc[t]);
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(ihi[t]), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(mhi, _mm256_set1_ps(shi), acc[t]);
         } else {
           const __m256 fs = _mm256_cvtepi32_ps(_mm256_add_epi32(ilo[t], ihi[t]));
           acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), fs, acc[t]);
@@ -297,6 +314,8 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ5_0: qgemm_t<DType::kQ5_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_1: qgemm_t<DType::kQ5_1>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ8_0: qgemm_t<DType::kQ8_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kIQ4_XS: qgemm_t<DType::kIQ4_XS>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ2_K: qgemm_k_t<DType::kQ2_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ4_K: qgemm_k_t<DType::kQ4_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_k_t<DType::kQ5_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_k_t<DType::kQ6_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "common/tensor.h"
@@ -11,20 +12,31 @@
 namespace pagoda {
 
 // A weight prepared for the CPU kernels: immutable after prepare, shareable across threads.
+//
+// A fused weight whose parts differ in dtype holds one prepared sub-weight per run of equal-dtype
+// parts (`parts`, each with its own packing and kernels); sub-weight i writes the columns
+// [part_col[i], part_col[i] + parts[i]->n) of y. Then `weight` is a data-less [n, k] view with
+// the first part's dtype, and pack / packed / kernels are unused.
 struct LinearWeight {
   Tensor weight;  // [n, k] original (GGUF layout), kept alive
   std::string name;
   DType dtype = DType::kF32;
+  DType kernel_dtype = DType::kF32;      // cpu::kernel_dtype(dtype): the packed layout's format
   int64_t n = 0, k = 0;
   IsaLevel isa = IsaLevel::kScalar;      // level the kernels were chosen for
   cpu::PackKind pack = cpu::PackKind::kNone;
   std::shared_ptr<void> packed;          // packed_bytes(dtype, n, k) bytes, or null
   const cpu::KernelTable* kernels = nullptr;  // null: generic path
+  std::vector<std::shared_ptr<const LinearWeight>> parts;  // mixed fused weight only
+  std::vector<int64_t> part_col;
 };
 
 namespace cpu {
 
 std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa);
+// A mixed fused weight over prepared sub-weights (same k, at least two), in column order.
+std::shared_ptr<LinearWeight> make_mixed_linear(std::vector<std::shared_ptr<const LinearWeight>> parts,
+                                                const std::string& name);
 // x: [m, k] f32 contiguous; y: [m, n] f32 contiguous.
 void linear_cpu(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool);
 

@@ -61,7 +61,8 @@ inline __m512i add_high(__m512i c, const uint8_t* mask, char value) {
 // ---- legacy formats (q4_0, q4_1, q5_0, q5_1, q8_0) ----
 template <DType T>
 struct QFmt : QintLayout<T> {
-  static constexpr int32_t kOffset = T == DType::kQ4_0 ? 8 : T == DType::kQ5_0 ? 16 : T == DType::kQ8_0 ? 128 : 0;
+  static constexpr int32_t kOffset =
+      T == DType::kQ4_0 ? 8 : T == DType::kQ5_0 ? 16 : (T == DType::kQ8_0 || T == DType::kIQ4_XS) ? 128 : 0;
 };
 
 // Code vectors of dwords v and v + 4 of a record (elements 4v.. and 16 + 4v.. of each row).
@@ -124,7 +125,12 @@ inline void qtile(const uint8_t* const* rec0, int64_t nb, const ActQ8& a, int64_
       }
     }
     for (int g = 0; g < G; ++g) {
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[g])));
+      __m512 dw;
+      if constexpr (F::kF32Scale) {
+        dw = _mm512_loadu_ps(reinterpret_cast<const float*>(rec[g]));
+      } else {
+        dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[g])));
+      }
       __m512 mw = _mm512_setzero_ps();
       if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[g] + 32)));
       for (int t = 0; t < TT; ++t) {
@@ -181,6 +187,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
   const float* xd = a.d + i0;
   const float* xs = a.s + i0;
   const int32_t* xc16 = F::kQ6 ? a.c16 + 2 * i0 : nullptr;
+  const float* xs16 = a.s16 + 2 * i0;
   for (int64_t s = 0; s < ns; ++s) {
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r[G];
@@ -192,13 +199,13 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
             for (int64_t l = 0; l < F::kHeader; l += 64) _mm_prefetch(reinterpret_cast<const char*>(sb[g] + F::kSuper + kPrefetchBytes + l), _MM_HINT_T0);
         }
       }
-      if constexpr (F::kQ6) {
+      if constexpr (F::kQ6 || F::kQ2) {
         // two halves of 16 with their own scales: elements 0..15 are dwords 0..3, 16..31 dwords 4..7
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           __m512i is[G][TT];
           for (int t = 0; t < TT; ++t) {
-            const __m512i init = bcast_i(xc16 + 2 * t + h);
+            const __m512i init = F::kQ6 ? bcast_i(xc16 + 2 * t + h) : _mm512_setzero_si512();
             for (int g = 0; g < G; ++g) is[g][t] = init;
           }
 #pragma GCC unroll 4
@@ -214,6 +221,11 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
             const __m512 dsc = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g])), widen_i8(r[g] + 16 * h));
             for (int t = 0; t < TT; ++t)
               acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
+            if constexpr (F::kQ2) {
+              const __m512 dmn = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g] + 64)),
+                                               widen_u8(r[g] + F::kMinsAt + 16 * h));
+              for (int t = 0; t < TT; ++t) acc[g][t] = _mm512_fnmadd_ps(dmn, bcast_f(xs16 + 2 * t + h), acc[g][t]);
+            }
           }
         }
       } else {
@@ -248,6 +260,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
       xd += kTile;
       xs += kTile;
       if constexpr (F::kQ6) xc16 += 2 * kTile;
+      xs16 += 2 * kTile;
     }
     for (int g = 0; g < G; ++g) sb[g] += F::kSuper;
   }
@@ -323,6 +336,8 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ5_0: qgemm_t<DType::kQ5_0, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_1: qgemm_t<DType::kQ5_1, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ8_0: qgemm_t<DType::kQ8_0, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kIQ4_XS: qgemm_t<DType::kIQ4_XS, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ2_K: qgemm_t<DType::kQ2_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ4_K: qgemm_t<DType::kQ4_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_t<DType::kQ5_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_t<DType::kQ6_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
@@ -335,6 +350,7 @@ int32_t act_offset(DType t) {
     case DType::kQ4_0: return QFmt<DType::kQ4_0>::kOffset;
     case DType::kQ5_0: return QFmt<DType::kQ5_0>::kOffset;
     case DType::kQ8_0: return QFmt<DType::kQ8_0>::kOffset;
+    case DType::kIQ4_XS: return QFmt<DType::kIQ4_XS>::kOffset;
     case DType::kQ6_K: return 32;
     default: return 0;
   }

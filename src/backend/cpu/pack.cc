@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "common/half.h"
 #include "quant/blocks.h"
+#include "quant/codes.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -18,12 +19,14 @@ bool has_qh(DType t) { return t == DType::kQ5_0 || t == DType::kQ5_1; }
 // Per-row accessors of one GGUF block of a legacy format.
 struct LegacyBlock {
   uint16_t d = 0, m = 0;
-  const uint8_t* qs = nullptr;  // 16 bytes of nibbles, or 32 int8 for q8_0
+  const uint8_t* qs = nullptr;  // 16 bytes of nibbles, or 32 int8 for q8_0 / iq4_nl
   uint32_t qh = 0;
+  int8_t levels[32];            // iq4_nl: qs points here
 };
 
 LegacyBlock read_block(DType t, const uint8_t* p) {
   LegacyBlock b;
+  b.qs = reinterpret_cast<const uint8_t*>(b.levels);
   switch (t) {
     case DType::kQ4_0: {
       auto* q = reinterpret_cast<const BlockQ4_0*>(p);
@@ -59,21 +62,24 @@ LegacyBlock read_block(DType t, const uint8_t* p) {
       b.qs = reinterpret_cast<const uint8_t*>(q->qs);
       break;
     }
+    case DType::kIQ4_NL: decode_iq4_nl(p, b.levels, &b.d); break;
     default: PAGODA_CHECK(false, "not a qint format: {}", dtype_name(t));
   }
   return b;
 }
 
+// t: the source format (its kernel dtype kt: a legacy format).
 void pack_qint(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const DType kt = kernel_dtype(t);
   const int64_t nb = k / kQBlock, groups = (n + kGroupRows - 1) / kGroupRows;
-  const int64_t rec = qint_record_bytes(t), bb = dtype_traits(t).block_bytes, rb = nb * bb;
+  const int64_t rec = qint_record_bytes(kt), bb = dtype_traits(t).block_bytes, rb = k / dtype_traits(t).block_size * bb;
   std::memset(dst, 0, groups * nb * rec);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* r = dst + (g * nb + b) * rec;
       auto* d = reinterpret_cast<uint16_t*>(r);
-      uint16_t* m = has_min(t) ? d + 16 : nullptr;
-      uint8_t* codes = r + (has_min(t) ? 64 : 32);
+      uint16_t* m = has_min(kt) ? d + 16 : nullptr;
+      uint8_t* codes = r + (has_min(kt) ? 64 : 32);
       uint8_t* qh = codes + 256;
       for (int64_t row = 0; row < kGroupRows; ++row) {
         const int64_t src_row = g * kGroupRows + row;
@@ -81,13 +87,13 @@ void pack_qint(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
         const LegacyBlock blk = read_block(t, w + src_row * rb + b * bb);
         d[row] = blk.d;
         if (m) m[row] = blk.m;
-        if (t == DType::kQ8_0) {
+        if (kt == DType::kQ8_0) {
           for (int v = 0; v < 8; ++v)
             for (int i = 0; i < 4; ++i) codes[64 * v + 4 * row + i] = blk.qs[4 * v + i] ^ 0x80;
         } else {
           for (int c = 0; c < 4; ++c) std::memcpy(codes + 64 * c + 4 * row, blk.qs + 4 * c, 4);
         }
-        if (has_qh(t)) {
+        if (has_qh(kt)) {
           for (int v = 0; v < 8; ++v) {
             uint64_t mask;
             std::memcpy(&mask, qh + 8 * v, 8);
@@ -100,17 +106,52 @@ void pack_qint(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
   }
 }
 
-// Per row and super-block: codes[256] and sub-block scales of a k-quant block.
+// iq4_xs: the q8 record with f32 scales d * (ls - 32), one record per 32-element sub-block.
+void pack_iq4_xs(const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t ns = k / 256, nb = k / kQBlock, groups = (n + kGroupRows - 1) / kGroupRows;
+  const int64_t rec = qint_record_bytes(DType::kIQ4_XS), bb = dtype_traits(DType::kIQ4_XS).block_bytes;
+  std::memset(dst, 0, groups * nb * rec);
+  SuperBlockCodes c;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t row = 0; row < kGroupRows && g * kGroupRows + row < n; ++row)
+      for (int64_t s = 0; s < ns; ++s) {
+        decode_superblock(DType::kIQ4_XS, w + (g * kGroupRows + row) * ns * bb + s * bb, &c);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* r = dst + (g * nb + 8 * s + j) * rec;
+          const float d = c.d * static_cast<float>(c.sc[2 * j]);
+          std::memcpy(r + 4 * row, &d, 4);
+          uint8_t* codes = r + 64;
+          for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i)
+              codes[64 * v + 4 * row + i] = static_cast<uint8_t>(c.q[32 * j + 4 * v + i]) ^ 0x80;
+        }
+      }
+}
+
+// Per row and super-block: codes[256] and sub-block scales of a k-quant block, in the kernel
+// dtype's terms (q3_k / tq: q6_k codes q + 32).
 struct KBlock {
   float d = 0, dmin = 0;
   uint8_t codes[256];
   uint8_t sc[8], m[8];  // q4_k/q5_k per 32
-  int8_t sc16[16];      // q6_k per 16
+  int8_t sc16[16];      // q6_k, q2_k per 16
+  int8_t m16[16];       // q2_k per 16
 };
 
 KBlock read_k_block(DType t, const uint8_t* p) {
   KBlock k;
-  if (t == DType::kQ4_K || t == DType::kQ5_K) {
+  if (has_superblock_codes(t)) {
+    SuperBlockCodes c;
+    decode_superblock(t, p, &c);
+    const int bias = t == DType::kQ2_K ? 0 : 32;
+    k.d = c.d;
+    k.dmin = c.dmin;
+    for (int e = 0; e < 256; ++e) k.codes[e] = static_cast<uint8_t>(c.q[e] + bias);
+    for (int s = 0; s < 16; ++s) {
+      k.sc16[s] = c.sc[s];
+      k.m16[s] = c.m[s];
+    }
+  } else if (t == DType::kQ4_K || t == DType::kQ5_K) {
     const uint16_t* dd = reinterpret_cast<const uint16_t*>(p);
     k.d = fp16_to_f32(dd[0]);
     k.dmin = fp16_to_f32(dd[1]);
@@ -152,9 +193,10 @@ void set_mask_bits(uint8_t* p, int row, const uint8_t* codes32, int bit) {
 }
 
 void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const DType kt = kernel_dtype(t);
   const int64_t ns = k / 256, groups = (n + kGroupRows - 1) / kGroupRows;
-  const int64_t sbb = qint_k_superblock_bytes(t), bb = dtype_traits(t).block_bytes, rb = ns * bb;
-  const bool q6 = t == DType::kQ6_K;
+  const int64_t sbb = qint_k_superblock_bytes(kt), bb = dtype_traits(t).block_bytes, rb = ns * bb;
+  const bool q6 = kt == DType::kQ6_K, q2 = kt == DType::kQ2_K;
   const int64_t header = q6 ? 64 : 128, rec = (sbb - header) / 8;
   std::memset(dst, 0, groups * ns * sbb);
   for (int64_t g = 0; g < groups; ++g)
@@ -167,9 +209,13 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
         for (int j = 0; j < 8; ++j) {
           uint8_t* r = sb + header + j * rec;
           const uint8_t* c32 = kb.codes + 32 * j;
-          if (q6) {
+          if (q6 || q2) {
             r[row] = static_cast<uint8_t>(kb.sc16[2 * j]);
             r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1]);
+            if (q2) {
+              r[QintKLayout<DType::kQ2_K>::kMinsAt + row] = static_cast<uint8_t>(kb.m16[2 * j]);
+              r[QintKLayout<DType::kQ2_K>::kMinsAt + 16 + row] = static_cast<uint8_t>(kb.m16[2 * j + 1]);
+            }
           } else {
             r[row] = kb.sc[j];
             r[16 + row] = kb.m[j];
@@ -178,7 +224,7 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
           for (int c = 0; c < 4; ++c)
             for (int i = 0; i < 4; ++i)
               codes[64 * c + 4 * row + i] = static_cast<uint8_t>((c32[4 * c + i] & 0xF) | ((c32[16 + 4 * c + i] & 0xF) << 4));
-          if (t == DType::kQ5_K || q6) set_mask_bits(codes + 256, static_cast<int>(row), c32, 4);
+          if (kt == DType::kQ5_K || q6) set_mask_bits(codes + 256, static_cast<int>(row), c32, 4);
           if (q6) set_mask_bits(codes + 320, static_cast<int>(row), c32, 5);
         }
       }
@@ -207,13 +253,25 @@ void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
 
 }  // namespace
 
-PackKind pack_kind(DType t) {
+DType kernel_dtype(DType t) {
   switch (t) {
+    case DType::kQ3_K:
+    case DType::kTQ1_0:
+    case DType::kTQ2_0: return DType::kQ6_K;
+    case DType::kIQ4_NL: return DType::kQ8_0;
+    default: return t;
+  }
+}
+
+PackKind pack_kind(DType t) {
+  switch (kernel_dtype(t)) {
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
-    case DType::kQ8_0: return PackKind::kQint;
+    case DType::kQ8_0:
+    case DType::kIQ4_XS: return PackKind::kQint;
+    case DType::kQ2_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K: return PackKind::kQintK;
@@ -231,6 +289,7 @@ int64_t qint_record_bytes(DType t) {
     case DType::kQ5_0: return QintLayout<DType::kQ5_0>::kRecord;
     case DType::kQ5_1: return QintLayout<DType::kQ5_1>::kRecord;
     case DType::kQ8_0: return QintLayout<DType::kQ8_0>::kRecord;
+    case DType::kIQ4_XS: return QintLayout<DType::kIQ4_XS>::kRecord;
     default: return 0;
   }
 }
@@ -240,12 +299,14 @@ int64_t qint_k_superblock_bytes(DType t) {
     case DType::kQ4_K: return QintKLayout<DType::kQ4_K>::kSuper;
     case DType::kQ5_K: return QintKLayout<DType::kQ5_K>::kSuper;
     case DType::kQ6_K: return QintKLayout<DType::kQ6_K>::kSuper;
+    case DType::kQ2_K: return QintKLayout<DType::kQ2_K>::kSuper;
     default: return 0;
   }
 }
 
 int64_t packed_bytes(DType t, int64_t n, int64_t k) {
   const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
+  t = kernel_dtype(t);
   switch (pack_kind(t)) {
     case PackKind::kQint: return groups * (k / kQBlock) * qint_record_bytes(t);
     case PackKind::kQintK: return groups * (k / 256) * qint_k_superblock_bytes(t);
@@ -259,7 +320,13 @@ void pack_weight(DType t, const void* w, int64_t n, int64_t k, void* dst) {
   const auto* src = static_cast<const uint8_t*>(w);
   auto* out = static_cast<uint8_t*>(dst);
   switch (pack_kind(t)) {
-    case PackKind::kQint: pack_qint(t, src, n, k, out); break;
+    case PackKind::kQint:
+      if (t == DType::kIQ4_XS) {
+        pack_iq4_xs(src, n, k, out);
+      } else {
+        pack_qint(t, src, n, k, out);
+      }
+      break;
     case PackKind::kQintK: pack_qint_k(t, src, n, k, out); break;
     case PackKind::kFloat: pack_float(t, src, n, k, out); break;
     case PackKind::kNone: PAGODA_CHECK(false, "{} has no packed layout", dtype_name(t));

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Pagoda vs llama.cpp on every llama.cpp quantization type and mix of one model.
+
+  .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc \
+      [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench]
+
+Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
+Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
+the F16 file; tools/gguf_convert.py (gguf.quants, independent of both engines) dequantizes that
+file to NAME-TYPE.f32.gguf, whose forward in Pagoda's f32 path is the reference. Over `--tokens`
+tokens of real text (this repository's README.md and docs/*.md: English prose and tables):
+  loads       Pagoda loads and runs the file
+  top1        fraction of positions whose argmax equals the reference's, per engine
+  agree       fraction of positions where Pagoda's and llama.cpp's argmax agree (teacher forced)
+  greedy      tokens of a 32-token greedy continuation of README.md's first 400 characters that are
+              identical in both engines before the first difference (`pagoda generate`, llama.cpp eval)
+  kl          mean over positions of KL(reference || engine) of the next-token distributions
+  pp512/tg128 CPU tok/s of `pagoda bench -p 512 -n 128` and scripts/peer_bench.py, same threads
+Both engines keep an f32 KV cache (the reference's), so the KL measures the weights and kernels.
+Writes OUT/NAME-results.json and prints a markdown table.
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGODA = os.path.join(ROOT, "build", "pagoda")
+
+# llama_ftype values (llama.h) of every type and mix llama-quantize writes.
+FTYPES = {
+    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
+    "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
+    "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ2_XXS": 19, "IQ2_XS": 20, "Q2_K_S": 21, "IQ3_XS": 22,
+    "IQ3_XXS": 23, "IQ1_S": 24, "IQ4_NL": 25, "IQ3_S": 26, "IQ3_M": 27, "IQ2_S": 28, "IQ2_M": 29,
+    "IQ4_XS": 30, "IQ1_M": 31, "BF16": 32, "TQ1_0": 36, "TQ2_0": 37,
+}
+DEFAULT_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M",
+                 "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def quantize(src: str, dst: str, ftype: int, threads: int) -> None:
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = ftype
+    p.nthread = threads
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize rc={rc}")
+
+
+def text_ids(model: str, n: int) -> list:
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, vocab_only=True, verbose=False)
+    files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    text = "\n\n".join(open(f, encoding="utf-8").read() for f in files)
+    ids = llm.tokenize(text.encode(), add_bos=True)
+    if len(ids) < n:
+        raise RuntimeError(f"only {len(ids)} tokens of text")
+    return ids[:n]
+
+
+def pagoda_logits(model: str, ids: list, work: str) -> np.ndarray:
+    out = os.path.join(work, "dump")
+    subprocess.run(["rm", "-rf", out], check=True)
+    r = subprocess.run([PAGODA, "dump-layers", "-m", model, "--ids", " ".join(map(str, ids)), "-o", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip()[-400:])
+    meta = json.load(open(os.path.join(out, "meta.json")))
+    logits = np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32).reshape(len(ids), meta["vocab"])
+    subprocess.run(["rm", "-rf", out], check=True)
+    return logits
+
+
+def llama_logits(model: str, ids: list, threads: int) -> np.ndarray:
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=len(ids) + 8, n_batch=512, n_ubatch=512, logits_all=True, n_threads=threads,
+                n_threads_batch=threads, type_k=0, type_v=0, verbose=False)
+    llm.eval(ids)
+    out = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    del llm
+    return out
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def kl_and_top1(ref: np.ndarray, eng: np.ndarray) -> tuple:
+    kls, top = [], 0
+    for i in range(0, ref.shape[0], 128):
+        lr, le = log_softmax(ref[i:i + 128]), log_softmax(eng[i:i + 128])
+        kls.append((np.exp(lr) * (lr - le)).sum(axis=-1))
+        top += int((ref[i:i + 128].argmax(-1) == eng[i:i + 128].argmax(-1)).sum())
+    return float(np.concatenate(kls).mean()), top / ref.shape[0]
+
+
+def greedy_llama(model: str, prompt: str, n: int, threads: int) -> list:
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_threads_batch=threads, type_k=0,
+                type_v=0, logits_all=True, verbose=False)
+    llm.eval(llm.tokenize(prompt.encode(), add_bos=True))
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(t)
+        llm.eval([t])
+    return out
+
+
+def pagoda_greedy_cli(model: str, prompt: str, n: int, threads: int) -> list:
+    """Greedy continuation with the engine (tokenizer, KV cache, decode steps) from the prompt text."""
+    r = subprocess.run([PAGODA, "generate", "-m", model, "--prompt", prompt, "-n", str(n), "--temperature", "0",
+                        "--ids", "--ignore-eos", "-t", str(threads), "--kv-dtype", "f32"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    return [int(v) for v in r.stdout.split()]
+
+
+def bench_pagoda(model: str, threads: int) -> tuple:
+    r = subprocess.run([PAGODA, "bench", "-m", model, "-p", "512", "-n", "128", "-t", str(threads), "-r", "2", "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, None
+    j = json.loads(r.stdout[r.stdout.index("{"):])
+    pp = tg = None
+    for rec in j["results"]:
+        if rec["test"].startswith("pp"):
+            pp = rec["tokens_per_s"]
+        elif rec["test"].startswith("tg"):
+            tg = rec["tokens_per_s"]
+    return pp, tg
+
+
+def bench_llama(model: str, threads: int) -> tuple:
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "peer_bench.py"), model, "--threads", str(threads),
+                        "--pp", "512", "--tg", "128", "--reps", "2"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, None
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return j["pp_tok_s"], j["tg_tok_s"]
+
+
+def dtype_mix(model: str) -> str:
+    from gguf import GGUFReader
+    counts = {}
+    for t in GGUFReader(model).tensors:
+        if len(t.shape) >= 2:
+            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--f16", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--types", default=",".join(DEFAULT_TYPES))
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    res_path = os.path.join(a.out, f"{a.name}-results.json")
+    results = json.load(open(res_path)) if os.path.exists(res_path) else {}
+    ids = text_ids(a.f16, a.tokens)
+    prompt = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()[:400]
+    for ty in a.types.split(","):
+        if ty in results and results[ty].get("done"):
+            continue
+        row = {"type": ty}
+        qpath = os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        fpath = os.path.join(a.out, f"{a.name}-{ty}.f32.gguf")
+        t0 = time.time()
+        try:
+            if not os.path.exists(qpath):
+                quantize(a.f16, qpath, FTYPES[ty], a.threads)
+            row["mix"] = dtype_mix(qpath)
+            row["size_mb"] = round(os.path.getsize(qpath) / 1e6, 1)
+            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gguf_convert.py"), qpath, fpath, "--to", "f32"],
+                           check=True)
+            ref = pagoda_logits(fpath, ids, a.out)
+            os.remove(fpath) if not a.keep else None
+            lla = llama_logits(qpath, ids, a.threads)
+            row["llama_kl"], row["llama_top1"] = kl_and_top1(ref, lla)
+            try:
+                pag = pagoda_logits(qpath, ids, a.out)
+                row["loads"] = True
+                row["pagoda_kl"], row["pagoda_top1"] = kl_and_top1(ref, pag)
+                row["agree"] = float((pag.argmax(-1) == lla.argmax(-1)).mean())
+                del pag
+            except RuntimeError as e:
+                row["loads"] = False
+                row["error"] = str(e)
+            del ref, lla
+            if row.get("loads"):
+                gp = pagoda_greedy_cli(qpath, prompt, 32, a.threads)
+                gl = greedy_llama(qpath, prompt, 32, a.threads)
+                if gp is not None:
+                    same = 0
+                    while same < min(len(gp), len(gl)) and gp[same] == gl[same]:
+                        same += 1
+                    row["greedy"] = same
+            if not a.no_bench and row.get("loads"):
+                row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)
+                row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)
+            row["done"] = True
+        except Exception as e:  # noqa: BLE001 - reported per row
+            row["error"] = f"{type(e).__name__}: {e}"
+        row["seconds"] = round(time.time() - t0)
+        if not a.keep and os.path.exists(qpath) and row.get("done"):
+            os.remove(qpath)
+        results[ty] = row
+        json.dump(results, open(res_path, "w"), indent=1)
+        log(ty, json.dumps(row))
+    print_table(results, a)
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(results: dict, a) -> None:
+    print(f"| {a.name} type | tensors (2-d) | loads | KL Pagoda | KL llama.cpp | top-1 P / L | agree | greedy 32 "
+          f"| pp512 P / L | tg128 P / L |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for ty, r in results.items():
+        print(f"| {ty} | {r.get('mix', '-')} | {'yes' if r.get('loads') else 'no: ' + r.get('error', '')[:60]} "
+              f"| {fmt(r.get('pagoda_kl'), '.5f')} | {fmt(r.get('llama_kl'), '.5f')} "
+              f"| {fmt(r.get('pagoda_top1'), '.3f')} / {fmt(r.get('llama_top1'), '.3f')} | {fmt(r.get('agree'), '.3f')} "
+              f"| {r.get('greedy', '-')} | {fmt(r.get('pagoda_pp'), '.0f')} / {fmt(r.get('llama_pp'), '.0f')} "
+              f"| {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} |")
+
+
+if __name__ == "__main__":
+    main()
