@@ -146,8 +146,10 @@ def test_client_eof_still_cancels(tiny):
 # ---- defect 5: head-of-line blocking ----
 
 def test_large_bodies_do_not_block_health(server_factory):
-    s = server_factory(TINY_MODEL, "--max-model-len", 512, "--http-threads", 2)
-    text = "Once upon a time, there was a little girl named Lily. " * 60000  # ~3.3 MB to tokenize
+    s = server_factory(TINY_MODEL, "--max-model-len", 512, "--http-threads", 2, "--max-body-bytes", 64 << 20)
+    # ~13 MB each to tokenize: seconds of work, so the checks below run while it is in progress
+    # on a fast machine too.
+    text = "Once upon a time, there was a little girl named Lily. " * 240000
     done = {}
 
     def big(i):
@@ -157,7 +159,7 @@ def test_large_bodies_do_not_block_health(server_factory):
     threads = [threading.Thread(target=big, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # the bodies are uploaded and being tokenized
+    time.sleep(0.3)  # the bodies are being uploaded and tokenized
     health_at = []
     for _ in range(5):
         status, _, _ = http("GET", s.url + "/health", timeout=60)
