@@ -14,18 +14,16 @@
 namespace pagoda {
 namespace {
 
+// The variant's flags, the same in both formats: Qwen2 has q/k/v biases, Qwen3 per-head q/k norms.
+void set_variant(std::string_view arch, ModelConfig& c) {
+  c.family = arch == "llama" ? ArchFamily::kLlama : arch == "mistral" ? ArchFamily::kMistral
+             : arch == "qwen2" ? ArchFamily::kQwen2 : ArchFamily::kQwen3;
+  c.attention_bias = c.family == ArchFamily::kQwen2;
+  c.qk_norm = c.family == ArchFamily::kQwen3;
+}
+
 Status configure_gguf(std::string_view arch, const GgufFile&, ModelConfig& c) {
-  if (arch == "llama") {
-    c.family = ArchFamily::kLlama;
-  } else if (arch == "mistral") {
-    c.family = ArchFamily::kMistral;
-  } else if (arch == "qwen2") {
-    c.family = ArchFamily::kQwen2;
-    c.attention_bias = true;
-  } else {
-    c.family = ArchFamily::kQwen3;
-    c.qk_norm = true;
-  }
+  set_variant(arch, c);
   // llama-family converters permute Q/K rows for the interleaved rotation; qwen converters do not.
   c.rope_layout = (c.family == ArchFamily::kLlama || c.family == ArchFamily::kMistral) ? RopeLayout::kInterleaved
                                                                                        : RopeLayout::kHalfSplit;
@@ -34,17 +32,9 @@ Status configure_gguf(std::string_view arch, const GgufFile&, ModelConfig& c) {
 
 // Throws nlohmann::json::type_error on a mistyped key (the caller reports it).
 Status configure_hf(std::string_view arch, const nlohmann::json& j, ModelConfig& c) {
+  set_variant(arch, c);
   c.rope_layout = RopeLayout::kHalfSplit;
-  if (arch == "llama" || arch == "mistral") {
-    c.family = arch == "llama" ? ArchFamily::kLlama : ArchFamily::kMistral;
-    c.attention_bias = j.value("attention_bias", false);
-  } else if (arch == "qwen2") {
-    c.family = ArchFamily::kQwen2;
-    c.attention_bias = true;
-  } else {
-    c.family = ArchFamily::kQwen3;
-    c.qk_norm = true;
-  }
+  if (c.family == ArchFamily::kLlama || c.family == ArchFamily::kMistral) c.attention_bias = j.value("attention_bias", false);
   // The window (parsed and type-checked with the generic keys) applies to Mistral always, to the
   // others only with use_sliding_window.
   if (c.family != ArchFamily::kMistral && !j.value("use_sliding_window", false)) c.sliding_window = 0;
