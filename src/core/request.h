@@ -57,8 +57,14 @@ struct Request {
   // Prefix-cache hashes of the full blocks of all_tokens(), extended as tokens arrive.
   std::vector<BlockHash> block_hashes;
 
+  // Speculative decoding: draft tokens proposed after the last step, to be verified by the next
+  // one. They are not part of all_tokens() (nor hashed, nor stop-checked) until the target model
+  // accepts them; preemption drops them.
+  std::vector<int32_t> spec_token_ids;
+
   int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt.size()); }
   int32_t num_tokens() const { return static_cast<int32_t>(prompt.size() + output.size()); }
+  int32_t num_tokens_with_spec() const { return num_tokens() + static_cast<int32_t>(spec_token_ids.size()); }
   int32_t token_at(int32_t i) const { return i < num_prompt_tokens() ? prompt[i] : output[i - num_prompt_tokens()]; }
   std::vector<int32_t> all_tokens() const;
   bool finished() const { return is_finished(status); }

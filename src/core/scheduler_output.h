@@ -36,6 +36,10 @@ struct CachedRequestData {
 struct ScheduledTokens {
   std::string id;
   int32_t num_tokens = 0;
+  // Speculative decoding: the draft tokens this step verifies. They are the last
+  // spec_tokens.size() of num_tokens (after the request's last known token); the runner computes
+  // logits at each of them and at the token before them.
+  std::vector<int32_t> spec_tokens = {};
 };
 
 struct SchedulerOutput {

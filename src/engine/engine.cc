@@ -75,10 +75,11 @@ std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
-      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {}",
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {} | speculative {}",
       model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
-      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string());
+      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string(),
+      speculative.to_string());
 }
 
 // ---- EngineLoop: the engine thread and text output ----
@@ -394,6 +395,10 @@ void EngineLoop::run() {
       stats_.prompt_tokens_total = core_->stats().prompt_tokens;
       stats_.generation_tokens_total = core_->stats().generation_tokens;
       stats_.steps = core_->stats().steps;
+      stats_.spec_num_drafts = core_->stats().spec_num_drafts;
+      stats_.spec_num_draft_tokens = core_->stats().spec_num_draft_tokens;
+      stats_.spec_num_accepted_tokens = core_->stats().spec_num_accepted_tokens;
+      stats_.spec_accepted_per_position = core_->stats().spec_accepted_per_position;
       stats_.num_kv_blocks = kv.pool().num_usable_blocks();
       stats_.free_kv_blocks = kv.num_free_blocks();
       const int64_t used_blocks = stats_.num_kv_blocks - stats_.free_kv_blocks;

@@ -118,6 +118,10 @@ struct EngineStats {
   // Accelerator memory in use / total (all processes; NVML or cudaMemGetInfo), 0 on the CPU.
   // Refreshed every 64 steps.
   int64_t device_memory_used = 0, device_memory_total = 0;
+  // Speculative decoding (vLLM's spec-decode counters): verifications with drafts, drafts
+  // verified, drafts accepted, accepted drafts per draft position.
+  int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 class Engine {

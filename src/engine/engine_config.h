@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "common/tuning_config.h"
+#include "core/speculative_config.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -30,6 +31,7 @@ struct EngineConfig {
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
+  SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)
   // Weight-loading progress (ModelLoadOptions::progress), called on the creating thread.
   std::function<void(int64_t done, int64_t total)> load_progress;
 

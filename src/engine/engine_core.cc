@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/draft_model_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/device_spec.h"
+#include "runtime/ngram_proposer.h"
 
 namespace pagoda {
 namespace {
@@ -63,6 +65,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const ModelConfig& mc = model.config;
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
+  PAGODA_RETURN_IF_ERROR(config.speculative.validate());
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -122,7 +125,39 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   }
   if (decorate) core->executor_ = decorate(std::move(core->executor_));
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
+  if (config.speculative.enabled()) {
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(cuda));
+    core->runner_->set_speculation(config.speculative, std::move(proposer));
+  }
   return core;
+}
+
+Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(bool cuda) {
+  const SpeculativeConfig& sc = config_.speculative;
+  if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
+  // A draft model on the GPU would need its own share of the device memory plan.
+  if (cuda)
+    return invalid_argument("speculative method 'draft' runs on the CPU backend only (--device cpu); use method 'ngram' on "
+                            "CUDA");
+  ModelLoadOptions lo;
+  lo.max_model_len = max_model_len_;
+  lo.cpu_kernels = true;
+  auto draft = load_model(sc.model, lo);
+  if (!draft.ok()) return invalid_argument("cannot load the speculative draft model: {}", draft.status().to_string());
+  draft_model_ = std::move(*draft);
+  if (draft_model_.config.vocab_size != model_.config.vocab_size)
+    return invalid_argument("the draft model {} has a vocabulary of {} tokens but the target model has {}: a draft model "
+                            "must share the target's tokenizer",
+                            sc.model, draft_model_.config.vocab_size, model_.config.vocab_size);
+  // The draft cache holds as many tokens as the target's, plus every sequence's lookahead.
+  const int64_t bs = config_.block_size;
+  const int64_t blocks = plan_.num_blocks + config_.scheduler.max_num_seqs * ((sc.num_speculative_tokens + bs - 1) / bs + 1) + 1;
+  KvCacheSpec spec;
+  spec.num_blocks = blocks;
+  spec.block_size = bs;
+  spec.dtype = config_.kv_dtype;
+  return std::unique_ptr<Proposer>(std::make_unique<DraftModelProposer>(make_cpu_executor(*draft_model_.model, spec, *pool_),
+                                                                       static_cast<int32_t>(blocks), static_cast<int32_t>(bs)));
 }
 
 Status EngineCore::add_request(std::unique_ptr<Request> r) {
@@ -254,12 +289,35 @@ void EngineCore::step_into(std::vector<CoreOutput>& outputs) {
   std::vector<SampledToken> sampled;
   sampled.reserve(ran.samples.size());
   for (const auto& s : ran.samples) sampled.push_back({s.id, s.result.token});
-  stats_.generation_tokens += static_cast<int64_t>(sampled.size());
+  // Output lengths before the update: a request's j-th token this step is output index before + j.
+  std::unordered_map<std::string, int32_t> before;
+  for (const auto& s : ran.samples)
+    if (const Request* r = find(s.id)) before.try_emplace(s.id, static_cast<int32_t>(r->output.size()));
   StepUpdate update = scheduler_->update_from_output(sched, sampled);
+  scheduler_->update_draft_tokens(ran.drafts);
+  stats_.spec_num_drafts += ran.spec.num_drafts;
+  stats_.spec_num_draft_tokens += ran.spec.num_draft_tokens;
+  stats_.spec_num_accepted_tokens += ran.spec.num_accepted_tokens;
+  if (stats_.spec_accepted_per_position.size() < ran.spec.accepted_per_position.size())
+    stats_.spec_accepted_per_position.resize(ran.spec.accepted_per_position.size());
+  for (size_t j = 0; j < ran.spec.accepted_per_position.size(); ++j)
+    stats_.spec_accepted_per_position[j] += ran.spec.accepted_per_position[j];
+  // One output per kept token, as the request stood after it; tokens past a stop are dropped.
+  std::unordered_map<std::string, int32_t> seen;
   for (size_t i = 0; i < ran.samples.size(); ++i) {
     auto it = requests_.find(ran.samples[i].id);
     if (it == requests_.end()) continue;
-    CoreOutput o = snapshot(*it->second);
+    const Request& r = *it->second;
+    const int32_t index = before[r.id] + seen[r.id]++;
+    const int32_t n_out = static_cast<int32_t>(r.output.size());
+    if (index >= n_out) continue;
+    ++stats_.generation_tokens;
+    CoreOutput o = snapshot(r);
+    o.num_output_tokens = index + 1;
+    if (index + 1 < n_out) {
+      o.finished = false;
+      o.status = RequestStatus::kRunning;
+    }
     o.has_token = true;
     o.sample = std::move(ran.samples[i].result);
     outputs.push_back(std::move(o));

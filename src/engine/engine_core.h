@@ -40,6 +40,10 @@ struct CoreStats {
   // Wall time of step()'s phases, seconds: scheduling, the runner (inputs, the forward pass and
   // sampling, waiting for the device), the scheduler's update and the outputs.
   double schedule_s = 0, execute_s = 0, update_s = 0;
+  // Speculative decoding (vLLM's spec-decode counters): requests verified with drafts, drafts
+  // verified, drafts accepted, and accepted drafts per draft position.
+  int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 // The memory-plan input of `config` for a model of `mc` whose weights take `weight_bytes` (host
@@ -75,6 +79,7 @@ class EngineCore {
   const MemoryPlan& memory_plan() const { return plan_; }
   const ModelConfig& model_config() const { return model_.config; }
   const LoadedModel& model() const { return model_; }
+  bool speculative() const { return runner_->proposer() != nullptr; }
   int64_t max_model_len() const { return max_model_len_; }
   const CoreStats& stats() const { return stats_; }
   ModelRunner& runner() { return *runner_; }
@@ -88,11 +93,14 @@ class EngineCore {
  private:
   EngineCore() = default;
   CoreOutput snapshot(const Request& r) const;
+  // The proposer of config_.speculative (a draft model is loaded into draft_model_).
+  Result<std::unique_ptr<Proposer>> make_proposer(bool cuda);
   // step() without its guard: appends to `outputs`; may throw.
   void step_into(std::vector<CoreOutput>& outputs);
 
   EngineConfig config_;
   LoadedModel model_;
+  LoadedModel draft_model_;  // speculative method "draft" (outlives the runner's proposer)
   MemoryPlan plan_;
   int64_t max_model_len_ = 0;
   ThreadPool* pool_ = nullptr;

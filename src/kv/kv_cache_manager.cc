@@ -96,6 +96,22 @@ void KvCacheManager::free(const Request& r) {
   tables_.erase(it);
 }
 
+int32_t KvCacheManager::trim(const Request& r, int32_t num_tokens) {
+  auto it = tables_.find(r.id);
+  if (it == tables_.end() || it->second.on_host) return 0;
+  Table& t = it->second;
+  const int32_t bs = pool_.block_size();
+  const int32_t keep = std::max(0, (num_tokens + bs - 1) / bs);
+  const int32_t n = static_cast<int32_t>(t.blocks.size());
+  if (keep >= n) return 0;
+  PAGODA_CHECK(keep >= t.num_hashed_blocks, "trim of request {} below its hashed blocks ({} < {})", r.id, keep,
+               t.num_hashed_blocks);
+  std::vector<BlockId> rev(t.blocks.rbegin(), t.blocks.rbegin() + (n - keep));
+  pool_.release(rev);
+  t.blocks.resize(keep);
+  return n - keep;
+}
+
 std::span<const BlockId> KvCacheManager::block_table(const std::string& request_id) const {
   auto it = tables_.find(request_id);
   if (it == tables_.end()) return {};

@@ -53,6 +53,12 @@ class KvCacheManager {
   // Releases all blocks of the request (tail first, so its last blocks are evicted first).
   void free(const Request& r);
 
+  // Speculative decoding: releases the request's tail blocks that hold none of its first
+  // `num_tokens` token slots (the lookahead slots of rejected drafts). Blocks registered in the
+  // prefix cache are never among them (only verified tokens are hashed). Returns the number of
+  // blocks released (the runner's block table must then be replaced).
+  int32_t trim(const Request& r, int32_t num_tokens);
+
   std::span<const BlockId> block_table(const std::string& request_id) const;
   bool holds(const std::string& request_id) const { return tables_.count(request_id) != 0; }
 

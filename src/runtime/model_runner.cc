@@ -13,9 +13,22 @@ Rng token_rng(uint64_t seed, int64_t index) {
 ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
     : executor_(executor), block_size_(block_size), pool_(pool), samplers_(pool.size()) {}
 
+void ModelRunner::set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer) {
+  PAGODA_CHECK(config.enabled() && proposer != nullptr, "set_speculation without a method or proposer");
+  spec_ = config;
+  proposer_ = std::move(proposer);
+  verifiers_.resize(pool_.size());
+}
+
 RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
-  for (const auto& id : out.finished) reqs_.erase(id);
-  for (const auto& id : out.preempted) reqs_.erase(id);
+  for (const auto& id : out.finished) {
+    reqs_.erase(id);
+    if (proposer_) proposer_->forget(id);
+  }
+  for (const auto& id : out.preempted) {
+    reqs_.erase(id);
+    if (proposer_) proposer_->forget(id);
+  }
   if (!out.swap_out.empty()) executor_.swap_out(out.swap_out);
   if (!out.swap_in.empty()) executor_.swap_in(out.swap_in);
   for (const auto& n : out.new_requests) {
@@ -43,27 +56,45 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   batch_.clear();
   std::vector<ReqState*> to_sample;
   std::vector<const std::string*> sample_ids;
-  std::vector<int64_t> rows;  // logits row of each sampled request
+  std::vector<int64_t> rows;  // first logits row of each sampled request
+  std::vector<std::span<const int32_t>> drafts;  // drafts verified per sampled request
+  std::vector<int32_t> known_end;                // tokens known before the step, per sampled request
+  bool any_drafts = false;
   const int64_t bs = block_size_;
   std::vector<int32_t> ids;
   for (const auto& st : out.num_scheduled_tokens) {
     ReqState& s = reqs_.at(st.id);
-    const int32_t begin = s.num_computed, end = s.num_computed + st.num_tokens;
-    PAGODA_CHECK(end <= static_cast<int32_t>(s.tokens.size()), "request {}: scheduled up to token {} of {}", st.id, end, s.tokens.size());
-    ids.assign(s.tokens.begin() + begin, s.tokens.begin() + end);
-    const bool sample = end == static_cast<int32_t>(s.tokens.size());
-    batch_.add_sequence(ids, end, s.block_table, bs, sample);
+    const int32_t m = static_cast<int32_t>(st.spec_tokens.size());
+    const int32_t begin = s.num_computed, end = s.num_computed + st.num_tokens, known = end - m;
+    const int32_t n_known = static_cast<int32_t>(s.tokens.size());
+    PAGODA_CHECK(known <= n_known && known > begin, "request {}: scheduled up to token {} of {}", st.id, known, n_known);
+    PAGODA_CHECK(m == 0 || known == n_known, "request {}: drafts scheduled before its last token ({} of {})", st.id, known,
+                 n_known);
+    ids.assign(s.tokens.begin() + begin, s.tokens.begin() + known);
+    ids.insert(ids.end(), st.spec_tokens.begin(), st.spec_tokens.end());
+    const bool sample = known == n_known;
+    if (m == 0) {
+      batch_.add_sequence(ids, end, s.block_table, bs, sample);
+    } else {
+      // Logits at the last known token and at every draft.
+      batch_.add_sequence(ids, end, s.block_table, bs, false);
+      const int32_t tb = batch_.seqs.back().token_begin, n = static_cast<int32_t>(ids.size());
+      for (int32_t i = n - m - 1; i < n; ++i) batch_.logits_rows.push_back(tb + i);
+      any_drafts = true;
+    }
     s.num_computed = end;
     if (sample) {
       to_sample.push_back(&s);
       sample_ids.push_back(&st.id);
-      rows.push_back(static_cast<int64_t>(batch_.logits_rows.size()) - 1);
+      rows.push_back(static_cast<int64_t>(batch_.logits_rows.size()) - 1 - m);
+      drafts.emplace_back(st.spec_tokens);
+      known_end.push_back(known);
     }
   }
   result.num_tokens = static_cast<int32_t>(batch_.num_tokens());
-  result.samples.resize(to_sample.size());
   const int64_t n_samples = static_cast<int64_t>(to_sample.size());
-  if (executor_.samples_on_device()) {
+  std::vector<std::vector<SampleResult>> kept(to_sample.size());
+  if (executor_.samples_on_device() && !any_drafts) {
     // The forward pass and the sampling both on the device; only ids and logprobs come back.
     std::vector<SampleSpec> specs(to_sample.size());
     for (int64_t i = 0; i < n_samples; ++i) {
@@ -79,34 +110,91 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     }
     std::vector<SampleResult> sampled;
     executor_.forward_sample(batch_, specs, sampled);
-    for (int64_t i = 0; i < n_samples; ++i) result.samples[i] = {*sample_ids[i], std::move(sampled[i])};
-    for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);
-    return result;
-  }
-  const Tensor& logits = executor_.forward(batch_);
-
-  const int64_t vocab = logits.dim(1);
-  pool_.run([&](int ith, int nth) {
-    std::vector<float> masked;
-    Sampler& sampler = samplers_[ith];  // per-thread scratch
-    for (int64_t i = n_samples * ith / nth; i < n_samples * (ith + 1) / nth; ++i) {
-      ReqState& s = *to_sample[i];
-      const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
-      std::span<const float> row(logits.data_as<float>() + rows[i] * vocab, static_cast<size_t>(vocab));
-      if (n_out < s.min_tokens && !s.min_tokens_blocked_ids.empty()) {
-        masked.assign(row.begin(), row.end());
-        for (int32_t t : s.min_tokens_blocked_ids)
-          if (t >= 0 && t < vocab) masked[t] = -std::numeric_limits<float>::infinity();
-        row = masked;
+    for (int64_t i = 0; i < n_samples; ++i) kept[i].push_back(std::move(sampled[i]));
+  } else {
+    const Tensor& logits = executor_.forward(batch_);
+    const int64_t vocab = logits.dim(1);
+    pool_.run([&](int ith, int nth) {
+      std::vector<float> masked;
+      Sampler& sampler = samplers_[ith];  // per-thread scratch
+      for (int64_t i = n_samples * ith / nth; i < n_samples * (ith + 1) / nth; ++i) {
+        ReqState& s = *to_sample[i];
+        const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
+        const float* first = logits.data_as<float>() + rows[i] * vocab;
+        if (!drafts[i].empty()) {
+          VerifyInput in;
+          in.logits = std::span<const float>(first, static_cast<size_t>((drafts[i].size() + 1) * vocab));
+          in.vocab = vocab;
+          in.drafts = drafts[i];
+          in.params = &s.sampling;
+          in.prompt = std::span<const int32_t>(s.tokens.data(), s.num_prompt);
+          in.output = std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out);
+          in.seed = s.seed;
+          in.min_tokens = s.min_tokens;
+          in.blocked_ids = s.min_tokens_blocked_ids;
+          kept[i] = verifiers_[ith].verify(in);
+          continue;
+        }
+        std::span<const float> row(first, static_cast<size_t>(vocab));
+        if (n_out < s.min_tokens && !s.min_tokens_blocked_ids.empty()) {
+          masked.assign(row.begin(), row.end());
+          for (int32_t t : s.min_tokens_blocked_ids)
+            if (t >= 0 && t < vocab) masked[t] = -std::numeric_limits<float>::infinity();
+          row = masked;
+        }
+        Rng rng = token_rng(s.seed, n_out);
+        TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
+                          std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
+        kept[i].push_back(sampler.sample(row, s.sampling, hist, rng));
       }
-      Rng rng = token_rng(s.seed, n_out);
-      TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
-                        std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
-      result.samples[i] = {*sample_ids[i], sampler.sample(row, s.sampling, hist, rng)};
+    });
+  }
+  for (int64_t i = 0; i < n_samples; ++i) {
+    ReqState& s = *to_sample[i];
+    const int32_t m = static_cast<int32_t>(drafts[i].size());
+    const int32_t accepted = static_cast<int32_t>(kept[i].size()) - 1;
+    if (m > 0) {
+      // K/V of rejected drafts stay in their slots but are no longer part of the sequence.
+      s.num_computed = known_end[i] + accepted;
+      result.spec.num_drafts += 1;
+      result.spec.num_draft_tokens += m;
+      result.spec.num_accepted_tokens += accepted;
+      if (result.spec.accepted_per_position.size() < static_cast<size_t>(spec_.num_speculative_tokens))
+        result.spec.accepted_per_position.resize(spec_.num_speculative_tokens);
+      for (int32_t j = 0; j < accepted && j < spec_.num_speculative_tokens; ++j) ++result.spec.accepted_per_position[j];
+      if (spec_.adaptive) {
+        // More drafts while all are accepted, fewer after a rejection (HF assisted generation's rule).
+        const int32_t k = s.spec_k > 0 ? s.spec_k : spec_.num_speculative_tokens;
+        s.spec_k = accepted == m ? std::min(spec_.num_speculative_tokens, k + 2) : std::max(1, k - 1);
+      }
     }
-  });
-  for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);
+    for (auto& r : kept[i]) {
+      s.tokens.push_back(r.token);
+      result.samples.push_back({*sample_ids[i], std::move(r)});
+    }
+  }
+  if (proposer_) propose(sample_ids, result);
   return result;
+}
+
+void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutput& result) {
+  // Large batches are compute-bound already: verifying drafts would slow the step.
+  if (ids.empty() || (spec_.disable_by_batch_size > 0 && static_cast<int32_t>(ids.size()) > spec_.disable_by_batch_size))
+    return;
+  std::vector<ProposeRequest> reqs;
+  reqs.reserve(ids.size());
+  for (const std::string* id : ids) {
+    const ReqState& s = reqs_.at(*id);
+    ProposeRequest p;
+    p.id = id;
+    p.tokens = s.tokens;
+    p.max_drafts = s.spec_k > 0 ? s.spec_k : spec_.num_speculative_tokens;
+    reqs.push_back(p);
+  }
+  std::vector<std::vector<int32_t>> drafts;
+  proposer_->propose(reqs, drafts);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (!drafts[i].empty()) result.drafts.emplace_back(*reqs[i].id, std::move(drafts[i]));
 }
 
 }  // namespace pagoda

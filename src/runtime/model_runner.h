@@ -16,9 +16,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/model_executor.h"
-#include "runtime/sampler.h"
 #include "core/scheduler_output.h"
+#include "core/speculative_config.h"
+#include "runtime/model_executor.h"
+#include "runtime/proposer.h"
+#include "runtime/sampler.h"
+#include "runtime/spec_verifier.h"
 
 namespace pagoda {
 
@@ -27,9 +30,22 @@ struct RunnerSample {
   SampleResult result;
 };
 
+// Speculative decoding counters of one step (vLLM's spec-decode metrics).
+struct SpecStepStats {
+  int64_t num_drafts = 0;           // requests verified with at least one draft
+  int64_t num_draft_tokens = 0;     // drafts verified
+  int64_t num_accepted_tokens = 0;  // drafts accepted
+  std::vector<int64_t> accepted_per_position;  // [num_speculative_tokens]: accepted at draft index i
+};
+
 struct RunnerOutput {
+  // One entry per new token, in order; a request verifying drafts has 1 + accepted drafts
+  // consecutive entries.
   std::vector<RunnerSample> samples;
   int32_t num_tokens = 0;  // tokens in the forward batch
+  // Speculative decoding: drafts for the next step, per request (requests without drafts absent).
+  std::vector<std::pair<std::string, std::vector<int32_t>>> drafts;
+  SpecStepStats spec;
 };
 
 class ModelRunner {
@@ -39,6 +55,12 @@ class ModelRunner {
 
   RunnerOutput execute(const SchedulerOutput& out);
   size_t num_tracked_requests() const { return reqs_.size(); }
+
+  // Speculative decoding: after each step `proposer` drafts tokens for the requests that got new
+  // tokens (config.enabled() must hold). Steps verifying drafts take logits to the host (forward())
+  // and verify on the CPU, also on executors that sample on their device.
+  void set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer);
+  const Proposer* proposer() const { return proposer_.get(); }
 
   ModelExecutor& executor() { return executor_; }
 
@@ -52,13 +74,20 @@ class ModelRunner {
     int32_t num_computed = 0;
     int32_t min_tokens = 0;
     std::vector<int32_t> min_tokens_blocked_ids;
+    int32_t spec_k = 0;  // drafts to ask for next (adaptive); 0: the configured maximum
   };
+  // Drafts for the requests sampled this step (into result.drafts).
+  void propose(const std::vector<const std::string*>& ids, RunnerOutput& result);
+
   ModelExecutor& executor_;
   int64_t block_size_;
   ThreadPool& pool_;
   std::unordered_map<std::string, ReqState> reqs_;
   ForwardBatch batch_;
   std::vector<Sampler> samplers_;  // one per pool thread
+  std::vector<SpecVerifier> verifiers_;  // one per pool thread
+  SpeculativeConfig spec_;
+  std::unique_ptr<Proposer> proposer_;
 };
 
 // The Rng for a request's k-th generated token.

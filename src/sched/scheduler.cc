@@ -31,6 +31,8 @@ void Scheduler::finish_request(const std::string& id, RequestStatus status) {
   std::erase(waiting_, r);
   kv_.free(*r);
   r->status = status;
+  r->spec_token_ids.clear();
+  table_trimmed_.erase(id);
   by_id_.erase(it);
   auto known = known_to_runner_.find(id);
   if (known != known_to_runner_.end()) {
@@ -46,11 +48,20 @@ bool Scheduler::admissible(const Request& r) const {
   return it->second->num_computed_tokens >= it->second->num_prompt_tokens();
 }
 
+int32_t Scheduler::spec_allowed(const Request& r) const {
+  if (r.spec_token_ids.empty() || r.num_computed_tokens + 1 != r.num_tokens()) return 0;
+  const int32_t n_out = static_cast<int32_t>(r.output.size());
+  int32_t n = static_cast<int32_t>(r.spec_token_ids.size());
+  n = std::min(n, r.stop.max_tokens - n_out - 1);
+  n = std::min(n, config_.max_model_len - r.num_tokens() - 1);
+  return std::max(0, n);
+}
+
 int32_t Scheduler::tokens_wanted(const Request& r, int32_t budget) const {
   int32_t n = r.num_tokens() - r.num_computed_tokens;
   if (config_.long_prefill_token_threshold > 0 && r.num_computed_tokens < r.num_prompt_tokens())
     n = std::min(n, config_.long_prefill_token_threshold);
-  return std::min(n, budget);
+  return std::min(n + spec_allowed(r), budget);
 }
 
 void Scheduler::preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t& budget, SchedulerOutput& out) {
@@ -66,6 +77,7 @@ void Scheduler::preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t
       });
     scheduled.erase(s);
   }
+  v->spec_token_ids.clear();  // drafts in flight are dropped; decoding resumes from verified tokens
   bool swapped = false;
   if (config_.preemption == PreemptionMode::kSwap && kv_.swap_enabled()) {
     if (auto copies = kv_.swap_out(*v)) {
@@ -74,6 +86,7 @@ void Scheduler::preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t
     }
   }
   if (!swapped) {
+    table_trimmed_.erase(v->id);
     kv_.free(*v);
     v->num_computed_tokens = 0;
     if (known_to_runner_[v->id]) out.preempted.push_back(v->id);
@@ -96,16 +109,24 @@ SchedulerOutput Scheduler::schedule() {
   // Phase 1: running requests, in admission order.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int32_t n = tokens_wanted(*r, budget);
+    int32_t n = tokens_wanted(*r, budget);
     if (n <= 0) {
       ++i;
       continue;
     }
+    // Drafts are the tail of n; the budget may have cut some.
+    int32_t num_spec = std::max(0, n - (r->num_tokens() - r->num_computed_tokens));
     std::optional<std::vector<BlockId>> blocks;
     bool self_preempted = false;
     for (;;) {
       blocks = kv_.allocate_slots(*r, n);
       if (blocks) break;
+      if (num_spec > 0) {  // no room for the drafts' lookahead slots: decode without them first
+        n -= num_spec;
+        num_spec = 0;
+        r->spec_token_ids.clear();
+        continue;
+      }
       const size_t v = policy_->pick_victim(running_);
       const bool is_self = running_[v] == r;
       preempt(v, scheduled, budget, out);
@@ -116,7 +137,7 @@ SchedulerOutput Scheduler::schedule() {
       if (v < i) --i;
     }
     if (self_preempted) continue;  // running_[i] is now the next request
-    scheduled.push_back({r, n, std::move(*blocks), !known_to_runner_[r->id], false});
+    scheduled.push_back({r, n, std::move(*blocks), !known_to_runner_[r->id], false, num_spec});
     budget -= n;
     ++i;
   }
@@ -142,6 +163,7 @@ SchedulerOutput Scheduler::schedule() {
         swapped_in = true;
         const auto table = kv_.block_table(r->id);
         new_blocks.assign(table.begin(), table.end());
+        r->spec_token_ids.clear();
         n = tokens_wanted(*r, budget);
         if (auto more = kv_.allocate_slots(*r, n)) {
           new_blocks.insert(new_blocks.end(), more->begin(), more->end());
@@ -203,18 +225,42 @@ SchedulerOutput Scheduler::schedule() {
       d.new_block_ids = std::move(s.new_blocks);
       d.num_computed_tokens = r->num_computed_tokens;
       d.replace_block_table = s.swapped_in;
+      if (table_trimmed_.erase(r->id) > 0 && !d.replace_block_table) {
+        const auto table = kv_.block_table(r->id);
+        d.new_block_ids.assign(table.begin(), table.end());
+        d.replace_block_table = true;
+      }
       out.cached_requests.push_back(std::move(d));
     }
     known_to_runner_[r->id] = true;
-    if (s.num_tokens > 0) out.num_scheduled_tokens.push_back({r->id, s.num_tokens});
+    if (s.num_tokens > 0) {
+      ScheduledTokens st{r->id, s.num_tokens};
+      st.spec_tokens.assign(r->spec_token_ids.begin(), r->spec_token_ids.begin() + s.num_spec);
+      out.num_scheduled_tokens.push_back(std::move(st));
+    }
     out.total_num_scheduled_tokens += s.num_tokens;
     r->num_computed_tokens += s.num_tokens;
   }
   return out;
 }
 
-StepUpdate Scheduler::update_from_output(const SchedulerOutput&, const std::vector<SampledToken>& sampled) {
+StepUpdate Scheduler::update_from_output(const SchedulerOutput& out, const std::vector<SampledToken>& sampled) {
   StepUpdate update;
+  // Verified drafts: computed slots past the accepted ones are rejected; give their blocks back.
+  std::unordered_map<std::string, int32_t> num_sampled;
+  for (const auto& s : sampled) ++num_sampled[s.id];
+  for (const auto& st : out.num_scheduled_tokens) {
+    auto it = by_id_.find(st.id);
+    if (it == by_id_.end()) continue;
+    Request* r = it->second;
+    r->spec_token_ids.clear();
+    const int32_t m = static_cast<int32_t>(st.spec_tokens.size());
+    if (m == 0 || r->status != RequestStatus::kRunning) continue;
+    auto ns = num_sampled.find(st.id);
+    const int32_t accepted = ns == num_sampled.end() ? 0 : std::clamp(ns->second - 1, 0, m);
+    r->num_computed_tokens -= m - accepted;
+    if (kv_.trim(*r, r->num_computed_tokens) > 0) table_trimmed_[r->id] = true;
+  }
   for (const auto& s : sampled) {
     auto it = by_id_.find(s.id);
     if (it == by_id_.end()) continue;  // finished meanwhile (abort)
@@ -239,6 +285,14 @@ StepUpdate Scheduler::update_from_output(const SchedulerOutput&, const std::vect
     }
   }
   return update;
+}
+
+void Scheduler::update_draft_tokens(const std::vector<std::pair<std::string, std::vector<int32_t>>>& drafts) {
+  for (const auto& [id, tokens] : drafts) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end() || it->second->status != RequestStatus::kRunning) continue;
+    it->second->spec_token_ids = tokens;
+  }
 }
 
 int64_t Scheduler::num_running_cached_tokens() const {

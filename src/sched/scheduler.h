@@ -60,7 +60,15 @@ class Scheduler {
   void finish_request(const std::string& id, RequestStatus status);
 
   SchedulerOutput schedule();
+  // `sampled` holds each request's new tokens in order: one, or with speculative decoding the
+  // accepted drafts and the target's own token (1 + accepted drafts of out's spec_tokens). The
+  // stop checks run over every token; tokens after a stop are dropped. Rejected drafts' KV slots
+  // are given back (KvCacheManager::trim) and every request's draft tokens are cleared.
   StepUpdate update_from_output(const SchedulerOutput& out, const std::vector<SampledToken>& sampled);
+  // Speculative decoding: draft tokens for the next step (requests no longer running are ignored).
+  // The next schedule() gives each request up to 1 + drafts tokens within the budget, capped so
+  // that they cannot pass max_tokens or max_model_len.
+  void update_draft_tokens(const std::vector<std::pair<std::string, std::vector<int32_t>>>& drafts);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
@@ -79,12 +87,16 @@ class Scheduler {
     std::vector<BlockId> new_blocks;
     bool is_new;           // runner does not know it (first time, or after recompute preemption)
     bool swapped_in;
+    int32_t num_spec = 0;  // of num_tokens: draft tokens (the request's first num_spec spec_token_ids)
   };
   void insert_waiting(Request* r);
   bool admissible(const Request& r) const;
   // Preempts running_[index]; removes it from `scheduled` if it was scheduled this step.
   void preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t& budget, SchedulerOutput& out);
   int32_t tokens_wanted(const Request& r, int32_t budget) const;
+  // Draft tokens of r the next step may verify: its drafts, capped so that accepting all of them
+  // plus the target's token stays within max_tokens and max_model_len.
+  int32_t spec_allowed(const Request& r) const;
 
   SchedulerConfig config_;
   KvCacheManager& kv_;
@@ -94,6 +106,8 @@ class Scheduler {
   std::unordered_map<std::string, Request*> by_id_;
   std::unordered_map<std::string, bool> known_to_runner_;
   std::vector<std::string> finished_since_last_step_;
+  // Requests whose block table lost tail blocks (trimmed drafts): the runner gets it whole next.
+  std::unordered_map<std::string, bool> table_trimmed_;
   int64_t num_preemptions_ = 0;
 };
 

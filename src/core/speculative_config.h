@@ -1,0 +1,48 @@
+// Speculative decoding settings (one struct, part of EngineConfig; the runner reads it too).
+//
+// A proposer drafts up to num_speculative_tokens tokens per decoding request after each step; the
+// next step computes the target model at the request's last token and at every draft, and keeps
+// the longest prefix of drafts the verification accepts plus one token of its own (greedy: the
+// target's argmax; sampling: the rejection rule that keeps the target distribution exactly).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace pagoda {
+
+struct SpeculativeConfig {
+  std::string method;                  // "" (off) | "ngram" (prompt lookup) | "draft" (a smaller model)
+  std::string model;                   // draft model (.gguf or HF directory), method "draft"
+  int32_t num_speculative_tokens = 4;  // most drafts per request per step
+  int32_t ngram_min = 1;               // prompt lookup: shortest suffix matched
+  int32_t ngram_max = 4;               // ... and longest (tried first)
+  bool adaptive = true;                // per-request draft length follows its measured acceptance
+  // No drafts in a step with more than this many decoding requests (0: never off).
+  int32_t disable_by_batch_size = 32;
+
+  bool enabled() const { return !method.empty(); }
+  Status validate() const {
+    if (method.empty()) return {};
+    if (method != "ngram" && method != "draft")
+      return invalid_argument("speculative method must be 'ngram' or 'draft', got '{}'", method);
+    if (method == "draft" && model.empty()) return invalid_argument("speculative method 'draft' needs a draft model path");
+    if (method != "draft" && !model.empty()) return invalid_argument("a speculative draft model needs method 'draft'");
+    if (num_speculative_tokens < 1 || num_speculative_tokens > 16)
+      return invalid_argument("num_speculative_tokens must be in [1, 16], got {}", num_speculative_tokens);
+    if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 16)
+      return invalid_argument("prompt lookup needs 1 <= ngram_min <= ngram_max <= 16, got {} and {}", ngram_min, ngram_max);
+    if (disable_by_batch_size < 0) return invalid_argument("disable_by_batch_size must be >= 0, got {}", disable_by_batch_size);
+    return {};
+  }
+  std::string to_string() const {
+    if (method.empty()) return "off";
+    return method + (model.empty() ? "" : " " + model) + " k=" + std::to_string(num_speculative_tokens) +
+           (method == "ngram" ? " n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram_max) : "") +
+           (adaptive ? " adaptive" : "") + " off above batch " + std::to_string(disable_by_batch_size);
+  }
+};
+
+}  // namespace pagoda

@@ -1,0 +1,36 @@
+// Proposer: drafts tokens for speculative decoding (runtime/spec_verifier.h verifies them).
+//
+// The runner calls propose() after each step for the requests that got new tokens, with their
+// verified tokens (prompt + output) and how many drafts it wants; a proposer returns up to that
+// many per request (fewer or none when it has no guess). Proposers here draft deterministically
+// (no distribution q: the verifier treats each draft as one-hot). Implementations:
+//   n-gram prompt lookup  runtime/ngram_proposer.h (no model)
+//   draft model           engine/draft_model_proposer.h (a smaller model of the same vocabulary)
+// Thread-safety: called from the engine-core thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pagoda {
+
+struct ProposeRequest {
+  const std::string* id = nullptr;
+  std::span<const int32_t> tokens;  // prompt + verified output, valid for the call
+  int32_t max_drafts = 0;           // >= 1
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual std::string name() const = 0;
+  // drafts is resized to reqs.size(); drafts[i] gets at most reqs[i].max_drafts tokens.
+  virtual void propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) = 0;
+  // The request finished or lost its KV (recompute preemption): drop any state kept for it.
+  virtual void forget(const std::string& id) {}
+};
+
+}  // namespace pagoda
