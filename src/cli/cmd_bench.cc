@@ -69,6 +69,8 @@ struct BenchOptions {
   double memory_utilization = 0.9;
   TuningFlags tuning_flags;
   TuningConfig tuning;  // resolved from tuning_flags and the environment before run_bench
+  SpeculativeOptions spec_flags;
+  SpeculativeConfig speculative;  // resolved from spec_flags before run_bench (offline throughput runs)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -108,6 +110,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
   cfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   if (o.device != "cpu") cfg.memory_utilization = o.memory_utilization;
+  cfg.speculative = o.speculative;
   const int64_t vocab = loaded.config.vocab_size;
   ThreadPool pool(o.threads);
   const auto t_create = std::chrono::steady_clock::now();
@@ -137,6 +140,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
       }
     }
     const int64_t preempt0 = (*core)->scheduler().num_preemptions();
+    const CoreStats spec0 = (*core)->stats();
     const auto t0 = std::chrono::steady_clock::now();
     int64_t steps = 0;
     double next_report = 10;
@@ -176,6 +180,25 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
     r["engine_create_s"] = create_s;
     r["memory_plan"] = (*core)->memory_plan().to_json();
     r["device"] = (*core)->executor().describe();
+    {
+      const CoreStats& cs = (*core)->stats();
+      std::vector<int64_t> per_pos(cs.spec_accepted_per_position);
+      for (size_t j = 0; j < per_pos.size() && j < spec0.spec_accepted_per_position.size(); ++j)
+        per_pos[j] -= spec0.spec_accepted_per_position[j];
+      const int64_t drafts = cs.spec_num_drafts - spec0.spec_num_drafts;
+      const int64_t draft_tokens = cs.spec_num_draft_tokens - spec0.spec_num_draft_tokens;
+      const int64_t accepted = cs.spec_num_accepted_tokens - spec0.spec_num_accepted_tokens;
+      if (o.speculative.enabled()) {
+        r["speculative"] = o.speculative.to_string();
+        r["spec_num_drafts"] = drafts;
+        r["spec_num_draft_tokens"] = draft_tokens;
+        r["spec_num_accepted_tokens"] = accepted;
+        r["spec_accepted_per_position"] = per_pos;
+        if (!o.json)
+          std::cout << "speculative " << o.speculative.to_string() << ": "
+                    << speculative_summary(drafts, draft_tokens, accepted, per_pos) << "\n";
+      }
+    }
     if (!o.json)
       std::cout << fmt::format("{}: {:.2f} s, {} steps, {:.1f} output tok/s, {:.1f} total tok/s, {:.2f} req/s, {} preemptions, "
                                "device memory used {:.1f} GiB\n",
@@ -517,6 +540,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--max-num-seqs", o->max_num_seqs, "Offline throughput: sequences per step")->check(CLI::Range(1, 1048576));
   app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step")->check(CLI::Range(1, 1073741824));
   app->add_option("--memory-utilization,--gpu-memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory")->check(CLI::Range(0.0, 1.0));
+  add_speculative_options(app, &o->spec_flags);
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)
@@ -532,6 +556,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       return 2;
     }
     o->tuning = *tuning;
+    if (!resolve_speculative_options(o->spec_flags, o->speculative, "bench")) return 2;
     return run_bench(*o);
   };
 });

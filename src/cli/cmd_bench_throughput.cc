@@ -5,6 +5,7 @@
 // again one at a time. Reports output tokens/s of both and their ratio, and the KV memory
 // utilisation during the batched run: tokens the running sequences hold in the cache / tokens of
 // the KV blocks in use, summed over the run's engine steps (EngineStats).
+#include <fstream>
 #include <chrono>
 #include <iostream>
 #include <random>
@@ -35,7 +36,27 @@ struct ThroughputOptions {
   std::string dtype = "auto";
   bool cuda_graphs = true;
   TuningFlags tuning;
+  SpeculativeOptions spec;
+  std::string prompt_file;  // text prompts separated by lines "---" (default: random ids)
 };
+
+// The prompts of --prompt-file: text blocks separated by lines holding only "---".
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> prompts;
+  if (!in) return prompts;
+  std::string line, cur;
+  auto flush = [&] {
+    if (cur.find_first_not_of(" \n\t") != std::string::npos) prompts.push_back(cur);
+    cur.clear();
+  };
+  while (std::getline(in, line)) {
+    if (line == "---") flush();
+    else cur += line + "\n";
+  }
+  flush();
+  return prompts;
+}
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -61,6 +82,16 @@ int run_throughput(ThroughputOptions& o) {
   cfg.threads = o.threads;
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
   cfg.max_model_len = o.input_len + o.output_len + 1;
+  std::vector<std::string> texts;
+  if (!o.prompt_file.empty()) {
+    texts = read_prompt_file(o.prompt_file);
+    if (texts.empty()) {
+      std::cerr << "pagoda bench throughput: --prompt-file " << o.prompt_file << " holds no prompts (or cannot be read)\n";
+      return 2;
+    }
+    cfg.max_model_len = 0;  // the model's (prompt lengths are known after tokenizing)
+  }
+  if (!resolve_speculative_options(o.spec, cfg.speculative, "bench throughput")) return 2;
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.device = o.device;
   cfg.dtype = o.dtype;
@@ -89,6 +120,7 @@ int run_throughput(ThroughputOptions& o) {
   std::vector<std::vector<int32_t>> prompts(o.num_prompts, std::vector<int32_t>(o.input_len));
   for (auto& p : prompts)
     for (auto& t : p) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  for (size_t i = 0; i < prompts.size() && !texts.empty(); ++i) prompts[i] = e.tokenize(texts[i % texts.size()], true);
 
   // Warm-up: one short request.
   if (auto s = e.submit(make_request(prompts[0], 2)); s.ok())
@@ -142,6 +174,7 @@ int run_throughput(ThroughputOptions& o) {
   // Sequential run over the first few prompts.
   const int seq_n = std::min(o.sequential, o.num_prompts);
   int64_t seq_generated = 0;
+  const EngineStats seq_before = e.stats();
   const auto t1 = std::chrono::steady_clock::now();
   for (int i = 0; i < seq_n; ++i) {
     auto s = e.submit(make_request(prompts[i], o.output_len));
@@ -149,6 +182,20 @@ int run_throughput(ThroughputOptions& o) {
     while (auto out = (*s)->next()) seq_generated += static_cast<int64_t>(out->tokens.size());
   }
   const double seq_s = since(t1);
+  const EngineStats seq_after = e.stats();
+  // Speculative decoding counters of a run (between two snapshots).
+  auto spec_of = [](const EngineStats& a, const EngineStats& b, nlohmann::json& out) {
+    std::vector<int64_t> per_pos(b.spec_accepted_per_position);
+    for (size_t k = 0; k < per_pos.size() && k < a.spec_accepted_per_position.size(); ++k) per_pos[k] -= a.spec_accepted_per_position[k];
+    out["num_drafts"] = b.spec_num_drafts - a.spec_num_drafts;
+    out["num_draft_tokens"] = b.spec_num_draft_tokens - a.spec_num_draft_tokens;
+    out["num_accepted_tokens"] = b.spec_num_accepted_tokens - a.spec_num_accepted_tokens;
+    out["accepted_per_position"] = per_pos;
+    return speculative_summary(out["num_drafts"].get<int64_t>(), out["num_draft_tokens"].get<int64_t>(),
+                               out["num_accepted_tokens"].get<int64_t>(), per_pos);
+  };
+  nlohmann::json spec_batched, spec_seq;
+  const std::string spec_batched_s = spec_of(before, after, spec_batched), spec_seq_s = spec_of(seq_before, seq_after, spec_seq);
 
   nlohmann::json j;
   j["model"] = o.model;
@@ -164,6 +211,11 @@ int run_throughput(ThroughputOptions& o) {
   j["batching_speedup"] = seq_n > 0 ? (generated / batched_s) / (seq_generated / seq_s) : 0;
   j["kv_utilisation"] = alloc_sum > 0 ? held_sum / alloc_sum : 0;
   j["kv_steps"] = kv_steps;
+  if (cfg.speculative.enabled()) {
+    j["speculative"] = cfg.speculative.to_string();
+    j["spec_batched"] = spec_batched;
+    j["spec_sequential"] = spec_seq;
+  }
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -175,6 +227,9 @@ int run_throughput(ThroughputOptions& o) {
         o.model, o.num_prompts, o.input_len, o.output_len, generated, batched_s, generated / batched_s,
         j["batched_total_tokens_per_s"].get<double>(), seq_n, j["sequential_output_tokens_per_s"].get<double>(),
         j["batching_speedup"].get<double>(), kv_steps, 100 * j["kv_utilisation"].get<double>());
+    if (cfg.speculative.enabled())
+      std::cout << "speculative " << cfg.speculative.to_string() << "\n  batched: " << spec_batched_s
+                << "\n  one at a time: " << spec_seq_s << "\n";
   }
   e.shutdown();
   return 0;
@@ -193,6 +248,8 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--seed", o->seed, "Seed of the random prompts")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   add_tuning_options(app, o->tuning);
+  app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
+  add_speculative_options(app, &o->spec);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_throughput(*o); };
 });

@@ -39,6 +39,7 @@ struct GenerateOptions {
   double memory_utilization = 0.0;
   bool verbose = false;
   TuningFlags tuning;
+  SpeculativeOptions spec;
 };
 
 int run_generate(GenerateOptions& o) {
@@ -53,6 +54,7 @@ int run_generate(GenerateOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
+  if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
     std::cerr << "pagoda generate: " << tuning.status().to_string() << "\n";
@@ -145,6 +147,11 @@ int run_generate(GenerateOptions& o) {
   std::cerr << fmt::format("\n[load {:.2f} s | prompt {} tokens in {:.1f} ms ({:.1f} tok/s) | generated {} tokens, {:.1f} tok/s | finish {}]\n",
                            load_s, last.num_prompt_tokens, 1000 * ttft, last.num_prompt_tokens / std::max(ttft, 1e-9),
                            last.num_output_tokens, decoded / std::max(decode_s, 1e-9), last.finish_reason);
+  const EngineStats st = (*engine)->stats();
+  if (const std::string spec = speculative_summary(st.spec_num_drafts, st.spec_num_draft_tokens, st.spec_num_accepted_tokens,
+                                                   st.spec_accepted_per_position);
+      !spec.empty())
+    std::cerr << "[speculative " << cfg.speculative.to_string() << ": " << spec << "]\n";
   return 0;
 }
 
@@ -169,6 +176,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
   add_tuning_options(app, o->tuning);
+  add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
   return [o] { return run_generate(*o); };
 });

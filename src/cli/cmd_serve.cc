@@ -39,6 +39,7 @@ struct ServeCliOptions {
   std::string rate_limit;
   double rps = 0, tpm = 0;
   bool no_prefix_caching = false;
+  SpeculativeOptions spec;
   TuningFlags tuning;
   std::string allowed_origins;
   int64_t max_connections = -1;  // -1: from the file-descriptor limit
@@ -116,6 +117,7 @@ int run_serve(ServeCliOptions& o) {
   log_info("serve", "bound {}:{}; loading the model", o.serve.host, bound->port());
   o.engine.kv_dtype = *kv;
   o.engine.enable_prefix_caching = !o.no_prefix_caching;
+  if (!resolve_speculative_options(o.spec, o.engine.speculative, "serve")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
     std::cerr << "pagoda serve: " << tuning.status().to_string() << "\n";
@@ -253,6 +255,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");
+  add_speculative_options(app, &o->spec);
   app->add_flag_callback("--no-access-log", [&s] { s.access_log = false; }, "No access log line per request");
   app->add_option("--stats-interval", s.stats_interval_s, "Seconds between the stats lines while serving (0: none)")
       ->check(CLI::Range(0.0, 86400.0));

@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include <nlohmann/json.hpp>
+
 #include "common/log.h"
 #include "model/model_loader.h"
 #include "runtime/device_spec.h"
@@ -39,6 +41,83 @@ void add_log_level_option(CLI::App* app) {
          "Log level: debug, info, warn, error")
       ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error"}))
       ->default_str("info");
+}
+
+void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {
+  app->add_option("--speculative-config", o->json,
+                  "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'");
+  app->add_option("--spec-method", o->method, "Speculative decoding: ngram (prompt lookup) or draft (--spec-model)");
+  app->add_option("--spec-model", o->model, "Draft model (same vocabulary as the target) for --spec-method draft");
+  app->add_option("--spec-tokens", o->tokens, "Most draft tokens per request per step (default 4)")->check(CLI::Range(1, 16));
+  app->add_option("--spec-ngram-min", o->ngram_min, "Prompt lookup: shortest n-gram matched (default 1)")->check(CLI::Range(1, 16));
+  app->add_option("--spec-ngram-max", o->ngram_max, "Prompt lookup: longest n-gram matched (default 4)")->check(CLI::Range(1, 16));
+  app->add_option("--spec-disable-batch-size", o->disable_batch_size,
+                  "No drafts in steps with more decoding requests than this (0: never off; default 32)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--spec-no-adaptive", o->no_adaptive, "Fixed draft length (default: follows each request's acceptance)");
+}
+
+bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig& out, std::string_view cmd) {
+  SpeculativeConfig c;
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(o.json);
+    } catch (const std::exception& e) {
+      log_error(cmd, "--speculative-config is not valid JSON: {}", e.what());
+      return false;
+    }
+    if (!j.is_object()) {
+      log_error(cmd, "--speculative-config must be a JSON object");
+      return false;
+    }
+    try {
+      for (const auto& [key, v] : j.items()) {
+        if (key == "method") c.method = v.get<std::string>() == "draft_model" ? "draft" : v.get<std::string>();
+        else if (key == "model") c.model = v.get<std::string>();
+        else if (key == "num_speculative_tokens") c.num_speculative_tokens = v.get<int32_t>();
+        else if (key == "prompt_lookup_min") c.ngram_min = v.get<int32_t>();
+        else if (key == "prompt_lookup_max") c.ngram_max = v.get<int32_t>();
+        else if (key == "disable_by_batch_size") c.disable_by_batch_size = v.get<int32_t>();
+        else if (key == "adaptive") c.adaptive = v.get<bool>();
+        else {
+          log_error(cmd, "--speculative-config: unknown key '{}' (known: method, model, num_speculative_tokens, "
+                         "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, adaptive)", key);
+          return false;
+        }
+      }
+    } catch (const nlohmann::json::exception& e) {
+      log_error(cmd, "--speculative-config: {}", e.what());
+      return false;
+    }
+  }
+  if (!o.method.empty()) c.method = o.method == "draft_model" ? "draft" : o.method;
+  if (!o.model.empty()) c.model = o.model;
+  if (c.method.empty() && !c.model.empty()) c.method = "draft";
+  if (o.tokens > 0) c.num_speculative_tokens = o.tokens;
+  if (o.ngram_min > 0) c.ngram_min = o.ngram_min;
+  if (o.ngram_max > 0) c.ngram_max = o.ngram_max;
+  if (o.disable_batch_size >= 0) c.disable_by_batch_size = o.disable_batch_size;
+  if (o.no_adaptive) c.adaptive = false;
+  if (c.method.empty() && (o.tokens > 0 || o.ngram_min > 0 || o.ngram_max > 0)) {
+    log_error(cmd, "--spec-* options need --spec-method (ngram or draft) or --speculative-config");
+    return false;
+  }
+  if (const Status st = c.validate(); !st.ok()) {
+    log_error(cmd, "{}", st.message());
+    return false;
+  }
+  out = c;
+  return true;
+}
+
+std::string speculative_summary(int64_t drafts, int64_t draft_tokens, int64_t accepted, const std::vector<int64_t>& per_pos) {
+  if (drafts <= 0) return {};
+  std::string pos;
+  for (int64_t v : per_pos) pos += fmt::format(" {:.2f}", static_cast<double>(v) / static_cast<double>(drafts));
+  return fmt::format("acceptance {:.2f} ({}/{} draft tokens accepted, per position{}), {:.2f} tokens per verification",
+                     static_cast<double>(accepted) / std::max<int64_t>(1, draft_tokens), accepted, draft_tokens, pos,
+                     1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
 }
 
 }  // namespace pagoda::cli

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "core/speculative_config.h"
 
 namespace pagoda::cli {
 
@@ -23,6 +26,23 @@ bool check_max_model_len(std::string_view cmd, const std::string& model, int64_t
 // --log-level debug|info|warn|error on `app` (default info); sets the process-wide level
 // (common/log.h) as soon as it is parsed.
 void add_log_level_option(CLI::App* app);
+
+// Speculative decoding options, shared by generate, bench, bench throughput and serve:
+//   --spec-method ngram|draft  --spec-model PATH  --spec-tokens K  --spec-ngram-min N  --spec-ngram-max N
+//   --spec-disable-batch-size B  --spec-no-adaptive
+//   --speculative-config JSON   vLLM-style keys: method ("ngram" | "draft" | "draft_model"), model,
+//                               num_speculative_tokens, prompt_lookup_min, prompt_lookup_max,
+//                               disable_by_batch_size, adaptive (the flags above override it)
+struct SpeculativeOptions {
+  std::string json, method, model;
+  int tokens = 0, ngram_min = 0, ngram_max = 0, disable_batch_size = -1;
+  bool no_adaptive = false;
+};
+void add_speculative_options(CLI::App* app, SpeculativeOptions* o);
+// Fills `out` (validated); false with a "pagoda CMD: ..." error on stderr.
+bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig& out, std::string_view cmd);
+// "acceptance 0.71 (312/440 drafts accepted, per position 0.93 0.78 0.62 0.48), 2.4 tokens per step" or "".
+std::string speculative_summary(int64_t drafts, int64_t draft_tokens, int64_t accepted, const std::vector<int64_t>& per_pos);
 
 // Range validators of the numeric options; CLI11 prints "--opt: Value X not in range [A - B]".
 inline CLI::Range port_range() { return CLI::Range(0, 65535); }

@@ -32,6 +32,7 @@ class DraftModelProposer final : public Proposer {
 
   size_t num_tracked_requests() const { return states_.size(); }
   int32_t num_free_blocks() const { return kv_.num_free_blocks(); }
+  int32_t num_usable_blocks() const { return kv_.pool().num_usable_blocks(); }
 
  private:
   struct State {

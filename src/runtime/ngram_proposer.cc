@@ -14,12 +14,18 @@ std::vector<int32_t> NgramProposer::lookup(std::span<const int32_t> t, int32_t m
   const int64_t len = static_cast<int64_t>(t.size());
   for (int64_t n = std::min<int64_t>(max_, len - 1); n >= min_; --n) {
     const int32_t* suffix = t.data() + len - n;
-    // Most recent earlier occurrence: start positions s < len - n, scanning backwards.
-    for (int64_t s = len - n - 1; s >= 0; --s) {
+    // Earlier occurrences, most recent first; the first with max_drafts tokens after it wins,
+    // else the one with the longest continuation (a match near the end has few tokens after it).
+    int64_t best_from = -1, best_len = 0;
+    for (int64_t s = len - n - 1; s >= 0 && best_len < max_drafts; --s) {
       if (!std::equal(suffix, suffix + n, t.data() + s)) continue;
-      const int64_t from = s + n, to = std::min<int64_t>(len, from + max_drafts);
-      return std::vector<int32_t>(t.begin() + from, t.begin() + to);
+      const int64_t from = s + n, avail = std::min<int64_t>(len - from, max_drafts);
+      if (avail > best_len) {
+        best_from = from;
+        best_len = avail;
+      }
     }
+    if (best_from >= 0) return std::vector<int32_t>(t.begin() + best_from, t.begin() + best_from + best_len);
   }
   return {};
 }

@@ -1,6 +1,7 @@
-// N-gram prompt lookup proposer: drafts the tokens that followed the most recent earlier
-// occurrence of the sequence's last n tokens (n from ngram_max down to ngram_min, longest match
-// first), anywhere in the prompt or the output. No model, no state; cost O(length * n) per request.
+// N-gram prompt lookup proposer: drafts the tokens that followed an earlier occurrence of the
+// sequence's last n tokens (n from ngram_max down to ngram_min, longest n first), anywhere in the
+// prompt or the output: the most recent occurrence followed by at least max_drafts tokens, else
+// the one followed by the most. No model, no state; cost O(length * n) per request.
 #pragma once
 
 #include <memory>

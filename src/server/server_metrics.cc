@@ -28,6 +28,11 @@ ServerMetrics::ServerMetrics(std::string model_name)
       preemptions_(registry_.counter("pagoda:num_preemptions_total", "Cumulative number of preemptions from the engine.", {"model_name"})),
       prompt_tokens_(registry_.counter("pagoda:prompt_tokens_total", "Number of prefill tokens processed.", {"model_name"})),
       generation_tokens_(registry_.counter("pagoda:generation_tokens_total", "Number of generation tokens processed.", {"model_name"})),
+      spec_drafts_(registry_.counter("pagoda:spec_decode_num_drafts_total", "Number of spec decoding drafts (verifications with drafts).", {"model_name"})),
+      spec_draft_tokens_(registry_.counter("pagoda:spec_decode_num_draft_tokens_total", "Number of draft tokens.", {"model_name"})),
+      spec_accepted_tokens_(registry_.counter("pagoda:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", {"model_name"})),
+      spec_accepted_per_pos_(registry_.counter("pagoda:spec_decode_num_accepted_tokens_per_pos_total",
+                                               "Accepted tokens per draft position.", {"model_name", "position"})),
       success_(registry_.counter("pagoda:request_success_total", "Count of finished sequences, by finish reason.", {"model_name", "finished_reason"})),
       ttft_(registry_.histogram("pagoda:time_to_first_token_seconds", "Histogram of time to first token in seconds.", {"model_name"}, kTtftBuckets)),
       itl_(registry_.histogram("pagoda:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", {"model_name"}, kItlBuckets)),
@@ -70,6 +75,11 @@ std::string ServerMetrics::render(const EngineStats& s) {
   preemptions_.labels({model_}).set(static_cast<double>(s.num_preemptions));
   prompt_tokens_.labels({model_}).set(static_cast<double>(s.prompt_tokens_total));
   generation_tokens_.labels({model_}).set(static_cast<double>(s.generation_tokens_total));
+  spec_drafts_.labels({model_}).set(static_cast<double>(s.spec_num_drafts));
+  spec_draft_tokens_.labels({model_}).set(static_cast<double>(s.spec_num_draft_tokens));
+  spec_accepted_tokens_.labels({model_}).set(static_cast<double>(s.spec_num_accepted_tokens));
+  for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i)
+    spec_accepted_per_pos_.labels({model_, std::to_string(i)}).set(static_cast<double>(s.spec_accepted_per_position[i]));
   return registry_.render();
 }
 

@@ -5,7 +5,10 @@
 //               gpu_memory_used_bytes / gpu_memory_total_bytes (NVML; 0 on the CPU)
 //   counters    prefix_cache_queries_total, prefix_cache_hits_total (tokens), num_preemptions_total,
 //               prompt_tokens_total, generation_tokens_total (mirrored from EngineStats at scrape),
-//               request_success_total{finished_reason}, http_requests_total{route,status}
+//               request_success_total{finished_reason}, http_requests_total{route,status},
+//               spec_decode_num_drafts_total, spec_decode_num_draft_tokens_total,
+//               spec_decode_num_accepted_tokens_total, spec_decode_num_accepted_tokens_per_pos_total{position}
+//               (speculative decoding; zero without it)
 //   histograms  time_to_first_token_seconds, inter_token_latency_seconds,
 //               e2e_request_latency_seconds, request_queue_time_seconds (per finished sequence),
 //               iteration_tokens_total (tokens per engine step)
@@ -53,6 +56,10 @@ class ServerMetrics {
   Family<Counter>& preemptions_;
   Family<Counter>& prompt_tokens_;
   Family<Counter>& generation_tokens_;
+  Family<Counter>& spec_drafts_;
+  Family<Counter>& spec_draft_tokens_;
+  Family<Counter>& spec_accepted_tokens_;
+  Family<Counter>& spec_accepted_per_pos_;
   Family<Counter>& success_;
   Family<Histogram>& ttft_;
   Family<Histogram>& itl_;

@@ -208,6 +208,9 @@ TEST(NgramProposer, DraftsWhatFollowedTheLongestMostRecentMatch) {
   std::vector<int32_t> u = {7, 1, 7, 2, 9, 7};
   EXPECT_EQ(p.lookup(u, 2), (std::vector<int32_t>{2, 9}));
   EXPECT_TRUE(p.lookup(std::vector<int32_t>{1, 2, 3}, 4).empty());
+  // A run of one token: the most recent match has one token after it, an earlier one more.
+  std::vector<int32_t> run = {4, 9, 9, 9, 9, 9};
+  EXPECT_EQ(p.lookup(run, 3), (std::vector<int32_t>{9, 9}));  // 3-gram "9 9 9" at 1 -> 9 9 (2 left)
   NgramProposer p2(2, 2);
   EXPECT_TRUE(p2.lookup(u, 2).empty());
 }

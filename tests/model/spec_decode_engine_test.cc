@@ -1,0 +1,351 @@
+// Speculative decoding on real models (CPU): greedy output identical with and without
+// speculation for each proposer (n-gram on SmolLM2 and a tiny llama; a draft model: the tiny
+// llama's own q8_0 file, high acceptance, and a tiny qwen2 of the same vocabulary size, low
+// acceptance) across batch sizes and under preemption; max_tokens, stop ids and stop strings cut
+// inside drafts; seeds reproduce when sampling; KV blocks (target and draft) all free after random
+// cancels mid-draft; the batch-size off-switch; adaptive draft lengths; a clear error for a draft
+// model of another vocabulary.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "engine/draft_model_proposer.h"
+#include "engine/engine.h"
+#include "engine/engine_core.h"
+#include "engine_test_util.h"
+#include "model/model_loader.h"
+#include "test_paths.h"
+
+namespace pagoda {
+namespace {
+
+using test::collect;
+using test::mixed_prompt;
+
+std::string tiny(const std::string& name) { return test::models_dir() + "/tiny/" + name; }
+
+struct SpecCase {
+  std::string name;
+  std::string target;  // path (empty: SmolLM2)
+  std::string method;
+  std::string draft;
+  bool accepts = true;  // the proposer's drafts get accepted at all (not so for another model's weights)
+};
+
+std::string target_path(const SpecCase& c) { return c.target.empty() ? test::smollm2_path() : c.target; }
+
+EngineConfig config_for(const std::string& model, const SpecCase* spec) {
+  EngineConfig c = test::base_engine_config(model);
+  c.max_model_len = 256;
+  if (spec) {
+    c.speculative.method = spec->method;
+    c.speculative.model = spec->draft;
+    c.speculative.num_speculative_tokens = 4;
+  }
+  return c;
+}
+
+GenerateRequest greedy_request(int i, int64_t vocab, int max_tokens) {
+  GenerateRequest g;
+  g.prompt_ids = mixed_prompt(i + 1, vocab);
+  // A repeated stretch gives prompt lookup something to find.
+  if (i % 2 == 0) {
+    const auto head = g.prompt_ids;
+    g.prompt_ids.insert(g.prompt_ids.end(), head.begin(), head.end());
+  }
+  g.sampling.temperature = 0;
+  g.sampling.logprobs = i % 3 == 0 ? 2 : -1;
+  g.stop.max_tokens = max_tokens;
+  g.stop.ignore_eos = true;
+  return g;
+}
+
+struct BatchRun {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logprobs;
+  EngineStats stats;
+};
+
+BatchRun run_batch(Engine& e, int n, int max_tokens) {
+  const int64_t vocab = e.model_config().vocab_size;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < n; ++i) {
+    auto s = e.submit(greedy_request(i, vocab, max_tokens));
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    streams.push_back(*s);
+  }
+  BatchRun r;
+  for (auto& s : streams) {
+    std::vector<int32_t> t;
+    std::vector<float> lp;
+    while (auto o = s->next())
+      for (const auto& tok : o->tokens) {
+        t.push_back(tok.token);
+        lp.push_back(tok.logprob);
+      }
+    r.tokens.push_back(t);
+    r.logprobs.push_back(lp);
+  }
+  r.stats = e.stats();
+  return r;
+}
+
+class SpecGreedyEquivalence : public ::testing::TestWithParam<SpecCase> {};
+
+TEST_P(SpecGreedyEquivalence, SameTokensAndLogprobsAsPlainDecodingAtEveryBatchSize) {
+  const SpecCase& sc = GetParam();
+  const std::string model = target_path(sc);
+  ASSERT_TRUE(std::filesystem::exists(model)) << model;
+  auto plain = Engine::create(config_for(model, nullptr));
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  auto spec = Engine::create(config_for(model, &sc));
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  const bool small = sc.target.empty();  // SmolLM2: fewer, shorter requests
+  for (int batch : small ? std::vector<int>{1, 4} : std::vector<int>{1, 5, 16}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const int len = small ? 24 : 40;
+    const BatchRun a = run_batch(**plain, batch, len);
+    const BatchRun b = run_batch(**spec, batch, len);
+    for (int i = 0; i < batch; ++i) {
+      ASSERT_EQ(a.tokens[i], b.tokens[i]) << "request " << i;
+      for (size_t j = 0; j < a.logprobs[i].size(); ++j)
+        EXPECT_NEAR(a.logprobs[i][j], b.logprobs[i][j], 2e-3) << "request " << i << " token " << j;
+    }
+    EXPECT_EQ(b.stats.free_kv_blocks, b.stats.num_kv_blocks);
+  }
+  const EngineStats st = (*spec)->stats();
+  EXPECT_GT(st.spec_num_draft_tokens, 0);
+  if (sc.accepts) EXPECT_GT(st.spec_num_accepted_tokens, 0);
+  EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
+  int64_t per_pos = 0;
+  for (int64_t v : st.spec_accepted_per_position) per_pos += v;
+  EXPECT_EQ(per_pos, st.spec_num_accepted_tokens);
+  std::printf("[%s] drafts %lld, draft tokens %lld, accepted %lld\n", sc.name.c_str(),
+              static_cast<long long>(st.spec_num_drafts), static_cast<long long>(st.spec_num_draft_tokens),
+              static_cast<long long>(st.spec_num_accepted_tokens));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Proposers, SpecGreedyEquivalence,
+    ::testing::Values(SpecCase{"SmolLM2Ngram", "", "ngram", ""},
+                      SpecCase{"TinyLlamaNgram", tiny("llama3/model-f32.gguf"), "ngram", ""},
+                      SpecCase{"TinyLlamaDraftQ8", tiny("llama3/model-f32.gguf"), "draft", tiny("llama3/model-q8_0.gguf")},
+                      SpecCase{"TinyLlamaDraftQwen2", tiny("llama3/model-f32.gguf"), "draft", tiny("qwen2/model-f32.gguf"), false}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(SpecDecode, PreemptionUnderATinyCacheKeepsGreedyOutput) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  Result<ModelConfig> mc = load_model_config(model);
+  ASSERT_TRUE(mc.ok());
+  for (const SpecCase& sc : {SpecCase{"ngram", model, "ngram", ""},
+                             SpecCase{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")}}) {
+    for (bool swap : {false, true}) {
+      SCOPED_TRACE(sc.name + (swap ? " swap" : " recompute"));
+      EngineConfig c = config_for(model, nullptr);
+      c.block_size = 16;
+      c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 20;  // 20 blocks for 10 requests
+      if (swap) c.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
+      auto plain = Engine::create(c);
+      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+      EngineConfig cs = c;
+      cs.speculative.method = sc.method;
+      cs.speculative.model = sc.draft;
+      auto spec = Engine::create(cs);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      const BatchRun a = run_batch(**plain, 10, 60);
+      const BatchRun b = run_batch(**spec, 10, 60);
+      for (int i = 0; i < 10; ++i) EXPECT_EQ(a.tokens[i], b.tokens[i]) << "request " << i;
+      EXPECT_GT(b.stats.num_preemptions, 0);
+      EXPECT_GT(b.stats.spec_num_accepted_tokens, 0);
+      EXPECT_EQ(b.stats.free_kv_blocks, b.stats.num_kv_blocks);
+    }
+  }
+}
+
+// One request's tokens and text with the given stop settings, with and without a draft model.
+struct Out {
+  std::vector<int32_t> tokens;
+  std::string text, finish;
+};
+Out generate(Engine& e, GenerateRequest g) {
+  auto s = e.submit(std::move(g));
+  EXPECT_TRUE(s.ok());
+  Out o;
+  while (auto r = (*s)->next()) {
+    for (const auto& t : r->tokens) o.tokens.push_back(t.token);
+    o.text += r->text;
+    if (r->finished) o.finish = r->finish_reason;
+  }
+  return o;
+}
+
+TEST(SpecDecode, MaxTokensStopIdsAndStopStringsCutInsideDrafts) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  auto plain = Engine::create(config_for(model, nullptr));
+  ASSERT_TRUE(plain.ok());
+  SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
+  auto spec = Engine::create(config_for(model, &sc));
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  const int64_t vocab = (*plain)->model_config().vocab_size;
+  GenerateRequest g = greedy_request(3, vocab, 48);
+  g.sampling.logprobs = -1;
+  const Out full = generate(**plain, g);
+  ASSERT_EQ(full.tokens.size(), 48u);
+  // Every max_tokens: drafts reach past most of these limits (4 per step, mostly accepted).
+  for (int n = 1; n <= 14; ++n) {
+    GenerateRequest h = g;
+    h.stop.max_tokens = n;
+    const Out o = generate(**spec, h);
+    EXPECT_EQ(o.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + n)) << "max_tokens " << n;
+    EXPECT_EQ(o.finish, "length");
+  }
+  // Stop ids: each token of the output's first 14 (first occurrence) ends generation there.
+  for (int k = 1; k < 14; ++k) {
+    const int32_t t = full.tokens[k];
+    if (std::find(full.tokens.begin(), full.tokens.begin() + k, t) != full.tokens.begin() + k) continue;
+    GenerateRequest h = g;
+    h.stop.stop_token_ids = {t};
+    const Out a = generate(**plain, h), b = generate(**spec, h);
+    EXPECT_EQ(b.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + k + 1)) << "stop id at " << k;
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(b.finish, "stop");
+  }
+  // Stop strings: the decoded text of tokens k..k+1 as a stop string; text cut at the same place.
+  int tried = 0;
+  for (int k = 2; k < 20 && tried < 6; ++k) {
+    const std::string piece = (*plain)->detokenize(std::span<const int32_t>(full.tokens.data() + k, 2));
+    if (piece.size() < 2) continue;
+    ++tried;
+    GenerateRequest h = g;
+    h.stop.stop = {piece};
+    const Out a = generate(**plain, h), b = generate(**spec, h);
+    EXPECT_EQ(a.text, b.text) << "stop string '" << piece << "'";
+    EXPECT_EQ(a.finish, b.finish);
+    EXPECT_EQ(b.finish, "stop");
+  }
+  EXPECT_GT(tried, 0);
+  EXPECT_GT((*spec)->stats().spec_num_accepted_tokens, 0);
+}
+
+TEST(SpecDecode, SeedsReproduceWhenSampling) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  for (const SpecCase& sc : {SpecCase{"ngram", model, "ngram", ""},
+                             SpecCase{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")}}) {
+    SCOPED_TRACE(sc.name);
+    auto spec = Engine::create(config_for(model, &sc));
+    ASSERT_TRUE(spec.ok());
+    GenerateRequest g = greedy_request(2, (*spec)->model_config().vocab_size, 40);
+    g.sampling.temperature = 3.0f;  // the tiny model's distributions are sharp
+    g.sampling.top_p = 0.95f;
+    g.sampling.top_k = 100;
+    g.sampling.seed = 42;
+    g.sampling.logprobs = 1;
+    const Out a = generate(**spec, g), b = generate(**spec, g);
+    EXPECT_EQ(a.tokens, b.tokens);
+    ASSERT_EQ(a.tokens.size(), 40u);
+    g.sampling.seed = 43;
+    EXPECT_NE(generate(**spec, g).tokens, a.tokens);
+    EXPECT_GT((*spec)->stats().spec_num_draft_tokens, 0);
+  }
+}
+
+TEST(SpecDecode, RandomCancelsMidDraftFreeEveryTargetAndDraftBlock) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
+  EngineConfig c = config_for(model, &sc);
+  ModelLoadOptions lo;
+  lo.max_model_len = c.max_model_len;
+  auto loaded = load_model(model, lo);
+  ASSERT_TRUE(loaded.ok());
+  ThreadPool pool(2);
+  auto core = EngineCore::create(c, std::move(*loaded), pool);
+  ASSERT_TRUE(core.ok()) << core.status().to_string();
+  EngineCore& e = **core;
+  const auto* draft = dynamic_cast<const DraftModelProposer*>(e.runner().proposer());
+  ASSERT_NE(draft, nullptr);
+  std::mt19937 rng(7);
+  std::vector<std::string> live;
+  int added = 0, cancelled = 0;
+  for (int step = 0; step < 300 && (added < 40 || e.has_unfinished()); ++step) {
+    if (added < 40 && rng() % 3 == 0) {
+      auto r = std::make_unique<Request>();
+      r->id = "r" + std::to_string(added);
+      r->prompt = mixed_prompt(added, e.model_config().vocab_size);
+      r->sampling.temperature = added % 2 ? 0.0f : 0.8f;
+      r->seed = added;
+      r->stop.max_tokens = 20 + added % 30;
+      r->stop.ignore_eos = true;
+      live.push_back(r->id);
+      ASSERT_TRUE(e.add_request(std::move(r)).ok());
+      ++added;
+    }
+    if (!live.empty() && rng() % 4 == 0) {
+      const size_t v = rng() % live.size();
+      e.finish(live[v]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(v));
+      ++cancelled;
+    }
+    for (const CoreOutput& o : e.step())
+      if (o.finished) std::erase(live, o.id);
+  }
+  for (int i = 0; i < 3; ++i) e.step();  // the runner hears of the last finishes
+  EXPECT_FALSE(e.has_unfinished());
+  EXPECT_GT(cancelled, 5);
+  EXPECT_GT(e.stats().spec_num_accepted_tokens, 0);
+  EXPECT_EQ(e.kv_manager().num_free_blocks(), e.kv_manager().pool().num_usable_blocks());
+  EXPECT_TRUE(e.kv_manager().pool().check_invariants());
+  EXPECT_EQ(e.runner().num_tracked_requests(), 0u);
+  EXPECT_EQ(draft->num_tracked_requests(), 0u);
+  EXPECT_EQ(draft->num_free_blocks(), draft->num_usable_blocks());
+}
+
+TEST(SpecDecode, LargeBatchesTurnSpeculationOffAndAdaptiveLengthsFollowAcceptance) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  SpecCase sc{"ngram", model, "ngram", ""};
+  EngineConfig c = config_for(model, &sc);
+  c.speculative.disable_by_batch_size = 4;
+  auto e = Engine::create(c);
+  ASSERT_TRUE(e.ok());
+  // Eight requests admitted together decode together and finish together: never 4 or fewer.
+  run_batch(**e, 8, 30);
+  EXPECT_EQ((*e)->stats().spec_num_drafts, 0);
+  run_batch(**e, 1, 30);
+  EXPECT_GT((*e)->stats().spec_num_drafts, 0);
+  // A poor draft model (another model's weights): adaptive lengths draft fewer tokens per step.
+  double mean[2];
+  for (bool adaptive : {false, true}) {
+    SpecCase d{"draft", model, "draft", tiny("qwen2/model-f32.gguf")};
+    EngineConfig cd = config_for(model, &d);
+    cd.speculative.adaptive = adaptive;
+    auto ed = Engine::create(cd);
+    ASSERT_TRUE(ed.ok());
+    const BatchRun r = run_batch(**ed, 1, 60);
+    mean[adaptive] = static_cast<double>(r.stats.spec_num_draft_tokens) / static_cast<double>(r.stats.spec_num_drafts);
+  }
+  EXPECT_GT(mean[0], 3.5);  // fixed: 4 per step (fewer only near max_tokens)
+  EXPECT_LT(mean[1], mean[0]);
+}
+
+TEST(SpecDecode, ADraftModelOfAnotherVocabularyOrAnUnknownMethodIsAClearError) {
+  const std::string model = test::smollm2_path();
+  ASSERT_FALSE(model.empty());
+  SpecCase sc{"draft", model, "draft", tiny("llama3/model-f32.gguf")};
+  auto e = Engine::create(config_for(model, &sc));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("vocabulary of 512 tokens but the target model has 49152"), std::string::npos)
+      << e.status().to_string();
+  EngineConfig c = config_for(model, nullptr);
+  c.speculative.method = "medusa";
+  auto f = Engine::create(c);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("'ngram' or 'draft'"), std::string::npos) << f.status().to_string();
+  c.speculative.method = "draft";
+  c.speculative.model = "/nonexistent.gguf";
+  auto g = Engine::create(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("draft model"), std::string::npos) << g.status().to_string();
+}
+
+}  // namespace
+}  // namespace pagoda
