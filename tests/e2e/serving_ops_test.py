@@ -1,6 +1,10 @@
 """Operating `pagoda serve` (issue 28): an access log line per request, the periodic stats line,
-process metrics at /metrics and --metrics-prefix vllm (vLLM's names for its dashboards)."""
+process metrics at /metrics and --metrics-prefix vllm (vLLM's names for its dashboards), and the
+speculative-decoding counters of a server started with --speculative-config."""
+import json
+import os
 import re
+import subprocess
 import time
 
 from conftest import TINY_MODEL, http
@@ -76,3 +80,26 @@ def test_metrics_prefix_vllm(server_factory):
     assert s.metric("vllm:e2e_request_latency_seconds_count") >= 1, text
     assert "# TYPE vllm:time_to_first_token_seconds histogram" in text
     assert s.metric("process_cpu_seconds_total") is not None
+
+
+def test_speculative_decoding_metrics(server_factory):
+    """vLLM's spec-decode counters at /metrics; greedy output the same as without speculation."""
+    plain = server_factory(TINY_MODEL, "--max-model-len", 256)
+    spec = server_factory(TINY_MODEL, "--max-model-len", 256, "--speculative-config",
+                          '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}')
+    a, b = complete(plain, max_tokens=48), complete(spec, max_tokens=48)
+    assert json.loads(a)["choices"][0]["text"] == json.loads(b)["choices"][0]["text"]
+    assert plain.metric("pagoda:spec_decode_num_drafts_total") == 0
+    drafts = spec.metric("pagoda:spec_decode_num_drafts_total")
+    draft_tokens = spec.metric("pagoda:spec_decode_num_draft_tokens_total")
+    accepted = spec.metric("pagoda:spec_decode_num_accepted_tokens_total")
+    assert drafts > 0 and draft_tokens >= drafts and 0 <= accepted <= draft_tokens, spec.metrics()
+    per_pos = [spec.metric("pagoda:spec_decode_num_accepted_tokens_per_pos_total", {"position": str(i)}) for i in range(3)]
+    assert sum(per_pos) == accepted, spec.metrics()
+    assert spec.metric("pagoda:generation_tokens_total") == 48
+
+
+def test_speculative_options_are_checked():
+    r = subprocess.run([os.environ.get("PAGODA_BINARY", "build/pagoda"), "serve", "--model", TINY_MODEL,
+                        "--speculative-config", '{"method": "ngram", "k": 3}'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown key 'k'" in r.stderr, r.stderr

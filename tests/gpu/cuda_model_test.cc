@@ -383,6 +383,58 @@ TEST(CudaEngine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
   }
 }
 
+// Speculative decoding on the GPU: verification steps take the logits to the host. Greedy output
+// equals plain decoding in batch-invariant mode (every row through the split-KV kernel); in the
+// default mode the count of equal requests is printed. A draft model on CUDA is refused.
+TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  for (const auto& [model, tok] : engine_models()) {
+    for (bool invariant : {true, false}) {
+      EngineConfig c = cuda_config(model, tok);
+      c.batch_invariant = invariant;
+      auto plain = Engine::create(c);
+      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+      EngineConfig cs = c;
+      cs.speculative.method = "ngram";
+      auto spec = Engine::create(cs);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      const int64_t vocab = (*plain)->model_config().vocab_size;
+      auto make = [&](int i) {
+        GenerateRequest g;
+        g.prompt_ids = mixed_prompt(i, vocab);
+        const auto head = g.prompt_ids;
+        g.prompt_ids.insert(g.prompt_ids.end(), head.begin(), head.end());  // something to look up
+        g.sampling.temperature = 0;
+        g.stop.max_tokens = 32;
+        g.stop.ignore_eos = true;
+        return g;
+      };
+      for (int batch : {1, 8}) {
+        std::vector<std::shared_ptr<RequestStream>> a, b;
+        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
+        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        int same = 0;
+        for (int i = 0; i < batch; ++i) {
+          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          same += x == y;
+          if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
+        }
+        std::printf("[cuda-spec] %s batch-invariant %d batch %d: %d/%d equal to plain decoding\n", model.c_str(), invariant,
+                    batch, same, batch);
+      }
+      const EngineStats st = (*spec)->stats();
+      EXPECT_GT(st.spec_num_draft_tokens, 0);
+      EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+    }
+    EngineConfig d = cuda_config(model, tok);
+    d.speculative.method = "draft";
+    d.speculative.model = model;
+    auto refused = Engine::create(d);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("CPU backend only"), std::string::npos) << refused.status().to_string();
+  }
+}
+
 TEST(CudaEngine, SeededSamplingReproducesOnTheDevice) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {
