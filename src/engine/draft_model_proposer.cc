@@ -6,8 +6,12 @@
 
 namespace pagoda {
 
-DraftModelProposer::DraftModelProposer(std::unique_ptr<ModelExecutor> executor, int32_t num_blocks, int32_t block_size)
-    : executor_(std::move(executor)), kv_(num_blocks, block_size, /*enable_prefix_caching=*/false), block_size_(block_size) {}
+DraftModelProposer::DraftModelProposer(std::unique_ptr<ModelExecutor> executor, int32_t num_blocks, int32_t block_size,
+                                       double cost)
+    : executor_(std::move(executor)),
+      kv_(num_blocks, block_size, /*enable_prefix_caching=*/false),
+      block_size_(block_size),
+      cost_(cost) {}
 
 void DraftModelProposer::forget(const std::string& id) {
   auto it = states_.find(id);

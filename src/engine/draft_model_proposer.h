@@ -24,9 +24,11 @@ namespace pagoda {
 
 class DraftModelProposer final : public Proposer {
  public:
-  // `executor` runs the draft model over a cache of `num_blocks` blocks (null block included).
-  DraftModelProposer(std::unique_ptr<ModelExecutor> executor, int32_t num_blocks, int32_t block_size);
+  // `executor` runs the draft model over a cache of `num_blocks` blocks (null block included);
+  // `cost` is a draft pass's cost in target decode steps (the draft's weight bytes over the target's).
+  DraftModelProposer(std::unique_ptr<ModelExecutor> executor, int32_t num_blocks, int32_t block_size, double cost);
   std::string name() const override { return "draft"; }
+  double draft_cost() const override { return cost_; }
   void propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) override;
   void forget(const std::string& id) override;
 
@@ -42,6 +44,7 @@ class DraftModelProposer final : public Proposer {
   std::unique_ptr<ModelExecutor> executor_;
   KvCacheManager kv_;
   int32_t block_size_;
+  double cost_;
   std::unordered_map<std::string, State> states_;
   ForwardBatch batch_;
 };

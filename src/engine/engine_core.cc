@@ -156,8 +156,17 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(bool cuda) {
   spec.num_blocks = blocks;
   spec.block_size = bs;
   spec.dtype = config_.kv_dtype;
+  // A decode step reads the weights once: a draft pass costs about the ratio of weight bytes.
+  auto weight_bytes = [](const LoadedModel& m) {
+    int64_t n = 0;
+    for (const auto& name : m.weights->names())
+      if (const Tensor* t = m.weights->find(name)) n += t->nbytes();
+    return static_cast<double>(std::max<int64_t>(1, n));
+  };
+  const double cost = weight_bytes(draft_model_) / weight_bytes(model_);
   return std::unique_ptr<Proposer>(std::make_unique<DraftModelProposer>(make_cpu_executor(*draft_model_.model, spec, *pool_),
-                                                                       static_cast<int32_t>(blocks), static_cast<int32_t>(bs)));
+                                                                       static_cast<int32_t>(blocks), static_cast<int32_t>(bs),
+                                                                       cost));
 }
 
 Status EngineCore::add_request(std::unique_ptr<Request> r) {

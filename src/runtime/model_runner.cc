@@ -1,13 +1,38 @@
 #include "runtime/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 namespace pagoda {
 
+namespace {
+constexpr double kAcceptanceDecay = 0.9;  // weight of a verification after each later one
+constexpr int32_t kProbeInterval = 8;     // steps between one-draft probes when speculation is off
+}  // namespace
+
 Rng token_rng(uint64_t seed, int64_t index) {
   return Rng(seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(index + 1)));
+}
+
+int32_t best_draft_length(double alpha, int32_t max_k, double cost_per_draft) {
+  // Each draft accepted with probability alpha until the first rejection: a step with k drafts
+  // yields E(k) = 1 + alpha + ... + alpha^k tokens for 1 + k * cost_per_draft step units.
+  alpha = std::clamp(alpha, 0.0, 0.999);
+  int32_t best = 0;
+  double best_rate = 1.0;  // plain decoding: one token a unit
+  double yield = 1.0, term = 1.0;
+  for (int32_t k = 1; k <= max_k; ++k) {
+    term *= alpha;
+    yield += term;
+    const double rate = yield / (1.0 + k * cost_per_draft);
+    if (rate > best_rate * 1.02) {  // a 2 % margin: no drafts for a break-even guess
+      best = k;
+      best_rate = rate;
+    }
+  }
+  return best;
 }
 
 ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
@@ -163,9 +188,10 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
         result.spec.accepted_per_position.resize(spec_.num_speculative_tokens);
       for (int32_t j = 0; j < accepted && j < spec_.num_speculative_tokens; ++j) ++result.spec.accepted_per_position[j];
       if (spec_.adaptive) {
-        // More drafts while all are accepted, fewer after a rejection (HF assisted generation's rule).
-        const int32_t k = s.spec_k > 0 ? s.spec_k : spec_.num_speculative_tokens;
-        s.spec_k = accepted == m ? std::min(spec_.num_speculative_tokens, k + 2) : std::max(1, k - 1);
+        s.spec_accepted = kAcceptanceDecay * s.spec_accepted + accepted;
+        s.spec_rejected = kAcceptanceDecay * s.spec_rejected + (accepted < m ? 1.0 : 0.0);
+        s.spec_k = best_draft_length(s.spec_accepted / (s.spec_accepted + s.spec_rejected), spec_.num_speculative_tokens,
+                                     proposer_->draft_cost() + spec_.verify_token_cost);
       }
     }
     for (auto& r : kept[i]) {
@@ -184,13 +210,19 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
   std::vector<ProposeRequest> reqs;
   reqs.reserve(ids.size());
   for (const std::string* id : ids) {
-    const ReqState& s = reqs_.at(*id);
+    ReqState& s = reqs_.at(*id);
+    if (s.spec_k == 0) {
+      // Speculation did not pay for this request: probe with one draft now and then.
+      if (++s.spec_idle < kProbeInterval) continue;
+      s.spec_idle = 0;
+    }
     ProposeRequest p;
     p.id = id;
     p.tokens = s.tokens;
-    p.max_drafts = s.spec_k > 0 ? s.spec_k : spec_.num_speculative_tokens;
+    p.max_drafts = s.spec_k > 0 ? s.spec_k : s.spec_k == 0 ? 1 : spec_.num_speculative_tokens;
     reqs.push_back(p);
   }
+  if (reqs.empty()) return;
   std::vector<std::vector<int32_t>> drafts;
   proposer_->propose(reqs, drafts);
   for (size_t i = 0; i < reqs.size(); ++i)

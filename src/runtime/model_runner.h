@@ -74,7 +74,12 @@ class ModelRunner {
     int32_t num_computed = 0;
     int32_t min_tokens = 0;
     std::vector<int32_t> min_tokens_blocked_ids;
-    int32_t spec_k = 0;  // drafts to ask for next (adaptive); 0: the configured maximum
+    // Adaptive speculation: decayed counts of accepted drafts and of rejections (the per-token
+    // acceptance estimate is accepted / (accepted + rejected)), the draft length chosen from it
+    // (-1: not chosen yet, the configured maximum; 0: speculation does not pay, probe later).
+    double spec_accepted = 1.0, spec_rejected = 1.0;
+    int32_t spec_k = -1;
+    int32_t spec_idle = 0;  // steps without drafts since spec_k became 0
   };
   // Drafts for the requests sampled this step (into result.drafts).
   void propose(const std::vector<const std::string*>& ids, RunnerOutput& result);
@@ -89,6 +94,11 @@ class ModelRunner {
   SpeculativeConfig spec_;
   std::unique_ptr<Proposer> proposer_;
 };
+
+// Adaptive speculation: the draft length in [0, max_k] that maximises tokens per unit of step
+// cost, for a per-token acceptance `alpha` and a cost of `cost_per_draft` step units per draft
+// (drafting plus its verification row; a plain decode step is 1 unit). 0: no drafts pay.
+int32_t best_draft_length(double alpha, int32_t max_k, double cost_per_draft);
 
 // The Rng for a request's k-th generated token.
 Rng token_rng(uint64_t seed, int64_t index);

@@ -29,6 +29,9 @@ class Proposer {
   virtual std::string name() const = 0;
   // drafts is resized to reqs.size(); drafts[i] gets at most reqs[i].max_drafts tokens.
   virtual void propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) = 0;
+  // Cost of drafting one token in units of a plain target decode step (adaptive speculation):
+  // 0 for lookup proposers, about the weight-bytes ratio for a draft model.
+  virtual double draft_cost() const { return 0.0; }
   // The request finished or lost its KV (recompute preemption): drop any state kept for it.
   virtual void forget(const std::string& id) {}
 };

@@ -56,6 +56,11 @@ GenerateRequest greedy_request(int i, int64_t vocab, int max_tokens) {
   }
   g.sampling.temperature = 0;
   g.sampling.logprobs = i % 3 == 0 ? 2 : -1;
+  if (i % 4 == 1) {  // penalties see the accepted drafts before each position
+    g.sampling.repetition_penalty = 1.3f;
+    g.sampling.presence_penalty = 0.4f;
+    g.sampling.frequency_penalty = 0.2f;
+  }
   g.stop.max_tokens = max_tokens;
   g.stop.ignore_eos = true;
   return g;

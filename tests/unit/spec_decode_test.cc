@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "runtime/model_runner.h"
 #include "runtime/ngram_proposer.h"
 #include "runtime/sampler.h"
 #include "runtime/spec_verifier.h"
@@ -213,6 +214,18 @@ TEST(NgramProposer, DraftsWhatFollowedTheLongestMostRecentMatch) {
   EXPECT_EQ(p.lookup(run, 3), (std::vector<int32_t>{9, 9}));  // 3-gram "9 9 9" at 1 -> 9 9 (2 left)
   NgramProposer p2(2, 2);
   EXPECT_TRUE(p2.lookup(u, 2).empty());
+}
+
+TEST(AdaptiveSpeculation, DraftLengthFollowsAcceptanceAndDraftCost) {
+  // Free drafts (n-gram) and high acceptance: the longest; falling acceptance: shorter.
+  EXPECT_EQ(best_draft_length(0.95, 8, 0.05), 8);
+  EXPECT_EQ(best_draft_length(0.9, 4, 0.1), 4);
+  EXPECT_LT(best_draft_length(0.5, 8, 0.1), 4);
+  EXPECT_GE(best_draft_length(0.5, 8, 0.1), 1);
+  // A draft model costing 0.45 of the target a pass: drafts pay only at good acceptance.
+  EXPECT_EQ(best_draft_length(0.3, 4, 0.55), 0);
+  EXPECT_GE(best_draft_length(0.85, 4, 0.55), 2);
+  EXPECT_EQ(best_draft_length(0.0, 4, 0.0), 0);
 }
 
 std::vector<float> rows(std::initializer_list<std::vector<float>> rs) {
