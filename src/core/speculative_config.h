@@ -44,7 +44,8 @@ struct SpeculativeConfig {
     if (method.empty()) return "off";
     return method + (model.empty() ? "" : " " + model) + " k=" + std::to_string(num_speculative_tokens) +
            (method == "ngram" ? " n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram_max) : "") +
-           (adaptive ? " adaptive" : "") + " off above batch " + std::to_string(disable_by_batch_size);
+           (adaptive ? " adaptive" : " fixed") +
+           (disable_by_batch_size > 0 ? ", no drafts above batch " + std::to_string(disable_by_batch_size) : "");
   }
 };
 

@@ -121,7 +121,9 @@ TEST_P(SpecGreedyEquivalence, SameTokensAndLogprobsAsPlainDecodingAtEveryBatchSi
   }
   const EngineStats st = (*spec)->stats();
   EXPECT_GT(st.spec_num_draft_tokens, 0);
-  if (sc.accepts) EXPECT_GT(st.spec_num_accepted_tokens, 0);
+  if (sc.accepts) {
+    EXPECT_GT(st.spec_num_accepted_tokens, 0);
+  }
   EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
   int64_t per_pos = 0;
   for (int64_t v : st.spec_accepted_per_position) per_pos += v;
@@ -310,13 +312,32 @@ TEST(SpecDecode, LargeBatchesTurnSpeculationOffAndAdaptiveLengthsFollowAcceptanc
   SpecCase sc{"ngram", model, "ngram", ""};
   EngineConfig c = config_for(model, &sc);
   c.speculative.disable_by_batch_size = 4;
-  auto e = Engine::create(c);
-  ASSERT_TRUE(e.ok());
-  // Eight requests admitted together decode together and finish together: never 4 or fewer.
-  run_batch(**e, 8, 30);
-  EXPECT_EQ((*e)->stats().spec_num_drafts, 0);
-  run_batch(**e, 1, 30);
-  EXPECT_GT((*e)->stats().spec_num_drafts, 0);
+  {
+    // Driven step by step: eight requests admitted together decode together and finish
+    // together, so no step has 4 or fewer; then one alone drafts.
+    ModelLoadOptions lo;
+    lo.max_model_len = c.max_model_len;
+    auto loaded = load_model(model, lo);
+    ASSERT_TRUE(loaded.ok());
+    ThreadPool pool(2);
+    auto core = EngineCore::create(c, std::move(*loaded), pool);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    auto add = [&](int i) {
+      auto r = std::make_unique<Request>();
+      r->id = "r" + std::to_string(i);
+      r->prompt = greedy_request(i, (*core)->model_config().vocab_size, 30).prompt_ids;
+      r->sampling.temperature = 0;
+      r->stop.max_tokens = 30;
+      r->stop.ignore_eos = true;
+      ASSERT_TRUE((*core)->add_request(std::move(r)).ok());
+    };
+    for (int i = 0; i < 8; ++i) add(i);
+    while ((*core)->has_unfinished()) (*core)->step();
+    EXPECT_EQ((*core)->stats().spec_num_drafts, 0);
+    add(8);
+    while ((*core)->has_unfinished()) (*core)->step();
+    EXPECT_GT((*core)->stats().spec_num_drafts, 0);
+  }
   // A poor draft model (another model's weights): adaptive lengths draft fewer tokens per step.
   double mean[2];
   for (bool adaptive : {false, true}) {
