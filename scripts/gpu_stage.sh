@@ -15,4 +15,6 @@ rm -rf "$dest"
 mkdir -p "$dest/.gpu"
 git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$dest"
 cp .gpu/pack.tar.xz "$dest/.gpu/"
+# PAGODA_STAGE_PEER=1: also a copy of ../shared (the llama.cpp peer's sources and scripts) as .peer.
+if [ "${PAGODA_STAGE_PEER:-0}" = 1 ]; then cp -rL "${PAGODA_SHARED_DIR:-../shared}" "$dest/.peer"; fi
 du -sh "$dest"
