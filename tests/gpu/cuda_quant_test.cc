@@ -118,13 +118,6 @@ TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
                          nullptr);
         const auto got = to_host<float>(y, M * N);
         EXPECT_LT(nmse(got, ref), kBudget) << where;
-        // Quantized inside the GEMV from the bf16 rows: the same codes, the same sums.
-        if (cuda::gemv_quant_fuses(M, K)) {
-          cuda::QuantGemvInput in;
-          in.x = dx.get();
-          cuda::gemv_quant_fused(in, dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
-          EXPECT_EQ(to_host<float>(y, M * N), got) << where << " (fused quantization)";
-        }
         // Accumulate into a prefilled y with a row stride wider than N.
         const int64_t ld = N + 5;
         const auto base = random_floats(M * ld, 5);
@@ -155,41 +148,6 @@ TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
       }
     }
   }
-}
-
-TEST(CudaQuant, FusedNormGemvMatchesTheNormedMatmul) {
-  PAGODA_REQUIRE_GPU();
-  for (DType f : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-    const int64_t N = 2 * 45, K = 1024;
-    const auto q = quantize_matrix(f, N, K, 17);
-    auto dw = to_device(q.blocks);
-    for (int64_t M : {1, 3, 8}) {
-      const int64_t R = M + 3;  // residual rows; the GEMV reads M of them through `rows`
-      const auto res = random_floats(R * K, 50 + static_cast<uint32_t>(M), -3, 3);
-      const auto g = random_floats(K, 51, 0.5f, 1.5f);
-      std::vector<int32_t> rows;
-      for (int64_t m = 0; m < M; ++m) rows.push_back(static_cast<int32_t>((m * 2 + 1) % R));
-      std::vector<float> x(M * K);
-      for (int64_t m = 0; m < M; ++m) {
-        double ss = 0;
-        for (int64_t k = 0; k < K; ++k) ss += double(res[rows[m] * K + k]) * res[rows[m] * K + k];
-        const double inv = 1.0 / std::sqrt(ss / K + 1e-5);
-        for (int64_t k = 0; k < K; ++k) x[m * K + k] = static_cast<float>(res[rows[m] * K + k] * inv * g[k]);
-      }
-      const auto ref = matmul_ref(x, q.values, M, N, K);
-      auto dres = to_device(res), dg = to_device(g), drows = to_device(rows);
-      cuda::QuantGemvInput in;
-      in.residual = dres.as<float>();
-      in.rows = drows.as<int32_t>();
-      in.norm_weight = dg.as<float>();
-      in.eps = 1e-5f;
-      ASSERT_TRUE(cuda::gemv_quant_fuses(M, K));
-      cuda::DeviceBuffer y(M * N * 4);
-      cuda::gemv_quant_fused(in, dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
-      EXPECT_LT(nmse(to_host<float>(y, M * N), ref), 1e-4) << dtype_name(f) << " M " << M;
-    }
-  }
-  EXPECT_FALSE(cuda::gemv_quant_fuses(8, 14336)) << "143 KiB of activations do not fit";
 }
 
 TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {

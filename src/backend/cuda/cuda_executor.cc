@@ -163,8 +163,6 @@ class CudaExecutor final : public ModelExecutor {
   // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
   void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
   void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  void quant_gemv_linear(const cuda::QuantGemvInput& in, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode,
-                         void* norm_buf);
   // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant).
   bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
     return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
@@ -416,53 +414,34 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
   }
 }
 
-// Native quantized weights: the int8 GEMV for few rows, else the weight dequantized into the
-// scratch and the dense path.
+// Native quantized weights: the int8 GEMV per segment for few rows (outputs at the segment's
+// columns; a SwiGLU over gate/up in two formats goes through gu_ and the swiglu kernel), else the
+// weight dequantized into the scratch and the dense path.
 void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  const int64_t N = w.n, K = w.k;
   if (quant_gemv(M, w)) {
-    cuda::QuantGemvInput in;
-    in.x = x;
-    return quant_gemv_linear(in, w, M, y, mode, nullptr);
+    cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
+    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
+      for (const auto& seg : w.segments)
+        cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
+                         GemmOut::kStoreAct, stream_);
+      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
+      return;
+    }
+    for (const auto& seg : w.segments) {
+      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
+                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
+      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode,
+                       stream_);
+    }
+    return;
   }
   PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
   for (const auto& seg : w.segments)
-    cuda::dequantize_weight(seg.data, seg.format, seg.n, w.k, dequant_ + seg.row0 * w.k * cuda::elem_bytes(act_), act_,
+    cuda::dequantize_weight(seg.data, seg.format, seg.n, K, dequant_ + seg.row0 * K * cuda::elem_bytes(act_), act_,
                             stream_);
-  dense_linear(x, dequant_, w.n, w.k, M, y, mode);
-}
-
-// One launch per segment (outputs at the segment's columns), the activations quantized inside each
-// (gemv_quant_fused) where they fit shared memory, else by rms_norm into `norm_buf` (a norm input)
-// and quantize_activations_q8 first. A SwiGLU over gate/up in two formats goes through gu_ and the
-// swiglu kernel.
-void CudaExecutor::quant_gemv_linear(const cuda::QuantGemvInput& in, const cuda::DeviceWeight& w, int64_t M, void* y,
-                                     GemmOut mode, void* norm_buf) {
-  const int64_t N = w.n, K = w.k;
-  const bool fused = cuda::gemv_quant_fuses(M, K);
-  if (!fused) {
-    const void* x = in.x;
-    if (in.residual) {
-      PAGODA_CHECK(norm_buf != nullptr, "a norm input needs a buffer for the unfused path");
-      cuda::rms_norm(in.residual, in.rows, M, K, in.norm_weight, in.eps, norm_buf, act_, stream_);
-      x = norm_buf;
-    }
-    cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
-  }
-  auto run = [&](const cuda::DeviceWeightSegment& seg, void* ys, int64_t ldy, GemmOut m) {
-    if (fused) cuda::gemv_quant_fused(in, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
-    else cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
-  };
-  if (mode == GemmOut::kSwiGlu && !w.uniform()) {
-    for (const auto& seg : w.segments) run(seg, gu_.as<uint16_t>() + seg.row0, N, GemmOut::kStoreAct);
-    cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
-    return;
-  }
-  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-  for (const auto& seg : w.segments) {
-    void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
-                       : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
-    run(seg, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode);
-  }
+  dense_linear(x, dequant_, N, K, M, y, mode);
 }
 
 // The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
@@ -561,9 +540,12 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
       cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
       e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
-    } else if (e.quant_gemv(T_, gu)) {  // norm + gate/up + SwiGLU in one int8 GEMV
-      e.quant_gemv_linear(norm_input(norm, nullptr), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu, e.hidden_.get());
-      e.profiler_.mark("norm+gate/up+swiglu int8 gemv", e.stream_);
+    } else if (e.quant_gemv(T_, gu)) {  // gate/up + SwiGLU in one int8 GEMV
+      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
+                     e.hidden_.get(), e.act_, e.stream_);
+      e.profiler_.mark("rms_norm", e.stream_);
+      e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
+      e.profiler_.mark("gate/up+swiglu", e.stream_);
     } else {
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
@@ -599,25 +581,10 @@ class CudaExecutor::StepOps final : public LayerOps {
       return;
     }
     DeviceBuffer& normed = rows ? e.last_ : e.hidden_;
-    if (e.quant_gemv(M, w)) {
-      e.quant_gemv_linear(norm_input(norm, rows), w, M, y, mode, normed.get());
-      if (fused_label) e.profiler_.mark(fused_label, e.stream_);
-      return;
-    }
     cuda::rms_norm(e.residual_.as<float>(), rows, M, w.k, e.vec(norm.weight), eps, normed.get(), e.act_, e.stream_);
     if (label) e.profiler_.mark("rms_norm", e.stream_);
     e.linear(normed.get(), w, M, y, mode);
     if (label) e.profiler_.mark(label, e.stream_);
-  }
-
-  // The RMSNorm of the residual rows (rows: nullptr for the first M) as a quantized GEMV's input.
-  cuda::QuantGemvInput norm_input(const NormArgs& norm, const int32_t* rows) const {
-    cuda::QuantGemvInput in;
-    in.residual = ex_.residual_.as<float>();
-    in.rows = rows;
-    in.norm_weight = ex_.vec(norm.weight);
-    in.eps = static_cast<float>(norm.eps);
-    return in;
   }
 
   CudaExecutor& ex_;

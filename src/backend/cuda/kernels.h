@@ -251,20 +251,6 @@ void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K,
 constexpr int kQuantGemvMaxM = 8;
 void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                 void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
-// The same with the activations quantized inside the GEMV (each block into shared memory, the same
-// rounding as quantize_activations_q8) from bf16 rows x, or from x = rms_norm(residual[rows ? rows[m]
-// : m]) * norm_weight in f32 (no bf16 rounding in between): no separate norm or quantize kernel.
-// gemv_quant_fuses(M, K): M rows of K fit (M * K * 1.25 bytes <= 100 KiB).
-struct QuantGemvInput {
-  const void* x = nullptr;            // [M, K] bf16, or:
-  const float* residual = nullptr;    // [*, K] f32
-  const int32_t* rows = nullptr;      // optional [M]
-  const float* norm_weight = nullptr; // [K] f32
-  float eps = 1e-5f;
-};
-bool gemv_quant_fuses(int64_t M, int64_t K);
-void gemv_quant_fused(const QuantGemvInput& in, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y,
-                      int64_t ldy, GemmOut mode, cudaStream_t s);
 // out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
 // quant::dequantize_row computes it on the host (f32; bf16 rounds that).
 void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);

@@ -227,7 +227,7 @@ __global__ void quantize_q8_kernel(const T* __restrict__ x, int64_t blocks, int8
   const float v = to_f32(x[blk * 32 + lane]);
   const float amax = warp_max(fabsf(v));
   const float d = amax / 127.0f;
-  const int qi = amax > 0.0f ? __float2int_rn(v * (127.0f / amax)) : 0;  // as quantize32
+  const int qi = amax > 0.0f ? __float2int_rn(v / d) : 0;
   q[blk * 32 + lane] = static_cast<int8_t>(qi);
   const float sum = warp_sum(static_cast<float>(qi));
   if (lane == 0) ds[blk] = make_float2(d, d * sum);
@@ -236,17 +236,10 @@ __global__ void quantize_q8_kernel(const T* __restrict__ x, int64_t blocks, int8
 // ---- GEMV --------------------------------------------------------------------------------
 
 constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kFusedMaxSmem = 100 * 1024;  // two blocks an SM
-
-// Where a GEMV's activations come from: quantized by quantize_activations_q8 (global memory), or
-// quantized by each block into shared memory from bf16 rows or from rms_norm(f32 residual rows).
-enum class XSrc { kPreQuantized, kBf16, kNorm };
 
 struct QGemvArgs {
-  const int8_t* xq;  // kPreQuantized: [M, K]
-  const float2* xds; // kPreQuantized: [M, K / 32]
-  QuantGemvInput in; // kBf16 / kNorm
+  const int8_t* xq;  // [M, K]
+  const float2* xds; // [M, K / 32]
   const uint8_t* w;  // rows of row_bytes bytes
   int64_t row_bytes;
   int n_out, K;      // n_out: outputs (F for SwiGLU, whose up rows start at row F)
@@ -254,140 +247,31 @@ struct QGemvArgs {
   int64_t ldy;
 };
 
-// q = round(v / d), d = max|v| / 127 of 32 values; the codes as 8 words, (d, d * sum(q)).
-__device__ __forceinline__ float2 quantize32(const float (&v)[32], int32_t (&q)[8]) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  const float d = amax / 127.0f;
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    uint32_t w = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = __float2int_rn(v[4 * i + e] * id);
-      sum += c;
-      w |= (static_cast<uint32_t>(c) & 0xFF) << (8 * e);
-    }
-    q[i] = static_cast<int32_t>(w);
-  }
-  return make_float2(d, d * static_cast<float>(sum));
-}
-
-// The block's activations into shared memory: row m's 32-input block b by thread b % kThreads.
-template <XSrc SRC, int M>
-__device__ __forceinline__ void quantize_rows_to_smem(const QuantGemvInput& in, int K, int4* xq, float2* xds,
-                                                      float* scratch) {
-  const int units = K / 32;
-#pragma unroll 1
-  for (int m = 0; m < M; ++m) {
-    float inv = 1.0f;
-    const float* res = nullptr;
-    if constexpr (SRC == XSrc::kNorm) {
-      res = in.residual + static_cast<int64_t>(in.rows ? in.rows[m] : m) * K;
-      float ss = 0.0f;
-      for (int j = threadIdx.x; j < K / 4; j += kThreads) {
-        const float4 t = __ldcg(reinterpret_cast<const float4*>(res) + j);
-        ss = fmaf(t.w, t.w, fmaf(t.z, t.z, fmaf(t.y, t.y, fmaf(t.x, t.x, ss))));
-      }
-      ss = block_sum(ss, scratch);
-      inv = 1.0f / sqrtf(ss / static_cast<float>(K) + in.eps);
-    }
-    for (int b = threadIdx.x; b < units; b += kThreads) {
-      float v[32];
-      if constexpr (SRC == XSrc::kNorm) {
-        const float4* r4 = reinterpret_cast<const float4*>(res + 32 * b);
-        const float4* w4 = reinterpret_cast<const float4*>(in.norm_weight + 32 * b);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float4 t = __ldcg(r4 + i), g = __ldg(w4 + i);
-          v[4 * i] = t.x * inv * g.x;
-          v[4 * i + 1] = t.y * inv * g.y;
-          v[4 * i + 2] = t.z * inv * g.z;
-          v[4 * i + 3] = t.w * inv * g.w;
-        }
-      } else {
-        const uint4* x4 = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(m) * K + 32 * b);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint4 t = x4[i];
-          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&t);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = __bfloat1622float2(h[e]);
-            v[8 * i + 2 * e] = f.x;
-            v[8 * i + 2 * e + 1] = f.y;
-          }
-        }
-      }
-      int32_t q[8];
-      const float2 ds = quantize32(v, q);
-      int4* dst = xq + (static_cast<int64_t>(m) * K + 32 * b) / 16;
-      dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-      dst[1] = make_int4(q[4], q[5], q[6], q[7]);
-      xds[m * units + b] = ds;
-    }
-  }
-}
-
-// Launched with programmatic dependent launch: each warp decodes its first unit of weights before
-// waiting for the preceding kernel; the activations are read after the wait.
-template <DType FMT, int M, GemmOut MODE, XSrc SRC>
-__global__ __launch_bounds__(kThreads) void gemv_quant_kernel(QGemvArgs a) {
+template <DType FMT, int M, GemmOut MODE>
+__global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
-  extern __shared__ int4 smem[];
-  __shared__ float scratch[33];
-  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const bool active = n < a.n_out;
+  if (n >= a.n_out) return;
   const int units = a.K / 32;
   const uint8_t* rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(active ? n + r * a.n_out : 0) * a.row_bytes;
-  Unit first[R];
-  const bool has_first = active && lane < units;
-  if (has_first) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) first[r] = Format<FMT>::decode(rows[r], lane);
-  }
-  pdl_wait();
-  const int8_t* xq;
-  const float2* xds;
-  if constexpr (SRC == XSrc::kPreQuantized) {
-    xq = a.xq;
-    xds = a.xds;
-  } else {
-    int4* sq = smem;
-    float2* sds = reinterpret_cast<float2*>(smem + static_cast<int64_t>(M) * a.K / 16);
-    quantize_rows_to_smem<SRC, M>(a.in, a.K, sq, sds, scratch);
-    __syncthreads();
-    xq = reinterpret_cast<const int8_t*>(sq);
-    xds = sds;
-  }
-  if (!active) return;
+  for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(n + r * a.n_out) * a.row_bytes;
   float acc[M][R];
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  auto accumulate = [&](int u, const Unit (&wu)[R]) {
+#pragma unroll 2
+  for (int u = lane; u < units; u += 32) {
+    Unit wu[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wu[r] = Format<FMT>::decode(rows[r], u);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const int4* xp = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(m) * a.K + 32 * u);
-      int4 x0, x1;
-      float2 xd;
-      if constexpr (SRC == XSrc::kPreQuantized) {
-        x0 = __ldg(xp);
-        x1 = __ldg(xp + 1);
-        xd = __ldg(xds + static_cast<int64_t>(m) * units + u);
-      } else {
-        x0 = xp[0];
-        x1 = xp[1];
-        xd = xds[m * units + u];
-      }
+      const int4* xp = reinterpret_cast<const int4*>(a.xq + static_cast<int64_t>(m) * a.K + 32 * u);
+      const int4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+      const float2 xd = __ldg(a.xds + static_cast<int64_t>(m) * units + u);
       const int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -400,14 +284,6 @@ __global__ __launch_bounds__(kThreads) void gemv_quant_kernel(QGemvArgs a) {
         acc[m][r] += xd.x * (wu[r].sa * static_cast<float>(s0) + wu[r].sb * static_cast<float>(s1)) + wu[r].mn * xd.y;
       }
     }
-  };
-  if (has_first) accumulate(lane, first);
-#pragma unroll 2
-  for (int u = lane + 32; u < units; u += 32) {
-    Unit wu[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wu[r] = Format<FMT>::decode(rows[r], u);
-    accumulate(u, wu);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -428,43 +304,28 @@ __global__ __launch_bounds__(kThreads) void gemv_quant_kernel(QGemvArgs a) {
   }
 }
 
-size_t fused_smem_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * K + M * (K / 32) * 8); }
-
-template <DType FMT, int M, GemmOut MODE, XSrc SRC>
-void launch_gemv_kernel(const QGemvArgs& a, cudaStream_t s) {
-  const auto kernel = gemv_quant_kernel<FMT, M, MODE, SRC>;
-  const size_t smem = SRC == XSrc::kPreQuantized ? 0 : fused_smem_bytes(M, a.K);
-  if (smem > 48 * 1024) {
-    static bool configured = false;
-    if (!configured) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFusedMaxSmem));
-      configured = true;
-    }
-  }
-  launch_pdl(kernel, dim3(static_cast<unsigned>(ceil_div(a.n_out, kWarps))), dim3(kThreads), smem, s, a);
-}
-
-template <DType FMT, int M, XSrc SRC>
+template <DType FMT, int M>
 void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, kWarps)));
   switch (mode) {
-    case GemmOut::kStoreF32: launch_gemv_kernel<FMT, M, GemmOut::kStoreF32, SRC>(a, s); break;
-    case GemmOut::kAddF32: launch_gemv_kernel<FMT, M, GemmOut::kAddF32, SRC>(a, s); break;
-    case GemmOut::kStoreAct: launch_gemv_kernel<FMT, M, GemmOut::kStoreAct, SRC>(a, s); break;
-    case GemmOut::kSwiGlu: launch_gemv_kernel<FMT, M, GemmOut::kSwiGlu, SRC>(a, s); break;
+    case GemmOut::kStoreF32: gemv_quant_kernel<FMT, M, GemmOut::kStoreF32><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case GemmOut::kAddF32: gemv_quant_kernel<FMT, M, GemmOut::kAddF32><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case GemmOut::kStoreAct: gemv_quant_kernel<FMT, M, GemmOut::kStoreAct><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case GemmOut::kSwiGlu: gemv_quant_kernel<FMT, M, GemmOut::kSwiGlu><<<grid, kWarps * 32, 0, s>>>(a); break;
   }
 }
 
-template <DType FMT, XSrc SRC>
+template <DType FMT>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
   switch (M) {
-    case 1: launch_gemv_m<FMT, 1, SRC>(a, mode, s); break;
-    case 2: launch_gemv_m<FMT, 2, SRC>(a, mode, s); break;
-    case 3: launch_gemv_m<FMT, 3, SRC>(a, mode, s); break;
-    case 4: launch_gemv_m<FMT, 4, SRC>(a, mode, s); break;
-    case 5: launch_gemv_m<FMT, 5, SRC>(a, mode, s); break;
-    case 6: launch_gemv_m<FMT, 6, SRC>(a, mode, s); break;
-    case 7: launch_gemv_m<FMT, 7, SRC>(a, mode, s); break;
-    default: launch_gemv_m<FMT, 8, SRC>(a, mode, s); break;
+    case 1: launch_gemv_m<FMT, 1>(a, mode, s); break;
+    case 2: launch_gemv_m<FMT, 2>(a, mode, s); break;
+    case 3: launch_gemv_m<FMT, 3>(a, mode, s); break;
+    case 4: launch_gemv_m<FMT, 4>(a, mode, s); break;
+    case 5: launch_gemv_m<FMT, 5>(a, mode, s); break;
+    case 6: launch_gemv_m<FMT, 6>(a, mode, s); break;
+    case 7: launch_gemv_m<FMT, 7>(a, mode, s); break;
+    default: launch_gemv_m<FMT, 8>(a, mode, s); break;
   }
 }
 
@@ -526,51 +387,22 @@ void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K,
   CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-
-QGemvArgs gemv_args(const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode) {
+void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
+                void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
   PAGODA_CUDA_REQUIRE(M >= 1 && M <= kQuantGemvMaxM, "gemv_quant: 1 <= M <= kQuantGemvMaxM");
   PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0 && K % 32 == 0, "gemv_quant: K must be whole blocks");
   PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemv_quant: SwiGLU needs [gate; up] rows");
   QGemvArgs a{};
+  a.xq = xq;
+  a.xds = xds;
   a.w = static_cast<const uint8_t*>(w);
   a.row_bytes = row_bytes(format, K);
   a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
   a.K = static_cast<int>(K);
   a.y = y;
   a.ldy = ldy;
-  return a;
-}
-
-}  // namespace
-
-void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
-                void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
-  QGemvArgs a = gemv_args(w, format, M, N, K, y, ldy, mode);
-  a.xq = xq;
-  a.xds = xds;
-  const bool ok = dispatch_format(format, [&](auto f) { launch_gemv<decltype(f)::value, XSrc::kPreQuantized>(a, M, mode, s); });
+  const bool ok = dispatch_format(format, [&](auto f) { launch_gemv<decltype(f)::value>(a, M, mode, s); });
   PAGODA_CUDA_REQUIRE(ok, "gemv_quant: no kernel for this weight format");
-  CUDA_CHECK_LAUNCH();
-}
-
-bool gemv_quant_fuses(int64_t M, int64_t K) {
-  return M >= 1 && M <= kQuantGemvMaxM && K % 32 == 0 && fused_smem_bytes(M, K) <= static_cast<size_t>(kFusedMaxSmem);
-}
-
-void gemv_quant_fused(const QuantGemvInput& in, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y,
-                      int64_t ldy, GemmOut mode, cudaStream_t s) {
-  PAGODA_CUDA_REQUIRE(gemv_quant_fuses(M, K), "gemv_quant_fused: the activations do not fit shared memory");
-  PAGODA_CUDA_REQUIRE((in.residual != nullptr) != (in.x != nullptr), "gemv_quant_fused: x or residual, not both");
-  PAGODA_CUDA_REQUIRE(!in.residual || in.norm_weight, "gemv_quant_fused: the norm needs its weight");
-  QGemvArgs a = gemv_args(w, format, M, N, K, y, ldy, mode);
-  a.in = in;
-  const bool norm = in.residual != nullptr;
-  const bool ok = dispatch_format(format, [&](auto f) {
-    if (norm) launch_gemv<decltype(f)::value, XSrc::kNorm>(a, M, mode, s);
-    else launch_gemv<decltype(f)::value, XSrc::kBf16>(a, M, mode, s);
-  });
-  PAGODA_CUDA_REQUIRE(ok, "gemv_quant_fused: no kernel for this weight format");
   CUDA_CHECK_LAUNCH();
 }
 
