@@ -10,7 +10,7 @@
 // 1 to the HF weights only.
 // GGUF hyper-parameters llama.cpp's converter does not write follow llama.cpp's loader: the window
 // pattern (attention.sliding_window_pattern, else 2 / 6), the local RoPE base (rope.freq_base_swa,
-// else Gemma 2: rope.freq_base, Gemma 3: 10000) and query_pre_attn_scalar (hidden / heads for the
+// else Gemma 2: the global one, Gemma 3: 10000) and query_pre_attn_scalar (hidden / heads for the
 // 27B models, 46 / 62 layers; else head_dim).
 #include <cmath>
 
@@ -71,8 +71,9 @@ Status configure_gguf(std::string_view arch, const GgufFile& g, ModelConfig& c) 
     } else {
       return invalid_argument("GGUF metadata '{}attention.sliding_window_pattern' must be an integer or a bool array", p);
     }
+    // 0: the sliding layers share the global table (Gemma 2 without the key).
     PAGODA_ASSIGN_OR_RETURN(c.rope_local_theta,
-                            number("rope.freq_base_swa", c.family == ArchFamily::kGemma2 ? c.rope_theta : 10000.0));
+                            number("rope.freq_base_swa", c.family == ArchFamily::kGemma2 ? 0.0 : 10000.0));
   }
   return {};
 }
