@@ -521,7 +521,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
       return 2;
     }
-    if (!resolve_device_option(o->device, "bench")) return 2;
+    if (!resolve_device_option(o->device, "bench", o->model)) return 2;
     auto tuning = resolve_tuning(o->tuning_flags);
     if (!tuning.ok()) {
       std::cerr << "pagoda bench: " << tuning.status().to_string() << "\n";

@@ -51,7 +51,7 @@ GenerateRequest make_request(const std::vector<int32_t>& prompt, int output_len)
 }
 
 int run_throughput(ThroughputOptions& o) {
-  if (!resolve_device_option(o.device, "bench throughput")) return 2;
+  if (!resolve_device_option(o.device, "bench throughput", o.model)) return 2;
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
     std::cerr << "pagoda bench throughput: --num-prompts, --input-len, --output-len must be positive\n";
     return 2;

@@ -42,6 +42,7 @@
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
 #include "backend/cuda/weight_uploader.h"
+#include "model/family.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
 
@@ -906,6 +907,11 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
   PAGODA_RETURN_IF_ERROR(options.tuning.validate());
+  // StepOps implements the Llama family's layer ops only: the Gemma ops (post-norms, GeGLU,
+  // soft-capping, per-layer RoPE tables and windows) run on the CPU backend.
+  if (model.family().name != "llama")
+    return unimplemented("the CUDA backend does not run the {} family ({}) yet; use the CPU (--device cpu)",
+                         model.family().name, model.config().arch_name);
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
