@@ -213,7 +213,7 @@ int run_throughput(ThroughputOptions& o) {
     // grammar's mask cache) and cold (the trie walk of every state).
     auto spec = std::dynamic_pointer_cast<const grammar::GrammarConstraintSpec>(constraint);
     std::vector<double> warm, cold;
-    std::vector<uint32_t> mask((static_cast<size_t>(e.tokenizer().vocab_size()) + 31) / 32);
+    std::vector<uint32_t> mask(static_cast<size_t>(spec->compiled()->vocab().mask_words()));
     for (const auto& toks : outputs) {
       auto state = constraint->start();
       grammar::GrammarMatcher m(spec->compiled());
