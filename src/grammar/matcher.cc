@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 
 #include "common/check.h"
 
@@ -17,20 +18,36 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocabular
   initial_ = pda_.initial();
 }
 
-void CompiledGrammar::walk(uint32_t node, const StackSet& state, size_t depth, std::vector<StackSet>& levels,
-                           std::span<uint32_t> mask) const {
-  const auto& nodes = vocab_->nodes();
-  const auto& toks = vocab_->trie_tokens();
-  const ByteSet next = pda_.next_bytes(state);  // levels is sized up front: `state` may live in it
-  for (uint32_t c = nodes[node].child_begin; c < nodes[node].child_end; ++c) {
-    const auto& child = nodes[c];
-    if (!next.test(child.byte)) continue;
-    StackSet& after = levels[depth + 1];
-    if (!pda_.advance(state, child.byte, &after)) continue;
-    for (uint32_t t = child.tok_begin; t < child.tok_end; ++t) mask[toks[t] >> 5] |= 1u << (toks[t] & 31);
-    if (child.child_begin != child.child_end) walk(c, after, depth + 1, levels, mask);
+namespace {
+
+// The states one mask computation reaches, interned, with their byte transitions memoized: inside
+// a JSON string nearly every byte leads back to the same state, so the trie walk then costs a
+// table lookup per trie node instead of a PDA step.
+struct WalkTables {
+  struct Hash {
+    size_t operator()(const std::vector<uint32_t>& k) const {
+      return static_cast<size_t>(XXH3_64bits(k.data(), k.size() * sizeof(uint32_t)));
+    }
+  };
+  std::vector<StackSet> states;
+  std::vector<std::array<int32_t, 256>> trans;  // -2: not computed; -1: dead
+  std::unordered_map<std::vector<uint32_t>, int32_t, Hash> ids;
+
+  int32_t intern(StackSet&& s, const Pda& pda) {
+    auto it = ids.find(s.flat);
+    if (it != ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(states.size());
+    ids.emplace(s.flat, id);
+    const ByteSet next = pda.next_bytes(s);
+    std::array<int32_t, 256> row;
+    for (int b = 0; b < 256; ++b) row[b] = next.test(static_cast<uint8_t>(b)) ? -2 : -1;
+    trans.push_back(row);
+    states.push_back(std::move(s));
+    return id;
   }
-}
+};
+
+}  // namespace
 
 void CompiledGrammar::compute_mask(const StackSet& state, std::span<uint32_t> mask) const {
   PAGODA_CHECK(static_cast<int32_t>(mask.size()) == vocab_->mask_words(), "mask of {} words for a vocabulary of {}", mask.size(), vocab_->size());
@@ -38,9 +55,28 @@ void CompiledGrammar::compute_mask(const StackSet& state, std::span<uint32_t> ma
   if (state.empty()) return;
   if (pda_.accepting(state))
     for (int32_t t : vocab_->stop_ids()) mask[t >> 5] |= 1u << (t & 31);
-  thread_local std::vector<StackSet> levels;
-  if (levels.size() < vocab_->max_token_bytes() + 2) levels.resize(vocab_->max_token_bytes() + 2);
-  walk(0, state, 0, levels, mask);
+  const auto& nodes = vocab_->nodes();
+  const auto& toks = vocab_->trie_tokens();
+  WalkTables t;
+  t.intern(StackSet(state), pda_);
+  std::vector<std::pair<uint32_t, int32_t>> stack{{0u, 0}};  // (trie node, state id)
+  while (!stack.empty()) {
+    const auto [node, sid] = stack.back();
+    stack.pop_back();
+    for (uint32_t c = nodes[node].child_begin; c < nodes[node].child_end; ++c) {
+      const auto& child = nodes[c];
+      int32_t nid = t.trans[sid][child.byte];
+      if (nid == -1) continue;
+      if (nid == -2) {
+        StackSet next;
+        nid = pda_.advance(t.states[sid], child.byte, &next) ? t.intern(std::move(next), pda_) : -1;
+        t.trans[sid][child.byte] = nid;
+        if (nid < 0) continue;
+      }
+      for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) mask[toks[k] >> 5] |= 1u << (toks[k] & 31);
+      if (child.child_begin != child.child_end) stack.push_back({c, nid});
+    }
+  }
 }
 
 void CompiledGrammar::fill_mask(const StackSet& state, std::span<uint32_t> mask) const {

@@ -2,7 +2,8 @@
 // every request that uses the same constraint) and the per-request position in it
 // (GrammarMatcher).
 //
-// Masks: the allowed tokens of a state are found by walking the vocabulary trie with the state,
+// Masks: the allowed tokens of a state are found by walking the vocabulary trie with the state
+// (the states reached are interned and their byte transitions memoized within one walk),
 // pruning every subtree whose first byte no stack can take; stop ids are allowed exactly in
 // accepting states. Masks are cached per CompiledGrammar keyed by the (canonical) state: the
 // state fully determines the allowed set, so a hit is exact, and grammars revisit few distinct
@@ -50,7 +51,6 @@ class CompiledGrammar {
   struct KeyHash {
     size_t operator()(const std::vector<uint32_t>& k) const;
   };
-  void walk(uint32_t node, const StackSet& state, size_t depth, std::vector<StackSet>& levels, std::span<uint32_t> mask) const;
 
   Grammar grammar_;
   Pda pda_;
