@@ -152,7 +152,14 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
     }
     // The walk order is whatever the (deterministic) selection left: same inputs, same order.
     double u = rng.uniform() * kept;
+    // Fallback for rounding (u never crossing zero): the last candidate with probability mass, so
+    // a masked (zero-probability) token is never returned.
     result.token = idx_[n - 1];
+    for (size_t i = n; i-- > 0;)
+      if (work_[idx_[i]] > 0) {
+        result.token = idx_[i];
+        break;
+      }
     for (size_t i = 0; i < n; ++i) {
       u -= work_[idx_[i]];
       if (u < 0) {
