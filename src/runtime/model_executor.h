@@ -43,6 +43,9 @@ struct SampleSpec {
   double uniform = 0;                       // the draw in [0, 1)
   TokenHistory history;                     // prompt and output tokens (penalties)
   std::span<const int32_t> blocked_ids;     // masked to -inf (min_tokens not reached); empty: none
+  // Structured output: packed allowed-token mask (core/token_constraint.h), ceil(vocab / 32)
+  // words; tokens whose bit is clear are masked to -inf before sampling. Empty: none.
+  std::span<const uint32_t> allowed_mask;
 };
 
 // Device memory as the executor sees it (NVML when present, else cudaMemGetInfo); 0 on the CPU.

@@ -1,5 +1,6 @@
 #include "runtime/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,16 @@ Rng token_rng(uint64_t seed, int64_t index) {
 
 ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
     : executor_(executor), block_size_(block_size), pool_(pool), samplers_(pool.size()) {}
+
+std::span<const uint32_t> ModelRunner::constraint_mask(ReqState& s, int64_t vocab) {
+  // The model's vocabulary may be padded past the tokenizer's: ids the constraint does not know
+  // stay disallowed.
+  const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+  const size_t cwords = (static_cast<size_t>(s.constraint->vocab_size()) + 31) / 32;
+  s.mask.assign(std::max(words, cwords), 0u);
+  s.constraint->fill_mask(std::span<uint32_t>(s.mask.data(), cwords));
+  return std::span<const uint32_t>(s.mask.data(), words);
+}
 
 RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   for (const auto& id : out.finished) reqs_.erase(id);
@@ -28,6 +39,11 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     s.num_computed = n.num_computed_tokens;
     s.min_tokens = n.min_tokens;
     s.min_tokens_blocked_ids = n.min_tokens_blocked_ids;
+    if (n.sampling.constraint) {
+      // A resumed request replays the output it already has.
+      s.constraint = n.sampling.constraint->start();
+      for (size_t i = static_cast<size_t>(s.num_prompt); i < s.tokens.size(); ++i) s.constraint->advance(s.tokens[i]);
+    }
     reqs_[n.id] = std::move(s);
   }
   for (const auto& c : out.cached_requests) {
@@ -76,11 +92,15 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt),
                     std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
       if (n_out < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
+      if (s.constraint) sp.allowed_mask = constraint_mask(s, s.constraint->vocab_size());  // ids past it: disallowed on the device
     }
     std::vector<SampleResult> sampled;
     executor_.forward_sample(batch_, specs, sampled);
     for (int64_t i = 0; i < n_samples; ++i) result.samples[i] = {*sample_ids[i], std::move(sampled[i])};
-    for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);
+    for (size_t i = 0; i < to_sample.size(); ++i) {
+      to_sample[i]->tokens.push_back(result.samples[i].result.token);
+      if (to_sample[i]->constraint) to_sample[i]->constraint->advance(result.samples[i].result.token);
+    }
     return result;
   }
   const Tensor& logits = executor_.forward(batch_);
@@ -102,7 +122,10 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       Rng rng = token_rng(s.seed, n_out);
       TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
                         std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
-      result.samples[i] = {*sample_ids[i], sampler.sample(row, s.sampling, hist, rng)};
+      std::span<const uint32_t> allowed;
+      if (s.constraint) allowed = constraint_mask(s, vocab);
+      result.samples[i] = {*sample_ids[i], sampler.sample(row, s.sampling, hist, rng, allowed)};
+      if (s.constraint) s.constraint->advance(result.samples[i].result.token);
     }
   });
   for (size_t i = 0; i < to_sample.size(); ++i) to_sample[i]->tokens.push_back(result.samples[i].result.token);

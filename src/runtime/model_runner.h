@@ -52,7 +52,13 @@ class ModelRunner {
     int32_t num_computed = 0;
     int32_t min_tokens = 0;
     std::vector<int32_t> min_tokens_blocked_ids;
+    // Structured output: the request's position in its constraint (advanced by every sampled
+    // token) and the mask of the next step.
+    std::unique_ptr<TokenConstraint> constraint;
+    std::vector<uint32_t> mask;
   };
+  // The packed allowed mask of s's next token over `vocab` logits (s.constraint set).
+  static std::span<const uint32_t> constraint_mask(ReqState& s, int64_t vocab);
   ModelExecutor& executor_;
   int64_t block_size_;
   ThreadPool& pool_;

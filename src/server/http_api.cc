@@ -4,6 +4,8 @@
 #include "server/process_metrics.h"
 
 #include "server/generation_job.h"
+#include "grammar/constraint.h"
+#include "server/tool_call_grammar.h"
 #include "server/http_request_rules.h"
 #include "server/playground.h"
 
@@ -306,7 +308,7 @@ HandlerResult HttpApi::chat_completions(HttpRequest& req) {
     return res;
   }
   Engine& engine = ctx_.engine();
-  auto text = engine.apply_chat_template(c.messages, c.add_generation_prompt, c.tools);
+  auto text = engine.apply_chat_template(c.messages, c.add_generation_prompt, c.tools, c.chat_template_kwargs);
   if (!text.ok()) {
     res.response = error_response(error_from_status(text.status(), "messages"));
     return res;
@@ -320,6 +322,36 @@ HandlerResult HttpApi::chat_completions(HttpRequest& req) {
   }
   Prepared p;
   p.prompts.push_back(engine.tokenize(prompt, /*add_special=*/false, /*parse_special=*/true));
+  using TC = api::ChatRequest::ToolChoice;
+  if (!c.tools.is_null() && c.tool_choice != TC::kNone) {
+    const api::ToolCallFormat& format = api::tool_call_format_for_template(engine.chat_template_source());
+    p.tool_format = &format;
+    p.parallel_tool_calls = c.parallel_tool_calls;
+    if (c.tool_choice == TC::kRequired || c.tool_choice == TC::kNamed) {
+      if (c.options.structured.kind != api::StructuredOutput::Kind::kNone) {
+        res.response = error_response(api::bad_request("'" + c.options.structured.param +
+                                                           "' cannot be combined with tool_choice required or a named function",
+                                                       "tool_choice"));
+        return res;
+      }
+      const std::string only = c.tool_choice == TC::kNamed ? c.tool_choice_name : std::string();
+      auto g = tool_call_grammar(format, c.tools, only, c.parallel_tool_calls);
+      if (!g.ok()) {
+        res.response = error_response(api::bad_request(g.status().message(), "tools"));
+        return res;
+      }
+      grammar::ConstraintSource src;
+      src.kind = grammar::ConstraintKind::kGrammar;
+      src.text = "tools " + format.name + " " + only + (c.parallel_tool_calls ? " parallel " : " single ") + c.tools.dump();
+      src.grammar = std::make_shared<const grammar::Grammar>(std::move(g).value());
+      auto spec = engine.constraint(src);
+      if (!spec.ok()) {
+        res.response = error_response(api::bad_request(spec.status().message(), "tools"));
+        return res;
+      }
+      p.constraint = *spec;
+    }
+  }
   return submit(req, true, c.model, std::move(p), c.options);
 }
 
@@ -347,6 +379,30 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   }
   auto ticket = std::move(std::get<std::unique_ptr<ServingContext::Ticket>>(admitted));
 
+  // Structured output: compile (or find cached) before admitting anything.
+  std::shared_ptr<const TokenConstraintSpec> constraint;
+  if (o.structured.kind != api::StructuredOutput::Kind::kNone) {
+    grammar::ConstraintSource src;
+    using K = api::StructuredOutput::Kind;
+    switch (o.structured.kind) {
+      case K::kJsonObject: src.kind = grammar::ConstraintKind::kJsonObject; break;
+      case K::kJsonSchema: src.kind = grammar::ConstraintKind::kJsonSchema; break;
+      case K::kRegex: src.kind = grammar::ConstraintKind::kRegex; break;
+      case K::kChoice: src.kind = grammar::ConstraintKind::kChoice; break;
+      case K::kGrammar: src.kind = grammar::ConstraintKind::kGrammar; break;
+      case K::kNone: break;
+    }
+    src.text = o.structured.text;
+    src.choices = o.structured.choices;
+    auto compiled = engine.constraint(src);
+    if (!compiled.ok()) {
+      res.response = error_response(api::bad_request("'" + o.structured.param + "': " + compiled.status().message(), o.structured.param));
+      return res;
+    }
+    constraint = *compiled;
+  }
+  if (prepared.constraint) constraint = prepared.constraint;
+
   JobSpec spec;
   spec.chat = chat;
   spec.stream = o.stream;
@@ -361,6 +417,8 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.access.path = req.path;
   spec.start = t_request_start;
   spec.echo_texts = std::move(prepared.echo_texts);
+  spec.tool_format = prepared.tool_format;
+  spec.parallel_tool_calls = prepared.parallel_tool_calls;
   (void)model;
 
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -379,6 +437,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     g.sampling.repetition_penalty = o.repetition_penalty;
     g.sampling.seed = o.seed;
     g.sampling.logprobs = o.logprobs;
+    g.sampling.constraint = constraint;
     g.stop.max_tokens = o.max_tokens;
     g.stop.min_tokens = o.min_tokens;
     g.stop.ignore_eos = o.ignore_eos;

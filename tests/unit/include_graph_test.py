@@ -21,15 +21,17 @@ ALLOWED = {
     "ops": {"common", "quant", "backend/cpu", "backend/reference"},
     "tokenizer": {"common", "loader"},
     "template": {"common", "loader"},
+    # Constrained decoding; implements core/token_constraint.h.
+    "grammar": {"common", "core"},
     "model": {"common", "quant", "loader", "ops"},
     "kv": {"common", "core"},
     "sched": {"common", "core", "kv"},
     "runtime": {"common", "core", "quant", "ops", "model"},
     # The CUDA executor implements runtime's executor interface (runtime/cuda_executor.h).
     "backend/cuda": {"common", "core", "quant", "ops", "model", "runtime"},
-    "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template"},
+    "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template", "grammar"},
     "api": {"common", "core"},
-    "server": {"common", "core", "api", "engine", "tokenizer", "template"},
+    "server": {"common", "core", "api", "engine", "tokenizer", "template", "grammar"},
     "cli": None,  # the front end: anything
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')

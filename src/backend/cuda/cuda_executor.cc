@@ -229,6 +229,8 @@ class CudaExecutor final : public ModelExecutor {
   float2* xds_ = nullptr;
   uint8_t* dequant_ = nullptr;
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
+  DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
+  PinnedBuffer token_masks_host_, token_mask_rows_host_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
   int64_t workspace_bytes_ = 0;
@@ -794,6 +796,9 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
+    std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
+    std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
+    const int64_t mask_words = (d_.V + 31) / 32;
     bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
@@ -829,6 +834,13 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       r.block_begin = static_cast<int32_t>(blocked.size());
       blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
       r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+      if (!sp.allowed_mask.empty()) {
+        mask_rows.push_back(r.logits_row);
+        const size_t at = masks.size();
+        masks.resize(at + static_cast<size_t>(mask_words), 0u);
+        std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
+                    masks.begin() + static_cast<std::ptrdiff_t>(at));
+      }
       plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
     }
     CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
@@ -847,6 +859,12 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     };
     stage(pens, penalties_host_, penalties_dev_);
     stage(blocked, blocked_host_, blocked_dev_);
+    if (!mask_rows.empty()) {
+      stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
+      stage(masks, token_masks_host_, token_masks_dev_);
+      cuda::apply_token_masks(logits_.as<float>(), d_.V, token_mask_rows_dev_.as<int32_t>(), token_masks_dev_.as<uint32_t>(),
+                              mask_words, static_cast<int64_t>(mask_rows.size()), stream_);
+    }
     cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
                       penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
                       sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);

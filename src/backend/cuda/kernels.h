@@ -287,6 +287,11 @@ struct SampleOutput {
 // and no logprobs; where the vocabulary is large enough (sample_rows_split_greedy) the argmax is
 // then split over many blocks a row. Same token as the general kernel (for rows without NaN).
 bool sample_rows_split_greedy(int64_t vocab);
+// Structured outputs: for each of `num_rows` masked rows r, logits[row_ids[r] * vocab + t] = -inf
+// where bit t of masks[r * mask_words ...] is clear (packed: bit t % 32 of word t / 32; ids at or
+// past mask_words * 32 are disallowed). Run before sample_rows.
+void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, const uint32_t* masks, int64_t mask_words,
+                       int64_t num_rows, cudaStream_t s);
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
                  SampleOutput* out, cudaStream_t s, bool plain_greedy = false);
