@@ -193,6 +193,7 @@ struct Exchange {
   int attempts = 0;
   bool stream = false, close_after = false, sent_any = false;
   Failure failure = Failure::kNone;
+  std::string detail;  // the last upstream error's message
 };
 
 }  // namespace
@@ -267,7 +268,12 @@ struct GatewayServer::Impl {
       ex.close_after = !req.keep_alive() || draining.load();
       ex.id = request_id(std::string(req["x-request-id"]));
       ++requests_in_flight;
-      co_await handle(client, req, ex);
+      try {
+        co_await handle(client, req, ex);
+      } catch (const std::exception& e) {
+        log_error("gateway", "{} internal error: {}", ex.id, e.what());
+        ex.close_after = true;
+      }
       --requests_in_flight;
       finish_log(ex);
       if (ex.close_after || draining.load()) break;
@@ -321,7 +327,10 @@ struct GatewayServer::Impl {
       std::string key;
       if (auto r = admission.authenticate(std::string(req[http::field::authorization]), &key))
         co_return co_await refuse(client, ex, *r);
-      co_return co_await reply(client, ex, 200, models_json(path.size() > 11 ? path.substr(11) : "", &ex.status));
+      int status = 200;
+      const std::string one = path.size() > 11 ? path.substr(11) : std::string();
+      const std::string body = models_json(one, &status);
+      co_return co_await reply(client, ex, status, body);
     }
     const bool chat = path == "/v1/chat/completions";
     if (!chat && path != "/v1/completions") {
@@ -348,11 +357,12 @@ struct GatewayServer::Impl {
     if (workers.available(model, now).empty()) {
       std::string names;
       for (const auto& [m, n] : workers.models(now)) names += (names.empty() ? "" : ", ") + m;
-      if (model.empty() || !names.empty())
-        co_return co_await reply(client, ex, 404, error_json("invalid_request_error",
-                                                            model.empty() ? "'model' is required (served: " + names + ")"
-                                                                          : "model '" + model + "' is not served by any available worker (served: " + names + ")",
-                                                            "model_not_found"));
+      if (model.empty() || !names.empty()) {
+        std::string message = "model '" + model + "' is not served by any available worker (served: " + names + ")";
+        if (model.empty()) message = "'model' is required (served: " + names + ")";
+        const std::string body = error_json("invalid_request_error", message, "model_not_found");
+        co_return co_await reply(client, ex, 404, body);
+      }
       co_return co_await reply(client, ex, 503, error_json("service_unavailable", "no worker is available", "no_worker"), header1("Retry-After", "1"));
     }
     if (auto r = admission.charge(ex.key, static_cast<double>(summary->estimated_tokens), now))
@@ -498,7 +508,7 @@ struct GatewayServer::Impl {
       if (f == Failure::kClientGone) co_return;
       metrics.count("upstream_errors_total", labels("worker", w->label, "kind", failure_name(f)));
       workers.record_failure(*w, now_s());
-      log_warn("gateway", "{} attempt {} on {} failed: {}{}", ex.id, attempt, w->label, failure_name(f),
+      log_warn("gateway", "{} attempt {} on {} failed: {} ({}){}", ex.id, attempt, w->label, failure_name(f), ex.detail,
                ex.sent_any ? " (after the first byte: not retried)" : "");
       if (ex.sent_any) co_return;
     }
@@ -519,9 +529,13 @@ struct GatewayServer::Impl {
     beast::tcp_stream up(ex_);
     beast::error_code ec;
     tcp::endpoint ep(net::ip::make_address(w.address, ec), static_cast<unsigned short>(w.spec.port));
-    if (ec) co_return Failure::kConnect;
+    if (ec) {
+      ex.detail = "bad address " + w.address;
+      co_return Failure::kConnect;
+    }
     up.expires_after(secs(config.connect_timeout_s));
     co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "connect: " + ec.message();
     if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
     beast::error_code ignored;
     up.socket().set_option(tcp::no_delay(true), ignored);
@@ -537,11 +551,13 @@ struct GatewayServer::Impl {
     out += "\r\n" + req.body();
     up.expires_after(secs(config.first_byte_timeout_s));
     co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "write: " + ec.message();
     if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
     beast::flat_buffer ubuf;
     http::response_parser<http::buffer_body> p;
-    p.body_limit(boost::none);
+    p.body_limit(std::uint64_t{1} << 50);  // boost::none compares wrongly in Beast 1.74 (len > none)
     co_await http::async_read_header(up, ubuf, p, net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "response head: " + ec.message();
     if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
     const int status = static_cast<int>(p.get().result_int());
     const std::string ctype(p.get()[http::field::content_type]);
@@ -575,6 +591,7 @@ struct GatewayServer::Impl {
         if (body.size() > (64u << 20)) co_return Failure::kProtocol;
       }
       if (ec) {
+        ex.detail = "body: " + ec.message();
         const Failure f = ec == beast::error::timeout ? Failure::kTimeout : Failure::kStreamCut;
         if (head_sent) {
           // Cut mid-stream: an OpenAI-style error event, then the end of the chunked body (no

@@ -12,11 +12,11 @@ namespace pagoda::server {
 
 struct AccessLogEntry {
   std::string remote, method, path;
-  std::string request_id;  // the X-Request-Id header ("" : none)
   int status = 0;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // -1: not a generation request
   double latency_s = 0;
   bool stream = false, aborted = false;
+  std::string request_id;  // the X-Request-Id header ("" : none)
 };
 
 std::string format_access_log(const AccessLogEntry& e);

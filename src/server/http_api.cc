@@ -93,7 +93,7 @@ void HttpApi::finish(HandlerResult& res, const std::string& route_name, const st
                      AccessLogEntry access, double start) {
   ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
   // A generation job writes its own access line when it ends (GenerationJob).
-  if (!res.body && ctx_.options().access_log) {
+  if (!res.body && ctx_.options().access_log && route_name != "/load") {  // /load: a probe, polled often
     access.status = res.response.status;
     access.latency_s = ServingContext::now() - start;
     write_access_log(access);
