@@ -16,6 +16,7 @@ void add_gateway_options(CLI::App* app, GatewayCli& cli) {
                   "a worker: http://HOST:PORT[#model1,model2][@weight] or dns:NAME:PORT[#models][@weight] (repeatable)");
   app->add_option("--api-key", cli.api_keys, "an accepted API key, optionally with its limit: KEY[:rps=5,tpm=20000] (repeatable)");
   app->add_option("--global-rate-limit", cli.global_limit, "rate limit over all callers: rps=R,tpm=T");
+  app->add_flag("--check-config", cli.check_only, "validate the configuration, print a summary and exit");
 #define PAGODA_GW_FLAG(name, field, desc)                                              \
   {                                                                                    \
     CLI::Option* o = app->add_option(name, f.field, desc);                             \
@@ -85,6 +86,11 @@ int run_gateway(GatewayCli& cli) {
     if (auto e = parse_rate_limit(cli.global_limit, &config.global_limit)) return fail(invalid_argument("--global-rate-limit: {}", *e));
   }
   if (Status st = validate(config); !st.ok()) return fail(st);
+  if (cli.check_only) {
+    std::printf("gateway config ok: %zu workers, %zu api keys, policy %s, listen %s:%d\n", config.workers.size(),
+                config.api_keys.size(), config.policy.c_str(), config.host.c_str(), config.port);
+    return 0;
+  }
 
   const double drain_timeout = config.drain_timeout_s;
   GatewayServer server(config);

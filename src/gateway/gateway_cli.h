@@ -17,6 +17,7 @@ struct GatewayCli {
   std::string config_file;
   std::vector<std::string> workers, api_keys;
   std::string global_limit;
+  bool check_only = false;  // --check-config: validate, print a summary, exit
   GatewayConfig flags;  // values of the flags given
   std::vector<std::function<void(GatewayConfig&)>> apply;  // copies each given flag into a config
 };
