@@ -87,10 +87,10 @@ Status load_config_file(const std::string& path, GatewayConfig* c) {
   }
   if (!j.is_object()) return invalid_argument("gateway config '{}': the top level must be an object", path);
   static const char* kKnown[] = {"host", "port", "threads", "workers", "policy", "session_header",
-                                 "prefix_chunk_chars", "prefix_chunks", "load_bound", "api_keys", "global_limit",
+                                 "prefix_chunk_chars", "prefix_chunks", "load_bound", "load_bound_floor", "api_keys", "global_limit",
                                  "max_inflight", "max_queue", "queue_timeout_s", "body_limit", "default_max_tokens",
                                  "connect_timeout_s", "first_byte_timeout_s", "stream_idle_timeout_s",
-                                 "client_idle_timeout_s", "max_attempts", "health_interval_s", "health_timeout_s",
+                                 "client_idle_timeout_s", "max_attempts", "health_interval_s", "health_timeout_s", "unhealthy_after_checks",
                                  "eject_s", "eject_after_failures", "dns_interval_s", "drain_timeout_s",
                                  "worker_api_key"};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -106,6 +106,7 @@ Status load_config_file(const std::string& path, GatewayConfig* c) {
   PAGODA_RETURN_IF_ERROR(read_key(j, "prefix_chunk_chars", &c->prefix_chunk_chars));
   PAGODA_RETURN_IF_ERROR(read_key(j, "prefix_chunks", &c->prefix_chunks));
   PAGODA_RETURN_IF_ERROR(read_key(j, "load_bound", &c->load_bound));
+  PAGODA_RETURN_IF_ERROR(read_key(j, "load_bound_floor", &c->load_bound_floor));
   PAGODA_RETURN_IF_ERROR(read_key(j, "max_inflight", &c->max_inflight));
   PAGODA_RETURN_IF_ERROR(read_key(j, "max_queue", &c->max_queue));
   PAGODA_RETURN_IF_ERROR(read_key(j, "queue_timeout_s", &c->queue_timeout_s));
@@ -118,6 +119,7 @@ Status load_config_file(const std::string& path, GatewayConfig* c) {
   PAGODA_RETURN_IF_ERROR(read_key(j, "max_attempts", &c->max_attempts));
   PAGODA_RETURN_IF_ERROR(read_key(j, "health_interval_s", &c->health_interval_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "health_timeout_s", &c->health_timeout_s));
+  PAGODA_RETURN_IF_ERROR(read_key(j, "unhealthy_after_checks", &c->unhealthy_after_checks));
   PAGODA_RETURN_IF_ERROR(read_key(j, "eject_s", &c->eject_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "eject_after_failures", &c->eject_after_failures));
   PAGODA_RETURN_IF_ERROR(read_key(j, "dns_interval_s", &c->dns_interval_s));
@@ -176,8 +178,10 @@ Status validate(const GatewayConfig& c) {
   if (c.prefix_chunk_chars < 1 || c.prefix_chunks < 1)
     return invalid_argument("gateway: prefix_chunk_chars and prefix_chunks must be >= 1");
   if (!(c.load_bound >= 1)) return invalid_argument("gateway: load_bound {} must be >= 1", c.load_bound);
+  if (c.load_bound_floor < 0) return invalid_argument("gateway: load_bound_floor must be >= 0");
   if (c.max_inflight < 1 || c.max_queue < 0) return invalid_argument("gateway: max_inflight must be >= 1, max_queue >= 0");
   if (c.max_attempts < 1) return invalid_argument("gateway: max_attempts must be >= 1");
+  if (c.unhealthy_after_checks < 1) return invalid_argument("gateway: unhealthy_after_checks must be >= 1");
   if (c.eject_after_failures < 1) return invalid_argument("gateway: eject_after_failures must be >= 1");
   for (double t : {c.connect_timeout_s, c.first_byte_timeout_s, c.stream_idle_timeout_s, c.client_idle_timeout_s,
                    c.health_interval_s, c.health_timeout_s, c.queue_timeout_s, c.dns_interval_s})

@@ -41,6 +41,7 @@ struct GatewayConfig {
   int prefix_chunk_chars = 64;          // prompt characters per hashed block
   int prefix_chunks = 4;                // leading blocks that form the affinity key
   double load_bound = 1.25;             // consistent hashing with bounded loads: c >= 1
+  int64_t load_bound_floor = 8;         // in-flight requests a worker may always hold (batching)
 
   // Admission.
   std::vector<ApiKeySpec> api_keys;     // empty: no authentication
@@ -59,6 +60,7 @@ struct GatewayConfig {
   int max_attempts = 3;                 // workers tried for one request (first byte not yet sent)
   double health_interval_s = 1;
   double health_timeout_s = 1;
+  int unhealthy_after_checks = 3;       // consecutive failed checks that take a worker out (busy != dead)
   double eject_s = 5;                   // passive ejection time (doubled on each repeat, max 8x)
   int eject_after_failures = 1;         // consecutive failures that eject
   double dns_interval_s = 5;

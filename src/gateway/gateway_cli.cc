@@ -32,6 +32,7 @@ void add_gateway_options(CLI::App* app, GatewayCli& cli) {
   PAGODA_GW_FLAG("--prefix-chunk-chars", prefix_chunk_chars, "prompt characters per hashed prefix block");
   PAGODA_GW_FLAG("--prefix-chunks", prefix_chunks, "leading blocks that form the prefix-affinity key");
   PAGODA_GW_FLAG("--load-bound", load_bound, "bounded-load factor c >= 1 of affinity routing");
+  PAGODA_GW_FLAG("--load-bound-floor", load_bound_floor, "in-flight requests a worker may always hold before affinity overflows");
   PAGODA_GW_FLAG("--max-inflight", max_inflight, "requests proxied at once");
   PAGODA_GW_FLAG("--max-queue", max_queue, "requests that may wait for a slot (beyond: 503)");
   PAGODA_GW_FLAG("--queue-timeout", queue_timeout_s, "seconds a request may wait for a slot");
@@ -44,6 +45,7 @@ void add_gateway_options(CLI::App* app, GatewayCli& cli) {
   PAGODA_GW_FLAG("--max-attempts", max_attempts, "workers tried for one request before its first byte is sent");
   PAGODA_GW_FLAG("--health-interval", health_interval_s, "seconds between active health checks");
   PAGODA_GW_FLAG("--health-timeout", health_timeout_s, "seconds a health check may take");
+  PAGODA_GW_FLAG("--unhealthy-after", unhealthy_after_checks, "consecutive failed health checks that take a worker out");
   PAGODA_GW_FLAG("--eject-time", eject_s, "seconds a failing worker is ejected (doubles on repeats, up to 8x)");
   PAGODA_GW_FLAG("--eject-after", eject_after_failures, "consecutive failures that eject a worker");
   PAGODA_GW_FLAG("--dns-interval", dns_interval_s, "seconds between DNS refreshes of dns: workers");

@@ -468,6 +468,7 @@ struct GatewayServer::Impl {
     RouteInput in;
     in.policy = config.policy;
     in.load_bound = config.load_bound;
+    in.load_bound_floor = config.load_bound_floor;
     in.tokens_per_request = config.default_max_tokens;
     if (!config.session_header.empty()) {
       const auto sv = req[config.session_header];

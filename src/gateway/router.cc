@@ -77,7 +77,8 @@ RouteDecision choose_worker(const std::vector<Candidate>& c, const RouteInput& i
     const auto order = hash_order(c, *key);
     for (size_t rank = 0; rank < order.size(); ++rank) {
       const Candidate& x = c[order[rank]];
-      const double bound = std::ceil(in.load_bound * static_cast<double>(total + 1) * x.weight / weights);
+      const double bound = std::max(static_cast<double>(in.load_bound_floor),
+                                    std::ceil(in.load_bound * static_cast<double>(total + 1) * x.weight / weights));
       if (static_cast<double>(x.inflight + 1) <= bound) {
         d.index = order[rank];
         d.reason = rank == 0 ? kind : kind + "-overflow";

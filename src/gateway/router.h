@@ -6,8 +6,10 @@
 //   prefix      the prompt has a prefix key (gateway/prefix_key.h): the same hashing of the key
 //   *-overflow  the hashed worker is over its load bound, so the next one in the key's hash order
 //               that is within it (consistent hashing with bounded loads, Mirrokni et al. 2018):
-//               worker i may hold at most ceil(load_bound * (total in-flight + 1) * w_i / W)
-//               requests, so a hot prefix spills over instead of overloading one worker
+//               worker i may hold at most max(load_bound_floor, ceil(load_bound * (total
+//               in-flight + 1) * w_i / W)) requests, so a hot prefix spills over instead of
+//               overloading one worker (the floor: a worker batches a few requests at no cost,
+//               so at low load affinity is kept)
 //   least-load  no key (or policy "least-load"): the smallest (outstanding tokens + foreign load)
 //               / weight, where outstanding tokens are the gateway's own estimate of the requests it
 //               has in flight on the worker and foreign load is what the worker's /load reports
@@ -39,6 +41,7 @@ struct RouteInput {
   std::optional<uint64_t> session_key;  // hash of the session header's value
   std::optional<uint64_t> prefix_key;
   double load_bound = 1.25;
+  int64_t load_bound_floor = 8;
   int64_t tokens_per_request = 256;
   uint64_t rotation = 0;        // a counter the caller advances per request (ties, round-robin)
 };

@@ -61,8 +61,13 @@ int64_t WorkerSet::num_available(double now) const {
 void WorkerSet::health_result(Worker& w, const WorkerLoad& load, double now) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool was = is_available(w, now);
-  w.healthy = load.ok;
   w.draining = load.draining;
+  if (load.ok) {
+    w.healthy = true;
+    w.check_failures = 0;
+  } else if (load.draining || ++w.check_failures >= config_.unhealthy_after_checks) {
+    w.healthy = false;
+  }
   if (load.ok) {
     w.last_check_ok = now;
     w.reported_requests = load.running + load.waiting;
@@ -72,7 +77,7 @@ void WorkerSet::health_result(Worker& w, const WorkerLoad& load, double now) {
   const bool is = is_available(w, now);
   if (was != is)
     log_info("gateway", "worker {} is {}{}", w.label, is ? "up" : "down",
-             load.draining ? " (draining)" : load.ok ? "" : " (health check failed)");
+             load.draining ? " (draining)" : load.ok ? "" : " (health checks failed)");
 }
 
 bool WorkerSet::record_failure(Worker& w, double now) {

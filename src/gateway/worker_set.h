@@ -2,9 +2,10 @@
 // gateway's own load on each. Thread-safe (one mutex for the set and each worker's state; the
 // in-flight counters are atomics).
 //
-// A worker is available for new requests when its last active health check passed (GET /load,
-// or /health where the worker has no /load), it is not draining (its /health says 503) and it is
-// not ejected. Passive ejection: eject_after_failures consecutive failed attempts (connect error,
+// A worker is available for new requests when an active health check passed (GET /load, or
+// /health where the worker has no /load) and unhealthy_after_checks consecutive ones have not
+// failed since (a busy worker may miss one), it is not draining (its /health says 503: out at
+// once) and it is not ejected. Passive ejection: eject_after_failures consecutive failed attempts (connect error,
 // timeout, 5xx, stream cut) eject it for eject_s * 2^(ejections so far, at most 3); it is
 // re-admitted when that time has passed and a health check has passed since. A success resets
 // the failure and ejection counts.
@@ -32,7 +33,7 @@ struct Worker {
   std::vector<std::string> models;  // spec.models, or the one the worker's /load names
   bool healthy = false, draining = false, removed = false;
   double ejected_until = 0;
-  int failures = 0, ejections = 0;
+  int failures = 0, ejections = 0, check_failures = 0;
   int64_t reported_requests = 0;
   double kv_usage = 0;
   double last_check_ok = 0;  // when a health check last passed

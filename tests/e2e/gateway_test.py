@@ -436,3 +436,55 @@ def test_worker_on_another_host_link_cut_and_restored(netns, cleanup):
     wait_for("/health", 200, 20)  # re-admitted
     code, out = curl("/v1/completions", {"prompt": "Once", "max_tokens": 4})
     assert code == 200, out
+
+
+SMALL_MODEL = pathlib.Path(os.environ.get("PAGODA_MODELS_DIR", "models")) / "tiny" / "llama3" / "model-f32.gguf"
+
+
+def test_many_streams_two_models_and_weights(cleanup):
+    """Three workers (two of stories260K, weights 1 and 3; one of a smaller model named "small"):
+    1,000 concurrent streams through the gateway, routed by model, each equal to the direct answer."""
+    import asyncio
+
+    import aiohttp
+    from load_test import raise_fd_limit
+
+    raise_fd_limit()
+    a, b = worker(cleanup), worker(cleanup)
+    small = worker(cleanup, SMALL_MODEL, "--served-model-name", "small")
+    big = json.loads(http("GET", a.url + "/v1/models")[2])["data"][0]["id"]
+    gw = Gateway([a.url, b.url + "@3", small.url], "--policy", "least-load", "--threads", 2, "--max-inflight", 2000)
+    cleanup.append(gw)
+    assert sorted(m["id"] for m in json.loads(http("GET", gw.url + "/v1/models")[2])["data"]) == sorted([big, "small"])
+    prompts = PROMPTS[:5]
+    direct = {}
+    for m, w in ((big, a), ("small", small)):
+        for p in prompts:
+            body = {"model": m, "prompt": p, "max_tokens": 8, "temperature": 0}
+            direct[(m, p)] = json.loads(http("POST", w.url + "/v1/completions", body)[2])["choices"][0]["text"]
+
+    async def one(session, i):
+        m = big if i % 2 else "small"
+        p = prompts[i % len(prompts)]
+        body = {"model": m, "prompt": p, "max_tokens": 8, "temperature": 0, "stream": True}
+        async with session.post(gw.url + "/v1/completions", json=body) as r:
+            if r.status != 200:
+                return ("status", r.status, await r.text())
+            worker_label = r.headers["x-pagoda-worker"]
+            raw = await r.read()
+        events = [l[6:] for l in raw.decode().split("\n") if l.startswith("data: ")]
+        return (m, p, worker_label, events[-1] == "[DONE]", text_of(events))
+
+    async def run():
+        conn = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=240)) as s:
+            return await asyncio.gather(*(one(s, i) for i in range(1000)))
+
+    results = asyncio.run(run())
+    bad = [r for r in results if len(r) != 5 or not r[3] or r[4] != direct[(r[0], r[1])]]
+    assert not bad, bad[:5]
+    small_port, a_port, b_port = (f":{w.port}" for w in (small, a, b))
+    assert all(r[2].endswith(small_port) for r in results if r[0] == "small")
+    on_a = sum(r[2].endswith(a_port) for r in results if r[0] == big)
+    on_b = sum(r[2].endswith(b_port) for r in results if r[0] == big)
+    assert on_a + on_b == 500 and on_b > on_a  # the weight-3 worker takes more of them

@@ -159,6 +159,7 @@ TEST(GatewayRouter, HotPrefixOverflowsBeyondTheBound) {
   RouteInput in;
   in.prefix_key = fnv1a64("hot system prompt");
   in.load_bound = 1.25;
+  in.load_bound_floor = 0;
   const size_t home = choose_worker(c, in).index;
   // The home worker holds 4 of 6 in flight: bound = ceil(1.25 * 7 / 3) = 3 -> overflow.
   c[home].inflight = 4;
@@ -170,6 +171,12 @@ TEST(GatewayRouter, HotPrefixOverflowsBeyondTheBound) {
   EXPECT_FALSE(d.affinity_home);
   // Within the bound it stays home.
   c[home].inflight = 2;
+  EXPECT_EQ(choose_worker(c, in).index, home);
+  // Below the floor a worker keeps its keys whatever the others hold.
+  in.load_bound_floor = 8;
+  c[home].inflight = 7;
+  c[(home + 1) % 3].inflight = 0;
+  c[(home + 2) % 3].inflight = 0;
   EXPECT_EQ(choose_worker(c, in).index, home);
 }
 
