@@ -488,3 +488,63 @@ def test_many_streams_two_models_and_weights(cleanup):
     on_a = sum(r[2].endswith(a_port) for r in results if r[0] == big)
     on_b = sum(r[2].endswith(b_port) for r in results if r[0] == big)
     assert on_a + on_b == 500 and on_b > on_a  # the weight-3 worker takes more of them
+
+
+def test_dns_workers(cleanup):
+    """`dns:NAME:PORT`: every address the name resolves to is a worker (here localhost; an
+    address nothing listens on, such as ::1 here, stays down and takes no requests)."""
+    w = worker(cleanup)
+    gw = Gateway([f"dns:localhost:{w.port}"], "--dns-interval", "0.5")
+    cleanup.append(gw)
+    for _ in range(4):
+        st, h, raw = http("POST", gw.url + "/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        assert st == 200, raw
+        assert h["x-pagoda-worker"] == f"127.0.0.1:{w.port}"
+    assert "joined from localhost" in gw.output()
+
+
+def test_kill9_under_load_every_stream_ends_cleanly(cleanup):
+    """100 concurrent long streams over two workers; one is killed (-9) while they run: every
+    stream ends with [DONE] or with the gateway's error event, none hangs, and requests sent
+    after the kill complete on the survivor (retried before their first byte where they hit the
+    dead worker)."""
+    import asyncio
+
+    import aiohttp
+
+    w1, w2 = worker(cleanup), worker(cleanup)
+    gw = Gateway([w1.url, w2.url], "--policy", "least-load", "--health-interval", "5", "--stream-idle-timeout", "5")
+    cleanup.append(gw)
+
+    async def one(session, i, delay=0.0):
+        await asyncio.sleep(delay)
+        body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 400, "ignore_eos": True, "stream": True,
+                "temperature": 0}
+        async with session.post(gw.url + "/v1/completions", json=body) as r:
+            if r.status != 200:
+                return ("status", r.status, await r.text())
+            raw = await r.read()
+        events = [l[6:] for l in raw.decode().split("\n") if l.startswith("data: ")]
+        if events and events[-1] == "[DONE]":
+            return ("done", events.count("[DONE]"))
+        err = json.loads(events[-1]).get("error", {}) if events else {}
+        return ("cut", err.get("code"))
+
+    async def run():
+        conn = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as s:
+            first = [asyncio.ensure_future(one(s, i)) for i in range(100)]
+            await asyncio.sleep(0.3)
+            w1.proc.kill()
+            later = [asyncio.ensure_future(one(s, i, 0.05 * (i % 10))) for i in range(20)]
+            return await asyncio.gather(*first), await asyncio.gather(*later)
+
+    t0 = time.time()
+    first, later = asyncio.run(run())
+    assert time.time() - t0 < 100
+    kinds = [r[0] for r in first]
+    assert set(kinds) <= {"done", "cut"}, [r for r in first if r[0] not in ("done", "cut")][:3]
+    assert all(r[1] == 1 for r in first if r[0] == "done")  # one [DONE], never answered twice
+    assert all(r[1] == "upstream_stream_cut" for r in first if r[0] == "cut")
+    assert kinds.count("cut") >= 1 and kinds.count("done") >= 1, kinds
+    assert all(r[0] == "done" for r in later), later
