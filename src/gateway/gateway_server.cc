@@ -209,7 +209,8 @@ struct GatewayServer::Impl {
   GatewayMetrics metrics;
   AffinityMemory affinity;
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};  // used on accept_strand only
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   std::atomic<bool> draining{false}, stopping{false};
@@ -237,6 +238,13 @@ struct GatewayServer::Impl {
       beast::error_code ec;
       client.expires_after(secs(config.client_idle_timeout_s));
       co_await http::async_read_header(client, buffer, parser, net::redirect_error(use_awaitable, ec));
+      if (!ec && parser.chunked()) {
+        // Chunked request bodies are refused: clients of the OpenAI API send Content-Length, and
+        // Beast 1.74's chunk-header parser has an assertion the fuzzer reaches (http_request_fuzz).
+        const std::string body = error_json("invalid_request_error", "send the request body with Content-Length (chunked request bodies are not accepted)", "length_required");
+        co_await send_simple(client, 411, body, Headers(), true);
+        break;
+      }
       if (!ec && !parser.is_done()) {
         if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
           static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -374,8 +382,11 @@ struct GatewayServer::Impl {
                                                           slot == SlotQueue::kFull ? "the gateway's request queue is full" : "timed out waiting in the gateway's queue",
                                                           "queue_full"), header1("Retry-After", "1"));
     }
+    struct SlotGuard {  // released however proxy() ends (an exception included)
+      SlotQueue& q;
+      ~SlotGuard() { q.release(); }
+    } guard{slots};
     co_await proxy(client, req, ex, *summary, model);
-    slots.release();
   }
 
   awaitable<void> refuse(beast::tcp_stream& client, Exchange& ex, const Refusal& r) {
@@ -496,11 +507,23 @@ struct GatewayServer::Impl {
         metrics.count("prefix_affinity_lookups_total", Headers());
         if (affinity.record(*pkey, w->label)) metrics.count("prefix_affinity_hits_total", Headers());
       }
-      w->inflight += 1;
-      w->outstanding_tokens += summary.estimated_tokens;
-      Failure f = co_await attempt_on(client, *w, req, ex, &last_status, &last_body, &last_headers);
-      w->inflight -= 1;
-      w->outstanding_tokens -= summary.estimated_tokens;
+      struct LoadGuard {  // the worker's in-flight share, given back however the attempt ends
+        Worker& w;
+        int64_t tokens;
+        LoadGuard(Worker& worker, int64_t t) : w(worker), tokens(t) {
+          w.inflight += 1;
+          w.outstanding_tokens += tokens;
+        }
+        ~LoadGuard() {
+          w.inflight -= 1;
+          w.outstanding_tokens -= tokens;
+        }
+      };
+      Failure f;
+      {
+        LoadGuard load(*w, summary.estimated_tokens);
+        f = co_await attempt_on(client, *w, req, ex, &last_status, &last_body, &last_headers);
+      }
       ex.failure = f;
       if (f == Failure::kNone) {
         workers.record_success(*w);
@@ -770,7 +793,7 @@ Status GatewayServer::listen() {
 void GatewayServer::start() {
   auto& i = *impl_;
   i.work.emplace(i.ioc.get_executor());
-  net::co_spawn(net::make_strand(i.ioc), i.accept_loop(), net::detached);
+  net::co_spawn(i.accept_strand, i.accept_loop(), net::detached);
   net::co_spawn(net::make_strand(i.ioc), i.health_loop(), net::detached);
   net::co_spawn(net::make_strand(i.ioc), i.dns_loop(), net::detached);
   for (int t = 0; t < std::max(1, i.config.threads); ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
@@ -779,7 +802,7 @@ void GatewayServer::start() {
 int64_t GatewayServer::drain(double timeout_s) {
   auto& i = *impl_;
   i.draining = true;
-  net::post(i.ioc, [&i] {
+  net::post(i.accept_strand, [&i] {
     beast::error_code ec;
     i.acceptor.close(ec);
   });
@@ -792,7 +815,7 @@ void GatewayServer::stop() {
   auto& i = *impl_;
   if (i.threads.empty()) return;
   i.stopping = true;
-  net::post(i.ioc, [&i] {
+  net::post(i.accept_strand, [&i] {
     beast::error_code ec;
     i.acceptor.close(ec);
   });

@@ -548,3 +548,22 @@ def test_kill9_under_load_every_stream_ends_cleanly(cleanup):
     assert all(r[1] == "upstream_stream_cut" for r in first if r[0] == "cut")
     assert kinds.count("cut") >= 1 and kinds.count("done") >= 1, kinds
     assert all(r[0] == "done" for r in later), later
+
+
+def test_request_limits(cleanup):
+    """Bodies over --body-limit are 413, chunked request bodies 411, unknown paths 404; the gateway
+    still serves afterwards."""
+    w = worker(cleanup)
+    gw = Gateway([w.url], "--body-limit", 2000)
+    cleanup.append(gw)
+    st, _, raw = http("POST", gw.url + "/v1/completions", {"prompt": "x" * 5000, "max_tokens": 1})
+    assert st == 413 and json.loads(raw)["error"]["code"] == "request_too_large"
+    host, port = gw.url.split("//")[1].split(":")
+    import socket
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        body = b'{"prompt": "x"}'
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 411 ")
+    assert http("GET", gw.url + "/nope")[0] == 404
+    assert http("POST", gw.url + "/v1/completions", {"prompt": "x", "max_tokens": 1})[0] == 200
