@@ -236,6 +236,39 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
 void gemm_simt(const void* x, const void* w, DType dtype, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
                GemmOut mode, cudaStream_t s);
 
+// ---- quant_matmul.cu: GGUF block-quantized weights read natively ------------------------------
+
+// Weight formats with kernels: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, in the GGUF block
+// layout a file stores (rows of K / block_size blocks, row_bytes(format, K) bytes a row, rows
+// 2-byte aligned; K a multiple of 32 and of the block size).
+bool quant_weight_supported(DType format);
+// Activations quantized for gemv_quant: per 32 inputs of a row, 32 int8 codes q = round(x / d),
+// d = max|x| / 127, and ds = (d, d * sum(q)). x: [M, K] bf16 or f32; q: [M, K]; ds: [M, K / 32].
+void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K, int8_t* q, float2* ds, cudaStream_t s);
+// y[M, N] = x W^T from quantize_activations_q8's (q, ds) of x and a quantized W [N, K] (N = 2F:
+// [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. One warp an output row,
+// int8 dot products (dp4a) per 32 inputs. 1 <= M <= kQuantGemvMaxM.
+constexpr int kQuantGemvMaxM = 8;
+void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
+                void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
+// The same with the activations quantized inside the GEMV (each block into shared memory, the same
+// rounding as quantize_activations_q8) from bf16 rows x, or from x = rms_norm(residual[rows ? rows[m]
+// : m]) * norm_weight in f32 (no bf16 rounding in between): no separate norm or quantize kernel.
+// gemv_quant_fuses(M, K): M rows of K fit (M * K * 1.25 bytes <= 100 KiB).
+struct QuantGemvInput {
+  const void* x = nullptr;            // [M, K] bf16, or:
+  const float* residual = nullptr;    // [*, K] f32
+  const int32_t* rows = nullptr;      // optional [M]
+  const float* norm_weight = nullptr; // [K] f32
+  float eps = 1e-5f;
+};
+bool gemv_quant_fuses(int64_t M, int64_t K);
+void gemv_quant_fused(const QuantGemvInput& in, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y,
+                      int64_t ldy, GemmOut mode, cudaStream_t s);
+// out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
+// quant::dequantize_row computes it on the host (f32; bf16 rounds that).
+void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
+
 // ---- sampling.cu -----------------------------------------------------------------------------
 
 constexpr int kMaxTopLogprobs = 20;
