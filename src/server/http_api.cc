@@ -74,6 +74,7 @@ HandlerResult HttpApi::handle(HttpRequest& request) {
   t_request_start = start;
   // The route may move the request into deferred work: what the access line needs is kept here.
   AccessLogEntry access{request.remote, request.method, request.path};
+  access.request_id = request.header("x-request-id").substr(0, 128);
   const std::string allow_origin = ctx_.cors_allow_origin(request.header("origin"));
   HandlerResult res = route(request, &route_name);
   if (res.deferred) {
@@ -94,7 +95,7 @@ void HttpApi::finish(HandlerResult& res, const std::string& route_name, const st
                      AccessLogEntry access, double start) {
   ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
   // A generation job writes its own access line when it ends (GenerationJob).
-  if (!res.body && ctx_.options().access_log) {
+  if (!res.body && ctx_.options().access_log && route_name != "/load") {  // /load: a probe, polled often
     access.status = res.response.status;
     access.latency_s = ServingContext::now() - start;
     write_access_log(access);
@@ -116,6 +117,7 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
   static const Route kRoutes[] = {
       {"/", "GET", false},
       {"/health", "GET", false},
+      {"/load", "GET", false},
       {"/metrics", "GET", false},
       {"/v1/models", "GET", true},
       {"/v1/completions", "POST", true},
@@ -192,6 +194,10 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
     res.response = metrics();
     return res;
   }
+  if (path == "/load") {
+    res.response = load();
+    return res;
+  }
   if (ctx_.draining() && path != "/v1/models") {
     res.response = error_response(make_error(503, "service_unavailable", "the server is shutting down", "shutting_down"));
     return res;
@@ -220,6 +226,17 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
 HttpResponse HttpApi::health() {
   if (ctx_.draining()) return json_response(503, ojson{{"status", "draining"}});
   return json_response(200, ojson{{"status", "ok"}});
+}
+
+HttpResponse HttpApi::load() {
+  const EngineStats s = ctx_.engine().stats();
+  return json_response(200, ojson{{"status", ctx_.draining() ? "draining" : "ok"},
+                                  {"model", ctx_.model_name()},
+                                  {"running", s.num_running},
+                                  {"waiting", s.num_waiting},
+                                  {"kv_cache_usage", s.kv_cache_usage},
+                                  {"prefix_cache_queries", s.prefix_cache_queries},
+                                  {"prefix_cache_hits", s.prefix_cache_hits}});
 }
 
 HttpResponse HttpApi::metrics() {
@@ -415,6 +432,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.access.remote = req.remote;
   spec.access.method = req.method;
   spec.access.path = req.path;
+  spec.access.request_id = req.header("x-request-id").substr(0, 128);
   spec.start = t_request_start;
   spec.echo_texts = std::move(prepared.echo_texts);
   spec.tool_format = prepared.tool_format;

@@ -48,6 +48,9 @@ class HttpApi : public HttpHandler {
   HttpResponse detokenize(HttpRequest& request);
   HttpResponse models(const std::string& one);
   HttpResponse health();
+  // GET /load: {"status": "ok"|"draining", "model", "running", "waiting", "kv_cache_usage" (0..1),
+  // "prefix_cache_queries", "prefix_cache_hits"}: the cheap load report the gateway polls.
+  HttpResponse load();
   HttpResponse metrics();
 
   // Submits one engine request per prompt and builds the job (or the error response).
