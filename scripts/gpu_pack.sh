@@ -14,9 +14,13 @@ shared=${PAGODA_SHARED_DIR:-../shared}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/models" "$stage/shared/models"
-cp "$build/pagoda" "$build/tests/pagoda_gpu_tests" "$build/bench/pagoda_cuda_kernel_bench" "$stage/bin/"
+# PAGODA_PACK_KBENCH=0 leaves the kernel benchmark out (each binary carries every kernel: the
+# package must stay well under the device call's 64 MiB).
+bins=("$build/pagoda" "$build/tests/pagoda_gpu_tests")
+[ "${PAGODA_PACK_KBENCH:-1}" = 1 ] && bins+=("$build/bench/pagoda_cuda_kernel_bench")
+cp "${bins[@]}" "$stage/bin/"
 strip --strip-debug "$stage/bin/"*
-ldd "$build/pagoda" "$build/tests/pagoda_gpu_tests" "$build/bench/pagoda_cuda_kernel_bench" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
+ldd "${bins[@]}" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|librt|libpthread|libdl|libz|libssl|libcrypto|ld-linux[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 cp -rL models/tiny "$stage/models/"

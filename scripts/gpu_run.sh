@@ -256,6 +256,31 @@ stage_ncu_model() {
 }
 stage_hf() { TAILN=4 step hf_$1 150 python3 tools/hf_baseline.py "$(model_shape $1)" --runs=64:128:128,64:1000:1000; }
 
+# llama.cpp CUDA as the peer of the quantized runs (../shared/tools/llamacpp_gpu_peer.sh; the
+# copy of ../shared that scripts/gpu_stage.sh puts in .peer with PAGODA_STAGE_PEER=1): peerstart
+# starts its build and the synthetic Llama-3-8B-shaped F16 GGUF in the background; quant8b waits
+# for them, quantizes that file with llama-quantize (QUANT_TYPES, default Q4_0 Q4_K_M) and runs, per
+# type, pagoda bench (weights native, then dequantized to bf16 as the control) and llama-bench on
+# the same file: pp512 and tg128, batch 1 (and 8 for Pagoda).
+stage_peerstart() {
+  [ -d .peer ] || { log "=== peerstart: no .peer (PAGODA_STAGE_PEER=1 scripts/gpu_stage.sh)"; return 1; }
+  PEER=$PWD/.peer SYNTH=1 bash .peer/tools/llamacpp_gpu_peer.sh start >>"$SUMMARY" 2>&1
+}
+stage_quant8b() {
+  TAILN=3 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
+  local f16=$SHM/m8b-f16.gguf t f
+  for t in ${QUANT_TYPES:-Q4_0 Q4_K_M}; do
+    f=$SHM/m8b-$t.gguf
+    [ -f $f ] || TAILN=2 step quantize_$t 150 /tmp/lc/build/bin/llama-quantize $f16 $f $t 16
+  done
+  for t in ${QUANT_TYPES:-Q4_0 Q4_K_M}; do
+    f=$SHM/m8b-$t.gguf
+    TAILN=8 step qbench_native_$t 80 $PAGODA bench -m $f --device cuda -p 512 -n 128 -b 1,8 -r 3
+    TAILN=4 step qbench_bf16_$t 60 $PAGODA bench -m $f --device cuda --cuda-quant-weights dequantize -p 0 -n 128 -b 1 -r 3
+    TAILN=6 step qpeer_$t 80 /tmp/lc/build/bin/llama-bench -m $f -ngl 99 -p 512 -n 128 -r 3
+  done
+}
+
 stage_bench() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
   for shape in ${SHAPES:-llama3-8b llama3.2-1b}; do bench_model $shape; done
@@ -296,6 +321,8 @@ for s in "$@"; do
     ncu8b) stage_ncu_model 8b ;;
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
+    peerstart) stage_peerstart ;;
+    quant8b) stage_quant8b ;;
     *) log "unknown stage $s" ;;
   esac
 done

@@ -15,4 +15,12 @@ rm -rf "$dest"
 mkdir -p "$dest/.gpu"
 git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$dest"
 cp .gpu/pack.tar.xz "$dest/.gpu/"
+# PAGODA_STAGE_PEER=1: also what the llama.cpp peer needs of ../shared (its sources, its scripts, the
+# vocabulary of the synthetic 8B GGUF) as .peer (about 5 MB; the call carries 64 MiB in all).
+if [ "${PAGODA_STAGE_PEER:-0}" = 1 ]; then
+  shared=${PAGODA_SHARED_DIR:-../shared}
+  mkdir -p "$dest/.peer/tokenizers/vocab-vectors"
+  cp -rL "$shared/peers" "$shared/tools" "$dest/.peer/"
+  cp -L "$shared/tokenizers/vocab-vectors/ggml-vocab-llama-spm.gguf" "$dest/.peer/tokenizers/vocab-vectors/"
+fi
 du -sh "$dest"

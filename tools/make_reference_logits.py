@@ -246,6 +246,11 @@ def load_hf_dir(path):
 def check_rope(model, cfg):
     """The config transformers parsed must give the rope we meant."""
     rp = getattr(model.config, "rope_parameters", None) or {}
+    if "full_attention" in rp:  # per layer type (Gemma 3)
+        for t, want in cfg["rope_parameters"].items():
+            for k, v in want.items():
+                assert rp[t].get(k) == v, (t, rp[t], want)
+        return
     theta = tiny.rope_theta(cfg)
     assert abs(rp.get("rope_theta", getattr(model.config, "rope_theta", None)) - theta) < 1e-6 * theta, rp
     want_type = cfg.get("rope_scaling", {}).get("rope_type", "default")
@@ -435,6 +440,20 @@ def cross_check(path, ours):
     return True
 
 
+def check_gemma_gguf(path, cfg, hf_sd):
+    """A Gemma GGUF holds exactly the converter's form of the HF weights (norms as 1 + w, llama.cpp's
+    names); transformers' own GGUF loader is not consulted (its Gemma mapping is not the reference)."""
+    r = gguf.GGUFReader(path)
+    got = {t.name: gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32) for t in r.tensors}
+    want = dict(tiny.gguf_tensors(cfg, hf_sd))
+    if set(got) != set(want):
+        raise SystemExit(f"{path}: tensors {sorted(set(got) ^ set(want))} differ from the converter's set")
+    for k, v in want.items():
+        if not np.array_equal(got[k].reshape(v.shape), v):
+            raise SystemExit(f"{path}: {k} is not the converter's form of the HF weight")
+    log(f"  {os.path.basename(path)}: {len(want)} tensors are the converter's form of the HF weights")
+
+
 # ---- main -------------------------------------------------------------------------------------
 
 def main():
@@ -492,6 +511,9 @@ def main():
                     if c["format"] != "gguf":
                         continue
                     path = os.path.join(args.models, c["path"])
+                    if cfg["model_type"] in tiny.GEMMA:
+                        check_gemma_gguf(path, cfg, hf_sd)
+                        continue
                     sd, _, extra = gguf_state_dict(path)
                     for k, v in sd.items():
                         if not np.array_equal(v, hf_sd[k]):

@@ -124,7 +124,46 @@ MODELS = {
         },
         gguf_types=["q8_0", "q4_0"], shards=1, bf16_copy=True,
         description="Llama 2 style: MQA (1 kv head), theta 1e4, untied, context 256"),
+    # Gemma: real layer structure at tiny sizes. Windows far below the prompt lengths (33, 100 and
+    # 32 greedy tokens) so the sliding layers' masks matter; soft-caps small enough that dropping
+    # them moves the logits well past the bound; query_pre_attn_scalar = head_dim != hidden/heads
+    # (llama.cpp's rule for the non-27B GGUFs, which carry no such key).
+    "gemma2": dict(
+        config={
+            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "query_pre_attn_scalar": 32, "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "attn_logit_softcapping": 10.0, "final_logit_softcapping": 15.0,
+            "tie_word_embeddings": True, "attention_bias": False, "hidden_activation": "gelu_pytorch_tanh",
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+        },
+        gguf_types=[], shards=1, bf16_copy=False,
+        description="Gemma 2: (1+w) pre/post norms, GeGLU tanh, sqrt(hidden) embedding scale, sliding window 16 "
+                    "on alternate layers, attention soft-cap 10, final soft-cap 15, GQA 4/2, head_dim 32, tied"),
+    "gemma3": dict(
+        config={
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 7,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+            "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            "query_pre_attn_scalar": 32, "sliding_window": 8,
+            "layer_types": ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+            "attn_logit_softcapping": None, "final_logit_softcapping": None,
+            "tie_word_embeddings": True, "attention_bias": False, "hidden_activation": "gelu_pytorch_tanh",
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+        },
+        gguf_types=[], shards=1, bf16_copy=False,
+        description="Gemma 3: q/k (1+w) norms, five sliding (window 8, local theta 1e4) to one global layer "
+                    "(theta 1e6, linear rope x8), pre/post norms, GeGLU tanh, MQA 4/1, head_dim 32, tied"),
 }
+
+GEMMA = ("gemma2", "gemma3_text")
 
 GGUF_TYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
@@ -141,7 +180,9 @@ def dims(cfg):
 
 
 def rope_theta(cfg):
-    return cfg.get("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta", 10000.0))
+    rp = cfg.get("rope_parameters", {})
+    rp = rp.get("full_attention", rp)
+    return cfg.get("rope_theta", rp.get("rope_theta", 10000.0))
 
 
 def make_weights(name, cfg):
@@ -157,11 +198,14 @@ def make_weights(name, cfg):
     def linear(out_f, in_f):
         return normal((out_f, in_f), 1.0 / np.sqrt(in_f))
 
-    def norm(n):
-        return (1.0 + normal((n,), 0.1)).astype(np.float32)
+    gemma = cfg["model_type"] in GEMMA
+
+    def norm(n):  # Gemma's modules store w of the effective (1 + w) weight
+        return normal((n,), 0.1) if gemma else (1.0 + normal((n,), 0.1)).astype(np.float32)
 
     w = {}
-    # Logits of std ~4 either way: tied -> the embedding is also the output layer.
+    # Logits of std ~4 either way: tied -> the embedding is also the output layer (Gemma scales its
+    # input rows by sqrt(hidden), so its embedded tokens have std ~4).
     w["model.embed_tokens.weight"] = normal((V, H), 4.0 / np.sqrt(H) if tied else 1.0)
     for l in range(L):
         p = f"model.layers.{l}."
@@ -174,10 +218,13 @@ def make_weights(name, cfg):
             w[p + "self_attn.q_proj.bias"] = normal((heads * hd,), 0.2)
             w[p + "self_attn.k_proj.bias"] = normal((kv * hd,), 0.2)
             w[p + "self_attn.v_proj.bias"] = normal((kv * hd,), 0.2)
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "gemma3_text"):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
         w[p + "post_attention_layernorm.weight"] = norm(H)
+        if gemma:
+            w[p + "pre_feedforward_layernorm.weight"] = norm(H)
+            w[p + "post_feedforward_layernorm.weight"] = norm(H)
         w[p + "mlp.gate_proj.weight"] = linear(I, H)
         w[p + "mlp.up_proj.weight"] = linear(I, H)
         w[p + "mlp.down_proj.weight"] = linear(H, I)
@@ -224,11 +271,38 @@ def llama3_rope_divisors(cfg):
 
 
 def gguf_arch(cfg):
-    return {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg["model_type"]]
+    return {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+            "gemma3_text": "gemma3"}[cfg["model_type"]]
+
+
+def gemma_gguf_tensors(cfg, w):
+    """llama.cpp's Gemma converter: norm weights stored as 1 + w, post-norms by their own names."""
+    one = np.float32(1.0)
+    t = [("token_embd.weight", w["model.embed_tokens.weight"])]
+    for l in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        t += [(b + "attn_norm.weight", one + w[p + "input_layernorm.weight"]),
+              (b + "attn_q.weight", w[p + "self_attn.q_proj.weight"]),
+              (b + "attn_k.weight", w[p + "self_attn.k_proj.weight"]),
+              (b + "attn_v.weight", w[p + "self_attn.v_proj.weight"]),
+              (b + "attn_output.weight", w[p + "self_attn.o_proj.weight"])]
+        if p + "self_attn.q_norm.weight" in w:
+            t += [(b + "attn_q_norm.weight", one + w[p + "self_attn.q_norm.weight"]),
+                  (b + "attn_k_norm.weight", one + w[p + "self_attn.k_norm.weight"])]
+        t += [(b + "post_attention_norm.weight", one + w[p + "post_attention_layernorm.weight"]),
+              (b + "ffn_norm.weight", one + w[p + "pre_feedforward_layernorm.weight"]),
+              (b + "ffn_gate.weight", w[p + "mlp.gate_proj.weight"]),
+              (b + "ffn_up.weight", w[p + "mlp.up_proj.weight"]),
+              (b + "ffn_down.weight", w[p + "mlp.down_proj.weight"]),
+              (b + "post_ffw_norm.weight", one + w[p + "post_feedforward_layernorm.weight"])]
+    t.append(("output_norm.weight", one + w["model.norm.weight"]))
+    return t
 
 
 def gguf_tensors(cfg, w):
     """(GGUF name, array) in file order, Q/K permuted for llama-arch files."""
+    if cfg["model_type"] in GEMMA:
+        return gemma_gguf_tensors(cfg, w)
     heads, kv, _ = dims(cfg)
     permute = gguf_arch(cfg) == "llama"
     t = [("token_embd.weight", w["model.embed_tokens.weight"])]
@@ -295,6 +369,23 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
         wr.add_key_length(hd)
         wr.add_value_length(hd)
     wr.add_vocab_size(cfg["vocab_size"])
+    if cfg["model_type"] in GEMMA:  # what llama.cpp's Gemma converters write
+        wr.add_sliding_window(cfg["sliding_window"])
+        if cfg.get("attn_logit_softcapping"):
+            wr.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        if cfg.get("final_logit_softcapping"):
+            wr.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+        full = cfg["rope_parameters"].get("full_attention")
+        if full is not None and full.get("rope_type") == "linear":
+            wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            wr.add_rope_scaling_factor(full["factor"])
+        local = cfg["rope_parameters"].get("sliding_attention")
+        if local is not None and local.get("rope_theta", 10000.0) != 10000.0:
+            wr.add_rope_freq_base_swa(local["rope_theta"])
+        if cfg["model_type"] == "gemma3_text" and cfg["layer_types"] != [
+                "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(cfg["num_hidden_layers"])]:
+            wr.add_sliding_window_pattern([t == "sliding_attention" for t in cfg["layer_types"]])
+        wr.add_add_space_prefix(False)
     wr.add_file_type(ftype)
     if qtype not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
         wr.add_quantization_version(gguf.GGML_QUANT_VERSION)

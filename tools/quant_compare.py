@@ -3,6 +3,8 @@
 
   .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc \
       [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench]
+  .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name gemma3 --out /tmp/qc [--tokens 512]
+      (one already quantized file as it was shipped, reported as type "given"; nothing is quantized)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -166,7 +168,8 @@ def dtype_mix(model: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--f16", required=True)
+    ap.add_argument("--f16", help="the F16 file llama.cpp's quantizer starts from")
+    ap.add_argument("--given", help="an already quantized file: compare it alone (type 'given')")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--types", default=",".join(DEFAULT_TYPES))
@@ -175,16 +178,20 @@ def main() -> None:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
     a = ap.parse_args()
+    if bool(a.f16) == bool(a.given):
+        ap.error("give exactly one of --f16 and --given")
+    if a.given:
+        a.types = "given"
     os.makedirs(a.out, exist_ok=True)
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
-    ids = text_ids(a.f16, a.tokens)
+    ids = text_ids(a.f16 or a.given, a.tokens)
     prompt = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()[:400]
     for ty in a.types.split(","):
         if ty in results and results[ty].get("done"):
             continue
         row = {"type": ty}
-        qpath = os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        qpath = a.given or os.path.join(a.out, f"{a.name}-{ty}.gguf")
         fpath = os.path.join(a.out, f"{a.name}-{ty}.f32.gguf")
         t0 = time.time()
         try:
@@ -223,7 +230,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported per row
             row["error"] = f"{type(e).__name__}: {e}"
         row["seconds"] = round(time.time() - t0)
-        if not a.keep and os.path.exists(qpath) and row.get("done"):
+        if not a.keep and not a.given and os.path.exists(qpath) and row.get("done"):
             os.remove(qpath)
         results[ty] = row
         json.dump(results, open(res_path, "w"), indent=1)

@@ -1,5 +1,8 @@
 #include "api/openai_request.h"
 
+#include "api/structured_output_request.h"
+#include "api/tool_request.h"
+
 #include <cmath>
 #include <limits>
 
@@ -200,12 +203,6 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
     if (!lb->is_object()) return bad_request("'logit_bias' must be an object", "logit_bias");
     if (!lb->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
   }
-  if (const json* rf = f.get("response_format")) {
-    if (!rf->is_object()) return bad_request("'response_format' must be an object", "response_format");
-    auto t = rf->find("type");
-    if (t == rf->end() || !t->is_string() || t->get<std::string>() != "text")
-      return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
-  }
   return std::nullopt;
 }
 
@@ -371,6 +368,7 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
                        "prompt");
   }
   PAGODA_API_TRY(parse_options(j, &out->options, /*chat=*/false));
+  PAGODA_API_TRY(parse_structured_output(body, j, &out->options.structured));
   PAGODA_API_TRY(f.boolean("echo", &out->echo));
   if (const json* lp = f.get("logprobs")) {
     if (!Fields::is_integer(*lp)) return bad_request("'logprobs' must be an integer in [0, 20]", "logprobs");
@@ -396,6 +394,7 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest* o
   if (!m) return bad_request("'messages' is required", "messages");
   PAGODA_API_TRY(parse_messages(*m, &out->messages));
   PAGODA_API_TRY(parse_options(j, &out->options, /*chat=*/true));
+  PAGODA_API_TRY(parse_structured_output(body, j, &out->options.structured));
   PAGODA_API_TRY(f.boolean("logprobs", &out->logprobs_requested));
   int32_t top = 0;
   PAGODA_API_TRY(f.int32("top_logprobs", &top, 0, kMaxLogprobs));
@@ -408,9 +407,10 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest* o
     return bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be true",
                        "continue_final_message");
   if (out->continue_final_message) out->add_generation_prompt = false;
-  if (const json* t = f.get("tools")) {
-    if (!t->is_array()) return bad_request("'tools' must be a list", "tools");
-    if (!t->empty()) out->tools = nlohmann::ordered_json::parse(t->dump());
+  PAGODA_API_TRY(parse_tools(body, j, out));
+  if (const json* k = f.get("chat_template_kwargs")) {
+    if (!k->is_object()) return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    out->chat_template_kwargs = nlohmann::ordered_json::parse(k->dump());
   }
   return std::nullopt;
 }

@@ -48,6 +48,18 @@ ApiError bad_request(std::string message, std::string param = {}, std::string co
 // kMaxStopStringBytes. The error message (names the bound), or nullopt.
 std::optional<std::string> check_stop_strings(const std::vector<std::string>& stop);
 
+// A structured-output constraint as requested (compiled later, against the model's vocabulary).
+// From response_format {json_object | json_schema}, vLLM's structured_outputs {json, regex,
+// choice, grammar, json_object} or its older guided_json / guided_regex / guided_choice /
+// guided_grammar fields; at most one may be given.
+struct StructuredOutput {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kNone;
+  std::string text;                  // the schema (JSON text, key order kept), regex or grammar
+  std::vector<std::string> choices;  // kChoice
+  std::string param;                 // the request field it came from (errors name it)
+};
+
 // Sampling and stopping options shared by both endpoints (engine semantics in engine.h).
 struct GenerationOptions {
   float temperature = 1.0f;
@@ -71,6 +83,7 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage
   int32_t logprobs = -1;           // -1: none; 0: the chosen token's; N: also the top N
+  StructuredOutput structured;
 };
 
 // One prompt of /v1/completions: text or token ids (exactly one is used).
@@ -91,7 +104,13 @@ struct ChatRequest {
   std::string model;
   // [{role, content: string}], content parts already joined; other message keys kept.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;    // null: none
+  nlohmann::ordered_json tools;    // null: none (each {type: "function", function: {name, parameters ...}})
+  // tool_choice: "none", "auto" (default with tools), "required", or a named function.
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;    // kNamed
+  bool parallel_tool_calls = true;
+  nlohmann::ordered_json chat_template_kwargs;  // null or an object of extra template variables
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   GenerationOptions options;

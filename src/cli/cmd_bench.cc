@@ -366,20 +366,16 @@ int run_bench(const BenchOptions& o) {
       ex = make_cpu_executor(*loaded->model, spec, pool);
     }
 
-    // Bytes of every matmul weight (read once per forward step) and the linear-parameter count.
-    // On CUDA the weights are read in the compute dtype the executor converted them to.
+    // Bytes of every matmul weight (read once per forward step: in the executor's own layout, e.g.
+    // a GPU's device formats, else the host tensors') and the linear-parameter count.
     const ModelWeights& w = loaded->model->weights();
-    bool all_f32 = true;
-    for (const LinearEntry& e : w.linears)
-      for (const Tensor& part : e.parts) all_f32 = all_f32 && part.dtype() == DType::kF32;
-    const bool f32_compute = cuda && (o.dtype == "f32" || (o.dtype == "auto" && all_f32));
-    auto bytes_of = [&](const Tensor& t) { return cuda ? t.numel() * (f32_compute ? 4 : 2) : t.nbytes(); };
     int64_t weight_bytes = 0, linear_params = 0;
     for (size_t i = 0; i < w.linears.size(); ++i)
       for (const Tensor& part : w.linears[i].parts) {
-        weight_bytes += bytes_of(part);
+        weight_bytes += part.nbytes();
         if (static_cast<int32_t>(i) != w.output.index) linear_params += part.numel();
       }
+    if (ex->linear_weight_bytes() >= 0) weight_bytes = ex->linear_weight_bytes();
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
     for (int64_t s = 0; s < seqs; ++s)
@@ -549,7 +545,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
       return 2;
     }
-    if (!resolve_device_option(o->device, "bench")) return 2;
+    if (!resolve_device_option(o->device, "bench", o->model)) return 2;
     auto tuning = resolve_tuning(o->tuning_flags);
     if (!tuning.ok()) {
       std::cerr << "pagoda bench: " << tuning.status().to_string() << "\n";

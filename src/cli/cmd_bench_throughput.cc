@@ -5,8 +5,15 @@
 // again one at a time. Reports output tokens/s of both and their ratio, and the KV memory
 // utilisation during the batched run: tokens the running sequences hold in the cache / tokens of
 // the KV blocks in use, summed over the run's engine steps (EngineStats).
-#include <fstream>
+//
+// --json-schema FILE: every request of the batched and sequential runs is constrained to the
+// schema (structured outputs); an unconstrained batched run follows for the ratio. Also reported:
+// the schema's compile time (cold, and cached on reuse) and the mask time per request-step
+// (median, p99) replayed over the generated tokens, from the warm mask cache and cold.
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -17,6 +24,7 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "engine/engine.h"
+#include "grammar/constraint.h"
 
 namespace pagoda::cli {
 namespace {
@@ -38,6 +46,7 @@ struct ThroughputOptions {
   TuningFlags tuning;
   SpeculativeOptions spec;
   std::string prompt_file;  // text prompts separated by lines "---" (default: random ids)
+  std::string json_schema;  // file; empty: unconstrained
 };
 
 // The prompts of --prompt-file: text blocks separated by lines holding only "---".
@@ -58,21 +67,32 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
   return prompts;
 }
 
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found("cannot open {}", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-GenerateRequest make_request(const std::vector<int32_t>& prompt, int output_len) {
+GenerateRequest make_request(const std::vector<int32_t>& prompt, int output_len,
+                             std::shared_ptr<const TokenConstraintSpec> constraint = nullptr) {
   GenerateRequest g;
   g.prompt_ids = prompt;
   g.sampling.temperature = 0;
+  g.sampling.constraint = std::move(constraint);
   g.stop.max_tokens = output_len;
   g.stop.ignore_eos = true;
   return g;
 }
 
 int run_throughput(ThroughputOptions& o) {
-  if (!resolve_device_option(o.device, "bench throughput")) return 2;
+  if (!resolve_device_option(o.device, "bench throughput", o.model)) return 2;
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
     std::cerr << "pagoda bench throughput: --num-prompts, --input-len, --output-len must be positive\n";
     return 2;
@@ -127,12 +147,36 @@ int run_throughput(ThroughputOptions& o) {
     while ((*s)->next()) {
     }
 
+  std::shared_ptr<const TokenConstraintSpec> constraint;
+  double compile_cold_s = 0, compile_cached_s = 0;
+  if (!o.json_schema.empty()) {
+    auto text = read_text_file(o.json_schema);
+    if (!text.ok()) {
+      std::cerr << "pagoda bench throughput: " << text.status().to_string() << "\n";
+      return 2;
+    }
+    e.constraint_cache();  // the vocabulary index is built once per model, not per schema
+    grammar::ConstraintSource src{grammar::ConstraintKind::kJsonSchema, *text, {}, nullptr};
+    auto t = std::chrono::steady_clock::now();
+    auto c = e.constraint(src);
+    compile_cold_s = since(t);
+    if (!c.ok()) {
+      std::cerr << "pagoda bench throughput: --json-schema: " << c.status().to_string() << "\n";
+      return 2;
+    }
+    t = std::chrono::steady_clock::now();
+    (void)e.constraint(src);
+    compile_cached_s = since(t);
+    constraint = *c;
+  }
+
   // Batched run; the engine sums the KV utilisation of every step (EngineStats), read around it.
   const EngineStats before = e.stats();
   std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::vector<int32_t>> outputs(prompts.size());
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& p : prompts) {
-    auto s = e.submit(make_request(p, o.output_len));
+    auto s = e.submit(make_request(p, o.output_len, constraint));
     if (!s.ok()) {
       std::cerr << "pagoda bench throughput: " << s.status().to_string() << "\n";
       return 1;
@@ -154,6 +198,7 @@ int run_throughput(ThroughputOptions& o) {
       while (auto out = streams[i]->try_next()) {
         progress = true;
         generated += static_cast<int64_t>(out->tokens.size());
+        for (const auto& t : out->tokens) outputs[i].push_back(t.token);
         if (out->finished) {
           finished[i] = true;
           --remaining;
@@ -177,7 +222,7 @@ int run_throughput(ThroughputOptions& o) {
   const EngineStats seq_before = e.stats();
   const auto t1 = std::chrono::steady_clock::now();
   for (int i = 0; i < seq_n; ++i) {
-    auto s = e.submit(make_request(prompts[i], o.output_len));
+    auto s = e.submit(make_request(prompts[i], o.output_len, constraint));
     if (!s.ok()) return 1;
     while (auto out = (*s)->next()) seq_generated += static_cast<int64_t>(out->tokens.size());
   }
@@ -198,6 +243,67 @@ int run_throughput(ThroughputOptions& o) {
   const std::string spec_batched_s = spec_of(before, after, spec_batched), spec_seq_s = spec_of(seq_before, seq_after, spec_seq);
 
   nlohmann::json j;
+  if (constraint) {
+    // The same batched run without the constraint, for the ratio.
+    std::vector<std::shared_ptr<RequestStream>> plain;
+    const auto t2 = std::chrono::steady_clock::now();
+    for (const auto& p : prompts) {
+      auto s = e.submit(make_request(p, o.output_len));
+      if (!s.ok()) return 1;
+      plain.push_back(*s);
+    }
+    int64_t plain_generated = 0;
+    for (auto& s : plain)
+      while (auto out = s->next()) plain_generated += static_cast<int64_t>(out->tokens.size());
+    const double plain_s = since(t2);
+    // Mask time per request-step, replayed over the generated tokens: warm (the run filled the
+    // grammar's mask cache) and cold (the trie walk of every state).
+    auto spec = std::dynamic_pointer_cast<const grammar::GrammarConstraintSpec>(constraint);
+    std::vector<double> warm, cold;
+    std::vector<uint32_t> mask(static_cast<size_t>(spec->compiled()->vocab().mask_words()));
+    for (const auto& toks : outputs) {
+      auto state = constraint->start();
+      grammar::GrammarMatcher m(spec->compiled());
+      for (int32_t t : toks) {
+        auto a = std::chrono::steady_clock::now();
+        state->fill_mask(mask);
+        warm.push_back(since(a));
+        if (cold.size() < 2000) {
+          a = std::chrono::steady_clock::now();
+          spec->compiled()->compute_mask(m.state(), mask);
+          cold.push_back(since(a));
+        }
+        if (!state->advance(t)) break;
+        m.accept_token(t);
+      }
+    }
+    auto pct = [](std::vector<double> v, double q) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+    };
+    const auto stats = spec->compiled()->cache_stats();
+    j["json_schema"] = o.json_schema;
+    j["schema_compile_seconds"] = compile_cold_s;
+    j["schema_compile_cached_seconds"] = compile_cached_s;
+    j["unconstrained_output_tokens_per_s"] = plain_generated / plain_s;
+    j["constrained_over_unconstrained"] = (generated / batched_s) / (plain_generated / plain_s);
+    j["mask_us_median"] = 1e6 * pct(warm, 0.5);
+    j["mask_us_p99"] = 1e6 * pct(warm, 0.99);
+    j["mask_cold_us_median"] = 1e6 * pct(cold, 0.5);
+    j["mask_cold_us_p99"] = 1e6 * pct(cold, 0.99);
+    j["mask_steps"] = warm.size();
+    j["mask_cache_entries"] = stats.entries;
+    if (!o.json)
+      std::cout << fmt::format(
+          "json schema {}: compiled in {:.2f} ms ({:.3f} ms cached); constrained {:.1f} vs unconstrained {:.1f} output tok/s "
+          "= x{:.3f}\nmask per request-step over {} steps: median {:.1f} us, p99 {:.1f} us (cold trie walk: median {:.1f} us, "
+          "p99 {:.1f} us; {} cached states)\n",
+          o.json_schema, 1e3 * compile_cold_s, 1e3 * compile_cached_s, generated / batched_s, plain_generated / plain_s,
+          j["constrained_over_unconstrained"].get<double>(), warm.size(), j["mask_us_median"].get<double>(),
+          j["mask_us_p99"].get<double>(), j["mask_cold_us_median"].get<double>(), j["mask_cold_us_p99"].get<double>(),
+          stats.entries);
+  }
   j["model"] = o.model;
   j["num_prompts"] = o.num_prompts;
   j["input_len"] = o.input_len;
@@ -251,6 +357,9 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
   add_speculative_options(app, &o->spec);
   app->add_flag("--json", o->json, "Print JSON");
+  app->add_option("--json-schema", o->json_schema,
+                  "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")
+      ->check(CLI::ExistingFile);
   return [o] { return run_throughput(*o); };
 });
 

@@ -43,7 +43,7 @@ struct GenerateOptions {
 };
 
 int run_generate(GenerateOptions& o) {
-  if (!resolve_device_option(o.device, "generate")) return 2;
+  if (!resolve_device_option(o.device, "generate", o.model)) return 2;
   if (!check_max_model_len("generate", o.model, o.max_model_len)) return 2;
   EngineConfig cfg;
   cfg.model = o.model;

@@ -104,7 +104,21 @@ int run_info(const std::string& path, bool as_json) {
                            cfg->head_dim, cfg->attention_bias ? ", qkv bias" : "", cfg->qk_norm ? ", q/k norm" : "");
   std::cout << fmt::format("rope          theta {}  {}  dims {}{}\n", cfg->rope_theta, rope_layout_name(cfg->rope_layout),
                            cfg->rope_dim,
-                           cfg->rope_scaling.kind == RopeScaling::Kind::kLlama3 ? fmt::format("  llama3 x{}", cfg->rope_scaling.factor) : "");
+                           cfg->rope_scaling.kind == RopeScaling::Kind::kLlama3   ? fmt::format("  llama3 x{}", cfg->rope_scaling.factor)
+                           : cfg->rope_scaling.kind == RopeScaling::Kind::kLinear ? fmt::format("  linear x{}", cfg->rope_scaling.factor)
+                                                                                  : "");
+  if (cfg->sliding_window > 0) {
+    int64_t n = cfg->num_layers;
+    if (!cfg->sliding_layers.empty()) {
+      n = 0;
+      for (bool b : cfg->sliding_layers) n += b;
+    }
+    std::cout << fmt::format("sliding win   {} tokens on {} of {} layers{}\n", cfg->sliding_window, n, cfg->num_layers,
+                             cfg->rope_local_theta > 0 ? fmt::format(" (rope theta {})", cfg->rope_local_theta) : "");
+  }
+  if (cfg->query_pre_attn_scalar > 0 || cfg->attn_logit_softcap > 0 || cfg->final_logit_softcap > 0)
+    std::cout << fmt::format("gemma         query scale 1/sqrt({}), soft-cap attention {} final {}\n",
+                             cfg->query_pre_attn_scalar, cfg->attn_logit_softcap, cfg->final_logit_softcap);
   std::cout << fmt::format("rms_norm_eps  {}\n", cfg->rms_norm_eps);
   std::cout << fmt::format("tied embed    {}\n", cfg->tie_word_embeddings ? "yes" : "no");
   std::cout << fmt::format("context       {} tokens\n", cfg->max_position_embeddings);

@@ -155,6 +155,10 @@ int run_memplan(const MemplanOptions& o) {
     return 3;
   }
   std::cout << plan->to_string() << "\n";
+  if (facts->config.sliding_window > 0 && !facts->config.sliding_layers.empty())
+    std::cout << fmt::format("note: every layer keeps every token's K/V, the sliding-window layers included (window {}): "
+                             "the cache does not evict tokens that left the window yet\n",
+                             facts->config.sliding_window);
   if (plan->max_concurrency < o.max_num_seqs)
     std::cout << fmt::format("note: at full length only {:.1f} of --max-num-seqs {} sequences fit at once; shorter "
                              "sequences share the cache (blocks are allocated as tokens arrive)\n",

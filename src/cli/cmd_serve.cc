@@ -99,7 +99,7 @@ int run_serve(ServeCliOptions& o) {
     log_error("serve", "unknown --kv-dtype '{}'", o.kv_dtype);
     return 2;
   }
-  if (!resolve_device_option(o.engine.device, "serve")) return 2;
+  if (!resolve_device_option(o.engine.device, "serve", o.engine.model)) return 2;
   if (!check_max_model_len("serve", o.engine.model, o.engine.max_model_len)) return 2;
   // Claim the ports before the (slow) model load.
   auto bound = server::BoundSocket::bind(o.serve.host, o.serve.port);

@@ -49,17 +49,24 @@ struct TuningFlags {
   std::string row_attention;
   int simt_heads = -1;
   int gemv_max_rows = -1;
+  std::string quant_weights;
+  int quant_gemv_max_rows = -1;
   bool cuda_profile = false;
   std::string block_trace;
 };
 
-// --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-profile, --cuda-block-trace
+// --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
+// --cuda-quant-gemv-max-rows, --cuda-profile, --cuda-block-trace
 // (common/tuning_config.h): the same for every subcommand that runs a model.
 inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-row-attention", f.row_attention,
                   "CUDA decode attention: auto, simt (no tensor cores), mma (tensor cores for short launches too)");
   app->add_option("--cuda-simt-heads", f.simt_heads, "CUDA: query heads a SIMT attention block takes (0: auto, 1, 2, 4)");
   app->add_option("--cuda-gemv-max-rows", f.gemv_max_rows, "CUDA: rows up to which bf16 linear layers use the GEMV (0-4)");
+  app->add_option("--cuda-quant-weights", f.quant_weights,
+                  "CUDA: GGUF quantized weights native (kept in their blocks where kernels exist) or dequantize (bf16)");
+  app->add_option("--cuda-quant-gemv-max-rows", f.quant_gemv_max_rows,
+                  "CUDA: rows up to which quantized layers use the int8 GEMV (0-8; more rows dequantize for cuBLASLt)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
@@ -73,6 +80,8 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   if (!f.row_attention.empty()) t.row_attention = f.row_attention;
   if (f.simt_heads >= 0) t.simt_heads = f.simt_heads;
   if (f.gemv_max_rows >= 0) t.gemv_max_rows = f.gemv_max_rows;
+  if (!f.quant_weights.empty()) t.quant_weights = f.quant_weights;
+  if (f.quant_gemv_max_rows >= 0) t.quant_gemv_max_rows = f.quant_gemv_max_rows;
   if (f.cuda_profile) t.cuda_profile = true;
   if (!f.block_trace.empty()) t.block_trace = f.block_trace;
   PAGODA_RETURN_IF_ERROR(t.validate());

@@ -15,8 +15,9 @@
 namespace pagoda::cli {
 
 // "auto" becomes "cuda:0" when this build has the CUDA backend and a device is visible, else
-// "cpu"; the choice and its reason are logged. Explicit devices are checked (parse_device) and kept.
-bool resolve_device_option(std::string& device, std::string_view cmd);
+// "cpu" (also when `model`, if given, is of a family the CUDA backend does not run); the choice
+// and its reason are logged. Explicit devices are checked (parse_device) and kept.
+bool resolve_device_option(std::string& device, std::string_view cmd, const std::string& model = {});
 
 // Refuses a --max-model-len beyond the model's trained context (max_position_embeddings; read
 // from the GGUF header or config.json without loading weights). There is no RoPE-scaling flag

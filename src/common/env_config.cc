@@ -67,6 +67,14 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
     PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_GEMV_MAX_ROWS", *v, n.gemv_max_rows));
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_GEMV_MAX_ROWS", *v));
   }
+  if (auto v = lookup("PAGODA_QUANT_WEIGHTS")) {
+    n.quant_weights = *v;
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_QUANT_WEIGHTS", *v));
+  }
+  if (auto v = lookup("PAGODA_QUANT_GEMV_MAX_ROWS")) {
+    PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_QUANT_GEMV_MAX_ROWS", *v, n.quant_gemv_max_rows));
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_QUANT_GEMV_MAX_ROWS", *v));
+  }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
   PAGODA_RETURN_IF_ERROR(n.validate());

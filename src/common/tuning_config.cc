@@ -9,13 +9,18 @@ Status TuningConfig::validate() const {
     return invalid_argument("SIMT attention heads a block must be 0 (auto), 1, 2 or 4, got {}", simt_heads);
   if (gemv_max_rows < 0 || gemv_max_rows > kTuningMaxGemvRows)
     return invalid_argument("GEMV rows must be in [0, {}], got {}", kTuningMaxGemvRows, gemv_max_rows);
+  if (quant_weights != "native" && quant_weights != "dequantize")
+    return invalid_argument("quantized weights must be native or dequantize, got '{}'", quant_weights);
+  if (quant_gemv_max_rows < 0 || quant_gemv_max_rows > kTuningMaxQuantGemvRows)
+    return invalid_argument("quantized GEMV rows must be in [0, {}], got {}", kTuningMaxQuantGemvRows, quant_gemv_max_rows);
   return {};
 }
 
 std::string TuningConfig::to_string() const {
-  return fmt::format("row attention {} | simt heads {} | gemv rows {} | profile {} | block trace {}", row_attention,
-                     simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
-                     cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace);
+  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}) | profile {} | "
+                     "block trace {}",
+                     row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
+                     quant_weights, quant_gemv_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace);
 }
 
 }  // namespace pagoda

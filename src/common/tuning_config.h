@@ -14,6 +14,8 @@ namespace pagoda {
 
 // The most rows a bf16 linear layer can give the CUDA GEMV (backend/cuda/kernels.h, kGemvMaxM).
 inline constexpr int kTuningMaxGemvRows = 4;
+// The most rows a quantized linear layer can give the CUDA int8 GEMV (kernels.h, kQuantGemvMaxM).
+inline constexpr int kTuningMaxQuantGemvRows = 8;
 
 struct TuningConfig {
   // Decode attention kernel of the CUDA backend: "auto" (tensor cores for 16-bit caches, the SIMT
@@ -30,6 +32,14 @@ struct TuningConfig {
   // Per-op GPU time: every step eager with CUDA events between ops, reported by `pagoda bench`.
   // Env PAGODA_CUDA_PROFILE=1, flag --cuda-profile.
   bool cuda_profile = false;
+  // GGUF quantized weights on the GPU: "native" (the formats with kernels stay in their blocks:
+  // backend/cuda/device_weight.h) or "dequantize" (bf16 at load, 3-4x the memory). Env
+  // PAGODA_QUANT_WEIGHTS, flag --cuda-quant-weights.
+  std::string quant_weights = "native";
+  // Rows up to which native quantized layers use the int8 GEMV instead of dequantizing for
+  // cuBLASLt, 0..kTuningMaxQuantGemvRows. Env PAGODA_QUANT_GEMV_MAX_ROWS, flag
+  // --cuda-quant-gemv-max-rows.
+  int quant_gemv_max_rows = kTuningMaxQuantGemvRows;
   // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds
   // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
   // flag --cuda-block-trace.
@@ -37,7 +47,8 @@ struct TuningConfig {
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
-  // One line: "row attention auto | simt heads 0 | gemv rows 1 | profile off | block trace off".
+  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8) |
+  // profile off | block trace off".
   std::string to_string() const;
 };
 

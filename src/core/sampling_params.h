@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "common/status.h"
+#include "core/token_constraint.h"
 
 namespace pagoda {
 
@@ -18,6 +20,8 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; output tokens
   std::optional<uint64_t> seed;     // same seed, same output
   int32_t logprobs = -1;            // -1: none; 0: the chosen token's; N: also the top N
+  // Structured output: only tokens the constraint allows are sampled (null: unconstrained).
+  std::shared_ptr<const TokenConstraintSpec> constraint;
 
   bool greedy() const { return temperature < 1e-5f; }
   // Range checks; the message names the parameter.

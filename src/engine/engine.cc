@@ -8,6 +8,7 @@
 #include "engine/engine_core.h"
 #include "runtime/device_spec.h"
 #include "engine/stop_matcher.h"
+#include "grammar/constraint.h"
 #include "template/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -470,13 +471,18 @@ std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) 
 }
 std::string Engine::token_piece(int32_t id) const { return loop_->tokenizer().token_bytes(id); }
 bool Engine::has_chat_template() const { return loop_->chat_template().has_value(); }
+std::string Engine::chat_template_source() const {
+  return loop_->chat_template() ? loop_->chat_template()->source() : std::string();
+}
 Result<std::string> Engine::apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                                const nlohmann::ordered_json& tools) const {
+                                                const nlohmann::ordered_json& tools,
+                                                const nlohmann::ordered_json& extra_context) const {
   const auto& t = loop_->chat_template();
   if (!t) return make_status(StatusCode::kUnimplemented, "this model has no chat template; use /v1/completions");
   ChatTemplateOptions o;
   o.add_generation_prompt = add_generation_prompt;
   o.tools = tools;
+  if (extra_context.is_object()) o.extra_context = extra_context;
   return t->render(messages, o);
 }
 std::string Engine::model_name() const {

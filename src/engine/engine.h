@@ -37,6 +37,14 @@ namespace pagoda {
 
 class Tokenizer;
 class EngineLoop;
+namespace grammar {
+struct ConstraintSource;
+class ConstraintCache;
+class TokenVocabulary;
+}  // namespace grammar
+// The tokenizer as the grammar engine sees it: each token's bytes (special tokens: none) and the
+// stop ids the engine ends generation on.
+std::shared_ptr<const grammar::TokenVocabulary> make_token_vocabulary(const Tokenizer& tok);
 
 struct GenerateRequest {
   std::string request_id;              // empty: the engine assigns "req-N"
@@ -148,14 +156,25 @@ class Engine {
   // Renders the model's chat template (Hugging Face apply_chat_template semantics) over
   // `messages` (a JSON array of {role, content, ...}); `tools` null for none. kUnimplemented
   // when the model has no chat template; kInvalidArgument for template errors.
+  // extra_context (chat_template_kwargs): an object of extra template variables (e.g.
+  // enable_thinking), or null.
   Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                          const nlohmann::ordered_json& tools = nullptr) const;
+                                          const nlohmann::ordered_json& tools = nullptr,
+                                          const nlohmann::ordered_json& extra_context = nullptr) const;
   bool has_chat_template() const;
+  // The chat template's Jinja source (empty without one): tool-call formats are chosen from it.
+  std::string chat_template_source() const;
   // A short model name: the model file or directory name without a .gguf extension.
   std::string model_name() const;
   // Called on the engine thread after each step that ran the model, with the number of tokens
   // in that step's batch (prefill + decode). Set it before submitting traffic; cheap, no blocking.
   void set_step_observer(std::function<void(int64_t num_tokens)> fn);
+
+  // Structured outputs: the constraint compiled against this model's vocabulary (cached by its
+  // source text; the first call builds the vocabulary index). Errors: kInvalidArgument saying
+  // what is wrong with the schema / regex / grammar.
+  Result<std::shared_ptr<const TokenConstraintSpec>> constraint(const grammar::ConstraintSource& source) const;
+  grammar::ConstraintCache& constraint_cache() const;
 
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
@@ -170,6 +189,8 @@ class Engine {
  private:
   explicit Engine(std::unique_ptr<EngineLoop> loop);
   std::unique_ptr<EngineLoop> loop_;
+  mutable std::once_flag constraints_once_;
+  mutable std::unique_ptr<grammar::ConstraintCache> constraints_;
 };
 
 }  // namespace pagoda

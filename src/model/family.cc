@@ -6,7 +6,7 @@ namespace pagoda {
 namespace {
 
 // One line per family.
-const Family* const kFamilies[] = {&llama_family()};
+const Family* const kFamilies[] = {&llama_family(), &gemma_family()};
 
 }  // namespace
 

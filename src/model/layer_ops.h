@@ -16,7 +16,12 @@
 
 #include <cstdint>
 
+#include "common/check.h"
 #include "model/model_weights.h"
+
+namespace pagoda {
+class RopeTable;
+}
 
 namespace pagoda {
 
@@ -31,6 +36,17 @@ struct AttentionArgs {
   VectorId q_norm;    // optional [head_dim] f32 per-head RMSNorm of q and k before RoPE (Qwen3)
   VectorId k_norm;
   double norm_eps = 1e-6;
+  // Gemma's per-layer variants; the defaults are the Llama behaviour.
+  float scale = 0.0f;          // scores = q.k * scale; 0: 1 / sqrt(head_dim)
+  float logit_softcap = 0.0f;  // > 0: scores = cap * tanh(scores / cap) before the softmax (Gemma 2)
+  int64_t sliding_window = -1; // -1: the config's window; 0: full attention; > 0: keys in (p - w, p]
+  const RopeTable* rope = nullptr;  // the model's table for this layer; nullptr: Model::rope()
+};
+
+// The gate's activation of a gated MLP: act(g) * u.
+enum class GateActivation {
+  kSilu,      // SwiGLU (Llama)
+  kGeluTanh,  // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh)
 };
 
 class LayerOps {
@@ -52,6 +68,26 @@ class LayerOps {
   virtual void final_logits(const NormArgs& norm, LinearId w) = 0;
   // After layer `layer`'s last op (debug hooks; backends may ignore it).
   virtual void end_layer(int64_t layer) {}
+
+  // Ops of the Gemma family (model/families/gemma.cc). A backend that does not implement them
+  // must refuse such models at load (the CUDA executor does); reaching these defaults aborts.
+  // residual *= scale (Gemma's sqrt(hidden) embedding scale)
+  virtual void scale_residual(float /*scale*/) { unsupported("scale_residual"); }
+  // residual += rms_norm(attn @ w^T) * post.weight (the post-attention norm), w [D, Q]
+  virtual void linear_post_norm_residual(LinearId /*w*/, const NormArgs& /*post*/) { unsupported("linear_post_norm_residual"); }
+  // residual += rms_norm(act(g) * u @ down^T) * post.weight, [g | u] = rms_norm(residual) @ gate_up^T
+  virtual void gated_mlp_post_norm(const NormArgs& /*norm*/, LinearId /*gate_up*/, LinearId /*down*/,
+                                   GateActivation /*act*/, const NormArgs& /*post*/) {
+    unsupported("gated_mlp_post_norm");
+  }
+  // logits = final_logits(norm, w), then cap * tanh(logits / cap) when cap > 0 (Gemma 2)
+  virtual void final_logits_softcap(const NormArgs& /*norm*/, LinearId /*w*/, float /*cap*/) { unsupported("final_logits_softcap"); }
+
+ private:
+  [[noreturn]] static void unsupported(const char* op) {
+    PAGODA_CHECK(false, "layer op {} is not implemented by this backend (it must refuse the model at load)", op);
+    __builtin_unreachable();
+  }
 };
 
 }  // namespace pagoda

@@ -16,6 +16,8 @@ const char* arch_family_name(ArchFamily a) {
     case ArchFamily::kMistral: return "mistral";
     case ArchFamily::kQwen2: return "qwen2";
     case ArchFamily::kQwen3: return "qwen3";
+    case ArchFamily::kGemma2: return "gemma2";
+    case ArchFamily::kGemma3: return "gemma3";
   }
   return "?";
 }
@@ -50,6 +52,14 @@ Status ModelConfig::validate() const {
   if (!std::isfinite(rope_theta) || !(rope_theta > 0))
     return invalid_argument("model config: rope_theta {} must be positive and finite", rope_theta);
   if (sliding_window < 0) return invalid_argument("model config: sliding_window {} must be >= 0", sliding_window);
+  if (!sliding_layers.empty() && static_cast<int64_t>(sliding_layers.size()) != num_layers)
+    return invalid_argument("model config: {} sliding-window layer flags for {} layers", sliding_layers.size(), num_layers);
+  for (auto [v, name] : {std::pair{query_pre_attn_scalar, "query_pre_attn_scalar"},
+                         std::pair{attn_logit_softcap, "attn_logit_softcapping"},
+                         std::pair{final_logit_softcap, "final_logit_softcapping"},
+                         std::pair{rope_local_theta, "rope_local_base_freq"}})
+    if (!std::isfinite(v) || v < 0 || v > 1e12)
+      return invalid_argument("model config: {} {} must be finite and >= 0", name, v);
   if (rope_scaling.kind != RopeScaling::Kind::kNone) {
     const RopeScaling& r = rope_scaling;
     if (!std::isfinite(r.factor) || !(r.factor > 0) || r.factor > 1e6)
@@ -101,6 +111,15 @@ nlohmann::json ModelConfig::to_json() const {
   j["attention_bias"] = attention_bias;
   j["qk_norm"] = qk_norm;
   j["sliding_window"] = sliding_window;
+  if (!sliding_layers.empty()) {
+    int64_t n = 0;
+    for (bool b : sliding_layers) n += b;
+    j["sliding_window_layers"] = n;
+  }
+  if (query_pre_attn_scalar > 0) j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+  if (attn_logit_softcap > 0) j["attn_logit_softcapping"] = attn_logit_softcap;
+  if (final_logit_softcap > 0) j["final_logit_softcapping"] = final_logit_softcap;
+  if (rope_local_theta > 0) j["rope_local_theta"] = rope_local_theta;
   return j;
 }
 
@@ -182,6 +201,10 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     return invalid_argument("config.json: 'model_type' has type {}, expected a string", j["model_type"].type_name());
   const std::string model_type = j.value("model_type", std::string());
   c.arch_name = model_type;
+  if (j.contains("text_config") && j.contains("vision_config") && !j.contains("vocab_size"))
+    return unimplemented("config.json: '{}' is a multimodal checkpoint (text_config + vision_config); its text decoder "
+                         "alone is supported as a text-only checkpoint (e.g. Gemma3ForCausalLM, model_type gemma3_text)",
+                         model_type);
   const Family* family = find_family(model_type);
   if (family == nullptr)
     return unimplemented("model_type '{}' is not supported (supported: {})", model_type, supported_architectures());
@@ -226,7 +249,6 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
       PAGODA_ASSIGN_OR_RETURN(c.sliding_window, int_field("sliding_window", int64_t{0}));  // the family decides its use
     }
-    PAGODA_RETURN_IF_ERROR(family->configure_hf(model_type, j, c));
     // transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters {rope_type, rope_theta, ...}.
     nlohmann::json rope = nlohmann::json::object();
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = j["rope_scaling"];
@@ -246,6 +268,8 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     } else if (rope_type != "default") {
       return unimplemented("config.json: rope type '{}' is not supported", rope_type);
     }
+    // The family's flags last: it may refine the generic keys (Gemma 3's per-layer-type RoPE).
+    PAGODA_RETURN_IF_ERROR(family->configure_hf(model_type, j, c));
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("config.json: {}", e.what());
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -25,7 +26,7 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxContextLength = int64_t{1} << 24;
 
-enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3 };
+enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma2, kGemma3 };
 const char* arch_family_name(ArchFamily a);
 
 struct ModelConfig {
@@ -48,10 +49,22 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
   int64_t sliding_window = 0;   // 0: full attention
+  // Gemma 2 / 3 (0 / empty: absent):
+  // Which layers use the sliding window ([num_layers]); empty: every layer does (Mistral).
+  std::vector<bool> sliding_layers;
+  double query_pre_attn_scalar = 0;  // attention scale 1 / sqrt(this); 0: 1 / sqrt(head_dim)
+  double attn_logit_softcap = 0;     // scores = cap * tanh(scores / cap)
+  double final_logit_softcap = 0;    // logits = cap * tanh(logits / cap)
+  double rope_local_theta = 0;       // RoPE base of the sliding layers (no scaling); 0: rope_theta
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
   RopeSpec rope_spec() const { return {rope_dim, rope_theta, rope_layout, rope_scaling}; }
+  // The window layer `layer` attends over (0: full attention).
+  int64_t layer_window(int64_t layer) const {
+    if (sliding_layers.empty()) return sliding_window;
+    return sliding_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
+  }
   // 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
   int64_t kv_bytes_per_token(DType kv_dtype) const;
   // Checks every hyper-parameter: sizes positive and below the kMax* bounds, heads divide, GQA

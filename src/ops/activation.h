@@ -13,4 +13,8 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool& pool)
 // [F, 2F); out [T, F] = silu(gate) * up.
 void swiglu_fused(const Tensor& gate_up, Tensor& out, ThreadPool& pool);
 
+// GeGLU (tanh GELU, Gemma) over fused gate/up projections, same layout as swiglu_fused:
+// out [T, F] = gelu_tanh(gate) * up.
+void geglu_tanh_fused(const Tensor& gate_up, Tensor& out, ThreadPool& pool);
+
 }  // namespace pagoda

@@ -18,6 +18,7 @@ void PagedAttentionParams::check() const {
                num_heads, cache.num_kv_heads);
   PAGODA_CHECK(q->dtype() == DType::kF32 && q->ndim() == 2 && q->dim(1) == num_heads * d, "q {}", q->shape_string());
   PAGODA_CHECK(out->shape() == q->shape() && out->dtype() == DType::kF32, "out {}", out->shape_string());
+  PAGODA_CHECK(std::isfinite(softcap) && softcap >= 0.0f, "softcap {}", softcap);
   for (const auto& s : seqs) {
     PAGODA_CHECK(s.num_queries >= 0 && s.context_len >= s.num_queries, "seq: {} queries, context {}", s.num_queries,
                  s.context_len);
@@ -104,7 +105,7 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
 
   cpu::AttentionArgs args{p.q->data_as<float>(), p.out->data_as<float>(), p.cache, p.num_heads, p.scale, p.sliding_window,
                           query_begin.data(), num_queries.data(), context_len.data(), tables.data(),
-                          pm.data(), pl.data(), pacc.data(), partial_rows};
+                          pm.data(), pl.data(), pacc.data(), partial_rows, p.softcap};
   // Longest key ranges first, claimed dynamically: contexts differ a lot within a batch.
   std::vector<int32_t> order(tasks.size());
   std::iota(order.begin(), order.end(), 0);

@@ -28,6 +28,7 @@ struct PagedAttentionParams {
   int64_t num_heads = 0;
   float scale = 1.0f;            // usually 1/sqrt(head_dim)
   int64_t sliding_window = 0;    // 0 = unlimited; else a query at p sees keys in (p - window, p]
+  float softcap = 0.0f;          // > 0: scores (scaled) = softcap * tanh(scores / softcap) (Gemma 2)
 
   void check() const;
 };

@@ -70,7 +70,7 @@ class CpuLayerOps final : public LayerOps {
     rp.v = &v_;
     rp.positions = batch_.positions;
     rp.slots = batch_.slots;
-    rp.rope = &m_.rope();
+    rp.rope = a.rope != nullptr ? a.rope : &m_.rope();
     rp.q_norm = a.q_norm.defined() ? &w_.vector(a.q_norm) : nullptr;
     rp.k_norm = a.k_norm.defined() ? &w_.vector(a.k_norm) : nullptr;
     rp.norm_eps = a.norm_eps;
@@ -84,9 +84,48 @@ class CpuLayerOps final : public LayerOps {
     ap.seqs = seqs_;
     ap.cache = kv_.layer(a.layer);
     ap.num_heads = c_.num_heads;
-    ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
-    ap.sliding_window = c_.sliding_window;
+    ap.scale = a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+    ap.sliding_window = a.sliding_window >= 0 ? a.sliding_window : c_.sliding_window;
+    ap.softcap = a.logit_softcap;
     paged_attention(ap, pool_);
+  }
+
+  void scale_residual(float scale) override {
+    flush_residual();
+    float* r = residual_.data_as<float>();
+    pool_.parallel_for(residual_.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) r[i] *= scale;
+    });
+  }
+
+  void linear_post_norm_residual(LinearId w, const NormArgs& post) override {
+    linear(cpu_weight(w), attn_, proj_, pool_);
+    rms_norm(proj_, w_.vector(post.weight), post.eps, proj_, pool_);
+    pending_add_ = true;
+  }
+
+  void gated_mlp_post_norm(const NormArgs& norm, LinearId gate_up, LinearId down, GateActivation act,
+                           const NormArgs& post) override {
+    norm_residual(norm, hidden_);
+    linear(cpu_weight(gate_up), hidden_, gate_up_, pool_);
+    if (act == GateActivation::kGeluTanh) {
+      geglu_tanh_fused(gate_up_, act_, pool_);
+    } else {
+      swiglu_fused(gate_up_, act_, pool_);
+    }
+    linear(cpu_weight(down), act_, proj_, pool_);
+    rms_norm(proj_, w_.vector(post.weight), post.eps, proj_, pool_);
+    pending_add_ = true;
+  }
+
+  void final_logits_softcap(const NormArgs& norm, LinearId w, float cap) override {
+    final_logits(norm, w);
+    if (!(cap > 0.0f) || logits_.numel() == 0) return;
+    float* l = logits_.data_as<float>();
+    const float inv = 1.0f / cap;
+    pool_.parallel_for(logits_.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) l[i] = cap * std::tanh(l[i] * inv);
+    });
   }
 
   void linear_residual(LinearId w) override {

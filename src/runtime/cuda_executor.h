@@ -4,10 +4,14 @@
 // skip with a clear message.
 //
 // Compute paths (chosen at load, printed by describe()):
-//   bf16  weights bf16 on the device (f16 / f32 weights converted, GGUF quantized weights
-//         dequantized to bf16 at load, on the host, through pinned staging), bf16 activations into
-//         cuBLASLt matmuls with f32 accumulation, f32 residual stream, f32 q/k/v after the
-//         projection (RoPE in f32), attention on tensor cores (prefill) / split-KV (decode).
+//   bf16  weights bf16 on the device (f16 / f32 weights converted on the host, through pinned
+//         staging), except GGUF quantized weights of the formats with kernels (Q4_0, Q4_1, Q5_0,
+//         Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: backend/cuda/device_weight.h), which keep their blocks and
+//         run an int8 GEMV for few rows (dequantized into a scratch for more); other quantized
+//         types are dequantized to bf16 at load (all of them with tuning.quant_weights
+//         "dequantize"). bf16 activations into cuBLASLt matmuls with f32 accumulation, f32
+//         residual stream, f32 q/k/v after the projection (RoPE in f32), attention on tensor
+//         cores (prefill) / split-KV (decode).
 //   f32   everything f32 (pure FP32 GEMMs, no TF32): the exact path the f32 reference sets and
 //         the CPU/CUDA agreement tests use; also what tiny models and stories260K run.
 // Batch invariance: in the default mode a request's greedy tokens can depend on the batch (the

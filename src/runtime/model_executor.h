@@ -43,6 +43,9 @@ struct SampleSpec {
   double uniform = 0;                       // the draw in [0, 1)
   TokenHistory history;                     // prompt and output tokens (penalties)
   std::span<const int32_t> blocked_ids;     // masked to -inf (min_tokens not reached); empty: none
+  // Structured output: packed allowed-token mask (core/token_constraint.h), ceil(vocab / 32)
+  // words; tokens whose bit is clear are masked to -inf before sampling. Empty: none.
+  std::span<const uint32_t> allowed_mask;
 };
 
 // Device memory as the executor sees it (NVML when present, else cudaMemGetInfo); 0 on the CPU.
@@ -70,6 +73,9 @@ class ModelExecutor {
   virtual DeviceMemoryStats device_memory() const { return {}; }
   // One line for start-up logs: device, compute path, graphs.
   virtual std::string describe() const { return device_name(); }
+  // Bytes of the matmul weights one forward step reads, in the layout the executor keeps them in
+  // (device formats on a GPU); -1: the host tensors' bytes (the CPU reads the file's blocks).
+  virtual int64_t linear_weight_bytes() const { return -1; }
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }

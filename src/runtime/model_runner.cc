@@ -38,6 +38,16 @@ int32_t best_draft_length(double alpha, int32_t max_k, double cost_per_draft) {
 ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
     : executor_(executor), block_size_(block_size), pool_(pool), samplers_(pool.size()) {}
 
+std::span<const uint32_t> ModelRunner::constraint_mask(ReqState& s, int64_t vocab) {
+  // The model's vocabulary may be padded past the tokenizer's: ids the constraint does not know
+  // stay disallowed.
+  const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+  const size_t cwords = (static_cast<size_t>(s.constraint->vocab_size()) + 31) / 32;
+  s.mask.assign(std::max(words, cwords), 0u);
+  s.constraint->fill_mask(std::span<uint32_t>(s.mask.data(), cwords));
+  return std::span<const uint32_t>(s.mask.data(), words);
+}
+
 void ModelRunner::set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer) {
   PAGODA_CHECK(config.enabled() && proposer != nullptr, "set_speculation without a method or proposer");
   spec_ = config;
@@ -66,6 +76,11 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     s.num_computed = n.num_computed_tokens;
     s.min_tokens = n.min_tokens;
     s.min_tokens_blocked_ids = n.min_tokens_blocked_ids;
+    if (n.sampling.constraint) {
+      // A resumed request replays the output it already has.
+      s.constraint = n.sampling.constraint->start();
+      for (size_t i = static_cast<size_t>(s.num_prompt); i < s.tokens.size(); ++i) s.constraint->advance(s.tokens[i]);
+    }
     reqs_[n.id] = std::move(s);
   }
   for (const auto& c : out.cached_requests) {
@@ -132,6 +147,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt),
                     std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
       if (n_out < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
+      if (s.constraint) sp.allowed_mask = constraint_mask(s, s.constraint->vocab_size());  // ids past it: disallowed on the device
     }
     std::vector<SampleResult> sampled;
     executor_.forward_sample(batch_, specs, sampled);
@@ -170,7 +186,9 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
         Rng rng = token_rng(s.seed, n_out);
         TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
                           std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
-        kept[i].push_back(sampler.sample(row, s.sampling, hist, rng));
+        std::span<const uint32_t> allowed;
+        if (s.constraint) allowed = constraint_mask(s, vocab);
+        kept[i].push_back(sampler.sample(row, s.sampling, hist, rng, allowed));
       }
     });
   }
@@ -196,6 +214,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     }
     for (auto& r : kept[i]) {
       s.tokens.push_back(r.token);
+      if (s.constraint) s.constraint->advance(r.token);
       result.samples.push_back({*sample_ids[i], std::move(r)});
     }
   }
@@ -211,6 +230,9 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
   reqs.reserve(ids.size());
   for (const std::string* id : ids) {
     ReqState& s = reqs_.at(*id);
+    // Constrained requests (structured output) decode without drafts: the verifier does not
+    // apply the constraint's masks.
+    if (s.constraint) continue;
     if (s.spec_k == 0) {
       // Speculation did not pay for this request: probe with one draft now and then.
       if (++s.spec_idle < kProbeInterval) continue;

@@ -80,7 +80,13 @@ class ModelRunner {
     double spec_accepted = 1.0, spec_rejected = 1.0;
     int32_t spec_k = -1;
     int32_t spec_idle = 0;  // steps without drafts since spec_k became 0
+    // Structured output: the request's position in its constraint (advanced by every sampled
+    // token) and the mask of the next step.
+    std::unique_ptr<TokenConstraint> constraint;
+    std::vector<uint32_t> mask;
   };
+  // The packed allowed mask of s's next token over `vocab` logits (s.constraint set).
+  static std::span<const uint32_t> constraint_mask(ReqState& s, int64_t vocab);
   // Drafts for the requests sampled this step (into result.drafts).
   void propose(const std::vector<const std::string*>& ids, RunnerOutput& result);
 

@@ -60,12 +60,27 @@ float log_sum_exp(std::span<const float> logits) {
   return mx + static_cast<float>(std::log(sum));
 }
 
-SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history, Rng& rng) {
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  const size_t n = logits.size();
+  PAGODA_CHECK(allowed.size() * 32 >= n, "token mask of {} words for {} logits", allowed.size(), n);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == ~0u) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t i = w * 32; i < end; ++i)
+      if (!((bits >> (i - w * 32)) & 1)) logits[i] = kNegInf;
+  }
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history, Rng& rng,
+                             std::span<const uint32_t> allowed) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   PAGODA_CHECK(vocab > 0, "empty logits");
   SampleResult result;
 
   work_.assign(logits.begin(), logits.end());
+  if (!allowed.empty()) apply_token_mask(work_, allowed);
   // Penalties.
   if (p.repetition_penalty != 1.0f) {
     auto penalize = [&](int32_t t) {
@@ -137,7 +152,14 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
     }
     // The walk order is whatever the (deterministic) selection left: same inputs, same order.
     double u = rng.uniform() * kept;
+    // Fallback for rounding (u never crossing zero): the last candidate with probability mass, so
+    // a masked (zero-probability) token is never returned.
     result.token = idx_[n - 1];
+    for (size_t i = n; i-- > 0;)
+      if (work_[idx_[i]] > 0) {
+        result.token = idx_[i];
+        break;
+      }
     for (size_t i = 0; i < n; ++i) {
       u -= work_[idx_[i]];
       if (u < 0) {

@@ -48,14 +48,20 @@ struct SampleResult {
 class Sampler {
  public:
   // logits: [vocab] f32 (not modified). Scratch buffers are reused between calls; a Sampler is
-  // not thread-safe (one per thread).
-  SampleResult sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng);
+  // not thread-safe (one per thread). allowed (structured outputs): a packed token mask (bit
+  // id % 32 of word id / 32, runtime/../core/token_constraint.h); tokens whose bit is clear get
+  // probability 0 before penalties and temperature. Empty: every token allowed.
+  SampleResult sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng,
+                      std::span<const uint32_t> allowed = {});
 
  private:
   std::vector<float> work_;
   std::vector<int32_t> idx_;
   std::unordered_map<int32_t, int32_t> counts_;
 };
+
+// Sets logits[t] = -inf for every t whose bit in `allowed` is clear (allowed covers logits.size() bits).
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed);
 
 // log-softmax helpers (exposed for tests and logprob reporting).
 float log_sum_exp(std::span<const float> logits);

@@ -9,6 +9,7 @@ std::string format_access_log(const AccessLogEntry& e) {
   line += fmt::format(" {:.1f} ms", 1000 * e.latency_s);
   if (e.stream) line += " stream";
   if (e.aborted) line += " aborted";
+  if (!e.request_id.empty()) line += " id=" + e.request_id;
   return line;
 }
 

@@ -33,7 +33,11 @@ GenerationJob::GenerationJob(ServingContext& ctx, JobSpec spec, std::vector<std:
       prompt_tokens_(streams_.size(), 0),
       cached_tokens_(streams_.size(), 0) {
   for (const auto& id : engine_ids_) ctx_.track(id);
-  for (auto& c : choices_) {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    if (spec_.tool_format)
+      c.tools = std::make_unique<api::ToolCallParser>(*spec_.tool_format, spec_.parallel_tool_calls,
+                                                      "call_" + spec_.id.substr(spec_.id.find('-') + 1) + "_" + std::to_string(i) + "_");
     if (!spec_.chat && spec_.logprobs >= 0)
       c.logprobs = ojson{{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
                          {"top_logprobs", ojson::array()}, {"text_offset", ojson::array()}};
@@ -187,7 +191,18 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
     } else if (!out.text.empty() || want_lp || out.finished) {
       ojson choice;
       choice["index"] = index;
-      if (spec_.chat) {
+      if (spec_.chat && c.tools) {
+        api::ParsedDelta d = c.tools->push(out.text);
+        if (out.finished) {
+          api::ParsedDelta tail = c.tools->finish();
+          d.content += tail.content;
+          for (auto& t : tail.calls) d.calls.push_back(std::move(t));
+        }
+        tool_chunks(index, d, sse);
+        if (!out.finished && !want_lp) return;
+        choice["delta"] = ojson::object();
+        if (out.finished && out.finish_reason == "stop" && !c.tools->calls().empty()) out.finish_reason = "tool_calls";
+      } else if (spec_.chat) {
         choice["delta"] = out.text.empty() && out.finished ? ojson::object() : ojson{{"content", out.text}};
       } else {
         choice["text"] = out.text;
@@ -215,11 +230,38 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
   }
   if (out.finished) {
     c.finished = true;
+    if (!spec_.stream && c.tools) {
+      api::ParsedDelta d = c.tools->push(c.text);
+      api::ParsedDelta tail = c.tools->finish();
+      c.text = d.content + tail.content;
+      if (out.finish_reason == "stop" && !c.tools->calls().empty()) out.finish_reason = "tool_calls";
+    }
     c.finish_reason = out.finish_reason;
     c.timings.finished = out.time;
     c.timings.finish_reason = out.finish_reason.empty() ? "stop" : out.finish_reason;
     ctx_.metrics().record_sequence(c.timings);
     ++num_finished_;
+  }
+}
+
+void GenerationJob::tool_chunks(size_t index, const api::ParsedDelta& d, std::string* sse) const {
+  auto send = [&](ojson delta) {
+    ojson j = chunk_head();
+    j["choices"] = ojson::array({ojson{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    if (spec_.include_usage) j["usage"] = nullptr;
+    api::append_sse_event(dump_json(j), sse);
+  };
+  if (!d.content.empty()) send(ojson{{"content", d.content}});
+  for (const auto& t : d.calls) {
+    ojson call{{"index", t.index}};
+    if (t.first) {
+      call["id"] = t.id;
+      call["type"] = "function";
+      call["function"] = ojson{{"name", t.name}, {"arguments", t.arguments}};
+    } else {
+      call["function"] = ojson{{"arguments", t.arguments}};
+    }
+    send(ojson{{"tool_calls", ojson::array({std::move(call)})}});
   }
 }
 
@@ -234,8 +276,18 @@ std::string GenerationJob::final_body() const {
     const Choice& c = choices_[i];
     ojson ch;
     ch["index"] = i;
-    if (spec_.chat) ch["message"] = ojson{{"role", "assistant"}, {"content", c.text}};
-    else ch["text"] = c.text;
+    if (spec_.chat) {
+      ch["message"] = ojson{{"role", "assistant"}, {"content", c.text}};
+      if (c.tools && !c.tools->calls().empty()) {
+        ojson calls = ojson::array();
+        for (const auto& t : c.tools->calls())
+          calls.push_back(ojson{{"id", t.id}, {"type", "function"}, {"function", ojson{{"name", t.name}, {"arguments", t.arguments}}}});
+        if (c.text.empty()) ch["message"]["content"] = nullptr;
+        ch["message"]["tool_calls"] = std::move(calls);
+      }
+    } else {
+      ch["text"] = c.text;
+    }
     ch["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : ojson(nullptr);
     ch["finish_reason"] = c.finish_reason;
     choices.push_back(std::move(ch));

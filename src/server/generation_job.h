@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/tool_call_parser.h"
 #include "engine/engine.h"
 #include "server/access_log.h"
 #include "server/http_message.h"
@@ -36,6 +37,10 @@ struct JobSpec {
   std::vector<std::string> echo_texts;   // completions with echo: per prompt
   AccessLogEntry access;                 // remote, method, path: the access line written at the end
   double start = 0;                      // ServingContext::now() when the request arrived
+  // Chat with tools (tool_choice other than none): tool calls are parsed out of the text in this
+  // format; message.tool_calls / streaming tool_calls deltas, finish_reason "tool_calls".
+  const api::ToolCallFormat* tool_format = nullptr;
+  bool parallel_tool_calls = true;
 };
 
 class GenerationJob : public AsyncBody {
@@ -59,11 +64,14 @@ class GenerationJob : public AsyncBody {
     bool started = false, finished = false;
     std::string finish_reason;
     SequenceTimings timings;
+    std::unique_ptr<api::ToolCallParser> tools;  // spec_.tool_format set
   };
   void handle(size_t prompt, RequestOutput& out, std::string* sse);
   nlohmann::ordered_json chunk_head() const;
   nlohmann::ordered_json logprobs_json(const RequestOutput& out, Choice& c) const;
   nlohmann::ordered_json usage_json() const;
+  // Streaming: the chunks for a parsed delta (content, then one chunk per tool-call delta).
+  void tool_chunks(size_t index, const api::ParsedDelta& d, std::string* sse) const;
   std::string final_body() const;
   void finish_all();
 

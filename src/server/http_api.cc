@@ -4,6 +4,8 @@
 #include "server/process_metrics.h"
 
 #include "server/generation_job.h"
+#include "grammar/constraint.h"
+#include "server/tool_call_grammar.h"
 #include "server/http_request_rules.h"
 #include "server/playground.h"
 
@@ -72,6 +74,7 @@ HandlerResult HttpApi::handle(HttpRequest& request) {
   t_request_start = start;
   // The route may move the request into deferred work: what the access line needs is kept here.
   AccessLogEntry access{request.remote, request.method, request.path};
+  access.request_id = request.header("x-request-id").substr(0, 128);
   const std::string allow_origin = ctx_.cors_allow_origin(request.header("origin"));
   HandlerResult res = route(request, &route_name);
   if (res.deferred) {
@@ -92,7 +95,7 @@ void HttpApi::finish(HandlerResult& res, const std::string& route_name, const st
                      AccessLogEntry access, double start) {
   ctx_.metrics().record_http(route_name, res.body ? 200 : res.response.status);
   // A generation job writes its own access line when it ends (GenerationJob).
-  if (!res.body && ctx_.options().access_log) {
+  if (!res.body && ctx_.options().access_log && route_name != "/load") {  // /load: a probe, polled often
     access.status = res.response.status;
     access.latency_s = ServingContext::now() - start;
     write_access_log(access);
@@ -114,6 +117,7 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
   static const Route kRoutes[] = {
       {"/", "GET", false},
       {"/health", "GET", false},
+      {"/load", "GET", false},
       {"/metrics", "GET", false},
       {"/v1/models", "GET", true},
       {"/v1/completions", "POST", true},
@@ -190,6 +194,10 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
     res.response = metrics();
     return res;
   }
+  if (path == "/load") {
+    res.response = load();
+    return res;
+  }
   if (ctx_.draining() && path != "/v1/models") {
     res.response = error_response(make_error(503, "service_unavailable", "the server is shutting down", "shutting_down"));
     return res;
@@ -218,6 +226,17 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
 HttpResponse HttpApi::health() {
   if (ctx_.draining()) return json_response(503, ojson{{"status", "draining"}});
   return json_response(200, ojson{{"status", "ok"}});
+}
+
+HttpResponse HttpApi::load() {
+  const EngineStats s = ctx_.engine().stats();
+  return json_response(200, ojson{{"status", ctx_.draining() ? "draining" : "ok"},
+                                  {"model", ctx_.model_name()},
+                                  {"running", s.num_running},
+                                  {"waiting", s.num_waiting},
+                                  {"kv_cache_usage", s.kv_cache_usage},
+                                  {"prefix_cache_queries", s.prefix_cache_queries},
+                                  {"prefix_cache_hits", s.prefix_cache_hits}});
 }
 
 HttpResponse HttpApi::metrics() {
@@ -306,7 +325,7 @@ HandlerResult HttpApi::chat_completions(HttpRequest& req) {
     return res;
   }
   Engine& engine = ctx_.engine();
-  auto text = engine.apply_chat_template(c.messages, c.add_generation_prompt, c.tools);
+  auto text = engine.apply_chat_template(c.messages, c.add_generation_prompt, c.tools, c.chat_template_kwargs);
   if (!text.ok()) {
     res.response = error_response(error_from_status(text.status(), "messages"));
     return res;
@@ -320,6 +339,36 @@ HandlerResult HttpApi::chat_completions(HttpRequest& req) {
   }
   Prepared p;
   p.prompts.push_back(engine.tokenize(prompt, /*add_special=*/false, /*parse_special=*/true));
+  using TC = api::ChatRequest::ToolChoice;
+  if (!c.tools.is_null() && c.tool_choice != TC::kNone) {
+    const api::ToolCallFormat& format = api::tool_call_format_for_template(engine.chat_template_source());
+    p.tool_format = &format;
+    p.parallel_tool_calls = c.parallel_tool_calls;
+    if (c.tool_choice == TC::kRequired || c.tool_choice == TC::kNamed) {
+      if (c.options.structured.kind != api::StructuredOutput::Kind::kNone) {
+        res.response = error_response(api::bad_request("'" + c.options.structured.param +
+                                                           "' cannot be combined with tool_choice required or a named function",
+                                                       "tool_choice"));
+        return res;
+      }
+      const std::string only = c.tool_choice == TC::kNamed ? c.tool_choice_name : std::string();
+      auto g = tool_call_grammar(format, c.tools, only, c.parallel_tool_calls);
+      if (!g.ok()) {
+        res.response = error_response(api::bad_request(g.status().message(), "tools"));
+        return res;
+      }
+      grammar::ConstraintSource src;
+      src.kind = grammar::ConstraintKind::kGrammar;
+      src.text = "tools " + format.name + " " + only + (c.parallel_tool_calls ? " parallel " : " single ") + c.tools.dump();
+      src.grammar = std::make_shared<const grammar::Grammar>(std::move(g).value());
+      auto spec = engine.constraint(src);
+      if (!spec.ok()) {
+        res.response = error_response(api::bad_request(spec.status().message(), "tools"));
+        return res;
+      }
+      p.constraint = *spec;
+    }
+  }
   return submit(req, true, c.model, std::move(p), c.options);
 }
 
@@ -347,6 +396,30 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   }
   auto ticket = std::move(std::get<std::unique_ptr<ServingContext::Ticket>>(admitted));
 
+  // Structured output: compile (or find cached) before admitting anything.
+  std::shared_ptr<const TokenConstraintSpec> constraint;
+  if (o.structured.kind != api::StructuredOutput::Kind::kNone) {
+    grammar::ConstraintSource src;
+    using K = api::StructuredOutput::Kind;
+    switch (o.structured.kind) {
+      case K::kJsonObject: src.kind = grammar::ConstraintKind::kJsonObject; break;
+      case K::kJsonSchema: src.kind = grammar::ConstraintKind::kJsonSchema; break;
+      case K::kRegex: src.kind = grammar::ConstraintKind::kRegex; break;
+      case K::kChoice: src.kind = grammar::ConstraintKind::kChoice; break;
+      case K::kGrammar: src.kind = grammar::ConstraintKind::kGrammar; break;
+      case K::kNone: break;
+    }
+    src.text = o.structured.text;
+    src.choices = o.structured.choices;
+    auto compiled = engine.constraint(src);
+    if (!compiled.ok()) {
+      res.response = error_response(api::bad_request("'" + o.structured.param + "': " + compiled.status().message(), o.structured.param));
+      return res;
+    }
+    constraint = *compiled;
+  }
+  if (prepared.constraint) constraint = prepared.constraint;
+
   JobSpec spec;
   spec.chat = chat;
   spec.stream = o.stream;
@@ -359,8 +432,11 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.access.remote = req.remote;
   spec.access.method = req.method;
   spec.access.path = req.path;
+  spec.access.request_id = req.header("x-request-id").substr(0, 128);
   spec.start = t_request_start;
   spec.echo_texts = std::move(prepared.echo_texts);
+  spec.tool_format = prepared.tool_format;
+  spec.parallel_tool_calls = prepared.parallel_tool_calls;
   (void)model;
 
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -379,6 +455,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     g.sampling.repetition_penalty = o.repetition_penalty;
     g.sampling.seed = o.seed;
     g.sampling.logprobs = o.logprobs;
+    g.sampling.constraint = constraint;
     g.stop.max_tokens = o.max_tokens;
     g.stop.min_tokens = o.min_tokens;
     g.stop.ignore_eos = o.ignore_eos;

@@ -22,6 +22,8 @@
 
 #include <string>
 
+#include "api/tool_call_parser.h"
+#include "core/token_constraint.h"
 #include "server/access_log.h"
 #include "server/http_server.h"
 #include "server/serving_context.h"
@@ -46,12 +48,20 @@ class HttpApi : public HttpHandler {
   HttpResponse detokenize(HttpRequest& request);
   HttpResponse models(const std::string& one);
   HttpResponse health();
+  // GET /load: {"status": "ok"|"draining", "model", "running", "waiting", "kv_cache_usage" (0..1),
+  // "prefix_cache_queries", "prefix_cache_hits"}: the cheap load report the gateway polls.
+  HttpResponse load();
   HttpResponse metrics();
 
   // Submits one engine request per prompt and builds the job (or the error response).
   struct Prepared {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo_texts;
+    // Tool calling with tool_choice required / named: the constraint forcing a call (wins over
+    // options.structured, which the parser rejects together with such a tool_choice).
+    std::shared_ptr<const TokenConstraintSpec> constraint;
+    const api::ToolCallFormat* tool_format = nullptr;  // chat with tools: parse calls in this format
+    bool parallel_tool_calls = true;
   };
   HandlerResult submit(HttpRequest& request, bool chat, const std::string& model, Prepared prepared,
                        const api::GenerationOptions& options);

@@ -51,7 +51,7 @@ struct HttpServerOptions {
   // (and closes with the server) instead of binding one itself.
   int bound_fd = -1;
   int worker_threads = 2;                // the work pool for deferred handler work
-  size_t max_pending = 256;              // deferred tasks that may wait for a worker
+  size_t max_pending = 4096;             // deferred tasks that may wait for a worker
   int64_t max_connections = 0;           // open connections; 0: no limit
 };
 

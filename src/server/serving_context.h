@@ -45,7 +45,9 @@ struct ServeOptions {
   std::string metrics_prefix = "pagoda";   // /metrics names PREFIX:...; "vllm" for vLLM's dashboards
   int64_t max_connections = 0;             // open HTTP connections; 0: no limit
   int parse_threads = 2;                   // workers parsing / templating / tokenizing requests
-  size_t max_pending_parses = 256;         // requests that may wait for such a worker (503 beyond)
+  size_t max_pending_parses = 4096;        // requests that may wait for such a worker (503 beyond); above
+                                           // max_queued_requests + max_num_seqs, so a burst the engine would
+                                           // queue is not refused before it reaches the engine
   // CORS: origins allowed to call the API from a browser ("*": any). Empty: no CORS headers and
   // preflight requests are refused (a page on another origin cannot read responses or send JSON).
   std::vector<std::string> allowed_origins;

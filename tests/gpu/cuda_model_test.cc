@@ -187,6 +187,82 @@ TEST(CudaParity, CpuAndCudaAgreeOnTheF32Path) {
   }
 }
 
+// GGUF quantized files on the bf16 path with their weights kept in blocks (the int8 GEMV at one
+// row, dequantized into the scratch for the prompt) against the same file dequantized to bf16 at
+// load: the int8 activations are the only difference, so top-1 agrees almost everywhere and the
+// logits stay within a small fraction of their range; the native weights take fewer bytes.
+TEST(CudaParity, NativeQuantizedWeightsStayNearTheirDequantizedForward) {
+  PAGODA_REQUIRE_GPU();
+  const std::string d = test::models_dir();
+  int checked = 0;
+  for (const std::string& path : {d + "/tiny/llama-mqa/model-q4_0.gguf", d + "/tiny/llama-mqa/model-q8_0.gguf",
+                                  d + "/tiny/qwen2/model-q4_0.gguf", d + "/tiny/llama3/model-q8_0.gguf",
+                                  d + "/SmolLM2-135M-Instruct.Q4_1.gguf"}) {
+    if (!fs::exists(path)) continue;
+    ModelLoadOptions lo;
+    lo.cpu_kernels = false;
+    auto m = load_model(path, lo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    // A short prompt (its logits from the int8 GEMV) and a long one (dequantized for cuBLASLt);
+    // every greedy step after them is a one-row GEMV.
+    for (const int len : {6, 41}) {
+      std::vector<int32_t> prompt = {1};
+      for (int i = 1; i < len; ++i) prompt.push_back(3 + (i * 37) % std::min<int>(500, m->config.vocab_size - 3));
+      const int steps = 12;
+      RunResult runs[2];
+      int64_t bytes[2] = {0, 0};
+      for (int native = 0; native < 2; ++native) {
+        const int64_t bs = 16;
+        const int64_t nblocks = (static_cast<int64_t>(prompt.size()) + steps + bs - 1) / bs + 1;
+        KvCacheSpec spec;
+        spec.num_blocks = nblocks + 3;
+        spec.block_size = bs;
+        spec.dtype = DType::kBF16;
+        CudaExecutorOptions co;
+        co.dtype = "bf16";
+        co.max_num_tokens = 64;
+        co.max_num_seqs = 4;
+        co.max_model_len = (nblocks + 1) * bs;
+        co.tuning.quant_weights = native ? "native" : "dequantize";
+        auto terms = cuda_memory_terms(*m->model, co);
+        ASSERT_TRUE(terms.ok());
+        bytes[native] = terms->weights;
+        auto ex = make_cuda_executor(*m->model, spec, co);
+        ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+        runs[native] = run_executor(**ex, m->config, prompt, steps, nblocks);
+        if (native && len == 6) std::printf("[cuda-quant] %s: %s\n", path.c_str(), (*ex)->describe().c_str());
+      }
+      const int64_t V = m->config.vocab_size;
+      const auto& ref = runs[0].logits;
+      const auto& got = runs[1].logits;
+      double worst = 0, lo_v = INFINITY, hi_v = -INFINITY;
+      int agree = 0, greedy_equal = 0;
+      const int64_t T = static_cast<int64_t>(prompt.size());
+      for (int64_t t = 0; t < T; ++t) agree += argmax(ref.data() + t * V, V) == argmax(got.data() + t * V, V);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        worst = std::max(worst, std::abs(double(ref[i]) - got[i]));
+        lo_v = std::min<double>(lo_v, ref[i]);
+        hi_v = std::max<double>(hi_v, ref[i]);
+      }
+      for (; greedy_equal < steps && runs[0].greedy[greedy_equal] == runs[1].greedy[greedy_equal]; ++greedy_equal) {
+      }
+      // Random tiny models are full of near-ties: the continuations may part after their first
+      // token (the H200 run: 2 of 12 for llama-mqa q8_0), the prompt's top-1 may not (6/6, 5/6, 41/41).
+      EXPECT_GE(agree, T * 8 / 10) << path << ": top-1 agreement " << agree << "/" << T;
+      EXPECT_LE(worst, 0.05 * (hi_v - lo_v)) << path;
+      if (len == 6) EXPECT_GT(worst, 0.0) << path << ": the int8 GEMV ran (its activations are rounded)";
+      EXPECT_GE(greedy_equal, 1) << path << ": the first greedy token differs";
+      EXPECT_LT(bytes[1], bytes[0]) << path << ": native blocks take fewer bytes than bf16";
+      std::printf("[cuda-quant] %s prompt %d: top-1 %d/%lld, max|diff| %.3g = %.3g x range, greedy %d/%d equal, weights "
+                  "%.2f vs %.2f MiB bf16\n",
+                  path.c_str(), len, agree, static_cast<long long>(T), worst, worst / (hi_v - lo_v), greedy_equal, steps,
+                  bytes[1] / 1048576.0, bytes[0] / 1048576.0);
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no quantized GGUF test models under " << d;
+}
+
 // One prompt of a transformers reference set (tools/make_gpu_references.py, random BF16 models).
 struct GpuRefPrompt {
   std::string label;  // set/prompt

@@ -42,6 +42,7 @@ struct Case {
   int64_t heads, kv_heads, head_dim, block_size;
   DType kv_dtype;
   int64_t window;
+  float softcap = 0.0f;
 };
 
 class AttentionByIsa : public ::testing::TestWithParam<IsaLevel> {};
@@ -52,6 +53,8 @@ TEST_P(AttentionByIsa, PagedMatchesDenseReference) {
       {9, 3, 64, 16, DType::kF32, 0},   {8, 4, 8, 16, DType::kF32, 0},    {32, 8, 128, 16, DType::kF16, 0},
       {4, 1, 64, 32, DType::kBF16, 0},  {6, 6, 64, 8, DType::kF32, 0},    {8, 2, 64, 16, DType::kF32, 37},
       {40, 2, 64, 16, DType::kF16, 0},  {4, 2, 96, 24, DType::kF32, 0},
+      // Gemma: attention soft-cap (Gemma 2) with a window; head_dim 256 with one kv head (Gemma 3).
+      {8, 2, 64, 16, DType::kF32, 37, 1.5f}, {4, 1, 256, 16, DType::kF16, 0, 2.0f}, {4, 1, 256, 16, DType::kF32, 512},
   };
   std::mt19937 rng(1234);
   for (const Case& cs : cases) {
@@ -91,15 +94,16 @@ TEST_P(AttentionByIsa, PagedMatchesDenseReference) {
       p.num_heads = cs.heads;
       p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cs.head_dim)));
       p.sliding_window = cs.window;
+      p.softcap = cs.softcap;
       paged_attention(p, pool);
       for (size_t i = 0; i < seqs.size(); ++i) {
         const auto& s = seqs[i];
         std::vector<float> ref(s.num_queries * width);
         reference::dense_attention(qv.data() + s.query_begin * width, ref.data(), s.num_queries, s.context_len, s.block_table,
-                                   kv.layer(0), cs.heads, p.scale, cs.window);
+                                   kv.layer(0), cs.heads, p.scale, cs.window, cs.softcap);
         const double e = nmse(out.data_as<float>() + s.query_begin * width, ref.data(), s.num_queries * width);
         EXPECT_LT(e, 1e-10) << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " bs " << cs.block_size
-                            << " " << dtype_name(cs.kv_dtype) << " window " << cs.window << " seq (" << s.num_queries << ", "
+                            << " " << dtype_name(cs.kv_dtype) << " window " << cs.window << " softcap " << cs.softcap << " seq (" << s.num_queries << ", "
                             << s.context_len << ") threads " << pool_size;
       }
     }

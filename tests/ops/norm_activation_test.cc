@@ -79,6 +79,18 @@ TEST_P(OpsByIsa, SwiGlu) {
   EXPECT_LT(nmse(to_vec(out), ref), 1e-12);
 }
 
+TEST_P(OpsByIsa, GegluTanhFused) {
+  test::ScopedIsaCap cap(GetParam());
+  ThreadPool pool(2);
+  const int64_t T = 5, F = 1000;  // F not a multiple of the vector width: the scalar tail runs too
+  auto gu = random_floats(T * 2 * F, 14, -12, 12);
+  std::vector<float> ref(T * F);
+  for (int64_t t = 0; t < T; ++t) reference::geglu_tanh(&gu[t * 2 * F], &gu[t * 2 * F + F], F, &ref[t * F]);
+  Tensor gut = from_vec(gu, {T, 2 * F}), out = Tensor::empty(DType::kF32, {T, F});
+  geglu_tanh_fused(gut, out, pool);
+  EXPECT_LT(nmse(to_vec(out), ref), 1e-12);
+}
+
 TEST_P(OpsByIsa, EmbeddingFloatTypes) {
   test::ScopedIsaCap cap(GetParam());
   ThreadPool pool(2);

@@ -21,15 +21,20 @@ ALLOWED = {
     "ops": {"common", "quant", "backend/cpu", "backend/reference"},
     "tokenizer": {"common", "loader"},
     "template": {"common", "loader"},
+    # Constrained decoding; implements core/token_constraint.h.
+    "grammar": {"common", "core"},
     "model": {"common", "quant", "loader", "ops"},
     "kv": {"common", "core"},
     "sched": {"common", "core", "kv"},
     "runtime": {"common", "core", "quant", "ops", "model"},
     # The CUDA executor implements runtime's executor interface (runtime/cuda_executor.h).
     "backend/cuda": {"common", "core", "quant", "ops", "model", "runtime"},
-    "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template"},
+    "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template", "grammar"},
     "api": {"common", "core"},
-    "server": {"common", "core", "api", "engine", "tokenizer", "template"},
+    "server": {"common", "core", "api", "engine", "tokenizer", "template", "grammar"},
+    # The gateway (docs/gateway.md) speaks HTTP to workers and links no engine code (pagoda_gateway
+    # links pagoda_common only; `pagoda-gateway` is built from it alone).
+    "gateway": {"common"},
     "cli": None,  # the front end: anything
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')
@@ -78,6 +83,18 @@ class IncludeGraphTest(unittest.TestCase):
     def test_src_includes_only_downward(self):
         found = violations(SRC)
         self.assertEqual(found, [], "layer violations:\n" + "\n".join(found))
+
+    def test_gateway_reaches_no_engine_layer(self):
+        # Everything the gateway may include, transitively: no engine, model, kernel or server code.
+        reach, todo = set(), ["gateway"]
+        while todo:
+            for dep in ALLOWED[todo.pop()] or ():
+                if dep not in reach:
+                    reach.add(dep)
+                    todo.append(dep)
+        engine_side = {"core", "quant", "loader", "backend/reference", "backend/cpu", "backend/cuda", "ops",
+                       "tokenizer", "template", "model", "kv", "sched", "runtime", "engine", "api", "server"}
+        self.assertEqual(reach & engine_side, set())
 
     def test_an_upward_include_fails(self):
         # The checker itself: a kv/ header that includes the scheduler is caught, a downward one is not.

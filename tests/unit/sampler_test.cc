@@ -150,5 +150,36 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
   EXPECT_TRUE(p.validate().ok());
 }
 
+TEST(Sampler, TokenMaskRestrictsEveryMode) {
+  // 100 tokens, the mask allows 3, 40 and 97 (not the argmax 99).
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = 0.05f * static_cast<float>(i);
+  std::vector<uint32_t> mask(4, 0);
+  for (int t : {3, 40, 97}) mask[t >> 5] |= 1u << (t & 31);
+  Sampler s;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Rng r0(1);
+  EXPECT_EQ(s.sample(logits, greedy, {}, r0, mask).token, 97);
+  EXPECT_EQ(s.sample(logits, greedy, {}, r0).token, 99);
+  for (float top_p : {1.0f, 0.5f}) {
+    SamplingParams p;
+    p.temperature = 2.0f;
+    p.top_p = top_p;
+    p.top_k = top_p < 1 ? 50 : 0;
+    std::set<int32_t> seen;
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      Rng rng(seed);
+      SampleResult r = s.sample(logits, p, {}, rng, mask);
+      ASSERT_TRUE(r.token == 3 || r.token == 40 || r.token == 97) << r.token;
+      seen.insert(r.token);
+    }
+    EXPECT_EQ(seen.size(), top_p < 1 ? 1u : 3u);  // top_p 0.5 of the allowed mass: only 97
+  }
+  std::vector<float> v = logits;
+  apply_token_mask(v, mask);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(std::isinf(v[i]), !(i == 3 || i == 40 || i == 97)) << i;
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -23,7 +23,9 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
-  EXPECT_EQ(t.to_string(), "row attention auto | simt heads auto | gemv rows 1 | profile off | block trace off");
+  EXPECT_EQ(t.to_string(),
+            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8) | profile off | block "
+            "trace off");
 }
 
 TEST(TuningConfig, EachVariableSetsItsField) {
@@ -31,6 +33,8 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_ROW_ATTENTION", "simt"},
                                            {"PAGODA_SIMT_HEADS", "2"},
                                            {"PAGODA_GEMV_MAX_ROWS", "4"},
+                                           {"PAGODA_QUANT_WEIGHTS", "dequantize"},
+                                           {"PAGODA_QUANT_GEMV_MAX_ROWS", "2"},
                                            {"PAGODA_CUDA_PROFILE", "1"},
                                            {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"}}))
                   .ok());
@@ -39,7 +43,11 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.gemv_max_rows, 4);
   EXPECT_TRUE(t.cuda_profile);
   EXPECT_EQ(t.block_trace, "/tmp/trace.bin");
-  EXPECT_EQ(t.to_string(), "row attention simt | simt heads 2 | gemv rows 4 | profile on | block trace /tmp/trace.bin");
+  EXPECT_EQ(t.quant_weights, "dequantize");
+  EXPECT_EQ(t.quant_gemv_max_rows, 2);
+  EXPECT_EQ(t.to_string(),
+            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2) | profile on | block "
+            "trace /tmp/trace.bin");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
   EXPECT_FALSE(t.cuda_profile);
@@ -50,6 +58,7 @@ TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
   const std::map<std::string, std::string> bad[] = {
       {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
+      {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
   };
   for (const auto& vars : bad) {
     TuningConfig t;

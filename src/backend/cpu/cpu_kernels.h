@@ -44,6 +44,7 @@ struct AttentionArgs {
   float* partial_l;
   float* partial_acc;
   int32_t partial_rows;  // rows per partial slot
+  float softcap = 0.0f;  // > 0: scores (already scaled) become softcap * tanh(scores / softcap)
 };
 
 inline constexpr int kAttentionMaxRows = 16;    // query rows (tokens x heads) per task
@@ -61,6 +62,8 @@ struct KernelTable {
   void (*attention_task)(const AttentionArgs& args, const AttentionTask& task);
   // Writes one token's K and V rows (f32, [num_kv_heads * head_dim]) into the cache at `slot`.
   void (*kv_write_token)(const KvLayerView& cache, int64_t slot, const float* k, const float* v);
+  // out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  void (*geglu_tanh_row)(const float* gate, const float* up, int64_t n, float* out);
 };
 
 const KernelTable& cpu_kernels();  // best level available (respecting the ISA cap)

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <type_traits>
 #include <unordered_map>
 
@@ -41,6 +42,7 @@
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_timer.h"
 #include "backend/cuda/weight_uploader.h"
+#include "model/family.h"
 #include "ops/linear.h"
 #include "runtime/cuda_executor.h"
 
@@ -142,6 +144,12 @@ class CudaExecutor final : public ModelExecutor {
     return opt_.cuda_graphs;
   }
   std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
+  int64_t linear_weight_bytes() const override {
+    int64_t total = 0;
+    for (const auto& w : linears_)
+      for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+    return total;
+  }
 
  private:
   class StepOps;  // the layer ops of one launch_forward()
@@ -153,15 +161,22 @@ class CudaExecutor final : public ModelExecutor {
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   // y = x w^T for M rows; N, K from the weight.
   void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
+  void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
+  void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant).
+  bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
+  }
   const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
   const float* vec(VectorId id) const {
     return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
   }
-  // Whether M rows of a linear layer over K inputs take our GEMV (bf16, not batch-invariant, at
-  // most tuning.gemv_max_rows rows), with the preceding RMSNorm fused in when `norm`.
-  bool use_gemv(int64_t M, int64_t K, bool norm) const {
-    return !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
-           (norm ? cuda::gemv_norm_supported(M, K) : cuda::gemv_supported(M, K));
+  // Whether M rows of a bf16 linear layer take our GEMV (not batch-invariant, at most
+  // tuning.gemv_max_rows rows) with the preceding RMSNorm fused in.
+  bool use_norm_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    return !w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
+           cuda::gemv_norm_supported(M, w.k);
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
   // cache, heads, scale, window.
@@ -207,7 +222,15 @@ class CudaExecutor final : public ModelExecutor {
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
   DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
+  // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
+  // the dequantized weight; views into quant_scratch_.
+  DeviceBuffer quant_scratch_;
+  int8_t* xq_ = nullptr;
+  float2* xds_ = nullptr;
+  uint8_t* dequant_ = nullptr;
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
+  DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
+  PinnedBuffer token_masks_host_, token_mask_rows_host_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
   int64_t workspace_bytes_ = 0;
@@ -262,9 +285,14 @@ Status CudaExecutor::init() {
 }
 
 std::string CudaExecutor::describe() const {
-  return fmt::format("cuda:{} ({}, {} SMs) | compute {} | kv {} | prefill attention {} | graphs {}{} | batch-invariant {} | "
-                     "NVML {}",
-                     opt_.device, gpu_name_, sms_, dtype_name(act_), dtype_name(spec_.dtype),
+  std::map<std::string, int64_t> formats;  // weight formats on the device, by bytes
+  for (const auto& w : linears_)
+    for (const auto& seg : w.segments) formats[std::string(dtype_name(seg.format))] += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+  std::string weights;
+  for (const auto& [name, bytes] : formats) weights += fmt::format("{}{} {:.1f} MiB", weights.empty() ? "" : ", ", name, bytes / 1048576.0);
+  return fmt::format("cuda:{} ({}, {} SMs) | compute {} | weights {} | kv {} | prefill attention {} | graphs {}{} | "
+                     "batch-invariant {} | NVML {}",
+                     opt_.device, gpu_name_, sms_, dtype_name(act_), weights, dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
                      profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
@@ -279,25 +307,29 @@ void CudaExecutor::upload_weights() {
   embed_.reset(static_cast<size_t>(cuda::device_weight_bytes(act_, w.token_embd.dim(0), w.token_embd.dim(1))));
   up.upload(w.token_embd, act_, embed_.get());
   linears_.resize(w.linears.size());
+  const bool native = cuda::native_quant(opt_);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
-    dw.format = act_;
-    for (const Tensor& part : e.parts) PAGODA_CHECK(cuda::device_weight_format(part.dtype(), act_) == dw.format,
-                                                    "'{}': parts of one weight map to different device formats", e.name);
     dw.n = e.n();
     dw.k = e.k();
     if (e.parts.size() == 1 && e.parts[0].data() == w.token_embd.data()) {
-      dw.data = embed_.get();  // the tied output projection reads the embedding's copy
+      dw.segments = {{act_, 0, dw.n, 0, embed_.get()}};  // the tied output projection reads the embedding's copy
       continue;
     }
-    dw.storage.reset(static_cast<size_t>(cuda::device_weight_bytes(dw.format, dw.n, dw.k)));
-    int64_t row = 0;  // parts stacked along N, each converted or dequantized on the way
+    int64_t bytes = 0;
+    dw.segments = cuda::plan_device_weight(e, act_, native, &bytes);
+    dw.storage.reset(static_cast<size_t>(bytes));
+    for (auto& seg : dw.segments) seg.data = dw.storage.as<uint8_t>() + seg.offset;
+    int64_t row = 0;  // parts stacked along N, each copied, converted or dequantized on the way
     for (const Tensor& part : e.parts) {
-      up.upload(part, dw.format, dw.storage.as<uint8_t>() + cuda::device_weight_bytes(dw.format, row, dw.k));
+      const cuda::DeviceWeightSegment* seg = &dw.segments.front();
+      for (const auto& sg : dw.segments)
+        if (row >= sg.row0 && row < sg.row0 + sg.n) seg = &sg;
+      up.upload(part, seg->format,
+                dw.storage.as<uint8_t>() + seg->offset + cuda::device_weight_bytes(seg->format, row - seg->row0, dw.k));
       row += part.dim(0);
     }
-    dw.data = dw.storage.get();
   }
   vectors_.resize(w.vectors.size());
   for (size_t i = 0; i < w.vectors.size(); ++i) {
@@ -340,7 +372,16 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   sample_out_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleOutput));
   sample_params_host_.reset(static_cast<size_t>(srows) * sizeof(cuda::SampleRowParams));
   eager_.allocate(tokens, std::max<int64_t>(caps_.seqs, tokens / 16 + 1), bt_stride_);
-  workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) + cuda::logits_bytes_for(d_, act_, logits_rows, srows);
+  const cuda::QuantScratch qs = cuda::quant_scratch_for(model_, act_, cuda::native_quant(opt_));
+  if (qs.max_k > 0) {
+    quant_scratch_.reset(static_cast<size_t>(qs.bytes(act_)));
+    xq_ = quant_scratch_.as<int8_t>();
+    xds_ = reinterpret_cast<float2*>(quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256));
+    dequant_ = quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256) +
+               cuda::align_up(cuda::kQuantGemvMaxM * (qs.max_k / 32) * 8, 256);
+  }
+  workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) + qs.bytes(act_) +
+                     cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }
 
 cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
@@ -357,18 +398,53 @@ cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
 
 void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   if (M <= 0) return;
-  PAGODA_CHECK(w.format == act_, "weight format {} has no kernels for compute dtype {}", dtype_name(w.format),
-               dtype_name(act_));
-  const int64_t N = w.n, K = w.k;
+  if (w.quantized()) return quant_linear(x, w, M, y, mode);
+  PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
+               dtype_name(w.format()), dtype_name(act_));
+  dense_linear(x, w.data(), w.n, w.k, M, y, mode);
+}
+
+void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode) {
   if (opt_.batch_invariant) {
-    cuda::gemm_simt(x, w.data, act_, M, N, K, y, N, mode, stream_);
-  } else if (use_gemv(M, K, false)) {
-    cuda::gemv_bf16(x, w.data, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+    cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
+  } else if (mode == GemmOut::kSwiGlu ||
+             (act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows && cuda::gemv_supported(M, K))) {
+    PAGODA_CHECK(act_ == DType::kBF16 && cuda::gemv_supported(M, K), "the fused SwiGLU matmul is the bf16 GEMV's");
+    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-    PAGODA_CHECK(mode != GemmOut::kSwiGlu, "cuBLASLt path has no fused SwiGLU");
-    blas_->matmul(x, w.data, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
+    blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
   }
+}
+
+// Native quantized weights: the int8 GEMV per segment for few rows (outputs at the segment's
+// columns; a SwiGLU over gate/up in two formats goes through gu_ and the swiglu kernel), else the
+// weight dequantized into the scratch and the dense path.
+void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  const int64_t N = w.n, K = w.k;
+  if (quant_gemv(M, w)) {
+    cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
+    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
+      for (const auto& seg : w.segments)
+        cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
+                         GemmOut::kStoreAct, stream_);
+      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
+      return;
+    }
+    for (const auto& seg : w.segments) {
+      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
+                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
+      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode,
+                       stream_);
+    }
+    return;
+  }
+  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
+  for (const auto& seg : w.segments)
+    cuda::dequantize_weight(seg.data, seg.format, seg.n, K, dequant_ + seg.row0 * K * cuda::elem_bytes(act_), act_,
+                            stream_);
+  dense_linear(x, dequant_, N, K, M, y, mode);
 }
 
 // The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
@@ -463,10 +539,16 @@ class CudaExecutor::StepOps final : public LayerOps {
     CudaExecutor& e = ex_;
     const cuda::DeviceWeight& gu = e.weight(gate_up);
     const int64_t F = gu.n / 2;
-    if (e.use_gemv(T_, gu.k, true)) {  // norm + gate/up + SwiGLU in one GEMV
+    if (e.use_norm_gemv(T_, gu)) {  // norm + gate/up + SwiGLU in one GEMV
       const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
-      cuda::gemv_bf16(nullptr, gu.data, T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
+      cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
       e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
+    } else if (e.quant_gemv(T_, gu)) {  // gate/up + SwiGLU in one int8 GEMV
+      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
+                     e.hidden_.get(), e.act_, e.stream_);
+      e.profiler_.mark("rms_norm", e.stream_);
+      e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
+      e.profiler_.mark("gate/up+swiglu", e.stream_);
     } else {
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
@@ -495,9 +577,9 @@ class CudaExecutor::StepOps final : public LayerOps {
                    GemmOut mode, const char* fused_label, const char* label) {
     CudaExecutor& e = ex_;
     const float eps = static_cast<float>(norm.eps);
-    if (e.use_gemv(M, w.k, true)) {
+    if (e.use_norm_gemv(M, w)) {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
-      cuda::gemv_bf16(nullptr, w.data, M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
+      cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
       return;
     }
@@ -714,6 +796,9 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
     std::vector<int32_t> toks, outs;
+    std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
+    std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
+    const int64_t mask_words = (d_.V + 31) / 32;
     bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
@@ -749,6 +834,13 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       r.block_begin = static_cast<int32_t>(blocked.size());
       blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
       r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+      if (!sp.allowed_mask.empty()) {
+        mask_rows.push_back(r.logits_row);
+        const size_t at = masks.size();
+        masks.resize(at + static_cast<size_t>(mask_words), 0u);
+        std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
+                    masks.begin() + static_cast<std::ptrdiff_t>(at));
+      }
       plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
     }
     CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
@@ -767,6 +859,12 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     };
     stage(pens, penalties_host_, penalties_dev_);
     stage(blocked, blocked_host_, blocked_dev_);
+    if (!mask_rows.empty()) {
+      stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
+      stage(masks, token_masks_host_, token_masks_dev_);
+      cuda::apply_token_masks(logits_.as<float>(), d_.V, token_mask_rows_dev_.as<int32_t>(), token_masks_dev_.as<uint32_t>(),
+                              mask_words, static_cast<int64_t>(mask_rows.size()), stream_);
+    }
     cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
                       penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
                       sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);
@@ -827,6 +925,11 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
   PAGODA_RETURN_IF_ERROR(options.tuning.validate());
+  // StepOps implements the Llama family's layer ops only: the Gemma ops (post-norms, GeGLU,
+  // soft-capping, per-layer RoPE tables and windows) run on the CPU backend.
+  if (model.family().name != "llama")
+    return unimplemented("the CUDA backend does not run the {} family ({}) yet; use the CPU (--device cpu)",
+                         model.family().name, model.config().arch_name);
   PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());

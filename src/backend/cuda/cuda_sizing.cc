@@ -67,14 +67,37 @@ int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t 
 
 bool tied_output(const Model& m) { return m.weights().tied_output; }
 
-int64_t weight_bytes_for(const Model& m, DType act) {
+bool native_quant(const CudaExecutorOptions& o) { return o.tuning.quant_weights == "native"; }
+
+int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   const Dims d(m);
   const ModelWeights& w = m.weights();
   int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1)) + 2 * d.max_pos * d.half * 4;  // embedding, RoPE cos and sin
-  for (const LinearEntry& lw : w.linears) total += device_weight_bytes(act, lw.n(), lw.k());
-  if (w.tied_output) total -= device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1));  // reads the embedding
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;  // reads the embedding
+    int64_t bytes = 0;
+    plan_device_weight(w.linears[i], act, native, &bytes);
+    total += bytes;
+  }
   for (const Tensor& v : w.vectors) total += v.numel() * 4;
   return total;
+}
+
+QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
+  QuantScratch q;
+  for (const LinearEntry& e : m.weights().linears) {
+    const auto segs = plan_device_weight(e, act, native, nullptr);
+    if (!is_quantized(segs.front().format)) continue;
+    q.dequant_elems = std::max(q.dequant_elems, e.n() * e.k());
+    q.max_k = std::max(q.max_k, e.k());
+  }
+  return q;
+}
+
+int64_t QuantScratch::bytes(DType act) const {
+  if (max_k == 0) return 0;
+  const int64_t xq = align_up(kQuantGemvMaxM * max_k, 256) + align_up(kQuantGemvMaxM * (max_k / 32) * 8, 256);
+  return align_up(dequant_elems * elem_bytes(act), 256) + xq;
 }
 
 }  // namespace cuda
@@ -84,8 +107,9 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Dims d(model);
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
-  t.weights = cuda::weight_bytes_for(model, act);
-  t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows);
+  t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
+  t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
+                cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act);
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;
   return t;

@@ -44,7 +44,17 @@ int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t at
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
 // The output projection is the token embedding.
 bool tied_output(const Model& m);
-int64_t weight_bytes_for(const Model& m, DType act);
+// Whether GGUF quantized weights stay in their blocks (TuningConfig::quant_weights "native").
+bool native_quant(const CudaExecutorOptions& o);
+int64_t weight_bytes_for(const Model& m, DType act, bool native_quant);
+// Scratch of the native quantized matmuls: the largest quantized weight dequantized to `act` (the
+// cuBLASLt and SIMT paths) and the int8 activations of the GEMV (kQuantGemvMaxM rows of max_k).
+struct QuantScratch {
+  int64_t dequant_elems = 0;  // N * K of the largest quantized weight; 0: none
+  int64_t max_k = 0;
+  int64_t bytes(DType act) const;
+};
+QuantScratch quant_scratch_for(const Model& m, DType act, bool native_quant);
 constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack
 
 }  // namespace pagoda::cuda

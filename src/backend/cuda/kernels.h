@@ -236,6 +236,25 @@ void gemv_bf16(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
 void gemm_simt(const void* x, const void* w, DType dtype, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
                GemmOut mode, cudaStream_t s);
 
+// ---- quant_matmul.cu: GGUF block-quantized weights read natively ------------------------------
+
+// Weight formats with kernels: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, in the GGUF block
+// layout a file stores (rows of K / block_size blocks, row_bytes(format, K) bytes a row, rows
+// 2-byte aligned; K a multiple of 32 and of the block size).
+bool quant_weight_supported(DType format);
+// Activations quantized for gemv_quant: per 32 inputs of a row, 32 int8 codes q = round(x / d),
+// d = max|x| / 127, and ds = (d, d * sum(q)). x: [M, K] bf16 or f32; q: [M, K]; ds: [M, K / 32].
+void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K, int8_t* q, float2* ds, cudaStream_t s);
+// y[M, N] = x W^T from quantize_activations_q8's (q, ds) of x and a quantized W [N, K] (N = 2F:
+// [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. One warp an output row,
+// int8 dot products (dp4a) per 32 inputs. 1 <= M <= kQuantGemvMaxM.
+constexpr int kQuantGemvMaxM = 8;
+void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
+                void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
+// out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
+// quant::dequantize_row computes it on the host (f32; bf16 rounds that).
+void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
+
 // ---- sampling.cu -----------------------------------------------------------------------------
 
 constexpr int kMaxTopLogprobs = 20;
@@ -268,6 +287,11 @@ struct SampleOutput {
 // and no logprobs; where the vocabulary is large enough (sample_rows_split_greedy) the argmax is
 // then split over many blocks a row. Same token as the general kernel (for rows without NaN).
 bool sample_rows_split_greedy(int64_t vocab);
+// Structured outputs: for each of `num_rows` masked rows r, logits[row_ids[r] * vocab + t] = -inf
+// where bit t of masks[r * mask_words ...] is clear (packed: bit t % 32 of word t / 32; ids at or
+// past mask_words * 32 are disallowed). Run before sample_rows.
+void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, const uint32_t* masks, int64_t mask_words,
+                       int64_t num_rows, cudaStream_t s);
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
                  SampleOutput* out, cudaStream_t s, bool plain_greedy = false);

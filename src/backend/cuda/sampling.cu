@@ -404,7 +404,25 @@ __global__ __launch_bounds__(32) void greedy_combine_kernel(const float* work, i
   }
 }
 
+__global__ void token_mask_kernel(float* logits, int V, const int32_t* row_ids, const uint32_t* masks, int mask_words) {
+  const int r = blockIdx.y;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= V) return;
+  const int w = t >> 5;
+  const bool allowed = w < mask_words && ((masks[static_cast<int64_t>(r) * mask_words + w] >> (t & 31)) & 1u);
+  if (!allowed) logits[static_cast<int64_t>(row_ids[r]) * V + t] = -INFINITY;
+}
+
 }  // namespace
+
+void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, const uint32_t* masks, int64_t mask_words,
+                       int64_t num_rows, cudaStream_t s) {
+  if (num_rows <= 0) return;
+  constexpr int kMaskThreads = 256;
+  const dim3 grid(static_cast<unsigned>((vocab + kMaskThreads - 1) / kMaskThreads), static_cast<unsigned>(num_rows));
+  token_mask_kernel<<<grid, kMaskThreads, 0, s>>>(logits, static_cast<int>(vocab), row_ids, masks, static_cast<int>(mask_words));
+  CUDA_CHECK_LAUNCH();
+}
 
 bool sample_rows_split_greedy(int64_t vocab) { return vocab >= 2 * kGreedySplits * 32; }
 

@@ -44,9 +44,11 @@ WeightUploader::~WeightUploader() {
 void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
   const int64_t rows = src.ndim() == 1 ? 1 : src.rows();
   const int64_t cols = src.ndim() == 1 ? src.numel() : src.dim(-1);
-  const int64_t e = dst_dtype == DType::kF32 ? 4 : 2;
-  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / (cols * e));
-  PAGODA_CHECK(cols * e <= static_cast<int64_t>(kChunk), "weight row too large for staging");
+  // Quantized blocks are copied as they are (a native device format); else elements of 2 or 4 bytes.
+  PAGODA_CHECK(!is_quantized(dst_dtype) || src.dtype() == dst_dtype, "a quantized device weight is its host blocks");
+  const int64_t out_row = row_bytes(dst_dtype, cols);
+  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / out_row);
+  PAGODA_CHECK(out_row <= static_cast<int64_t>(kChunk), "weight row too large for staging");
   for (int64_t r0 = 0; r0 < rows; r0 += per) {
     const int64_t n = std::min(per, rows - r0);
     uint8_t* stage = next();
@@ -54,9 +56,9 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
       std::vector<float> tmp;
       for (int64_t r = b; r < en; ++r) {
         const uint8_t* in = static_cast<const uint8_t*>(src.data()) + (r0 + r) * src.row_bytes();
-        uint8_t* out = stage + r * cols * e;
+        uint8_t* out = stage + r * out_row;
         if (src.dtype() == dst_dtype) {
-          std::memcpy(out, in, static_cast<size_t>(cols * e));
+          std::memcpy(out, in, static_cast<size_t>(out_row));
           continue;
         }
         tmp.resize(static_cast<size_t>(cols));
@@ -69,7 +71,7 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
         }
       }
     });
-    submit(static_cast<uint8_t*>(dst) + r0 * cols * e, static_cast<size_t>(n * cols * e));
+    submit(static_cast<uint8_t*>(dst) + r0 * out_row, static_cast<size_t>(n * out_row));
   }
 }
 

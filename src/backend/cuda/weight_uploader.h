@@ -23,7 +23,7 @@ class WeightUploader {
   WeightUploader& operator=(const WeightUploader&) = delete;
 
   // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype (f32 or bf16/f16
-  // storage of the same element size), contiguous.
+  // storage of the same element size, or src's own quantized dtype: its blocks copied), contiguous.
   void upload(const Tensor& src, DType dst_dtype, void* dst);
   void upload_f32(const float* src, int64_t n, void* dst);
 

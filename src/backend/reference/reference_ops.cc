@@ -24,6 +24,13 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void geglu_tanh(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * up[i]);
+  }
+}
+
 void rope_head(float* x, int64_t rope_dim, int64_t pos, std::span<const double> inv_freq, RopeLayout layout) {
   const int64_t half = rope_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
@@ -60,7 +67,7 @@ float kv_read_v(const KvLayerView& c, int64_t slot, int64_t h, int64_t d) {
 
 void dense_attention(const float* q, float* out, int64_t num_queries, int64_t context_len,
                      std::span<const int32_t> block_table, const KvLayerView& cache, int64_t num_heads, double scale,
-                     int64_t sliding_window) {
+                     int64_t sliding_window, double softcap) {
   const int64_t d = cache.head_dim, kvh = cache.num_kv_heads, group = num_heads / kvh;
   // Gather: dense K, V [context_len, kvh, d].
   std::vector<double> K(context_len * kvh * d), V(context_len * kvh * d);
@@ -84,6 +91,7 @@ void dense_attention(const float* q, float* out, int64_t num_queries, int64_t co
         double s = 0;
         for (int64_t i = 0; i < d; ++i) s += qv[i] * K[(p * kvh + h) * d + i];
         scores[p] = s * scale;
+        if (softcap > 0) scores[p] = softcap * std::tanh(scores[p] / softcap);
         mx = std::max(mx, scores[p]);
       }
       double sum = 0;

@@ -7,5 +7,7 @@ namespace pagoda {
 
 // Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama (families/llama.cc).
 const Family& llama_family();
+// Gemma 2, Gemma 3 text (families/gemma.cc).
+const Family& gemma_family();
 
 }  // namespace pagoda

@@ -1,11 +1,11 @@
-#include "server/token_bucket.h"
+#include "common/token_bucket.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
 #include <sstream>
 
-namespace pagoda::server {
+namespace pagoda {
 
 TokenBucket::TokenBucket(double rate_per_s, double capacity, double now)
     : rate_(rate_per_s), capacity_(capacity), tokens_(capacity), last_(now) {}
@@ -108,4 +108,4 @@ void RateLimiter::refund(const std::string& key, double tokens, double now) {
   if (b.tokens) b.tokens->refund(tokens, now);
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda

@@ -1,0 +1,828 @@
+#include "gateway/gateway_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <deque>
+#include <list>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "gateway/admission.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/prefix_key.h"
+#include "gateway/request_summary.h"
+#include "gateway/router.h"
+#include "gateway/worker_set.h"
+
+namespace pagoda::gateway {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using net::awaitable;
+using net::use_awaitable;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+using json = nlohmann::json;
+
+// Built outside the coroutines: g++ 12 miscompiles brace-initialised lists inside them.
+Headers header1(const std::string& k, const std::string& v) {
+  Headers h;
+  h.emplace_back(k, v);
+  return h;
+}
+std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v) {
+  return header1(k, v);
+}
+std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v,
+                                                        const std::string& k2, const std::string& v2) {
+  auto l = header1(k, v);
+  l.emplace_back(k2, v2);
+  return l;
+}
+std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v,
+                                                        const std::string& k2, const std::string& v2,
+                                                        const std::string& k3, const std::string& v3) {
+  auto l = labels(k, v, k2, v2);
+  l.emplace_back(k3, v3);
+  return l;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::chrono::steady_clock::duration secs(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string error_json(const std::string& type, const std::string& message, const std::string& code) {
+  json e{{"message", message}, {"type", type}, {"param", nullptr}, {"code", code.empty() ? json(nullptr) : json(code)}};
+  return json{{"error", e}}.dump();
+}
+
+std::string format_head(int status, const std::string& content_type, const Headers& headers, bool chunked,
+                        size_t length, bool close) {
+  std::string reason(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status))));
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\n";
+  if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
+  for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
+  h += chunked ? std::string("Transfer-Encoding: chunked\r\n") : "Content-Length: " + std::to_string(length) + "\r\n";
+  if (close) h += "Connection: close\r\n";
+  return h + "\r\n";
+}
+
+void append_chunk(std::string_view data, std::string* out) {
+  char size[32];
+  snprintf(size, sizeof size, "%zx\r\n", data.size());
+  *out += size;
+  out->append(data.data(), data.size());
+  *out += "\r\n";
+}
+
+// Slots for requests being proxied: at most `max` at once, `max_queue` waiting (FIFO) for
+// `timeout_s`. Thread-safe; a waiter is woken on its own executor.
+class SlotQueue {
+ public:
+  SlotQueue(int64_t max, int64_t max_queue) : max_(max), max_queue_(max_queue) {}
+  enum Outcome { kGranted, kFull, kTimeout };
+
+  awaitable<Outcome> acquire(double timeout_s) {
+    auto ex = co_await net::this_coro::executor;
+    auto waiter = std::make_shared<Waiter>(ex);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (active_ < max_) {
+        ++active_;
+        co_return kGranted;
+      }
+      if (static_cast<int64_t>(queue_.size()) >= max_queue_) co_return kFull;
+      queue_.push_back(waiter);
+    }
+    waiter->timer.expires_after(secs(timeout_s));
+    beast::error_code ec;
+    co_await waiter->timer.async_wait(net::redirect_error(use_awaitable, ec));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiter->granted) co_return kGranted;
+    queue_.remove(waiter);
+    co_return kTimeout;
+  }
+
+  void release() {
+    std::shared_ptr<Waiter> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        --active_;
+        return;
+      }
+      next = queue_.front();
+      queue_.pop_front();
+      next->granted = true;  // the slot passes to it
+    }
+    net::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
+  }
+
+  int64_t active() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return active_;
+  }
+  int64_t queued() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(queue_.size());
+  }
+
+ private:
+  struct Waiter {
+    explicit Waiter(net::any_io_executor ex) : timer(ex) {}
+    net::steady_timer timer;
+    bool granted = false;
+  };
+  std::mutex mu_;
+  int64_t max_, max_queue_, active_ = 0;
+  std::list<std::shared_ptr<Waiter>> queue_;
+};
+
+// The worker that served a prefix key last (bounded: cleared when it grows past kMax).
+class AffinityMemory {
+ public:
+  // Records `worker` for `key`; true when it was the same worker as last time.
+  bool record(uint64_t key, const std::string& worker) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_.size() >= kMax) last_.clear();
+    auto [it, inserted] = last_.try_emplace(key, worker);
+    if (inserted) return false;
+    const bool hit = it->second == worker;
+    it->second = worker;
+    return hit;
+  }
+
+ private:
+  static constexpr size_t kMax = 1 << 16;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::string> last_;
+};
+
+enum class Failure { kNone, kConnect, kTimeout, k5xx, kStreamCut, kProtocol, kClientGone };
+
+const char* failure_name(Failure f) {
+  switch (f) {
+    case Failure::kConnect: return "connect";
+    case Failure::kTimeout: return "timeout";
+    case Failure::k5xx: return "5xx";
+    case Failure::kStreamCut: return "stream_cut";
+    case Failure::kProtocol: return "protocol";
+    case Failure::kClientGone: return "client_gone";
+    default: return "none";
+  }
+}
+
+// One proxied request as it goes through the gateway.
+struct Exchange {
+  std::string id, method, path, route, key, remote;
+  double start = 0, ttft = -1;
+  int status = 0;
+  std::string worker = "-", reason = "-";
+  int attempts = 0;
+  bool stream = false, close_after = false, sent_any = false;
+  Failure failure = Failure::kNone;
+  std::string detail;  // the last upstream error's message
+};
+
+}  // namespace
+
+struct GatewayServer::Impl {
+  explicit Impl(GatewayConfig c) : config(std::move(c)), workers(config), admission(config),
+                                   slots(config.max_inflight, config.max_queue) {}
+
+  GatewayConfig config;
+  WorkerSet workers;
+  Admission admission;
+  SlotQueue slots;
+  GatewayMetrics metrics;
+  AffinityMemory affinity;
+  net::io_context ioc;
+  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};  // used on accept_strand only
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  std::atomic<bool> draining{false}, stopping{false};
+  std::atomic<int64_t> requests_in_flight{0};
+  std::atomic<uint64_t> rotation{0};
+  int port = 0;
+  std::mt19937_64 rng{std::random_device{}()};
+  std::mutex rng_mu;
+
+  // ---- client side ----
+
+  awaitable<void> serve_client(tcp::socket socket) {
+    beast::tcp_stream client(std::move(socket));
+    std::string remote;
+    {
+      beast::error_code ec;
+      auto ep = client.socket().remote_endpoint(ec);
+      if (!ec) remote = ep.address().to_string();
+    }
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(config.body_limit);
+      parser.header_limit(16 << 10);
+      beast::error_code ec;
+      client.expires_after(secs(config.client_idle_timeout_s));
+      co_await http::async_read_header(client, buffer, parser, net::redirect_error(use_awaitable, ec));
+      if (!ec && parser.chunked()) {
+        // Chunked request bodies are refused: clients of the OpenAI API send Content-Length, and
+        // Beast 1.74's chunk-header parser has an assertion the fuzzer reaches (http_request_fuzz).
+        const std::string body = error_json("invalid_request_error", "send the request body with Content-Length (chunked request bodies are not accepted)", "length_required");
+        co_await send_simple(client, 411, body, Headers(), true);
+        break;
+      }
+      if (!ec && !parser.is_done()) {
+        if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+          static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          co_await net::async_write(client, net::buffer(kContinue), net::redirect_error(use_awaitable, ec));
+        }
+        if (!ec) co_await http::async_read(client, buffer, parser, net::redirect_error(use_awaitable, ec));
+      }
+      if (ec) {
+        if (ec == http::error::body_limit) {
+          co_await send_simple(client, 413, error_json("invalid_request_error",
+                                                       "the request body is larger than the gateway's limit of " +
+                                                           std::to_string(config.body_limit) + " bytes",
+                                                       "request_too_large"), {}, true);
+        } else if (ec == http::error::header_limit) {
+          co_await send_simple(client, 431, error_json("invalid_request_error", "the request headers are too large", ""), {}, true);
+        } else if (ec != http::error::end_of_stream && ec != net::error::eof && ec != beast::error::timeout &&
+                   ec != net::error::connection_reset && ec != net::error::operation_aborted &&
+                   ec != http::error::partial_message) {
+          co_await send_simple(client, 400, error_json("invalid_request_error", "malformed HTTP request: " + ec.message(), ""), {}, true);
+        }
+        break;
+      }
+      auto req = parser.release();
+      Exchange ex;
+      ex.start = now_s();
+      ex.method = std::string(req.method_string());
+      ex.path = std::string(req.target());
+      ex.remote = remote;
+      ex.close_after = !req.keep_alive() || draining.load();
+      ex.id = request_id(std::string(req["x-request-id"]));
+      ++requests_in_flight;
+      try {
+        co_await handle(client, req, ex);
+      } catch (const std::exception& e) {
+        log_error("gateway", "{} internal error: {}", ex.id, e.what());
+        ex.close_after = true;
+      }
+      --requests_in_flight;
+      finish_log(ex);
+      if (ex.close_after || draining.load()) break;
+    }
+    beast::error_code ignored;
+    client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    client.close();
+  }
+
+  std::string request_id(const std::string& given) {
+    bool ok = !given.empty() && given.size() <= 128;
+    for (char c : given) ok &= c > 32 && c < 127;
+    if (ok) return given;
+    std::lock_guard<std::mutex> lock(rng_mu);
+    return fmt::format("gw-{:016x}", rng());
+  }
+
+  awaitable<void> send_simple(beast::tcp_stream& client, int status, const std::string& body, Headers headers,
+                              bool close, const std::string& content_type = "application/json") {
+    std::string out = format_head(status, content_type, headers, false, body.size(), close) + body;
+    client.expires_after(secs(config.client_idle_timeout_s));
+    beast::error_code ec;
+    co_await net::async_write(client, net::buffer(out), net::redirect_error(use_awaitable, ec));
+  }
+
+  awaitable<void> reply(beast::tcp_stream& client, Exchange& ex, int status, const std::string& body,
+                        Headers headers = {}, const std::string& content_type = "application/json") {
+    ex.status = status;
+    headers.push_back({"x-request-id", ex.id});
+    if (draining.load()) ex.close_after = true;
+    co_await send_simple(client, status, body, std::move(headers), ex.close_after, content_type);
+    ex.sent_any = true;
+  }
+
+  awaitable<void> handle(beast::tcp_stream& client, http::request<http::string_body>& req, Exchange& ex) {
+    std::string path = ex.path.substr(0, ex.path.find('?'));
+    const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+    if (path == "/health") {
+      ex.route = "/health";
+      const int64_t up = workers.num_available(now_s());
+      const bool ok = up > 0 && !draining.load();
+      co_return co_await reply(client, ex, ok ? 200 : 503, health_json(ok, up));
+    }
+    if (path == "/metrics") {
+      ex.route = "/metrics";
+      co_return co_await reply(client, ex, 200, metrics.render(gauges()), {}, "text/plain; version=0.0.4; charset=utf-8");
+    }
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+      ex.route = "/v1/models";
+      if (!get) co_return co_await reply(client, ex, 405, error_json("invalid_request_error", "use GET", "method_not_allowed"), header1("Allow", "GET, HEAD"));
+      std::string key;
+      if (auto r = admission.authenticate(std::string(req[http::field::authorization]), &key))
+        co_return co_await refuse(client, ex, *r);
+      int status = 200;
+      const std::string one = path.size() > 11 ? path.substr(11) : std::string();
+      const std::string body = models_json(one, &status);
+      co_return co_await reply(client, ex, status, body);
+    }
+    const bool chat = path == "/v1/chat/completions";
+    if (!chat && path != "/v1/completions") {
+      ex.route = "other";
+      co_return co_await reply(client, ex, 404, error_json("not_found_error", "no route for " + ex.method + " " + path, "not_found"));
+    }
+    ex.route = path;
+    if (req.method() != http::verb::post)
+      co_return co_await reply(client, ex, 405, error_json("invalid_request_error", "use POST", "method_not_allowed"), header1("Allow", "POST"));
+    if (draining.load())
+      co_return co_await reply(client, ex, 503, error_json("service_unavailable", "the gateway is shutting down", "shutting_down"));
+    if (auto r = admission.authenticate(std::string(req[http::field::authorization]), &ex.key))
+      co_return co_await refuse(client, ex, *r);
+    auto summary = summarize_request(chat, req.body(), config.default_max_tokens);
+    if (!summary.ok())
+      co_return co_await reply(client, ex, 400, error_json("invalid_request_error", summary.status().message(), ""));
+    ex.stream = summary->stream;
+    std::string model = summary->model;
+    const double now = now_s();
+    if (model.empty()) {
+      const auto ms = workers.models(now);
+      if (ms.size() == 1) model = ms[0].first;
+    }
+    if (workers.available(model, now).empty()) {
+      std::string names;
+      for (const auto& [m, n] : workers.models(now)) names += (names.empty() ? "" : ", ") + m;
+      if (model.empty() || !names.empty()) {
+        std::string message = "model '" + model + "' is not served by any available worker (served: " + names + ")";
+        if (model.empty()) message = "'model' is required (served: " + names + ")";
+        const std::string body = error_json("invalid_request_error", message, "model_not_found");
+        co_return co_await reply(client, ex, 404, body);
+      }
+      co_return co_await reply(client, ex, 503, error_json("service_unavailable", "no worker is available", "no_worker"), header1("Retry-After", "1"));
+    }
+    if (auto r = admission.charge(ex.key, static_cast<double>(summary->estimated_tokens), now))
+      co_return co_await refuse(client, ex, *r);
+    const auto slot = co_await slots.acquire(config.queue_timeout_s);
+    if (slot != SlotQueue::kGranted) {
+      metrics.count("rate_limited_total", labels("scope", "queue"));
+      co_return co_await reply(client, ex, 503, error_json("service_unavailable",
+                                                          slot == SlotQueue::kFull ? "the gateway's request queue is full" : "timed out waiting in the gateway's queue",
+                                                          "queue_full"), header1("Retry-After", "1"));
+    }
+    struct SlotGuard {  // released however proxy() ends (an exception included)
+      SlotQueue& q;
+      ~SlotGuard() { q.release(); }
+    } guard{slots};
+    co_await proxy(client, req, ex, *summary, model);
+  }
+
+  awaitable<void> refuse(beast::tcp_stream& client, Exchange& ex, const Refusal& r) {
+    Headers h;
+    if (r.status == 429) {
+      h.push_back({"Retry-After", std::to_string(static_cast<int64_t>(std::ceil(std::max(r.retry_after_s, 0.001))))});
+      metrics.count("rate_limited_total", labels("scope", r.scope));
+    }
+    if (r.status == 401) h.push_back({"WWW-Authenticate", "Bearer"});
+    co_await reply(client, ex, r.status, error_json(r.type, r.message, r.code), std::move(h));
+  }
+
+  std::string health_json(bool ok, int64_t up) {
+    json body{{"status", draining.load() ? "draining" : ok ? "ok" : "no_workers"},
+              {"workers_available", up}, {"workers", workers.all().size()}};
+    return body.dump();
+  }
+
+  std::string models_json(const std::string& one, int* status) {
+    json data = json::array();
+    for (const auto& [m, n] : workers.models(now_s())) {
+      json e{{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "pagoda"}, {"workers", n}};
+      if (!one.empty() && m == one) return e.dump();
+      data.push_back(e);
+    }
+    if (!one.empty()) {
+      *status = 404;
+      return error_json("invalid_request_error", "model '" + one + "' is not served", "model_not_found");
+    }
+    json out{{"object", "list"}, {"data", data}};
+    return out.dump();
+  }
+
+  std::string gauges() {
+    std::string g;
+    g += fmt::format("# HELP pagoda_gateway_inflight Requests being proxied\n# TYPE pagoda_gateway_inflight gauge\npagoda_gateway_inflight {}\n", slots.active());
+    g += fmt::format("# HELP pagoda_gateway_queued Requests waiting for a slot\n# TYPE pagoda_gateway_queued gauge\npagoda_gateway_queued {}\n", slots.queued());
+    std::string up, infl, tok;
+    const double now = now_s();
+    for (const auto& w : workers.all()) {
+      const std::string l = GatewayMetrics::label_string({{"worker", w->label}});
+      up += fmt::format("pagoda_gateway_worker_up{{{}}} {}\n", l, workers.is_available(*w, now) ? 1 : 0);
+      infl += fmt::format("pagoda_gateway_worker_inflight{{{}}} {}\n", l, w->inflight.load());
+      tok += fmt::format("pagoda_gateway_worker_outstanding_tokens{{{}}} {}\n", l, w->outstanding_tokens.load());
+    }
+    g += "# HELP pagoda_gateway_worker_up 1 while the worker is available for new requests\n# TYPE pagoda_gateway_worker_up gauge\n" + up;
+    g += "# HELP pagoda_gateway_worker_inflight The gateway's requests in flight on the worker\n# TYPE pagoda_gateway_worker_inflight gauge\n" + infl;
+    g += "# HELP pagoda_gateway_worker_outstanding_tokens Estimated tokens of those requests\n# TYPE pagoda_gateway_worker_outstanding_tokens gauge\n" + tok;
+    return g;
+  }
+
+  void finish_log(Exchange& ex) {
+    const double total = now_s() - ex.start;
+    if (ex.route == "/health" || ex.route == "/metrics") return;
+    metrics.count("requests_total", labels("route", ex.route, "worker", ex.worker, "code", std::to_string(ex.status)));
+    metrics.observe("request_duration_seconds", labels("route", ex.route), total);
+    if (ex.ttft >= 0) metrics.observe("ttft_seconds", labels("route", ex.route), ex.ttft);
+    log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={} attempts={}{}{} {:.1f} ms{}", ex.id,
+             ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason, ex.attempts,
+             ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms", 1000 * ex.ttft) : "",
+             ex.failure != Failure::kNone ? std::string(" failure=") + failure_name(ex.failure) : "", 1000 * total,
+             ex.stream ? " stream" : "");
+  }
+
+  // ---- upstream ----
+
+  struct Candidates {
+    std::vector<std::shared_ptr<Worker>> workers;
+    std::vector<Candidate> view;
+  };
+
+  Candidates candidates(const std::string& model, const std::vector<std::string>& tried) {
+    Candidates c;
+    for (auto& w : workers.available(model, now_s())) {
+      if (std::find(tried.begin(), tried.end(), w->label) != tried.end()) continue;
+      Candidate v;
+      v.label = w->label;
+      v.weight = w->spec.weight;
+      v.inflight = w->inflight.load();
+      v.outstanding_tokens = w->outstanding_tokens.load();
+      workers.read(*w, nullptr, &v.reported_requests, &v.kv_usage);
+      c.workers.push_back(w);
+      c.view.push_back(v);
+    }
+    return c;
+  }
+
+  awaitable<void> proxy(beast::tcp_stream& client, http::request<http::string_body>& req, Exchange& ex,
+                        const RequestSummary& summary, const std::string& model) {
+    RouteInput in;
+    in.policy = config.policy;
+    in.load_bound = config.load_bound;
+    in.load_bound_floor = config.load_bound_floor;
+    in.tokens_per_request = config.default_max_tokens;
+    if (!config.session_header.empty()) {
+      const auto sv = req[config.session_header];
+      if (!sv.empty()) in.session_key = fnv1a64(std::string_view(sv.data(), sv.size()));
+    }
+    const auto pkey = prefix_key(summary.affinity_text, config.prefix_chunk_chars, config.prefix_chunks);
+    in.prefix_key = pkey;
+    std::vector<std::string> tried;
+    std::string last_body = error_json("service_unavailable", "no worker is available for model '" + model + "'", "no_worker");
+    int last_status = 503;
+    Headers last_headers;
+    for (int attempt = 1; attempt <= config.max_attempts; ++attempt) {
+      Candidates c = candidates(model, tried);
+      if (c.view.empty()) break;
+      in.rotation = rotation.fetch_add(1);
+      const RouteDecision d = choose_worker(c.view, in);
+      std::shared_ptr<Worker> w = c.workers[d.index];
+      tried.push_back(w->label);
+      ex.attempts = attempt;
+      ex.worker = w->label;
+      ex.reason = attempt == 1 ? d.reason : "retry";
+      if (attempt > 1) metrics.count("retries_total", labels("route", ex.route));
+      metrics.count("routing_decisions_total", labels("worker", w->label, "reason", ex.reason));
+      if (attempt == 1 && pkey && config.policy == "prefix" && !in.session_key) {
+        metrics.count("prefix_affinity_lookups_total", Headers());
+        if (affinity.record(*pkey, w->label)) metrics.count("prefix_affinity_hits_total", Headers());
+      }
+      struct LoadGuard {  // the worker's in-flight share, given back however the attempt ends
+        Worker& w;
+        int64_t tokens;
+        LoadGuard(Worker& worker, int64_t t) : w(worker), tokens(t) {
+          w.inflight += 1;
+          w.outstanding_tokens += tokens;
+        }
+        ~LoadGuard() {
+          w.inflight -= 1;
+          w.outstanding_tokens -= tokens;
+        }
+      };
+      Failure f;
+      {
+        LoadGuard load(*w, summary.estimated_tokens);
+        f = co_await attempt_on(client, *w, req, ex, &last_status, &last_body, &last_headers);
+      }
+      ex.failure = f;
+      if (f == Failure::kNone) {
+        workers.record_success(*w);
+        co_return;
+      }
+      if (f == Failure::kClientGone) co_return;
+      metrics.count("upstream_errors_total", labels("worker", w->label, "kind", failure_name(f)));
+      workers.record_failure(*w, now_s());
+      log_warn("gateway", "{} attempt {} on {} failed: {} ({}){}", ex.id, attempt, w->label, failure_name(f), ex.detail,
+               ex.sent_any ? " (after the first byte: not retried)" : "");
+      if (ex.sent_any) co_return;
+    }
+    // Nothing sent: the last worker error (a 5xx it answered) or 502/503.
+    if (ex.attempts > 0 && last_status < 500) last_status = 502;
+    if (ex.attempts > 0 && last_status == 502)
+      last_body = error_json("bad_gateway", "every worker tried failed (" + std::string(failure_name(ex.failure)) + ")", "upstream_failed");
+    last_headers.push_back({"x-pagoda-worker", ex.worker});
+    last_headers.push_back({"x-pagoda-route-reason", ex.reason});
+    co_await reply(client, ex, last_status, last_body, last_headers);
+  }
+
+  // One attempt on worker `w`. Returns kNone when the response was relayed completely (whatever its
+  // status below 500). A 5xx response is kept in *status/body/headers (sent if no other worker works).
+  awaitable<Failure> attempt_on(beast::tcp_stream& client, Worker& w, http::request<http::string_body>& req,
+                                Exchange& ex, int* err_status, std::string* err_body, Headers* err_headers) {
+    auto ex_ = co_await net::this_coro::executor;
+    beast::tcp_stream up(ex_);
+    beast::error_code ec;
+    tcp::endpoint ep(net::ip::make_address(w.address, ec), static_cast<unsigned short>(w.spec.port));
+    if (ec) {
+      ex.detail = "bad address " + w.address;
+      co_return Failure::kConnect;
+    }
+    up.expires_after(secs(config.connect_timeout_s));
+    co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "connect: " + ec.message();
+    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+    beast::error_code ignored;
+    up.socket().set_option(tcp::no_delay(true), ignored);
+    std::string out = ex.method + " " + ex.path + " HTTP/1.1\r\nHost: " + w.label +
+                      "\r\nContent-Type: application/json\r\nX-Request-Id: " + ex.id + "\r\nX-Forwarded-For: " +
+                      (ex.remote.empty() ? "-" : ex.remote) + "\r\nConnection: close\r\nContent-Length: " +
+                      std::to_string(req.body().size()) + "\r\n";
+    if (!config.worker_api_key.empty()) {
+      out += "Authorization: Bearer " + config.worker_api_key + "\r\n";
+    } else if (!admission.auth_enabled() && !req[http::field::authorization].empty()) {
+      out += "Authorization: " + std::string(req[http::field::authorization]) + "\r\n";
+    }
+    out += "\r\n" + req.body();
+    up.expires_after(secs(config.first_byte_timeout_s));
+    co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "write: " + ec.message();
+    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+    beast::flat_buffer ubuf;
+    http::response_parser<http::buffer_body> p;
+    p.body_limit(std::uint64_t{1} << 50);  // boost::none compares wrongly in Beast 1.74 (len > none)
+    co_await http::async_read_header(up, ubuf, p, net::redirect_error(use_awaitable, ec));
+    if (ec) ex.detail = "response head: " + ec.message();
+    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+    const int status = static_cast<int>(p.get().result_int());
+    const std::string ctype(p.get()[http::field::content_type]);
+    const bool sse = status == 200 && ctype.rfind("text/event-stream", 0) == 0;
+    Headers headers = labels("x-request-id", ex.id, "x-pagoda-worker", w.label, "x-pagoda-route-reason", ex.reason);
+    if (auto ra = p.get()[http::field::retry_after]; !ra.empty()) headers.push_back({"Retry-After", std::string(ra)});
+    std::string body;
+    std::vector<char> chunk(16 << 10);
+    bool head_sent = false;
+    while (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      up.expires_after(secs(config.stream_idle_timeout_s));
+      co_await http::async_read_some(up, ubuf, p, net::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      const size_t n = chunk.size() - p.get().body().size;
+      if (!ec && n > 0 && sse) {
+        std::string frame;
+        if (!head_sent) {
+          Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
+          h.insert(h.end(), headers.begin(), headers.end());
+          frame = format_head(200, ctype, h, true, 0, ex.close_after);
+        }
+        append_chunk(std::string_view(chunk.data(), n), &frame);
+        if (!(co_await write_client(client, frame))) co_return Failure::kClientGone;
+        if (!head_sent) ex.ttft = now_s() - ex.start;
+        head_sent = ex.sent_any = true;
+        ex.status = 200;
+      } else if (!ec && n > 0) {
+        body.append(chunk.data(), n);
+        if (body.size() > (64u << 20)) co_return Failure::kProtocol;
+      }
+      if (ec) {
+        ex.detail = "body: " + ec.message();
+        const Failure f = ec == beast::error::timeout ? Failure::kTimeout : Failure::kStreamCut;
+        if (head_sent) {
+          // Cut mid-stream: an OpenAI-style error event, then the end of the chunked body (no
+          // [DONE]: the stream did not complete), then close the connection.
+          std::string frame;
+          append_chunk("data: " + error_json("server_error",
+                                             std::string("the worker serving this request failed mid-stream (") +
+                                                 (f == Failure::kTimeout ? "timed out" : "connection lost") + ")",
+                                             "upstream_stream_cut") + "\n\n",
+                       &frame);
+          frame += "0\r\n\r\n";
+          ex.close_after = true;
+          co_await write_client(client, frame);
+        }
+        co_return f;
+      }
+    }
+    if (sse) {
+      if (!head_sent) {
+        Headers h = headers;
+        std::string frame = format_head(200, ctype, h, true, 0, ex.close_after);
+        frame += "0\r\n\r\n";
+        if (!(co_await write_client(client, frame))) co_return Failure::kClientGone;
+        ex.sent_any = true;
+        ex.status = 200;
+        co_return Failure::kNone;
+      }
+      ex.status = 200;
+      co_return (co_await write_client(client, "0\r\n\r\n")) ? Failure::kNone : Failure::kClientGone;
+    }
+    if (status >= 500) {
+      *err_status = status;
+      *err_body = body;
+      *err_headers = {};
+      co_return Failure::k5xx;
+    }
+    ex.status = status;
+    if (draining.load()) ex.close_after = true;
+    const std::string full = format_head(status, ctype, headers, false, body.size(), ex.close_after) + body;
+    const bool ok = co_await write_client(client, full);
+    ex.sent_any = true;
+    co_return ok ? Failure::kNone : Failure::kClientGone;
+  }
+
+  awaitable<bool> write_client(beast::tcp_stream& client, const std::string& data) {
+    beast::error_code ec;
+    client.expires_after(secs(config.client_idle_timeout_s));
+    co_await net::async_write(client, net::buffer(data), net::redirect_error(use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // ---- health checks and DNS ----
+
+  awaitable<void> health_loop() {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    while (!stopping.load()) {
+      for (auto& w : workers.all()) net::co_spawn(net::make_strand(ioc), check_worker(w), net::detached);
+      timer.expires_after(secs(config.health_interval_s));
+      beast::error_code ec;
+      co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+    }
+  }
+
+  // GET /load (or /health where the worker has none) with health_timeout_s.
+  awaitable<void> check_worker(std::shared_ptr<Worker> w) {
+    WorkerLoad load;
+    beast::error_code ec;
+    auto ex_ = co_await net::this_coro::executor;
+    beast::tcp_stream up(ex_);
+    tcp::endpoint ep(net::ip::make_address(w->address, ec), static_cast<unsigned short>(w->spec.port));
+    if (!ec) {
+      up.expires_after(secs(config.health_timeout_s));
+      co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
+    }
+    const bool has_load = w->has_load_endpoint.load();
+    if (!ec) {
+      http::request<http::empty_body> req(http::verb::get, has_load ? "/load" : "/health", 11);
+      req.set(http::field::host, w->label);
+      req.set(http::field::connection, "close");
+      co_await http::async_write(up, req, net::redirect_error(use_awaitable, ec));
+    }
+    http::response<http::string_body> res;
+    if (!ec) {
+      beast::flat_buffer b;
+      co_await http::async_read(up, b, res, net::redirect_error(use_awaitable, ec));
+    }
+    if (!ec) {
+      const int status = static_cast<int>(res.result_int());
+      if (status == 404 && has_load) {
+        w->has_load_endpoint = false;
+        co_return;  // the next round asks /health
+      }
+      load.ok = status == 200;
+      load.draining = status == 503;
+      if (has_load && status == 200) {
+        json j = json::parse(res.body(), nullptr, false);
+        if (j.is_object()) {
+          load.model = j.value("model", std::string());
+          load.running = j.value("running", int64_t{0});
+          load.waiting = j.value("waiting", int64_t{0});
+          load.kv_usage = j.value("kv_cache_usage", 0.0);
+          load.draining = j.value("status", std::string("ok")) == "draining";
+          if (load.draining) load.ok = false;
+        }
+      }
+    }
+    workers.health_result(*w, load, now_s());
+  }
+
+  awaitable<void> dns_loop() {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    tcp::resolver resolver(co_await net::this_coro::executor);
+    while (!stopping.load()) {
+      for (const auto& spec : config.workers) {
+        if (!spec.dns) continue;
+        beast::error_code ec;
+        auto results = co_await resolver.async_resolve(spec.host, std::to_string(spec.port), net::redirect_error(use_awaitable, ec));
+        if (ec) {
+          log_warn("gateway", "cannot resolve {}: {} (keeping its workers)", spec.label(), ec.message());
+          continue;
+        }
+        std::vector<std::string> addrs;
+        for (const auto& r : results) {
+          const std::string a = r.endpoint().address().to_string();
+          if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
+        }
+        workers.set_resolved(spec, addrs);
+      }
+      timer.expires_after(secs(config.dns_interval_s));
+      beast::error_code ec;
+      co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+    }
+  }
+
+  awaitable<void> accept_loop() {
+    while (acceptor.is_open()) {
+      beast::error_code ec;
+      tcp::socket s = co_await acceptor.async_accept(net::make_strand(ioc), net::redirect_error(use_awaitable, ec));
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (ec) {
+        net::steady_timer t(co_await net::this_coro::executor);
+        t.expires_after(std::chrono::milliseconds(50));
+        co_await t.async_wait(net::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      auto strand = s.get_executor();
+      net::co_spawn(strand, serve_client(std::move(s)), net::detached);
+    }
+  }
+};
+
+GatewayServer::GatewayServer(GatewayConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+GatewayServer::~GatewayServer() { stop(); }
+
+int GatewayServer::port() const { return impl_->port; }
+
+Status GatewayServer::listen() {
+  auto& c = impl_->config;
+  beast::error_code ec;
+  auto addr = net::ip::make_address(c.host, ec);
+  if (ec) return make_status(StatusCode::kInvalidArgument, "gateway: bad --host '{}': {}", c.host, ec.message());
+  tcp::endpoint ep(addr, static_cast<unsigned short>(c.port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return make_status(StatusCode::kIoError, "gateway: cannot listen on {}:{}: {}", c.host, c.port, ec.message());
+  impl_->port = a.local_endpoint().port();
+  return Status();
+}
+
+void GatewayServer::start() {
+  auto& i = *impl_;
+  i.work.emplace(i.ioc.get_executor());
+  net::co_spawn(i.accept_strand, i.accept_loop(), net::detached);
+  net::co_spawn(net::make_strand(i.ioc), i.health_loop(), net::detached);
+  net::co_spawn(net::make_strand(i.ioc), i.dns_loop(), net::detached);
+  for (int t = 0; t < std::max(1, i.config.threads); ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
+}
+
+int64_t GatewayServer::drain(double timeout_s) {
+  auto& i = *impl_;
+  i.draining = true;
+  net::post(i.accept_strand, [&i] {
+    beast::error_code ec;
+    i.acceptor.close(ec);
+  });
+  const double deadline = now_s() + timeout_s;
+  while (i.requests_in_flight.load() > 0 && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return i.requests_in_flight.load();
+}
+
+void GatewayServer::stop() {
+  auto& i = *impl_;
+  if (i.threads.empty()) return;
+  i.stopping = true;
+  net::post(i.accept_strand, [&i] {
+    beast::error_code ec;
+    i.acceptor.close(ec);
+  });
+  i.work.reset();
+  i.ioc.stop();
+  for (auto& t : i.threads) t.join();
+  i.threads.clear();
+}
+
+}  // namespace pagoda::gateway

@@ -1,0 +1,312 @@
+"""Structured outputs and tool calling end to end: the real `pagoda serve` and the official
+`openai` client. Every constrained output is checked with the `jsonschema` package (a generated
+corpus of 200 schemas covering every supported keyword, greedy and sampled, on stories260K whose
+random-ish text the grammar forces into shape), regex / choice / grammar outputs with Python's
+own matchers, tool calls streamed and not, and a tool-calling loop on SmolLM2-135M-Instruct."""
+import concurrent.futures
+import json
+import random
+import re
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import CHAT_MODEL, TINY_MODEL, Server, http
+
+TINY_NAME = "stories260K"
+CHAT_NAME = "SmolLM2-135M-Instruct.Q4_1"
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    s = Server(TINY_MODEL, "--max-model-len", 512, "--max-num-seqs", 32)
+    yield s
+    s.kill()
+
+
+@pytest.fixture(scope="module")
+def chat_server():
+    s = Server(CHAT_MODEL, "--max-model-len", 2048, "--max-num-seqs", 8)
+    yield s
+    print(s.output()[-3000:])
+    s.kill()
+
+
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+
+
+# ---- a generated corpus of schemas -------------------------------------------------------------
+
+def leaf(rng):
+    kind = rng.choice(["string", "strlen", "pattern", "format", "integer", "intrange", "number", "numrange",
+                       "boolean", "null", "enum", "const", "types"])
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(0, 8)}
+    if kind == "strlen":
+        lo = rng.randint(0, 4)
+        return {"type": "string", "minLength": lo, "maxLength": lo + rng.randint(0, 4)}
+    if kind == "pattern":
+        return {"type": "string", "pattern": rng.choice(["^[a-z]{1,5}$", "^\\d{3}-\\d{2}$", "^(yes|no|maybe)$",
+                                                         "^[A-Z][a-z]{0,3}( [A-Z][a-z]{0,3})?$", "^\\w{2,4}@x\\.io$"])}
+    if kind == "format":
+        return {"type": "string", "format": rng.choice(["date", "time", "date-time", "uuid", "ipv4", "email"])}
+    if kind == "integer":
+        return {"type": "integer"}
+    if kind == "intrange":
+        lo = rng.randint(-500, 500)
+        s = {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 1000)}
+        if rng.random() < 0.3:
+            s = {"type": "integer", "exclusiveMinimum": lo, "exclusiveMaximum": lo + rng.randint(2, 50)}
+        return s
+    if kind == "number":
+        return {"type": "number"}
+    if kind == "numrange":
+        lo = rng.uniform(-100, 100)
+        return {"type": "number", "minimum": round(lo, 2), "maximum": round(lo + rng.uniform(1, 100), 2)}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "null":
+        return {"type": "null"}
+    if kind == "enum":
+        return {"enum": rng.sample(["red", "green", 3, None, True, "a\"b", "é"], rng.randint(1, 4))}
+    if kind == "const":
+        return {"const": rng.choice(["fixed", 42, False, {"k": [1, 2]}])}
+    return {"type": ["integer", "null"]} if rng.random() < 0.5 else {"type": ["string", "boolean"], "maxLength": 3}
+
+
+def schema_of(rng, depth):
+    r = rng.random()
+    if depth >= 2 or r < 0.3:
+        return leaf(rng)
+    if r < 0.6:
+        n = rng.randint(1, 4)
+        props = {f"p{i}_{rng.choice('abcxyz')}": schema_of(rng, depth + 1) for i in range(n)}
+        s = {"type": "object", "properties": props,
+             "required": rng.sample(list(props), rng.randint(0, len(props)))}
+        # (additionalProperties with a schema lets a greedy random model add keys until max_tokens:
+        # covered by the unit tests, not here.)
+        if rng.random() < 0.5:
+            s["additionalProperties"] = False
+        return s
+    if r < 0.8:
+        lo = rng.randint(0, 2)
+        s = {"type": "array", "items": schema_of(rng, depth + 1), "minItems": lo, "maxItems": lo + rng.randint(0, 2)}
+        if rng.random() < 0.2:
+            s = {"type": "array", "prefixItems": [leaf(rng), leaf(rng)], "items": False}
+        return s
+    if r < 0.9 or depth > 0:  # "#/$defs/..." resolves against the root: definitions only there
+        return {"anyOf": [leaf(rng), schema_of(rng, depth + 1)]}
+    return {"$defs": {"item": leaf(rng)}, "type": "object",
+            "properties": {"first": {"$ref": "#/$defs/item"}, "rest": {"type": "array", "items": {"$ref": "#/$defs/item"}, "maxItems": 2}},
+            "required": ["first", "rest"], "additionalProperties": False}
+
+
+SCHEMAS = [schema_of(random.Random(i), 0) for i in range(184)] + [
+    # Real-world shapes (OpenAI strict-mode examples, recursion).
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "date": {"type": "string", "format": "date"},
+                                      "participants": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}},
+     "required": ["name", "date", "participants"], "additionalProperties": False},
+    {"type": "object", "properties": {"steps": {"type": "array", "maxItems": 2, "items": {
+        "type": "object", "properties": {"explanation": {"type": "string", "maxLength": 8}, "output": {"type": "string", "maxLength": 5}},
+        "required": ["explanation", "output"], "additionalProperties": False}}, "final_answer": {"type": "string", "maxLength": 6}},
+     "required": ["steps", "final_answer"], "additionalProperties": False},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                          "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}},
+                        "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"ui": {"anyOf": [{"type": "object", "properties": {"kind": {"const": "button"}, "label": {"type": "string", "maxLength": 5}},
+                                                        "required": ["kind", "label"], "additionalProperties": False},
+                                                       {"type": "object", "properties": {"kind": {"const": "text"}, "body": {"type": "string", "maxLength": 5}},
+                                                        "required": ["kind", "body"], "additionalProperties": False}]}},
+     "required": ["ui"], "additionalProperties": False},
+    {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "hex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"},
+                                      "alpha": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["color", "hex"]},
+    {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "ip": {"type": "string", "format": "ipv4"},
+                                      "when": {"type": "string", "format": "date-time"}, "n": {"type": ["integer", "null"]}},
+     "required": ["id", "ip", "when", "n"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 3}, "v": {"type": "boolean"}},
+                                "required": ["k", "v"], "additionalProperties": False}, "minItems": 1, "maxItems": 3},
+    {"type": "object", "additionalProperties": False},
+    {"type": "string", "maxLength": 0},
+    {"type": "integer", "minimum": 7, "maximum": 7},
+    {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 3},
+    {"enum": [{"a": 1}, [1, 2], "x"]},
+    {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": 3}, {"enum": ["a", "b"]}], "items": {"type": "boolean"}, "maxItems": 4},
+    {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "object", "properties": {"c": {"const": 1}}, "required": ["c"]}}, "required": ["b"]}}, "required": ["a"]},
+    {"type": "object", "properties": {"free": {}}, "required": ["free"], "additionalProperties": False},
+    {"type": "boolean"},
+]
+assert len(SCHEMAS) == 200
+
+
+def check(schema, text):
+    value = json.loads(text)
+    jsonschema.validate(value, schema, cls=jsonschema.Draft202012Validator,
+                        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return value
+
+
+def test_json_schema_corpus_greedy_and_sampled(tiny_server):
+    c = client(tiny_server)
+
+    def one(i, sampled):
+        schema = SCHEMAS[i]
+        kw = {"temperature": 1.0, "seed": i} if sampled else {"temperature": 0}
+        # Half through vLLM's structured_outputs, half through guided_json.
+        extra = {"structured_outputs": {"json": schema}} if i % 2 else {"guided_json": schema}
+        r = c.completions.create(model=TINY_NAME, prompt="Once upon a time", max_tokens=300, extra_body=extra, **kw)
+        ch = r.choices[0]
+        assert ch.finish_reason == "stop", (i, schema, ch.text)
+        try:
+            check(schema, ch.text)
+        except Exception as e:  # noqa: BLE001 (the message names the schema)
+            raise AssertionError(f"schema {i} {json.dumps(schema)}: {ch.text!r}: {e}") from e
+        return ch.text
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        jobs = [pool.submit(one, i, s) for i in range(len(SCHEMAS)) for s in (False, True)]
+        outs = [j.result() for j in jobs]
+    # The outputs vary (the constraint did not force one string everywhere).
+    assert len(set(outs)) > 150
+
+
+def test_response_format_on_chat(chat_server):
+    c = client(chat_server)
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "population": {"type": "integer", "minimum": 0, "maximum": 99999999}},
+              "required": ["city", "population"], "additionalProperties": False}
+    r = c.chat.completions.create(model=CHAT_NAME, messages=[{"role": "user", "content": "Name a big city and its population."}],
+                                  max_tokens=40, temperature=0,
+                                  response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
+    assert r.choices[0].finish_reason == "stop"
+    check(schema, r.choices[0].message.content)
+    r = c.chat.completions.create(model=CHAT_NAME, messages=[{"role": "user", "content": "Reply in JSON."}], max_tokens=40,
+                                  temperature=0.7, seed=3, response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    else:  # cut by max_tokens: still a prefix of an object
+        assert r.choices[0].message.content.startswith("{")
+    # Streaming: the concatenated deltas are the same kind of valid output.
+    chunks = c.chat.completions.create(model=CHAT_NAME, messages=[{"role": "user", "content": "A city?"}], max_tokens=40, temperature=0,
+                                       stream=True, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    check(schema, text)
+
+
+def test_regex_choice_and_grammar(tiny_server):
+    c = client(tiny_server)
+    cases = [
+        ({"guided_regex": "[A-Z][a-z]{2,6} (is|was) [0-9]{1,3}"}, lambda t: re.fullmatch(r"[A-Z][a-z]{2,6} (is|was) [0-9]{1,3}", t)),
+        ({"structured_outputs": {"regex": "(\\+|-)?\\d{1,4}(\\.\\d{1,2})?"}}, lambda t: re.fullmatch(r"(\+|-)?\d{1,4}(\.\d{1,2})?", t)),
+        ({"guided_choice": ["positive", "negative", "neutral"]}, lambda t: t in ("positive", "negative", "neutral")),
+        ({"structured_outputs": {"choice": ["yes", "no"]}}, lambda t: t in ("yes", "no")),
+        ({"guided_grammar": 'root ::= expr\nexpr ::= term (("+" | "*") term){0,3}\nterm ::= [1-9] | "(" expr ")"'},
+         lambda t: re.fullmatch(r"[0-9+*()]+", t) and eval(t) is not None),  # noqa: S307 (digits and + * only)
+        ({"structured_outputs": {"grammar": 'root ::= "<" name ">" [a-z ]{0,8} "</" name ">"\nname ::= "b" | "i"'}},
+         lambda t: re.fullmatch(r"<([bi])>[a-z ]{0,8}</[bi]>", t)),
+    ]
+    for extra, ok in cases:
+        for kw in ({"temperature": 0}, {"temperature": 1.0, "seed": 5}, {"temperature": 1.2, "seed": 9, "top_p": 0.9}):
+            r = c.completions.create(model=TINY_NAME, prompt="The answer:", max_tokens=64, extra_body=extra, **kw)
+            t = r.choices[0].text
+            assert r.choices[0].finish_reason == "stop", (extra, t)
+            assert ok(t), (extra, kw, t)
+
+
+def test_bad_constraints_are_400s_naming_the_field(tiny_server):
+    url = tiny_server.url + "/v1/completions"
+    cases = [
+        ({"guided_json": {"type": "integer", "multipleOf": 3}}, "guided_json", "multipleOf"),
+        ({"guided_regex": "(a"}, "guided_regex", "regex"),
+        ({"guided_grammar": "root ::= missing"}, "guided_grammar", "missing"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}}, "response_format", "strin"),
+        ({"guided_json": {"type": "object"}, "guided_choice": ["a"]}, "guided_choice", "only one"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag", "not supported"),
+        ({"guided_whitespace_pattern": "\\s"}, "guided_whitespace_pattern", "not supported"),
+    ]
+    for extra, param, says in cases:
+        status, _, body = http("POST", url, {"model": TINY_NAME, "prompt": "x", "max_tokens": 4, **extra})
+        assert status == 400, (extra, body)
+        err = json.loads(body)["error"]
+        assert err["param"] == param, (extra, err)
+        assert says in err["message"], (extra, err)
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                            "parameters": {"type": "object", "properties": {
+                                                "city": {"type": "string", "maxLength": 16},
+                                                "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                                "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+    "zone": {"type": "string", "maxLength": 8}}, "required": ["zone"], "additionalProperties": False}}}
+
+
+def test_tool_calls_required_and_named(chat_server):
+    c = client(chat_server)
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for choice, names in (("required", {"get_weather", "get_time"}), ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})):
+        r = c.chat.completions.create(model=CHAT_NAME, messages=msgs, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=120,
+                                      temperature=0, parallel_tool_calls=False)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", ch
+        assert len(ch.message.tool_calls) == 1
+        call = ch.message.tool_calls[0]
+        assert call.type == "function" and call.id and call.function.name in names
+        params = (WEATHER if call.function.name == "get_weather" else TIME)["function"]["parameters"]
+        check(params, call.function.arguments)
+
+
+def test_tool_call_streaming_deltas(chat_server):
+    c = client(chat_server)
+    stream = c.chat.completions.create(model=CHAT_NAME, messages=[{"role": "user", "content": "Weather in Rome and the time in UTC?"}],
+                                       tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, temperature=0.8, seed=1,
+                                       stream=True)
+    calls, finish = {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        for tc in d.tool_calls or []:
+            if tc.index not in calls:
+                # The first delta of a call: id, type and the name before any argument text.
+                assert tc.id and tc.type == "function" and tc.function.name, tc
+                calls[tc.index] = {"name": tc.function.name, "args": tc.function.arguments or ""}
+            else:
+                assert tc.function.name is None and tc.id is None
+                calls[tc.index]["args"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert calls and sorted(calls) == list(range(len(calls)))
+    for call in calls.values():
+        params = (WEATHER if call["name"] == "get_weather" else TIME)["function"]["parameters"]
+        check(params, call["args"])
+
+
+def test_tool_calling_loop(chat_server):
+    """call -> tool result -> answer, as an agent framework drives it."""
+    c = client(chat_server)
+    msgs = [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]
+    r = c.chat.completions.create(model=CHAT_NAME, messages=msgs, tools=[WEATHER], tool_choice="required", max_tokens=100, temperature=0)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.tool_calls
+    call = m.tool_calls[0]
+    args = check(WEATHER["function"]["parameters"], call.function.arguments)
+    msgs.append({"role": "assistant", "content": m.content, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]})
+    msgs.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": args["city"], "temperature": 21, "sky": "sunny"})})
+    r2 = c.chat.completions.create(model=CHAT_NAME, messages=msgs, tools=[WEATHER], tool_choice="none", max_tokens=40, temperature=0)
+    assert r2.choices[0].finish_reason in ("stop", "length")
+    assert r2.choices[0].message.content and not r2.choices[0].message.tool_calls
+
+
+def test_tool_fields_checked(chat_server):
+    url = chat_server.url + "/v1/chat/completions"
+    base = {"model": CHAT_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    for extra, param in (({"tool_choice": "required"}, "tool_choice"),
+                         ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+                         ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+                         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}],
+                           "tool_choice": "required"}, "tools")):
+        status, _, body = http("POST", url, {**base, **extra})
+        assert status == 400, (extra, body)
+        assert json.loads(body)["error"]["param"] == param, (extra, body)

@@ -1,0 +1,172 @@
+// The native quantized matmuls of the CUDA backend (quant_matmul.cu) against plain references, per
+// GGUF format: dequantize_weight against the host's quant::dequantize_row (the same values), and
+// the int8 GEMV (every mode, M = 1 .. kQuantGemvMaxM) against a double matmul over the
+// dequantized weights and the unquantized activations, within the int8-activation error budget.
+// Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
+// counts and K that are not multiples of the kernel's tiles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/half.h"
+#include "gpu_test_util.h"
+#include "quant/quant.h"
+#include "test_util.h"
+
+#if PAGODA_HAVE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
+
+namespace pagoda {
+namespace {
+
+#if !PAGODA_HAVE_CUDA
+TEST(CudaQuant, Skipped) { PAGODA_REQUIRE_GPU(); }
+#else
+
+using test::nmse;
+using test::random_floats;
+using test::to_device;
+using test::to_host;
+
+const DType kFormats[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                          DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+struct QuantizedMatrix {
+  std::vector<uint8_t> blocks;  // [N] rows of row_bytes(format, K)
+  std::vector<float> values;    // [N, K] the host's dequantization of them
+};
+
+QuantizedMatrix quantize_matrix(DType f, int64_t N, int64_t K, uint32_t seed) {
+  const auto w = random_floats(N * K, seed, -1, 1);
+  QuantizedMatrix q;
+  const int64_t rb = row_bytes(f, K);
+  q.blocks.resize(static_cast<size_t>(N * rb));
+  q.values.resize(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    quant::quantize_row(f, w.data() + n * K, q.blocks.data() + n * rb, K);
+    quant::dequantize_row(f, q.blocks.data() + n * rb, q.values.data() + n * K, K);
+  }
+  return q;
+}
+
+std::vector<float> bf16_round(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(v[i]);
+  return o;
+}
+std::vector<float> matmul_ref(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N, int64_t K) {
+  std::vector<float> y(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w[n * K + k];
+      y[m * N + n] = static_cast<float>(acc);
+    }
+  return y;
+}
+
+TEST(CudaQuant, DequantizeMatchesTheHost) {
+  PAGODA_REQUIRE_GPU();
+  for (DType f : kFormats) {
+    ASSERT_TRUE(cuda::quant_weight_supported(f)) << dtype_name(f);
+    const int64_t N = 37, K = 512;
+    const auto q = quantize_matrix(f, N, K, 7);
+    auto dw = to_device(q.blocks);
+    cuda::DeviceBuffer out(N * K * 4);
+    cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kF32, nullptr);
+    const auto got = to_host<float>(out, N * K);
+    double worst = 0;
+    for (int64_t i = 0; i < N * K; ++i) worst = std::max(worst, double(std::fabs(got[i] - q.values[i])));
+    EXPECT_LE(worst, 1e-6) << dtype_name(f);
+    cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kBF16, nullptr);
+    // bf16 is the f32 value rounded (as values: the host may give -0 where the device gives +0).
+    EXPECT_EQ(from_bf16(to_host<uint16_t>(out, N * K)), from_bf16(to_bf16(q.values))) << dtype_name(f);
+  }
+  EXPECT_FALSE(cuda::quant_weight_supported(DType::kBF16));
+  EXPECT_FALSE(cuda::quant_weight_supported(DType::kIQ4_XS));
+}
+
+TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
+  PAGODA_REQUIRE_GPU();
+  for (DType f : kFormats) {
+    for (int64_t K : {256, 2816}) {
+      const int64_t N = 2 * 77;  // even: [gate; up] for SwiGLU
+      const auto q = quantize_matrix(f, N, K, 11 + static_cast<uint32_t>(K));
+      auto dw = to_device(q.blocks);
+      for (int64_t M = 1; M <= cuda::kQuantGemvMaxM; ++M) {
+        const auto x = bf16_round(random_floats(M * K, 30 + static_cast<uint32_t>(M), -2, 2));
+        auto dx = to_device(to_bf16(x));
+        cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
+        cuda::quantize_activations_q8(dx.get(), DType::kBF16, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+        const auto ref = matmul_ref(x, q.values, M, N, K);
+        const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M);
+        // int8 activations: about 2^-8 relative error an input, averaging out over K.
+        constexpr double kBudget = 1e-4;
+        cuda::DeviceBuffer y(M * N * 4);
+        cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreF32,
+                         nullptr);
+        const auto got = to_host<float>(y, M * N);
+        EXPECT_LT(nmse(got, ref), kBudget) << where;
+        // Accumulate into a prefilled y with a row stride wider than N.
+        const int64_t ld = N + 5;
+        const auto base = random_floats(M * ld, 5);
+        auto dyb = to_device(base);
+        cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, dyb.get(), ld, cuda::GemmOut::kAddF32,
+                         nullptr);
+        const auto acc = to_host<float>(dyb, M * ld);
+        std::vector<float> acc_got, acc_ref;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < ld; ++n) {
+            acc_got.push_back(acc[m * ld + n] - base[m * ld + n]);
+            acc_ref.push_back(n < N ? ref[m * N + n] : 0.0f);
+          }
+        EXPECT_LT(nmse(acc_got, acc_ref), kBudget) << where << " (add)";
+        cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreAct,
+                         nullptr);
+        EXPECT_LT(nmse(from_bf16(to_host<uint16_t>(y, M * N)), ref), kBudget) << where << " (bf16)";
+        const int64_t F = N / 2;
+        cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y.get(), F, cuda::GemmOut::kSwiGlu,
+                         nullptr);
+        std::vector<float> sw(M * F);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < F; ++i) {
+            const float g = ref[m * N + i], u = ref[m * N + F + i];
+            sw[m * F + i] = g / (1.0f + std::exp(-g)) * u;
+          }
+        EXPECT_LT(nmse(from_bf16(to_host<uint16_t>(y, M * F)), sw), kBudget) << where << " (swiglu)";
+      }
+    }
+  }
+}
+
+TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
+  PAGODA_REQUIRE_GPU();
+  // d = 0 for an all-zero input block must not divide by zero: y = x W^T = 0 for every format.
+  for (DType f : kFormats) {
+    const int64_t N = 8, K = 256;
+    const auto q = quantize_matrix(f, N, K, 3);
+    auto dw = to_device(q.blocks);
+    std::vector<uint16_t> zeros(K, 0);
+    auto dx = to_device(zeros);
+    cuda::DeviceBuffer xq(K), xds((K / 32) * 8), y(N * 4);
+    cuda::quantize_activations_q8(dx.get(), DType::kBF16, 1, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+    cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, 1, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
+    for (float v : to_host<float>(y, N)) EXPECT_EQ(v, 0.0f) << dtype_name(f);
+  }
+}
+
+#endif
+
+}  // namespace
+}  // namespace pagoda
