@@ -1,6 +1,7 @@
 #include "grammar/json_schema_compiler.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -126,15 +127,20 @@ ExprPtr same_length_range(const std::string& lo, const std::string& hi) {
 // Decimal integers (no leading zeros) in [a, b], 0 <= a <= b.
 ExprPtr nonneg_range(int64_t a, int64_t b) {
   std::vector<ExprPtr> alts;
-  int64_t p = 1;
-  for (int d = 1; d <= num_digits(b); ++d, p *= 10) {
-    const int64_t lo = std::max(a, d == 1 ? 0 : p), hi = std::min(b, p * 10 - 1);
+  int64_t p = 1;  // 10^(d - 1)
+  for (int d = 1; d <= num_digits(b); ++d) {
+    // The largest d-digit number; 19 digits reach INT64_MAX (10^19 - 1 does not fit).
+    const int64_t top = d >= 19 ? std::numeric_limits<int64_t>::max() : p * 10 - 1;
+    const int64_t lo = std::max(a, d == 1 ? 0 : p), hi = std::min(b, top);
     if (lo <= hi && d >= num_digits(a)) alts.push_back(same_length_range(std::to_string(lo), std::to_string(hi)));
+    if (d < 19) p *= 10;
   }
   return ex::alt(std::move(alts));
 }
 
+// Integers in [lo, hi]; -2^63 itself is not generated (its magnitude does not fit an int64_t).
 ExprPtr int_range(int64_t lo, int64_t hi) {
+  lo = std::max(lo, -std::numeric_limits<int64_t>::max());
   std::vector<ExprPtr> alts;
   if (lo < 0) alts.push_back(ex::seq({ex::lit("-"), nonneg_range(std::max<int64_t>(1, -std::min<int64_t>(hi, -1)), -lo)}));
   if (hi >= 0) alts.push_back(nonneg_range(std::max<int64_t>(lo, 0), hi));

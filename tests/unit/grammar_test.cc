@@ -181,6 +181,12 @@ TEST(JsonSchema, IntegerRangesExactly) {
     EXPECT_FALSE(matches(g, "-0"));
     EXPECT_FALSE(matches(g, "0" + std::to_string(std::max<int64_t>(lo, 1))));
   }
+  // Bounds at the 19-digit edge (the fuzzer's find: 10^18 * 10 overflowed): clamped to +-10^18.
+  Grammar big = schema(R"({"type":"integer","minimum":-9223372036854775808,"maximum":9223372036854775807})");
+  EXPECT_TRUE(matches(big, "1000000000000000000"));
+  EXPECT_TRUE(matches(big, "-999999999999999999"));
+  EXPECT_TRUE(matches(big, "0"));
+  EXPECT_FALSE(matches(big, "10000000000000000000"));
   Grammar x = schema(R"({"type":"number","exclusiveMinimum":0.5,"exclusiveMaximum":3})");
   EXPECT_FALSE(matches(x, "0"));
   EXPECT_TRUE(matches(x, "1"));

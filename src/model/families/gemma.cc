@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/mapped_file.h"
 #include "loader/gguf.h"
 #include "model/families/families.h"
+#include "model/weight_table_reader.h"
 #include "ops/elementwise.h"
 
 namespace pagoda {
@@ -235,21 +235,11 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   if (config.query_pre_attn_scalar <= 0) return invalid_argument("gemma: query_pre_attn_scalar must be positive");
   const auto table = tensor_table(config);
   PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
-  auto name_of = [&](const std::string& gguf_name) -> const std::string& {
-    for (const auto& d : table)
-      if (d.gguf_name == gguf_name) return decl_name(d, naming);
-    PAGODA_CHECK(false, "no declaration for {}", gguf_name);
-  };
-  auto find = [&](const std::string& gguf_name) -> const Tensor* {
-    const std::string& name = name_of(gguf_name);
-    if (name.empty()) return nullptr;
-    auto r = lookup(name);
-    return r.ok() ? *r : nullptr;
-  };
+  WeightTableReader reader(table, naming, lookup, params.cpu_kernels);
   // A (1 + w) norm weight as f32: HF stores w, GGUF 1 + w (see the top of this file).
   const bool add_one = naming == WeightNaming::kHuggingFace;
   auto norm_of = [&](const std::string& gguf_name) -> Tensor {
-    Tensor t = to_f32(*find(gguf_name));
+    Tensor t = to_f32(*reader.find(gguf_name));
     if (add_one) {
       float* p = t.data_as<float>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f + p[i];
@@ -257,35 +247,12 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     return t;
   };
   ModelWeights w;
-  std::vector<const Tensor*> releasable;
-  auto linear_of = [&](std::initializer_list<std::string> gguf_names, const std::string& label) -> Result<LinearId> {
-    LinearEntry e;
-    e.name = label;
-    for (const std::string& g : gguf_names) {
-      const Tensor& t = *find(g);
-      const int64_t block = dtype_traits(t.dtype()).block_size;
-      if (t.dim(1) % block != 0)
-        return invalid_argument("'{}' {}: K must be a multiple of {}'s block of {}", g, t.shape_string(),
-                                dtype_traits(t.dtype()).name, block);
-      e.parts.push_back(t);
-    }
-    if (params.cpu_kernels) {
-      if (e.parts.size() == 1) {
-        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear(e.parts[0], label));
-      } else {
-        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear_fused(e.parts, label));
-      }
-      if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
-        for (const std::string& g : gguf_names) releasable.push_back(find(g));
-    }
-    return w.add_linear(std::move(e));
-  };
 
-  w.token_embd = *find("token_embd.weight");
+  w.token_embd = *reader.find("token_embd.weight");
   const VectorId output_norm = w.add_vector(norm_of("output_norm.weight"));
-  w.tied_output = find("output.weight") == nullptr;
+  w.tied_output = reader.find("output.weight") == nullptr;
   const std::string out_name = w.tied_output ? "token_embd.weight" : "output.weight";
-  PAGODA_ASSIGN_OR_RETURN(const LinearId output, linear_of({out_name}, name_of(out_name)));
+  PAGODA_ASSIGN_OR_RETURN(const LinearId output, reader.add_linear(w, out_name));
   w.output = output;
 
   std::vector<GemmaLayer> layers;
@@ -293,22 +260,21 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     const std::string p = fmt::format("blk.{}.", i);
     GemmaLayer ly;
     ly.attn_norm = w.add_vector(norm_of(p + "attn_norm.weight"));
-    PAGODA_ASSIGN_OR_RETURN(ly.wqkv, linear_of({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
+    PAGODA_ASSIGN_OR_RETURN(ly.wqkv, reader.add_linear(w, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
     if (config.qk_norm) {
       ly.q_norm = w.add_vector(norm_of(p + "attn_q_norm.weight"));
       ly.k_norm = w.add_vector(norm_of(p + "attn_k_norm.weight"));
     }
-    PAGODA_ASSIGN_OR_RETURN(ly.wo, linear_of({p + "attn_output.weight"}, name_of(p + "attn_output.weight")));
+    PAGODA_ASSIGN_OR_RETURN(ly.wo, reader.add_linear(w, p + "attn_output.weight"));
     ly.post_attn_norm = w.add_vector(norm_of(p + "post_attention_norm.weight"));
     ly.ffn_norm = w.add_vector(norm_of(p + "ffn_norm.weight"));
-    PAGODA_ASSIGN_OR_RETURN(ly.gate_up, linear_of({p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
-    PAGODA_ASSIGN_OR_RETURN(ly.down, linear_of({p + "ffn_down.weight"}, name_of(p + "ffn_down.weight")));
+    PAGODA_ASSIGN_OR_RETURN(ly.gate_up, reader.add_linear(w, {p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
+    PAGODA_ASSIGN_OR_RETURN(ly.down, reader.add_linear(w, p + "ffn_down.weight"));
     ly.post_ffw_norm = w.add_vector(norm_of(p + "post_ffw_norm.weight"));
     ly.window = config.layer_window(i);
     layers.push_back(ly);
   }
-  for (const Tensor* t : releasable)
-    if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
+  reader.release_prepared(w);
   RopeTable rope(config.rope_spec(), params.max_positions);
   RopeTable local_rope;
   if (config.rope_local_theta > 0)

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/mapped_file.h"
 #include "loader/gguf.h"
 #include "model/families/families.h"
+#include "model/weight_table_reader.h"
 #include "ops/elementwise.h"
 
 namespace pagoda {
@@ -123,23 +123,11 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   PAGODA_RETURN_IF_ERROR(config.validate());
   const auto table = tensor_table(config);
   PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
-  // The checkpoint's name of a declared tensor, by its GGUF name.
-  auto name_of = [&](const std::string& gguf_name) -> const std::string& {
-    for (const auto& d : table)
-      if (d.gguf_name == gguf_name) return decl_name(d, naming);
-    PAGODA_CHECK(false, "no declaration for {}", gguf_name);
-  };
-  // The tensor if present (validate_tensor_table vetted it), else nullptr.
-  auto find = [&](const std::string& gguf_name) -> const Tensor* {
-    const std::string& name = name_of(gguf_name);
-    if (name.empty()) return nullptr;
-    auto r = lookup(name);
-    return r.ok() ? *r : nullptr;
-  };
+  WeightTableReader reader(table, naming, lookup, params.cpu_kernels);
   auto f32_of = [&](std::initializer_list<std::string> gguf_names) -> Tensor {
     std::vector<Tensor> parts;
     for (const std::string& g : gguf_names)
-      if (const Tensor* t = find(g)) parts.push_back(to_f32(*t));
+      if (const Tensor* t = reader.find(g)) parts.push_back(to_f32(*t));
     if (parts.empty()) return Tensor();
     if (parts.size() == 1) return parts[0];
     int64_t n = 0;
@@ -153,43 +141,11 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     return cat;
   };
   ModelWeights w;
-  // Mapped bytes whose pages can be released once prepared: the CPU kernels read repacked copies
-  // (a device executor reads the parts once, at upload, and the kernel may drop them again).
-  std::vector<const Tensor*> releasable;
-  // A matmul weight of the tensors `gguf_names` stacked along N (one: unfused).
-  auto linear_of = [&](std::initializer_list<std::string> gguf_names, const std::string& label) -> Result<LinearId> {
-    LinearEntry e;
-    e.name = label;
-    for (const std::string& g : gguf_names) {
-      const Tensor& t = *find(g);
-      const int64_t block = dtype_traits(t.dtype()).block_size;
-      if (!e.parts.empty() && t.dim(1) != e.parts[0].dim(1))
-        return invalid_argument("'{}': fused weights differ in K ({} and {})", label, t.shape_string(),
-                                e.parts[0].shape_string());
-      if (t.dim(1) % block != 0)
-        return invalid_argument("'{}' {}: K must be a multiple of {}'s block of {}", g, t.shape_string(),
-                                dtype_traits(t.dtype()).name, block);
-      e.parts.push_back(t);
-    }
-    if (params.cpu_kernels) {
-      if (e.parts.size() == 1) {
-        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear(e.parts[0], label));
-      } else {
-        PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear_fused(e.parts, label));
-      }
-      // A fused weight owns a concatenated copy or a repacked one: the mapped originals are not
-      // read again by the CPU kernels.
-      if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
-        for (const std::string& g : gguf_names) releasable.push_back(find(g));
-    }
-    return w.add_linear(std::move(e));
-  };
 
-  w.token_embd = *find("token_embd.weight");
+  w.token_embd = *reader.find("token_embd.weight");
   const VectorId output_norm = w.add_vector(f32_of({"output_norm.weight"}));
-  w.tied_output = find("output.weight") == nullptr;
-  PAGODA_ASSIGN_OR_RETURN(const LinearId output, linear_of({w.tied_output ? "token_embd.weight" : "output.weight"},
-                                                           name_of(w.tied_output ? "token_embd.weight" : "output.weight")));
+  w.tied_output = reader.find("output.weight") == nullptr;
+  PAGODA_ASSIGN_OR_RETURN(const LinearId output, reader.add_linear(w, w.tied_output ? "token_embd.weight" : "output.weight"));
   w.output = output;
   std::vector<float> rope_freqs;
   if (Tensor rf = f32_of({"rope_freqs.weight"}); rf.defined())
@@ -200,21 +156,19 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     const std::string p = fmt::format("blk.{}.", i);
     LlamaLayer ly;
     ly.attn_norm = w.add_vector(f32_of({p + "attn_norm.weight"}));
-    PAGODA_ASSIGN_OR_RETURN(ly.wqkv, linear_of({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
+    PAGODA_ASSIGN_OR_RETURN(ly.wqkv, reader.add_linear(w, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
     if (config.attention_bias) ly.qkv_bias = w.add_vector(f32_of({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
     if (config.qk_norm) {
       ly.q_norm = w.add_vector(f32_of({p + "attn_q_norm.weight"}));
       ly.k_norm = w.add_vector(f32_of({p + "attn_k_norm.weight"}));
     }
-    PAGODA_ASSIGN_OR_RETURN(ly.wo, linear_of({p + "attn_output.weight"}, name_of(p + "attn_output.weight")));
+    PAGODA_ASSIGN_OR_RETURN(ly.wo, reader.add_linear(w, p + "attn_output.weight"));
     ly.ffn_norm = w.add_vector(f32_of({p + "ffn_norm.weight"}));
-    PAGODA_ASSIGN_OR_RETURN(ly.gate_up, linear_of({p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
-    PAGODA_ASSIGN_OR_RETURN(ly.down, linear_of({p + "ffn_down.weight"}, name_of(p + "ffn_down.weight")));
+    PAGODA_ASSIGN_OR_RETURN(ly.gate_up, reader.add_linear(w, {p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
+    PAGODA_ASSIGN_OR_RETURN(ly.down, reader.add_linear(w, p + "ffn_down.weight"));
     layers.push_back(ly);
   }
-  // The embedding stays readable (token lookups); everything else repacked is released.
-  for (const Tensor* t : releasable)
-    if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
+  reader.release_prepared(w);
   RopeTable rope(config.rope_spec(), params.max_positions, rope_freqs);
   return std::unique_ptr<Model>(
       new LlamaModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));

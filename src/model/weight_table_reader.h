@@ -1,0 +1,48 @@
+// What a family's load() does with its tensor table: finds the declared tensors by their GGUF
+// names whatever the checkpoint's naming, and builds the matmul weights of ModelWeights from them
+// (parts stacked along N; prepared for the CPU kernels when asked). Tensors whose mapped pages the
+// CPU kernels will not read again (they read a fused or repacked copy) are remembered and released
+// by release_prepared(). One reader per load; not thread-safe.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/model_weights.h"
+#include "model/tensor_table.h"
+
+namespace pagoda {
+
+class WeightTableReader {
+ public:
+  // `table` was vetted by validate_tensor_table(table, naming, lookup); all three must outlive the reader.
+  WeightTableReader(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup,
+                    bool cpu_kernels)
+      : table_(table), naming_(naming), lookup_(lookup), cpu_kernels_(cpu_kernels) {}
+
+  // The checkpoint's name of a declared tensor ("" when the checkpoint may lack it).
+  const std::string& name_of(const std::string& gguf_name) const;
+  // The tensor if present, else nullptr.
+  const Tensor* find(const std::string& gguf_name) const;
+  // A matmul weight of the tensors `gguf_names` stacked along N (one: unfused), added to `w`:
+  // invalid-argument when their K differ or is not whole blocks of a part's dtype.
+  Result<LinearId> add_linear(ModelWeights& w, std::initializer_list<std::string> gguf_names, const std::string& label);
+  // The same, labelled with the checkpoint's name of its one tensor.
+  Result<LinearId> add_linear(ModelWeights& w, const std::string& gguf_name) {
+    return add_linear(w, {gguf_name}, name_of(gguf_name));
+  }
+  // Releases the mapped pages of the tensors only the CPU kernels' copies are read of (never the
+  // embedding's: token lookups read it).
+  void release_prepared(const ModelWeights& w) const;
+
+ private:
+  const std::vector<TensorDecl>& table_;
+  WeightNaming naming_;
+  const TensorLookup& lookup_;
+  bool cpu_kernels_;
+  std::vector<const Tensor*> releasable_;
+};
+
+}  // namespace pagoda
