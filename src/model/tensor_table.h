@@ -33,6 +33,15 @@ inline const std::string& decl_name(const TensorDecl& d, WeightNaming naming) {
   return naming == WeightNaming::kGguf ? d.gguf_name : d.hf_name;
 }
 
+// The global tensors every decoder family declares first: the token embedding, the final norm and
+// the output projection (optional when the config ties it to the embedding).
+inline void declare_embedding_and_output(std::vector<TensorDecl>& t, const ModelConfig& c) {
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  t.push_back({"token_embd.weight", "model.embed_tokens.weight", {V, D}, true, false});
+  t.push_back({"output_norm.weight", "model.norm.weight", {D}, true, false});
+  t.push_back({"output.weight", "lm_head.weight", {V, D}, !c.tie_word_embeddings, true});
+}
+
 // Checks presence, shape and dtype of every declared tensor. Errors name the tensor, the
 // expected and the found shape/dtype.
 Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup);

@@ -43,11 +43,9 @@ Status configure_hf(std::string_view arch, const nlohmann::json& j, ModelConfig&
 
 std::vector<TensorDecl> tensor_table(const ModelConfig& c) {
   std::vector<TensorDecl> t;
-  const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t D = c.hidden_size, F = c.intermediate_size;
   const int64_t Q = c.q_size(), KV = c.kv_size(), hd = c.head_dim;
-  t.push_back({"token_embd.weight", "model.embed_tokens.weight", {V, D}, true, false});
-  t.push_back({"output_norm.weight", "model.norm.weight", {D}, true, false});
-  t.push_back({"output.weight", "lm_head.weight", {V, D}, !c.tie_word_embeddings, true});
+  declare_embedding_and_output(t, c);
   t.push_back({"rope_freqs.weight", "", {c.rope_dim / 2}, false, false});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string g = fmt::format("blk.{}.", i);
