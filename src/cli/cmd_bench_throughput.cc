@@ -38,6 +38,7 @@ struct ThroughputOptions {
   int threads = 0;
   int max_num_seqs = 256;
   int64_t kv_cache_memory = 0;
+  KvTierOptions kv_tiers;
   uint64_t seed = 0;
   bool json = false;
   std::string device = "auto";
@@ -113,6 +114,7 @@ int run_throughput(ThroughputOptions& o) {
   }
   if (!resolve_speculative_options(o.spec, cfg.speculative, "bench throughput")) return 2;
   cfg.kv_cache_memory = o.kv_cache_memory;
+  cfg.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
@@ -356,6 +358,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   add_tuning_options(app, o->tuning);
   app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
   add_speculative_options(app, &o->spec);
+  add_kv_tier_options(app, &o->kv_tiers);
   app->add_flag("--json", o->json, "Print JSON");
   app->add_option("--json-schema", o->json_schema,
                   "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")

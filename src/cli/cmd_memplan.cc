@@ -29,6 +29,7 @@ struct MemplanOptions {
   std::string kv_dtype = "f16";
   std::string weight_dtype;    // config.json alone: overrides torch_dtype
   int32_t block_size = 16;
+  KvTierOptions tiers;
   bool json = false;
 };
 
@@ -136,6 +137,9 @@ int run_memplan(const MemplanOptions& o) {
       return 2;
     }
   }
+  const KvTierConfig tiers = resolve_kv_tier_options(o.tiers);
+  in.kv_host_tier_bytes = tiers.host_bytes;
+  in.kv_disk_tier_bytes = tiers.disk_dir.empty() ? 0 : tiers.disk_bytes;
   auto plan = plan_memory(in);
   if (o.json) {
     nlohmann::json j;
@@ -178,6 +182,7 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
   app->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16, bf16, f32");
   app->add_option("--weight-dtype", o->weight_dtype, "Weights dtype when planning from config.json (default: torch_dtype)");
   app->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
+  add_kv_tier_options(app, &o->tiers);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_memplan(*o); };
 });

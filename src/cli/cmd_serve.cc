@@ -24,6 +24,7 @@
 #include "server/grpc_server.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
+#include "server/startup_handler.h"
 #include "server/listen_socket.h"
 #include "server/stats_logger.h"
 #include "cli/progress.h"
@@ -35,6 +36,7 @@ namespace {
 struct ServeCliOptions {
   server::ServeOptions serve;
   EngineConfig engine;
+  KvTierOptions kv_tiers;
   std::string kv_dtype = "f16";
   std::string rate_limit;
   double rps = 0, tpm = 0;
@@ -117,6 +119,7 @@ int run_serve(ServeCliOptions& o) {
   log_info("serve", "bound {}:{}; loading the model", o.serve.host, bound->port());
   o.engine.kv_dtype = *kv;
   o.engine.enable_prefix_caching = !o.no_prefix_caching;
+  o.engine.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
   if (!resolve_speculative_options(o.spec, o.engine.speculative, "serve")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
@@ -135,26 +138,9 @@ int run_serve(ServeCliOptions& o) {
 
   log_info("serve", "engine: {}", o.engine.to_string());
   log_info("serve", "server: {}", o.serve.to_string());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto engine = [&] {
-    Progress progress("serve", "loading weights", "B");
-    o.engine.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
-    auto created = Engine::create(o.engine);
-    o.engine.load_progress = nullptr;
-    return created;
-  }();
-  if (!engine.ok()) {
-    log_error("serve", "cannot start the engine: {}", engine.status().to_string());
-    return 1;
-  }
-  log_info("serve", "model loaded in {:.2f} s: {} (max_model_len {}, chat template {})",
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                           (*engine)->model_config().summary(), (*engine)->max_model_len(),
-                           (*engine)->has_chat_template() ? "yes" : "no");
-  log_info("serve", "memory plan:\n{}", (*engine)->memory_plan().to_string());
-
-  server::ServingContext ctx(**engine, o.serve);
-  server::HttpApi api(ctx);
+  // Listen before the (slow) model load: /health answers 503 {"status": "loading"} and every
+  // other route 503 until the engine is ready (server/startup_handler.h).
+  server::StartupHandler startup;
   server::HttpServerOptions ho;
   ho.host = o.serve.host;
   ho.port = bound->port();
@@ -166,20 +152,47 @@ int run_serve(ServeCliOptions& o) {
   ho.max_connections = o.serve.max_connections;
   ho.worker_threads = o.serve.parse_threads;
   ho.max_pending = o.serve.max_pending_parses;
-  auto http = std::make_unique<server::HttpServer>(ho, api);
+  auto http = std::make_unique<server::HttpServer>(ho, startup);
   if (Status st = http->listen(); !st.ok()) {
     log_error("serve", "{}", st.message());
     return 1;
   }
+  http->start();
+  log_info("serve", "listening on http://{}:{} (health: loading)", o.serve.host, http->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = [&] {
+    Progress progress("serve", "loading weights", "B");
+    o.engine.load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
+    auto created = Engine::create(o.engine);
+    o.engine.load_progress = nullptr;
+    return created;
+  }();
+  if (!engine.ok()) {
+    log_error("serve", "cannot start the engine: {}", engine.status().to_string());
+    startup.set_failed(engine.status().message());
+    http->stop();
+    return 1;
+  }
+  log_info("serve", "model loaded in {:.2f} s: {} (max_model_len {}, chat template {})",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                           (*engine)->model_config().summary(), (*engine)->max_model_len(),
+                           (*engine)->has_chat_template() ? "yes" : "no");
+  log_info("serve", "memory plan:\n{}", (*engine)->memory_plan().to_string());
+
+  server::ServingContext ctx(**engine, o.serve);
+  server::HttpApi api(ctx);
+  // Every return below stops the server first: its handler points at `api`.
   std::unique_ptr<server::GrpcServer> grpc;
   if (o.serve.grpc_port > 0) {
     grpc = std::make_unique<server::GrpcServer>(ctx);
     if (Status st = grpc->start(o.serve.host, o.serve.grpc_port); !st.ok()) {
       log_error("serve", "gRPC: {}", st.message());
+      http->stop();
+      (*engine)->shutdown();
       return 1;
     }
   }
-  http->start();
+  startup.set_ready(api);
   server::StatsLogger stats(**engine, o.serve.stats_interval_s);
   log_info("serve", "serving '{}' on http://{}:{}{}", ctx.model_name(), o.serve.host,
                            http->port(), grpc ? fmt::format(" and gRPC {}:{}", o.serve.host, grpc->port()) : "");
@@ -251,7 +264,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--block-size", e.block_size, "KV cache block size (tokens)")->check(CLI::Range(1, 4096));
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)")->check(CLI::NonNegativeNumber);
-  app->add_option("--swap-space", e.swap_space, "Host bytes for swap preemption (0: recompute)")->check(CLI::NonNegativeNumber);
+  add_kv_tier_options(app, &o->kv_tiers);
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");

@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -49,6 +51,24 @@ void add_log_level_option(CLI::App* app) {
          "Log level: debug, info, warn, error")
       ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error"}))
       ->default_str("info");
+}
+
+void add_kv_tier_options(CLI::App* app, KvTierOptions* o) {
+  app->add_option("--kv-host-gb", o->host_gb,
+                  "KV host tier in GiB: evicted prefix-cache blocks and preempted requests are kept there (0: none)")
+      ->check(CLI::Range(0.0, 1048576.0));
+  app->add_option("--swap-space", o->swap_space, "KV host tier in bytes (the larger of this and --kv-host-gb)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--kv-disk-dir", o->disk_dir, "KV disk tier: a local directory for blocks evicted from the host tier");
+  app->add_option("--kv-disk-gb", o->disk_gb, "Cap of the KV disk tier in GiB")->check(CLI::Range(0.001, 1048576.0));
+}
+
+KvTierConfig resolve_kv_tier_options(const KvTierOptions& o) {
+  KvTierConfig c;
+  c.host_bytes = std::max(o.swap_space, static_cast<int64_t>(o.host_gb * 1073741824.0));
+  c.disk_dir = o.disk_dir;
+  c.disk_bytes = static_cast<int64_t>(o.disk_gb * 1073741824.0);
+  return c;
 }
 
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {

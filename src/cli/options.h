@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/speculative_config.h"
+#include "kv/kv_tier_config.h"
 
 namespace pagoda::cli {
 
@@ -44,6 +45,18 @@ void add_speculative_options(CLI::App* app, SpeculativeOptions* o);
 bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig& out, std::string_view cmd);
 // "acceptance 0.71 (312/440 drafts accepted, per position 0.93 0.78 0.62 0.48), 2.4 tokens per step" or "".
 std::string speculative_summary(int64_t drafts, int64_t draft_tokens, int64_t accepted, const std::vector<int64_t>& per_pos);
+
+// KV cache tiers (kv/kv_tier_config.h), shared by serve and bench throughput / kv-tier:
+//   --kv-host-gb G     host tier in GiB (page-locked on CUDA); preemption then swaps there
+//   --swap-space B     the same in bytes (vLLM's older spelling); the larger of the two wins
+//   --kv-disk-dir DIR  disk tier directory (below the host tier)   --kv-disk-gb G  its cap (16)
+struct KvTierOptions {
+  double host_gb = 0, disk_gb = 16;
+  int64_t swap_space = 0;
+  std::string disk_dir;
+};
+void add_kv_tier_options(CLI::App* app, KvTierOptions* o);
+KvTierConfig resolve_kv_tier_options(const KvTierOptions& o);
 
 // Range validators of the numeric options; CLI11 prints "--opt: Value X not in range [A - B]".
 inline CLI::Range port_range() { return CLI::Range(0, 65535); }

@@ -49,8 +49,11 @@ struct SchedulerOutput {
   int32_t total_num_scheduled_tokens = 0;
   std::vector<std::string> preempted;   // this step (recompute: runner drops their block table)
   std::vector<std::string> finished;    // since the last step (runner forgets them)
-  std::vector<BlockCopy> swap_out;      // (device, host) copies to make before the forward
-  std::vector<BlockCopy> swap_in;       // (host, device)
+  // Block copies between the executor's KV cache and its host blocks (swap preemption and the
+  // host tier's spills and fills), each list in the order made: every swap_out copy (device,
+  // host) runs first, then every swap_in copy (host, device), then the forward pass.
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;
 
   bool empty() const { return total_num_scheduled_tokens == 0; }
 };

@@ -74,10 +74,10 @@ bool RequestStream::done() const {
 
 std::string EngineConfig::to_string() const {
   return fmt::format(
-      "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | swap {} | prefix "
+      "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
       "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {} | speculative {}",
-      model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, swap_space,
+      model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
       scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string(),
       speculative.to_string());
@@ -392,6 +392,10 @@ void EngineLoop::run() {
       stats_.kv_cache_usage = kv.usage();
       stats_.prefix_cache_queries = kv.prefix_stats().queries;
       stats_.prefix_cache_hits = kv.prefix_stats().hits;
+      stats_.kv_tier = kv.tier_stats();
+      stats_.kv_host_tier_blocks = kv.num_host_blocks();
+      stats_.kv_host_tier_free_blocks = kv.num_free_host_blocks();
+      stats_.kv_disk_tier_bytes = kv.disk_tier() ? kv.disk_tier()->bytes_used() : 0;
       stats_.num_preemptions = sch.num_preemptions();
       stats_.prompt_tokens_total = core_->stats().prompt_tokens;
       stats_.generation_tokens_total = core_->stats().generation_tokens;

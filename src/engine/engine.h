@@ -114,6 +114,10 @@ struct EngineStats {
   int64_t num_running = 0, num_waiting = 0;
   double kv_cache_usage = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  // KV tiers: hits per tier (tokens), spills, disk rejections, swaps; host-tier blocks in all and
+  // free (held by no request and no copy of the step), disk-tier bytes in use.
+  KvTierStats kv_tier;
+  int64_t kv_host_tier_blocks = 0, kv_host_tier_free_blocks = 0, kv_disk_tier_bytes = 0;
   int64_t num_preemptions = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t steps = 0;

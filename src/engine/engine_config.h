@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/tuning_config.h"
 #include "core/speculative_config.h"
+#include "kv/kv_tier_config.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -22,7 +23,9 @@ struct EngineConfig {
   DType kv_dtype = DType::kF16;
   int64_t kv_cache_memory = 0;       // bytes; 0: from memory_utilization (GPU) or the CPU default
   double memory_utilization = 0.0;   // 0: CPU default (kv_cache_memory or 2 GiB of KV)
-  int64_t swap_space = 0;            // bytes of host memory for swap preemption (0: recompute only)
+  // KV cache tiers below the primary pool: host memory (also swap preemption's space: with a host
+  // tier, preemption swaps instead of recomputing) and an optional disk directory.
+  KvTierConfig kv_tiers;
   bool enable_prefix_caching = true;
   int64_t max_queue_delay_us = 0;    // when idle, wait this long for more arrivals before the first step
   SchedulerConfig scheduler;

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <limits>
+
+#include <xxhash.h>
 
 #include "engine/draft_model_proposer.h"
 #include "runtime/cuda_executor.h"
@@ -14,7 +18,41 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 constexpr int64_t kCpuDefaultKvMemory = int64_t{2} << 30;
+
+// The disk tier's namespace: the backend, the model file (path, size, modification time), the KV
+// geometry, dtype and block size. Another model, a rewritten file or another cache layout never reads the
+// same directory's blocks.
+uint64_t kv_tier_namespace(const EngineConfig& config, const ModelConfig& mc, bool cuda) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path = fs::absolute(config.model, ec);
+  int64_t size = 0, mtime = 0;
+  fs::path file = path;
+  if (fs::is_directory(path, ec)) file = path / "config.json";
+  size = static_cast<int64_t>(fs::file_size(file, ec));
+  if (ec) size = 0;
+  mtime = static_cast<int64_t>(fs::last_write_time(file, ec).time_since_epoch().count());
+  // The executors lay a block's bytes out differently (the CPU keeps K transposed).
+  const std::string key = fmt::format("{}|{}|{}|{}|{}|L{}|H{}|D{}|{}|bs{}", cuda ? "cuda" : "cpu", path.string(), size, mtime, mc.arch_name,
+                                      mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype_name(config.kv_dtype),
+                                      config.block_size);
+  return XXH3_64bits(key.data(), key.size());
+}
 }  // namespace
+
+// The executor's host blocks as the KV cache manager's disk tier moves them.
+class EngineCore::HostBlockIo final : public KvHostBlockIo {
+ public:
+  explicit HostBlockIo(ModelExecutor& executor) : executor_(executor) {}
+  int64_t host_block_bytes() const override { return executor_.host_block_bytes(); }
+  void read_host_block(BlockId block, std::span<uint8_t> dst) override { executor_.read_host_block(block, dst); }
+  void write_host_block(BlockId block, std::span<const uint8_t> src) override { executor_.write_host_block(block, src); }
+
+ private:
+  ModelExecutor& executor_;
+};
+
+EngineCore::~EngineCore() = default;
 
 double EngineCore::now() const { return steady_seconds() - t0_; }
 
@@ -30,6 +68,8 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   in.device_memory = host_memory_bytes();
   in.memory_utilization = config.memory_utilization;
   in.kv_cache_memory = config.kv_cache_memory;
+  in.kv_host_tier_bytes = config.kv_tiers.host_bytes;
+  in.kv_disk_tier_bytes = config.kv_tiers.disk_dir.empty() ? 0 : config.kv_tiers.disk_bytes;
   auto dev = parse_device(config.device);
   if (!(dev.ok() && dev->type == Device::kCuda) && in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
     // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
@@ -37,6 +77,10 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
     in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
   }
   return in;
+}
+
+int64_t kv_host_tier_blocks(const EngineConfig&, const MemoryPlan& plan) {
+  return std::min<int64_t>(plan.host_tier_blocks, std::numeric_limits<int32_t>::max() - 1);
 }
 
 Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes) {
@@ -103,13 +147,15 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                             model.max_model_len);
 
   const int64_t num_blocks = core->plan_.num_blocks + 1;  // + null block
-  int32_t host_blocks = 0;
-  if (config.swap_space > 0) host_blocks = static_cast<int32_t>(config.swap_space / core->plan_.block_bytes);
+  const KvTierConfig& tiers = config.kv_tiers;
+  if (!tiers.disk_dir.empty() && !config.enable_prefix_caching)
+    return invalid_argument("the KV disk tier (--kv-disk-dir) holds prefix-cache blocks: it needs prefix caching");
+  const int32_t host_blocks = static_cast<int32_t>(kv_host_tier_blocks(config, core->plan_));
   core->kv_manager_ = std::make_unique<KvCacheManager>(static_cast<int32_t>(num_blocks), config.block_size,
                                                        config.enable_prefix_caching, host_blocks);
   SchedulerConfig sc = config.scheduler;
   sc.max_model_len = static_cast<int32_t>(core->max_model_len_);
-  if (config.swap_space > 0) sc.preemption = PreemptionMode::kSwap;
+  if (host_blocks > 0) sc.preemption = PreemptionMode::kSwap;
   core->scheduler_ = std::make_unique<Scheduler>(sc, *core->kv_manager_);
   core->model_ = std::move(model);
   KvCacheSpec spec;
@@ -124,6 +170,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
   }
   if (decorate) core->executor_ = decorate(std::move(core->executor_));
+  if (!tiers.disk_dir.empty()) {
+    core->host_io_ = std::make_unique<HostBlockIo>(*core->executor_);
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<DiskTierStore> disk,
+                            DiskTierStore::open(tiers.disk_dir, kv_tier_namespace(config, mc, cuda), tiers.disk_bytes,
+                                                core->executor_->host_block_bytes()));
+    core->kv_manager_->set_disk_tier(std::move(disk), core->host_io_.get());
+  }
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   if (config.speculative.enabled()) {
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(cuda));

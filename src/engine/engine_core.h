@@ -53,8 +53,13 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
 // the KV cache): the plan's own error (e.g. "max_model_len N needs ...") when it cannot fit.
 Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes);
 
+// Host-tier blocks of the KV cache for `config` (kv_tiers) under `plan` (its block bytes and
+// model length): the host bytes in blocks, or, with a disk tier, at least one sequence's blocks.
+int64_t kv_host_tier_blocks(const EngineConfig& config, const MemoryPlan& plan);
+
 class EngineCore {
  public:
+  ~EngineCore();
   // Plans memory, allocates the KV cache and builds the scheduler and runner over `model`.
   // `decorate` wraps the executor (tests: fault injection).
   static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config, LoadedModel model, ThreadPool& pool,
@@ -92,6 +97,7 @@ class EngineCore {
 
  private:
   EngineCore() = default;
+  class HostBlockIo;
   CoreOutput snapshot(const Request& r) const;
   // The proposer of config_.speculative (a draft model is loaded into draft_model_).
   Result<std::unique_ptr<Proposer>> make_proposer(bool cuda);
@@ -105,6 +111,7 @@ class EngineCore {
   int64_t max_model_len_ = 0;
   ThreadPool* pool_ = nullptr;
   std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<HostBlockIo> host_io_;  // the disk tier's view of the executor (before kv_manager_)
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

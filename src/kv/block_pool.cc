@@ -55,13 +55,14 @@ void BlockPool::evict_hash(BlockId b) {
   blk.tokens.clear();
 }
 
-std::vector<BlockId> BlockPool::allocate(int32_t n) {
+std::vector<BlockId> BlockPool::allocate(int32_t n, std::vector<EvictedBlock>* evicted) {
   PAGODA_CHECK(n >= 0 && n <= num_free_, "allocate {} blocks with {} free", n, num_free_);
   std::vector<BlockId> out;
   out.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
     const BlockId b = free_head_;
     unlink_free(b);
+    if (evicted != nullptr && blocks_[b].hashed) evicted->push_back({b, blocks_[b].hash, blocks_[b].tokens});
     evict_hash(b);
     blocks_[b].ref_count = 1;
     out.push_back(b);

@@ -23,7 +23,14 @@ namespace pagoda {
 
 struct PrefixCacheStats {
   int64_t queries = 0;  // tokens looked up
-  int64_t hits = 0;     // tokens found
+  int64_t hits = 0;     // tokens found in the primary pool
+};
+
+// A cached block whose hash allocate() dropped to hand the block out again.
+struct EvictedBlock {
+  BlockId block = kNullBlock;
+  BlockHash hash = 0;
+  std::vector<int32_t> tokens;
 };
 
 class BlockPool {
@@ -40,8 +47,10 @@ class BlockPool {
   double usage() const;
 
   // Pops `n` blocks from the head of the free queue (evicting their cached hashes), each with
-  // reference count 1. Precondition: n <= num_free_blocks().
-  std::vector<BlockId> allocate(int32_t n);
+  // reference count 1. Precondition: n <= num_free_blocks(). With `evicted`, the blocks whose
+  // cached hash was dropped are appended there (their contents are still intact until the caller
+  // writes the blocks).
+  std::vector<BlockId> allocate(int32_t n, std::vector<EvictedBlock>* evicted = nullptr);
 
   // A cached block holding exactly `tokens` (block_size of them) under `hash`, or nullopt.
   std::optional<BlockId> find_cached(BlockHash hash, std::span<const int32_t> tokens) const;

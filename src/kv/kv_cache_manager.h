@@ -1,9 +1,27 @@
-// KvCacheManager: which KV blocks each request holds, prefix-cache lookups, and swap to host.
+// KvCacheManager: which KV blocks each request holds, prefix-cache lookups, and the secondary
+// tiers (host memory, disk) below the primary pool.
 //
 // Contract (vLLM v1 style): capacity is a return value. allocate_slots() returns nullopt when the
 // free blocks cannot cover the request's next tokens — the scheduler then preempts someone and
 // retries — never an exception. The scheduler sees block ids only as an opaque table it forwards
-// to the runner; it never touches the pool.
+// to the runner; it never touches the pools.
+//
+// Tiers (kv/kv_tier_config.h; docs/decisions.md#d40). The host tier is a second BlockPool whose
+// blocks live in the executor's host memory; it serves three uses with one LRU:
+//   - spill: a full, cached primary block handed out again is first copied to a host block that
+//     keeps its chained hash (a device-to-host copy of the step, in take_tier_copies());
+//   - fill: a prefix-cache lookup that misses the primary pool continues in the host tier (and
+//     below it the disk tier); hits get fresh primary blocks and host-to-device copies instead of
+//     being recomputed;
+//   - swap preemption: swap_out() moves a request's blocks to host blocks (its full blocks keep
+//     their hashes there, so others can hit them too).
+// A host block evicted by the host LRU goes to the disk tier (DiskTierStore) when one is set;
+// a disk hit is read, checked and written into a host block at lookup time (through
+// KvHostBlockIo), so a corrupt file is a miss before anything is scheduled.
+// Ordering: the copies of one step run spills and swap-outs (device to host) before fills and
+// swap-ins (host to device), before the forward pass. Host blocks used by a step's copies keep a
+// reference until the next begin_step(), so no other copy of the same step can overwrite them;
+// primary blocks registered in the current step are never spilled (their K/V is not written yet).
 //
 // Thread-safety: none; owned by the scheduler thread.
 #pragma once
@@ -13,24 +31,42 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
-#include "kv/block_pool.h"
 #include "core/request.h"
+#include "kv/block_pool.h"
+#include "kv/disk_tier_store.h"
+#include "kv/kv_host_block_io.h"
 
 namespace pagoda {
 
 struct ComputedBlocks {
-  std::vector<BlockId> blocks;  // cached full blocks of the request's prefix, in order
-  int32_t num_tokens = 0;       // tokens they hold
+  std::vector<BlockId> blocks;       // cached primary blocks of the request's prefix, in order
+  std::vector<BlockId> host_blocks;  // then host-tier blocks (filled into fresh primary blocks)
+  int32_t num_tokens = 0;            // tokens they hold, both kinds
 };
 
+// Hits and traffic per tier. Hits are tokens (as PrefixCacheStats), stores and rejections blocks.
+struct KvTierStats {
+  int64_t host_hits = 0;      // prefix tokens found in the host tier
+  int64_t disk_hits = 0;      // prefix tokens found in the disk tier (read back through the host tier)
+  int64_t host_stores = 0;    // primary blocks spilled to the host tier
+  int64_t disk_stores = 0;    // host blocks written to the disk tier
+  int64_t disk_rejected = 0;  // disk files found corrupt or truncated (misses)
+  int64_t swap_outs = 0, swap_ins = 0;  // requests swapped (preemption)
+};
 
 class KvCacheManager {
  public:
-  // num_blocks includes the null block. num_host_blocks > 0 enables swap preemption.
+  // num_blocks includes the null block. num_host_blocks > 0 enables the host tier (and swap
+  // preemption).
   KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching, int32_t num_host_blocks = 0);
+
+  // Puts the disk tier below the host tier; `io` reads and writes host blocks (it must outlive
+  // the manager). Needs a host tier and prefix caching.
+  void set_disk_tier(std::unique_ptr<DiskTierStore> disk, KvHostBlockIo* io);
 
   int32_t block_size() const { return pool_.block_size(); }
   // Tokens the whole cache can hold.
@@ -38,16 +74,30 @@ class KvCacheManager {
   int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
   double usage() const { return pool_.usage(); }
   const PrefixCacheStats& prefix_stats() const { return stats_; }
+  const KvTierStats& tier_stats() const { return tier_stats_; }
   bool swap_enabled() const { return host_ != nullptr; }
+  bool host_tier() const { return host_ != nullptr && pool_.prefix_caching(); }
+  const DiskTierStore* disk_tier() const { return disk_.get(); }
+  int32_t num_host_blocks() const { return host_ ? host_->num_usable_blocks() : 0; }
 
-  // Longest cached prefix of the request's tokens in full blocks, leaving at least the last token
-  // uncomputed (its logits are needed). Takes no references; counts a prefix-cache query.
+  // Start of a scheduler step: the previous step's copies are done; releases the host blocks
+  // they held and forgets which primary blocks were registered during it.
+  void begin_step();
+  // The step's tier copies so far (spills: device to host; fills: host to device), moved out.
+  std::pair<std::vector<BlockCopy>, std::vector<BlockCopy>> take_tier_copies();
+
+  // Longest cached prefix of the request's tokens in full blocks (primary pool, then the host and
+  // disk tiers), leaving at least the last token uncomputed (its logits are needed). Takes no
+  // references on primary blocks; host-tier hits are held until the next begin_step() and a disk
+  // hit is moved into a host block here, so allocate_slots() in the same step can fill from them.
+  // Counts a query.
   ComputedBlocks find_computed_blocks(Request& r);
 
   // Makes room for `num_new_tokens` tokens after r.num_computed_tokens (+ new_computed's tokens,
   // for a request being admitted with a prefix hit). On success returns the block ids appended to
-  // the request's table (the computed ones first) and registers newly full blocks in the prefix
-  // cache; on failure returns nullopt and changes nothing.
+  // the request's table (the computed ones first), queues the fills of new_computed's host blocks
+  // and registers newly full blocks in the prefix cache; on failure returns nullopt and changes
+  // nothing.
   std::optional<std::vector<BlockId>> allocate_slots(Request& r, int32_t num_new_tokens, const ComputedBlocks& new_computed = {});
 
   // Releases all blocks of the request (tail first, so its last blocks are evicted first).
@@ -69,7 +119,9 @@ class KvCacheManager {
   std::optional<std::vector<BlockCopy>> swap_in(Request& r);
   int32_t num_free_host_blocks() const { return host_ ? host_->num_free_blocks() : 0; }
 
-  void reset_prefix_cache() { pool_.reset_prefix_cache(); }
+  // Drops every cached hash of the primary pool and the host tier (the disk tier keeps only
+  // blocks written from checked host blocks of earlier steps).
+  void reset_prefix_cache();
   const BlockPool& pool() const { return pool_; }
 
  private:
@@ -80,11 +132,26 @@ class KvCacheManager {
   };
   void extend_hashes(Request& r) const;
   void cache_full_blocks(Request& r, Table& t, int32_t num_tokens);
+  // Primary blocks, spilling evicted cached ones to the host tier.
+  std::vector<BlockId> allocate_primary(int32_t n);
+  // Host blocks, writing evicted cached ones to the disk tier. Precondition: n free.
+  std::vector<BlockId> allocate_host(int32_t n);
+  void spill_to_host(const EvictedBlock& e);
+  // Moves a disk-tier block into a fresh host block (kept referenced until begin_step());
+  // nullopt on a miss or a rejected file.
+  std::optional<BlockId> promote_from_disk(BlockHash hash, std::span<const int32_t> tokens);
 
   BlockPool pool_;
   std::unique_ptr<BlockPool> host_;
+  std::unique_ptr<DiskTierStore> disk_;
+  KvHostBlockIo* io_ = nullptr;
+  std::vector<uint8_t> disk_buffer_;  // one block's bytes
   std::unordered_map<std::string, Table> tables_;
   PrefixCacheStats stats_;
+  KvTierStats tier_stats_;
+  std::vector<BlockCopy> spills_, fills_;     // this step's tier copies
+  std::vector<BlockId> held_host_;            // host blocks referenced until begin_step()
+  std::unordered_set<BlockId> fresh_primary_; // primary blocks registered this step
 };
 
 }  // namespace pagoda

@@ -31,6 +31,14 @@ class CpuExecutor final : public ModelExecutor {
     copy_blocks(copies, *host_, kv_);
   }
 
+  int64_t host_block_bytes() const override {
+    return host_ ? KvCacheStorage::block_bytes(model_.config(), host_->block_size(), host_->dtype()) : 0;
+  }
+  void read_host_block(BlockId block, std::span<uint8_t> dst) override { move_host_block(block, dst.data(), nullptr); }
+  void write_host_block(BlockId block, std::span<const uint8_t> src) override {
+    move_host_block(block, nullptr, src.data());
+  }
+
   int64_t workspace_bytes() const override {
     return (logits_.defined() ? logits_.nbytes() : 0) + ws_.bytes();
   }
@@ -48,6 +56,22 @@ class CpuExecutor final : public ModelExecutor {
     }
   }
 
+  // Gathers host block `block` into `out` or scatters `in` into it, layer by layer, K then V.
+  void move_host_block(BlockId block, uint8_t* out, const uint8_t* in) {
+    PAGODA_CHECK(host_ != nullptr && block > 0 && block < host_->num_blocks(), "host block {} out of range", block);
+    size_t off = 0;
+    for (int64_t l = 0; l < model_.config().num_layers; ++l) {
+      const KvLayerView view = host_->layer(l);
+      const size_t bytes = static_cast<size_t>(view.block_elems() * view.elem_bytes());
+      for (void* base : {view.k, view.v}) {
+        uint8_t* p = static_cast<uint8_t*>(base) + block * bytes;
+        if (out != nullptr) std::memcpy(out + off, p, bytes);
+        else std::memcpy(p, in + off, bytes);
+        off += bytes;
+      }
+    }
+  }
+
   const Model& model_;
   ThreadPool& pool_;
   KvCacheStorage kv_;
@@ -57,6 +81,13 @@ class CpuExecutor final : public ModelExecutor {
 };
 
 }  // namespace
+
+void ModelExecutor::read_host_block(BlockId, std::span<uint8_t>) {
+  PAGODA_CHECK(false, "read_host_block() on an executor without host blocks ({})", device_name());
+}
+void ModelExecutor::write_host_block(BlockId, std::span<const uint8_t>) {
+  PAGODA_CHECK(false, "write_host_block() on an executor without host blocks ({})", device_name());
+}
 
 void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&) {
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());

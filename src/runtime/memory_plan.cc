@@ -79,6 +79,14 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   p.kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * p.block_bytes;
   p.total = fixed + p.kv_cache;
   p.max_concurrency = static_cast<double>(p.kv_tokens) / static_cast<double>(p.max_model_len);
+  p.host_tier_blocks = in.kv_host_tier_bytes / p.block_bytes;
+  if (in.kv_disk_tier_bytes > 0) {
+    p.host_tier_blocks = std::max(p.host_tier_blocks, (p.max_model_len + in.block_size - 1) / in.block_size + 1);
+    p.disk_tier = in.kv_disk_tier_bytes;
+    // A file is a 48-byte header, the block's token ids and its bytes (kv/disk_tier_store.h).
+    p.disk_tier_blocks = in.kv_disk_tier_bytes / (48 + 4 * in.block_size + p.block_bytes);
+  }
+  p.host_tier = p.host_tier_blocks > 0 ? (p.host_tier_blocks + 1) * p.block_bytes : 0;
   if (p.kv_tokens < p.max_model_len) {
     const int64_t need = (p.max_model_len + in.block_size - 1) / in.block_size * p.block_bytes + p.block_bytes;
     return resource_exhausted(
@@ -98,6 +106,13 @@ std::string MemoryPlan::to_string() const {
                     bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
   os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
                     num_blocks, bytes_str(block_bytes), kv_tokens, kv_bytes_per_token, max_model_len, max_concurrency);
+  if (host_tier_blocks > 0 || disk_tier > 0) {
+    os << fmt::format("\nKV tiers: host {} ({} blocks, {} tokens; outside the budget)", bytes_str(host_tier), host_tier_blocks,
+                      host_tier_blocks * (kv_bytes_per_token > 0 ? block_bytes / kv_bytes_per_token : 0));
+    if (disk_tier > 0)
+      os << fmt::format(", disk {} ({} blocks, {} tokens)", bytes_str(disk_tier), disk_tier_blocks,
+                        disk_tier_blocks * (kv_bytes_per_token > 0 ? block_bytes / kv_bytes_per_token : 0));
+  }
   return os.str();
 }
 
@@ -106,7 +121,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"runtime_overhead", runtime_overhead}, {"kv_cache", kv_cache}, {"total", total},
           {"budget", budget},       {"kv_bytes_per_token", kv_bytes_per_token}, {"block_bytes", block_bytes},
           {"num_blocks", num_blocks}, {"kv_tokens", kv_tokens},     {"max_model_len", max_model_len},
-          {"max_concurrency", max_concurrency}};
+          {"max_concurrency", max_concurrency}, {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
+          {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}};
 }
 
 int64_t host_memory_bytes() {

@@ -36,6 +36,10 @@ struct MemoryPlanInput {
   int64_t logits_bytes = -1;
   int64_t overhead_bytes = -1;
   int64_t device_reserved = 0;       // bytes already in use on the device (context, other processes)
+  // KV cache tiers below the KV cache (kv/kv_tier_config.h), outside the budget above: host
+  // memory (page-locked on CUDA) and a disk directory's cap; 0: none.
+  int64_t kv_host_tier_bytes = 0;
+  int64_t kv_disk_tier_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -52,6 +56,12 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;          // tokens the KV cache holds
   int64_t max_model_len = 0;
   double max_concurrency = 0;     // sequences of max_model_len that fit at once
+  // KV tiers (host memory outside the budget; the disk tier's files): blocks and bytes. With a
+  // disk tier the host tier holds at least one sequence of max_model_len (its staging).
+  int64_t host_tier_blocks = 0;
+  int64_t host_tier = 0;          // host_tier_blocks x block_bytes (+ the null block)
+  int64_t disk_tier = 0;          // the disk tier's cap
+  int64_t disk_tier_blocks = 0;   // blocks of files that fit the cap
 
   std::string to_string() const;  // the start-up printout
   nlohmann::json to_json() const;

@@ -59,8 +59,18 @@ class ModelExecutor {
   virtual ~ModelExecutor() = default;
   virtual std::string device_name() const = 0;
   virtual const Tensor& forward(const ForwardBatch& batch) = 0;
+  // Copies whole blocks between the KV cache and the host blocks (swap preemption, the host tier
+  // of the KV cache). A device executor may run them asynchronously, ordered before the next
+  // forward pass and before later host-block reads and writes.
   virtual void swap_out(const std::vector<BlockCopy>& device_to_host) = 0;
   virtual void swap_in(const std::vector<BlockCopy>& host_to_device) = 0;
+  // One host block's bytes (all layers' K then V of its slots, layer by layer; host_block_bytes()
+  // of them), read or written synchronously: the disk tier of the KV cache moves them. A read
+  // sees every earlier swap_out(); a write is seen by every later swap_in(). Only executors with
+  // host blocks (KvCacheSpec::num_host_blocks > 0) implement them.
+  virtual int64_t host_block_bytes() const { return 0; }
+  virtual void read_host_block(BlockId block, std::span<uint8_t> dst);
+  virtual void write_host_block(BlockId block, std::span<const uint8_t> src);
   // Bytes of activation workspace and logits currently allocated (memory-plan checks).
   virtual int64_t workspace_bytes() const = 0;
   // Bytes of the KV cache (device) as allocated.

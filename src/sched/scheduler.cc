@@ -64,22 +64,26 @@ int32_t Scheduler::tokens_wanted(const Request& r, int32_t budget) const {
   return std::min(n + spec_allowed(r), budget);
 }
 
+void Scheduler::drain_tier_copies(SchedulerOutput& out) {
+  auto [spills, fills] = kv_.take_tier_copies();
+  out.swap_out.insert(out.swap_out.end(), spills.begin(), spills.end());
+  out.swap_in.insert(out.swap_in.end(), fills.begin(), fills.end());
+}
+
 void Scheduler::preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t& budget, SchedulerOutput& out) {
   Request* v = running_[index];
+  // Admitted this step: its blocks may wait for this step's host-to-device copies, so a swap-out
+  // (which copies before them) would save stale bytes. It recomputes instead.
+  const bool admitted_now = admitted_this_step_.count(v) != 0;
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
   auto s = std::find_if(scheduled.begin(), scheduled.end(), [&](const Scheduled& x) { return x.req == v; });
   if (s != scheduled.end()) {
     budget += s->num_tokens;
-    // A swap-in this step is undone by swapping out again below; drop its copies.
-    if (s->swapped_in)
-      std::erase_if(out.swap_in, [&](const BlockCopy& c) {
-        return std::find(s->new_blocks.begin(), s->new_blocks.end(), c.second) != s->new_blocks.end();
-      });
-    scheduled.erase(s);
+      scheduled.erase(s);
   }
   v->spec_token_ids.clear();  // drafts in flight are dropped; decoding resumes from verified tokens
   bool swapped = false;
-  if (config_.preemption == PreemptionMode::kSwap && kv_.swap_enabled()) {
+  if (config_.preemption == PreemptionMode::kSwap && kv_.swap_enabled() && !admitted_now) {
     if (auto copies = kv_.swap_out(*v)) {
       out.swap_out.insert(out.swap_out.end(), copies->begin(), copies->end());
       swapped = true;
@@ -104,6 +108,8 @@ SchedulerOutput Scheduler::schedule() {
   finished_since_last_step_.clear();
   int32_t budget = config_.max_num_batched_tokens;
   std::vector<Scheduled> scheduled;
+  kv_.begin_step();
+  admitted_this_step_.clear();
   const int64_t preemptions_before = num_preemptions_;
 
   // Phase 1: running requests, in admission order.
@@ -120,6 +126,7 @@ SchedulerOutput Scheduler::schedule() {
     bool self_preempted = false;
     for (;;) {
       blocks = kv_.allocate_slots(*r, n);
+      drain_tier_copies(out);
       if (blocks) break;
       if (num_spec > 0) {  // no room for the drafts' lookahead slots: decode without them first
         n -= num_spec;
@@ -158,6 +165,7 @@ SchedulerOutput Scheduler::schedule() {
         const int32_t held = static_cast<int32_t>(kv_.block_table(r->id).size());
         if (kv_.num_free_blocks() < held + 1) break;
         auto copies = kv_.swap_in(*r);
+        drain_tier_copies(out);
         if (!copies) break;
         out.swap_in.insert(out.swap_in.end(), copies->begin(), copies->end());
         swapped_in = true;
@@ -165,7 +173,9 @@ SchedulerOutput Scheduler::schedule() {
         new_blocks.assign(table.begin(), table.end());
         r->spec_token_ids.clear();
         n = tokens_wanted(*r, budget);
-        if (auto more = kv_.allocate_slots(*r, n)) {
+        auto more = kv_.allocate_slots(*r, n);
+        drain_tier_copies(out);
+        if (more) {
           new_blocks.insert(new_blocks.end(), more->begin(), more->end());
         } else {
           n = 0;  // holds its blocks again; it gets tokens next step
@@ -178,6 +188,7 @@ SchedulerOutput Scheduler::schedule() {
         if (!config_.chunked_prefill && n > budget) break;
         n = std::min(n, budget);
         auto blocks = kv_.allocate_slots(*r, n, hit);
+        drain_tier_copies(out);
         if (!blocks) {
           if (!running_.empty()) {
             const size_t v = policy_->pick_victim(running_);
@@ -194,6 +205,7 @@ SchedulerOutput Scheduler::schedule() {
         new_blocks = std::move(*blocks);
       }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
+      admitted_this_step_.insert(r);
       running_.push_back(r);
       r->status = RequestStatus::kRunning;
       scheduled.push_back({r, n, std::move(new_blocks), !known_to_runner_[r->id], swapped_in});

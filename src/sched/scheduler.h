@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -90,6 +91,9 @@ class Scheduler {
     int32_t num_spec = 0;  // of num_tokens: draft tokens (the request's first num_spec spec_token_ids)
   };
   void insert_waiting(Request* r);
+  // Appends the KV tiers' copies of the last KV call (spills, fills) to the step's copy lists, in
+  // the order they were made.
+  void drain_tier_copies(SchedulerOutput& out);
   bool admissible(const Request& r) const;
   // Preempts running_[index]; removes it from `scheduled` if it was scheduled this step.
   void preempt(size_t index, std::vector<Scheduled>& scheduled, int32_t& budget, SchedulerOutput& out);
@@ -109,6 +113,7 @@ class Scheduler {
   // Requests whose block table lost tail blocks (trimmed drafts): the runner gets it whole next.
   std::unordered_map<std::string, bool> table_trimmed_;
   int64_t num_preemptions_ = 0;
+  std::unordered_set<const Request*> admitted_this_step_;
 };
 
 }  // namespace pagoda

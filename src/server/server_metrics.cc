@@ -25,6 +25,18 @@ ServerMetrics::ServerMetrics(std::string model_name)
       device_memory_total_(registry_.gauge("pagoda:gpu_memory_total_bytes", "Accelerator memory in total; 0 on the CPU.", {"model_name"})),
       prefix_queries_(registry_.counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", {"model_name"})),
       prefix_hits_(registry_.counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", {"model_name"})),
+      kv_tier_hits_(registry_.counter("pagoda:kv_tier_hits_total",
+                                      "Prefix tokens found in a KV tier below the KV cache instead of recomputed, by tier (host, disk).",
+                                      {"model_name", "tier"})),
+      kv_tier_stores_(registry_.counter("pagoda:kv_tier_stores_total",
+                                        "KV blocks written to a tier: host (evicted from the KV cache), disk (evicted from the host tier).",
+                                        {"model_name", "tier"})),
+      kv_tier_rejected_(registry_.counter("pagoda:kv_tier_rejected_total",
+                                          "Disk-tier blocks found corrupt or truncated (checksum) and treated as misses.", {"model_name", "tier"})),
+      kv_tier_swaps_(registry_.counter("pagoda:kv_tier_swaps_total", "Requests swapped to / from the host tier by preemption.",
+                                       {"model_name", "direction"})),
+      kv_tier_blocks_(registry_.gauge("pagoda:kv_tier_blocks", "Host-tier blocks in all (host); disk-tier bytes in use (disk_bytes).",
+                                      {"model_name", "tier"})),
       preemptions_(registry_.counter("pagoda:num_preemptions_total", "Cumulative number of preemptions from the engine.", {"model_name"})),
       prompt_tokens_(registry_.counter("pagoda:prompt_tokens_total", "Number of prefill tokens processed.", {"model_name"})),
       generation_tokens_(registry_.counter("pagoda:generation_tokens_total", "Number of generation tokens processed.", {"model_name"})),
@@ -73,6 +85,15 @@ std::string ServerMetrics::render(const EngineStats& s) {
   prefix_queries_.labels({model_}).set(static_cast<double>(s.prefix_cache_queries));
   prefix_hits_.labels({model_}).set(static_cast<double>(s.prefix_cache_hits));
   preemptions_.labels({model_}).set(static_cast<double>(s.num_preemptions));
+  kv_tier_hits_.labels({model_, "host"}).set(static_cast<double>(s.kv_tier.host_hits));
+  kv_tier_hits_.labels({model_, "disk"}).set(static_cast<double>(s.kv_tier.disk_hits));
+  kv_tier_stores_.labels({model_, "host"}).set(static_cast<double>(s.kv_tier.host_stores));
+  kv_tier_stores_.labels({model_, "disk"}).set(static_cast<double>(s.kv_tier.disk_stores));
+  kv_tier_rejected_.labels({model_, "disk"}).set(static_cast<double>(s.kv_tier.disk_rejected));
+  kv_tier_swaps_.labels({model_, "out"}).set(static_cast<double>(s.kv_tier.swap_outs));
+  kv_tier_swaps_.labels({model_, "in"}).set(static_cast<double>(s.kv_tier.swap_ins));
+  kv_tier_blocks_.labels({model_, "host"}).set(static_cast<double>(s.kv_host_tier_blocks));
+  kv_tier_blocks_.labels({model_, "disk_bytes"}).set(static_cast<double>(s.kv_disk_tier_bytes));
   prompt_tokens_.labels({model_}).set(static_cast<double>(s.prompt_tokens_total));
   generation_tokens_.labels({model_}).set(static_cast<double>(s.generation_tokens_total));
   spec_drafts_.labels({model_}).set(static_cast<double>(s.spec_num_drafts));

@@ -8,7 +8,10 @@
 //               request_success_total{finished_reason}, http_requests_total{route,status},
 //               spec_decode_num_drafts_total, spec_decode_num_draft_tokens_total,
 //               spec_decode_num_accepted_tokens_total, spec_decode_num_accepted_tokens_per_pos_total{position}
-//               (speculative decoding; zero without it)
+//               (speculative decoding; zero without it),
+//               kv_tier_hits_total{tier} (tokens), kv_tier_stores_total{tier} (blocks),
+//               kv_tier_rejected_total{tier="disk"}, kv_tier_swaps_total{direction} (KV tiers)
+//   gauges      kv_tier_blocks{tier="host"|"disk_bytes"}
 //   histograms  time_to_first_token_seconds, inter_token_latency_seconds,
 //               e2e_request_latency_seconds, request_queue_time_seconds (per finished sequence),
 //               iteration_tokens_total (tokens per engine step)
@@ -53,6 +56,11 @@ class ServerMetrics {
   Family<Gauge>& device_memory_total_;
   Family<Counter>& prefix_queries_;
   Family<Counter>& prefix_hits_;
+  Family<Counter>& kv_tier_hits_;
+  Family<Counter>& kv_tier_stores_;
+  Family<Counter>& kv_tier_rejected_;
+  Family<Counter>& kv_tier_swaps_;
+  Family<Gauge>& kv_tier_blocks_;
   Family<Counter>& preemptions_;
   Family<Counter>& prompt_tokens_;
   Family<Counter>& generation_tokens_;

@@ -435,7 +435,7 @@ TEST(CudaEngine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
     c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 26;
     for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
       EngineConfig cm = c;
-      if (mode == PreemptionMode::kSwap) cm.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
+      if (mode == PreemptionMode::kSwap) cm.kv_tiers.host_bytes = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
       auto engine = Engine::create(cm);
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       auto make = [&](int i) {
@@ -456,6 +456,99 @@ TEST(CudaEngine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
       EXPECT_GT(st.num_preemptions, 0) << (mode == PreemptionMode::kSwap ? "swap" : "recompute");
       EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
     }
+  }
+}
+
+// KV cache tiers on CUDA: the pinned host blocks, copied on the copy stream. A host block written
+// from the host, copied to a device block and back to another host block reads back the same
+// bytes (runs of consecutive ids are one copy; a lone block another).
+TEST(CudaKvTier, HostBlocksRoundTripThroughTheCopyStream) {
+  PAGODA_REQUIRE_GPU();
+  for (const auto& [model, tok] : engine_models()) {
+    ModelLoadOptions lo;
+    lo.max_model_len = 128;
+    lo.cpu_kernels = false;
+    auto loaded = load_model(model, lo);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    KvCacheSpec spec;
+    spec.num_blocks = 16;
+    spec.block_size = 16;
+    spec.dtype = DType::kF16;
+    spec.num_host_blocks = 12;
+    CudaExecutorOptions co;
+    co.max_model_len = 128;
+    co.max_num_seqs = 4;
+    co.max_num_tokens = 64;
+    co.cuda_graphs = false;
+    auto ex = make_cuda_executor(*loaded->model, spec, co);
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    const int64_t bytes = (*ex)->host_block_bytes();
+    ASSERT_EQ(bytes, loaded->config.kv_bytes_per_token(DType::kF16) * 16);
+    std::vector<std::vector<uint8_t>> written;
+    for (BlockId h = 1; h <= 4; ++h) {
+      std::vector<uint8_t> v(static_cast<size_t>(bytes));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 13 + h * 101);
+      (*ex)->write_host_block(h, v);
+      written.push_back(std::move(v));
+    }
+    (*ex)->swap_in({{1, 3}, {2, 4}, {3, 5}, {4, 9}});     // a run of three, then one
+    (*ex)->swap_out({{3, 8}, {4, 9}, {5, 10}, {9, 11}});
+    for (BlockId h = 8; h <= 11; ++h) {
+      std::vector<uint8_t> back(static_cast<size_t>(bytes));
+      (*ex)->read_host_block(h, back);
+      EXPECT_EQ(back, written[h - 8]) << model << " host block " << h;
+    }
+  }
+}
+
+// Shared prefixes larger than the device KV pool: greedy tokens (batch-invariant mode) are the
+// same without tiers, with the pinned host tier and with a disk tier, and the second round's
+// prefixes come back from the tiers (counted).
+TEST(CudaKvTier, GreedyOutputsAreTheSameWithAndWithoutTiers) {
+  PAGODA_REQUIRE_GPU();
+  for (const auto& [model, tok] : engine_models()) {
+    EngineConfig c = cuda_config(model, tok);
+    c.batch_invariant = true;
+    c.max_model_len = 256;
+    c.scheduler.max_num_seqs = 4;
+    c.scheduler.max_num_batched_tokens = 256;
+    Result<ModelConfig> mc = load_model_config(model);
+    ASSERT_TRUE(mc.ok());
+    c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 25;
+    const fs::path dir = fs::temp_directory_path() / fmt::format("pagoda_cuda_kv_tier_{}", ::getpid());
+    fs::remove_all(dir);
+    auto run = [&](const EngineConfig& cfg, EngineStats* stats) {
+      std::vector<std::vector<int32_t>> out;
+      auto engine = Engine::create(cfg);
+      EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+      if (!engine.ok()) return out;
+      for (int round = 0; round < 2; ++round)
+        for (int p = 0; p < 6; ++p) {
+          GenerateRequest g;
+          for (int k = 0; k < 160; ++k) g.prompt_ids.push_back(static_cast<int32_t>((p * 7919 + k * 104729) % (mc->vocab_size - 10) + 5));
+          for (int k = 0; k < 8; ++k) g.prompt_ids.push_back(static_cast<int32_t>((round * 31 + p * 131 + k * 17 + 3) % (mc->vocab_size - 10) + 5));
+          g.sampling.temperature = 0;
+          g.stop.max_tokens = 6;
+          g.stop.ignore_eos = true;
+          out.push_back(collect(**(*engine)->submit(g)).tokens[0]);
+        }
+      *stats = (*engine)->stats();
+      return out;
+    };
+    EngineStats plain_st, host_st, disk_st;
+    const auto plain = run(c, &plain_st);
+    EngineConfig host = c;
+    host.kv_tiers.host_bytes = int64_t{64} << 20;
+    EXPECT_EQ(run(host, &host_st), plain) << model;
+    EXPECT_GE(host_st.kv_tier.host_hits, 6 * 160) << model;
+    EngineConfig disk = c;
+    disk.kv_tiers.disk_dir = dir.string();
+    EXPECT_EQ(run(disk, &disk_st), plain) << model;
+    EXPECT_GT(disk_st.kv_tier.disk_hits, 0) << model;
+    std::printf("[cuda-kv-tier] %s: host-tier hits %lld tokens, disk-tier hits %lld tokens (%lld blocks written)\n",
+                model.c_str(), static_cast<long long>(host_st.kv_tier.host_hits),
+                static_cast<long long>(disk_st.kv_tier.disk_hits), static_cast<long long>(disk_st.kv_tier.disk_stores));
+    fs::remove_all(dir);
   }
 }
 

@@ -85,7 +85,7 @@ TEST(Engine, PreemptionUnderATinyCacheStillMatchesSoloRuns) {
   c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 20;
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineConfig cm = c;
-    if (mode == PreemptionMode::kSwap) cm.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
+    if (mode == PreemptionMode::kSwap) cm.kv_tiers.host_bytes = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
     auto engine = Engine::create(cm);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     const int64_t vocab = mc->vocab_size;

@@ -152,7 +152,7 @@ TEST(SpecDecode, PreemptionUnderATinyCacheKeepsGreedyOutput) {
       EngineConfig c = config_for(model, nullptr);
       c.block_size = 16;
       c.kv_cache_memory = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 20;  // 20 blocks for 10 requests
-      if (swap) c.swap_space = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
+      if (swap) c.kv_tiers.host_bytes = mc->kv_bytes_per_token(c.kv_dtype) * 16 * 200;
       auto plain = Engine::create(c);
       ASSERT_TRUE(plain.ok()) << plain.status().to_string();
       EngineConfig cs = c;

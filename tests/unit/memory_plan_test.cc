@@ -55,6 +55,37 @@ TEST(MemoryPlan, Llama3_8bOn80GiBFollowsTheFormula) {
   EXPECT_EQ(ws, int64_t{8192} * (4 * 4096 + 3 * 4096 + 4 * 1024 + 3 * 14336) * 4);
 }
 
+TEST(MemoryPlan, KvTierSizes) {
+  MemoryPlanInput in;
+  in.config = config("llama-3-8b");
+  in.weight_bytes = declared_parameter_count(in.config) * 2;
+  in.device_memory = int64_t{80} << 30;
+  in.max_model_len = 8192;
+  const int64_t block = 2 * 32 * 8 * 128 * 2 * 16;  // 2 MiB
+  in.kv_host_tier_bytes = int64_t{64} << 30;
+  auto p = plan_memory(in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->host_tier_blocks, (int64_t{64} << 30) / block);  // 32768 blocks, 512k tokens
+  EXPECT_EQ(p->host_tier, (p->host_tier_blocks + 1) * block);
+  EXPECT_EQ(p->disk_tier, 0);
+  EXPECT_NE(p->to_string().find("KV tiers: host"), std::string::npos) << p->to_string();
+  // A disk tier alone: its files (header + token ids + the block) within the cap, and one
+  // sequence of host staging.
+  in.kv_host_tier_bytes = 0;
+  in.kv_disk_tier_bytes = int64_t{100} << 30;
+  p = plan_memory(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->host_tier_blocks, 8192 / 16 + 1);
+  EXPECT_EQ(p->disk_tier_blocks, (int64_t{100} << 30) / (48 + 4 * 16 + block));
+  EXPECT_NE(p->to_string().find("disk"), std::string::npos);
+  // No tiers: nothing printed.
+  in.kv_disk_tier_bytes = 0;
+  p = plan_memory(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->host_tier_blocks, 0);
+  EXPECT_EQ(p->to_string().find("KV tiers"), std::string::npos);
+}
+
 TEST(MemoryPlan, SeventyBOn80GiBNamesTheWeights) {
   MemoryPlanInput in;
   in.config = config("llama-3-70b");

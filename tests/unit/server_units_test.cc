@@ -2,6 +2,7 @@
 // HTTP response framing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,12 +12,61 @@
 #include "api/sse.h"
 #include "server/http_message.h"
 #include "server/metrics.h"
+#include "server/startup_handler.h"
 #include "server/http_request_rules.h"
 #include "server/token_bucket.h"
 #include "server/work_pool.h"
 
 namespace pagoda {
 namespace {
+
+// The handler `serve` listens with while the model loads.
+class FixedHandler final : public server::HttpHandler {
+ public:
+  server::HandlerResult handle(server::HttpRequest&) override {
+    server::HandlerResult r;
+    r.response.body = R"({"status":"ok"})";
+    return r;
+  }
+  server::HttpResponse protocol_error(int status, const std::string&) override {
+    server::HttpResponse r;
+    r.status = status;
+    r.body = "inner";
+    return r;
+  }
+};
+
+TEST(StartupHandler, LoadingThenReadyOrFailed) {
+  server::StartupHandler h;
+  server::HttpRequest health;
+  health.method = "GET";
+  health.path = "/health";
+  server::HttpRequest chat;
+  chat.method = "POST";
+  chat.path = "/v1/chat/completions";
+  server::HandlerResult r = h.handle(health);
+  EXPECT_EQ(r.response.status, 503);
+  EXPECT_EQ(r.response.body, R"({"status":"loading"})");
+  r = h.handle(chat);
+  EXPECT_EQ(r.response.status, 503);
+  EXPECT_NE(r.response.body.find(R"("code":"loading")"), std::string::npos) << r.response.body;
+  EXPECT_NE(std::find(r.response.headers.begin(), r.response.headers.end(), std::make_pair(std::string("Retry-After"), std::string("1"))),
+            r.response.headers.end());
+  EXPECT_EQ(h.protocol_error(413, "too large").status, 413);
+  FixedHandler inner;
+  h.set_ready(inner);
+  EXPECT_TRUE(h.ready());
+  r = h.handle(health);
+  EXPECT_EQ(r.response.status, 200);
+  EXPECT_EQ(r.response.body, R"({"status":"ok"})");
+  EXPECT_EQ(h.protocol_error(431, "x").body, "inner");
+
+  server::StartupHandler failed;
+  failed.set_failed("no such file");
+  r = failed.handle(health);
+  EXPECT_EQ(r.response.status, 503);
+  EXPECT_EQ(r.response.body, R"({"status":"failed","error":"no such file"})");
+}
 
 TEST(Sse, Framing) {
   EXPECT_EQ(api::sse_event(R"({"a":1})"), "data: {\"a\":1}\n\n");

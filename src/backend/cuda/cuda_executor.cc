@@ -121,7 +121,11 @@ class CudaExecutor final : public ModelExecutor {
   ~CudaExecutor() override {
     cudaSetDevice(opt_.device);
     cudaStreamSynchronize(stream_);
+    if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
+    if (copies_done_ != nullptr) cudaEventDestroy(copies_done_);
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
     cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
   }
@@ -136,6 +140,13 @@ class CudaExecutor final : public ModelExecutor {
                       std::vector<SampleResult>& results) override;
   void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
   void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
+  int64_t host_block_bytes() const override {
+    return host_kv_.get() != nullptr ? 2 * d_.L * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype) : 0;
+  }
+  void read_host_block(BlockId block, std::span<uint8_t> dst) override { move_host_block(block, dst.data(), nullptr); }
+  void write_host_block(BlockId block, std::span<const uint8_t> src) override {
+    move_host_block(block, nullptr, src.data());
+  }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
   int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
   DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
@@ -198,7 +209,14 @@ class CudaExecutor final : public ModelExecutor {
   // Runs the forward pass of `batch`; logits rows [0, n) are then in logits_.
   void run_step(const ForwardBatch& batch);
   void copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items);
+  // Block copies between the KV cache and the pinned host blocks, on the copy stream: it waits for
+  // the compute stream's work so far, and the compute stream waits for the copies (the next
+  // forward pass reads or overwrites those blocks). Runs of consecutive source and destination
+  // ids are one copy per layer and K/V.
   void swap(const std::vector<BlockCopy>& copies, bool out);
+  // One host block's bytes gathered into `out` or scattered from `in` (layer by layer, K then V),
+  // after the copy stream's pending copies.
+  void move_host_block(BlockId block, uint8_t* out, const uint8_t* in);
 
   const Model& model_;
   Dims d_;
@@ -210,6 +228,8 @@ class CudaExecutor final : public ModelExecutor {
   int sms_ = 0;
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // host-block copies (swap, the KV host tier)
+  cudaEvent_t compute_done_ = nullptr, copies_done_ = nullptr;
   std::unique_ptr<cuda::BlasLt> blas_;
 
   DeviceBuffer embed_, rope_cos_, rope_sin_;                // [V, D] act; [max_pos, half] f32 each
@@ -271,6 +291,9 @@ Status CudaExecutor::init() {
   kv_.reset(static_cast<size_t>(2 * d_.L * kv_layer_bytes_));
   CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   if (spec_.num_host_blocks > 0) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
     host_kv_.reset(static_cast<size_t>(2 * d_.L * spec_.num_host_blocks * d_.KVH * spec_.block_size * d_.Dh *
                                        elem_bytes(spec_.dtype)));
   }
@@ -895,25 +918,52 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
 
 void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
   PAGODA_CHECK(host_kv_.get() != nullptr, "swap without host swap space");
+  if (copies.empty()) return;
   CUDA_CHECK(cudaSetDevice(opt_.device));
   const int64_t block_bytes = d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
   const int64_t host_layer = spec_.num_host_blocks * block_bytes;
-  for (int64_t l = 0; l < d_.L; ++l) {
-    for (int kv = 0; kv < 2; ++kv) {
-      uint8_t* dev = kv_.as<uint8_t>() + (2 * l + kv) * kv_layer_bytes_;
-      uint8_t* host = host_kv_.as<uint8_t>() + (2 * l + kv) * host_layer;
-      for (const auto& [s, d] : copies) {
+  CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+  for (size_t i = 0; i < copies.size();) {
+    size_t n = 1;  // a run: (s, d), (s + 1, d + 1), ...
+    while (i + n < copies.size() && copies[i + n].first == copies[i].first + static_cast<BlockId>(n) &&
+           copies[i + n].second == copies[i].second + static_cast<BlockId>(n))
+      ++n;
+    const auto [s, d] = copies[i];
+    PAGODA_CHECK(s > 0 && d > 0, "block copy ({}, {}) touches the null block", s, d);
+    const size_t bytes = static_cast<size_t>(n * block_bytes);
+    for (int64_t l = 0; l < d_.L; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        uint8_t* dev = kv_.as<uint8_t>() + (2 * l + kv) * kv_layer_bytes_;
+        uint8_t* host = host_kv_.as<uint8_t>() + (2 * l + kv) * host_layer;
         if (out) {
-          CUDA_CHECK(cudaMemcpyAsync(host + d * block_bytes, dev + s * block_bytes, static_cast<size_t>(block_bytes),
-                                     cudaMemcpyDeviceToHost, stream_));
+          CUDA_CHECK(cudaMemcpyAsync(host + d * block_bytes, dev + s * block_bytes, bytes, cudaMemcpyDeviceToHost, copy_stream_));
         } else {
-          CUDA_CHECK(cudaMemcpyAsync(dev + d * block_bytes, host + s * block_bytes, static_cast<size_t>(block_bytes),
-                                     cudaMemcpyHostToDevice, stream_));
+          CUDA_CHECK(cudaMemcpyAsync(dev + d * block_bytes, host + s * block_bytes, bytes, cudaMemcpyHostToDevice, copy_stream_));
         }
       }
     }
+    i += n;
   }
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaEventRecord(copies_done_, copy_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, copies_done_, 0));
+}
+
+void CudaExecutor::move_host_block(BlockId block, uint8_t* out, const uint8_t* in) {
+  PAGODA_CHECK(host_kv_.get() != nullptr && block > 0 && block < spec_.num_host_blocks, "host block {} out of range", block);
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  const int64_t block_bytes = d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
+  const int64_t host_layer = spec_.num_host_blocks * block_bytes;
+  size_t off = 0;
+  for (int64_t l = 0; l < d_.L; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      uint8_t* p = host_kv_.as<uint8_t>() + (2 * l + kv) * host_layer + block * block_bytes;
+      if (out != nullptr) std::memcpy(out + off, p, static_cast<size_t>(block_bytes));
+      else std::memcpy(p, in + off, static_cast<size_t>(block_bytes));
+      off += static_cast<size_t>(block_bytes);
+    }
+  }
 }
 
 }  // namespace
