@@ -25,6 +25,7 @@ struct ModelLoadParams {
   // Prepare (repack) the matmul weights for the CPU kernels; false keeps plain views of the
   // checkpoint for device executors.
   bool cpu_kernels = true;
+  int load_threads = 1;       // threads preparing the matmul weights (WeightTableReader::finish)
 };
 
 struct Family {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 #include <unordered_set>
 
 #include "loader/gguf.h"
@@ -56,6 +57,8 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   ModelLoadParams params;
   params.max_positions = m.max_model_len;
   params.cpu_kernels = options.cpu_kernels;
+  params.load_threads = options.load_threads > 0 ? options.load_threads
+                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   auto model = family_of(m.config).load(m.config, naming, lookup, params);
   if (options.progress) options.progress(total, total);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));

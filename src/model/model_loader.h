@@ -20,6 +20,8 @@ struct ModelLoadOptions {
   // Prepare (repack) the weights for the CPU kernels. A device executor reads the original
   // tensors and skips this (no packed host copies of the weights).
   bool cpu_kernels = true;
+  // Threads that read and prepare the weights (0: one per core).
+  int load_threads = 0;
   // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
   // total; the last call has done == total. Empty: no reports.
   std::function<void(int64_t done, int64_t total)> progress;

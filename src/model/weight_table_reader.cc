@@ -4,6 +4,10 @@
 #include "common/mapped_file.h"
 #include "ops/linear.h"
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 namespace pagoda {
 
 const std::string& WeightTableReader::name_of(const std::string& gguf_name) const {
@@ -34,18 +38,42 @@ Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer
                               dtype_traits(t.dtype()).name, block);
     e.parts.push_back(t);
   }
-  if (cpu_kernels_) {
-    if (e.parts.size() == 1) {
-      PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear(e.parts[0], label));
-    } else {
-      PAGODA_ASSIGN_OR_RETURN(e.cpu, prepare_linear_fused(e.parts, label));
+  std::vector<const Tensor*> sources;
+  for (const std::string& g : gguf_names) sources.push_back(find(g));
+  const LinearId id = w.add_linear(std::move(e));
+  if (cpu_kernels_) pending_.push_back({id, label, std::move(sources)});
+  return id;
+}
+
+Status WeightTableReader::finish(ModelWeights& w, int threads) {
+  // Preparing reads every mapped page of a weight (and repacks it): the bulk of a CPU load. Each
+  // entry is independent, so a few threads take them in turn.
+  std::vector<Result<std::shared_ptr<const LinearWeight>>> prepared(pending_.size(), Status(StatusCode::kInternal, "not prepared"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < pending_.size(); i = next++) {
+      const LinearEntry& e = w.linears.at(static_cast<size_t>(pending_[i].id.index));
+      prepared[i] = e.parts.size() == 1 ? prepare_linear(e.parts[0], pending_[i].label)
+                                        : prepare_linear_fused(e.parts, pending_[i].label);
     }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(pending_.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (!prepared[i].ok()) return prepared[i].status();
+    LinearEntry& e = w.linears.at(static_cast<size_t>(pending_[i].id.index));
+    e.cpu = std::move(prepared[i]).value();
     // A fused weight owns a concatenated copy or a repacked one: the mapped originals are not
     // read again by the CPU kernels (a device executor reads the parts once, at upload).
     if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
-      for (const std::string& g : gguf_names) releasable_.push_back(find(g));
+      releasable_.insert(releasable_.end(), pending_[i].sources.begin(), pending_[i].sources.end());
   }
-  return w.add_linear(std::move(e));
+  pending_.clear();
+  release_prepared(w);
+  return {};
 }
 
 void WeightTableReader::release_prepared(const ModelWeights& w) const {

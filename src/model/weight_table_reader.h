@@ -1,8 +1,8 @@
 // What a family's load() does with its tensor table: finds the declared tensors by their GGUF
 // names whatever the checkpoint's naming, and builds the matmul weights of ModelWeights from them
-// (parts stacked along N; prepared for the CPU kernels when asked). Tensors whose mapped pages the
-// CPU kernels will not read again (they read a fused or repacked copy) are remembered and released
-// by release_prepared(). One reader per load; not thread-safe.
+// (parts stacked along N; prepared for the CPU kernels when asked, all at once by finish(), on
+// several threads). Tensors whose mapped pages the CPU kernels will not read again (they read a
+// fused or repacked copy) are released by finish(). One reader per load; not thread-safe.
 #pragma once
 
 #include <initializer_list>
@@ -33,15 +33,23 @@ class WeightTableReader {
   Result<LinearId> add_linear(ModelWeights& w, const std::string& gguf_name) {
     return add_linear(w, {gguf_name}, name_of(gguf_name));
   }
-  // Releases the mapped pages of the tensors only the CPU kernels' copies are read of (never the
-  // embedding's: token lookups read it).
-  void release_prepared(const ModelWeights& w) const;
+  // After the last add_linear(): prepares every matmul weight for the CPU kernels (when asked) on
+  // `threads` threads, then releases the mapped pages of the tensors only the CPU kernels' copies
+  // are read of (never the embedding's: token lookups read it). The first failure in load order.
+  Status finish(ModelWeights& w, int threads);
 
  private:
   const std::vector<TensorDecl>& table_;
   WeightNaming naming_;
   const TensorLookup& lookup_;
   bool cpu_kernels_;
+  void release_prepared(const ModelWeights& w) const;
+  struct Pending {
+    LinearId id;
+    std::string label;
+    std::vector<const Tensor*> sources;
+  };
+  std::vector<Pending> pending_;
   std::vector<const Tensor*> releasable_;
 };
 

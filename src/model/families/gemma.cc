@@ -272,7 +272,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     ly.window = config.layer_window(i);
     layers.push_back(ly);
   }
-  reader.release_prepared(w);
+  PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
   RopeTable rope(config.rope_spec(), params.max_positions);
   RopeTable local_rope;
   if (config.rope_local_theta > 0)

@@ -166,7 +166,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     PAGODA_ASSIGN_OR_RETURN(ly.down, reader.add_linear(w, p + "ffn_down.weight"));
     layers.push_back(ly);
   }
-  reader.release_prepared(w);
+  PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
   RopeTable rope(config.rope_spec(), params.max_positions, rope_freqs);
   return std::unique_ptr<Model>(
       new LlamaModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
