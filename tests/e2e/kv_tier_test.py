@@ -27,7 +27,7 @@ def completions(server):
     texts = []
     for ids in prompts():
         status, _, body = http("POST", server.url + "/v1/completions",
-                               {"model": "m", "prompt": ids, "max_tokens": 6, "temperature": 0, "ignore_eos": True},
+                               {"model": "m", "prompt": ids, "max_tokens": 3, "temperature": 0, "ignore_eos": True},
                                timeout=120)
         assert status == 200, body
         texts.append(json.loads(body)["choices"][0]["text"])
@@ -52,7 +52,7 @@ def test_tiers_keep_greedy_completions_and_count_hits():
             assert completions(tiered) == want
             host = tiered.metric("pagoda:kv_tier_hits_total", {"tier": "host"})
             disk_hits = tiered.metric("pagoda:kv_tier_hits_total", {"tier": "disk"})
-            assert host + disk_hits >= 6 * 160, tiered.metrics()
+            assert host + disk_hits >= 3 * 160, tiered.metrics()  # of the second round's 6 x 160
             assert disk_hits > 0
             assert tiered.metric("pagoda:kv_tier_stores_total", {"tier": "disk"}) > 0
             assert tiered.metric("pagoda:kv_tier_rejected_total", {"tier": "disk"}) == 0
