@@ -382,7 +382,6 @@ void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-
 }  // namespace pagoda::cuda_impl
 
 namespace pagoda {
@@ -396,23 +395,11 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
   PAGODA_RETURN_IF_ERROR(options.tuning.validate());
-  // StepOps implements the Llama and Gemma families' layer ops; the attention kernels have no
-  // score soft-capping (Gemma 2), and the Gemma post-norms take their input in the qkv buffer.
-  const std::string_view family = model.family().name;
-  if (family != "llama" && family != "gemma")
-    return unimplemented("the CUDA backend does not run the {} family ({}) yet; use the CPU (--device cpu)", family,
-                         model.config().arch_name);
-  if (model.config().attn_logit_softcap > 0)
-    return unimplemented("the CUDA backend has no attention soft-capping ({}: attn_logit_softcapping {}) yet; use the "
-                         "CPU (--device cpu)", model.config().arch_name, model.config().attn_logit_softcap);
-  if (family == "gemma" && model.config().q_size() + 2 * model.config().kv_size() < model.config().hidden_size)
-    return unimplemented("the CUDA Gemma path needs q + 2 kv ({}) >= hidden ({})",
-                         model.config().q_size() + 2 * model.config().kv_size(), model.config().hidden_size);
+  PAGODA_RETURN_IF_ERROR(cuda_supports_model(model.config()));
   PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
   return std::unique_ptr<ModelExecutor>(std::move(ex));
 }
-
 
 }  // namespace pagoda

@@ -211,7 +211,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     CudaExecutor& e = ex_;
     const cuda::DeviceWeight& gu = e.weight(gate_up);
     const int64_t F = gu.n / 2;
-    norm_linear(norm, gu, T_, nullptr, e.gu_.get(), GemmOut::kStoreAct, "norm+gate/up gemv", "gate/up");
+    norm_linear(norm, gu, T_, nullptr, e.gu_.get(), GemmOut::kStoreAct, nullptr, "gate/up");
     if (act == GateActivation::kGeluTanh) {
       cuda::geglu_tanh(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
       e.profiler_.mark("geglu", e.stream_);
@@ -247,7 +247,8 @@ class CudaExecutor::StepOps final : public LayerOps {
                    GemmOut mode, const char* fused_label, const char* label) {
     CudaExecutor& e = ex_;
     const float eps = static_cast<float>(norm.eps);
-    if (e.use_norm_gemv(M, w)) {
+    // The GEMV fuses the norm for f32 outputs and the SwiGLU only (gemv.cu).
+    if (e.use_norm_gemv(M, w) && (mode == GemmOut::kStoreF32 || mode == GemmOut::kSwiGlu)) {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
       cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
