@@ -141,6 +141,30 @@ std::optional<ApiError> token_id_array(const json& arr, const char* name, std::v
   return std::nullopt;
 }
 
+// logit_bias: {"<token id>": bias}, ids as decimal strings (OpenAI's shape), bias in [-100, 100].
+std::optional<ApiError> parse_logit_bias(const json& lb, std::vector<std::pair<int32_t, float>>* out) {
+  if (!lb.is_object()) return bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+  out->clear();
+  for (auto it = lb.begin(); it != lb.end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(key);
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      return bad_request("'logit_bias' keys must be token ids (non-negative integers as strings); got '" + key + "'",
+                         "logit_bias");
+    const json& v = it.value();
+    if (!v.is_number()) return bad_request("'logit_bias' value for token " + key + " must be a number", "logit_bias");
+    const double b = v.get<double>();
+    if (!std::isfinite(b) || b < -kMaxLogitBias || b > kMaxLogitBias) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "'logit_bias' value for token %s must be in [-100, 100], got %g", key.c_str(), b);
+      return bad_request(buf, "logit_bias");
+    }
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bool chat) {
   Fields f(body);
   PAGODA_API_TRY(f.number("temperature", &o->temperature, 0, 2));
@@ -186,11 +210,20 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
     PAGODA_API_TRY(token_id_array(*s, "stop_token_ids", &o->stop_token_ids));
   }
   PAGODA_API_TRY(f.int32("n", &o->n, 1, kMaxN));
-  if (f.get("best_of")) {
-    int64_t best_of = 1;
-    PAGODA_API_TRY(f.integer("best_of", &best_of, 1, kMaxN));
-    if (best_of != o->n) return bad_request("'best_of' other than n is not supported", "best_of");
+  o->best_of = o->n;
+  PAGODA_API_TRY(f.int32("best_of", &o->best_of, 1, kMaxN));
+  if (o->best_of < o->n)
+    return bad_request("'best_of' (" + std::to_string(o->best_of) + ") must be at least 'n' (" + std::to_string(o->n) + ")",
+                       "best_of");
+  PAGODA_API_TRY(f.int32("truncate_prompt_tokens", &o->truncate_prompt_tokens, -1, std::numeric_limits<int32_t>::max()));
+  if (f.get("truncate_prompt_tokens") && o->truncate_prompt_tokens == 0)
+    return bad_request("'truncate_prompt_tokens' must be -1 (the model length) or at least 1", "truncate_prompt_tokens");
+  if (f.get("add_special_tokens")) {
+    bool add = false;
+    PAGODA_API_TRY(f.boolean("add_special_tokens", &add));
+    o->add_special_tokens = add;
   }
+  PAGODA_API_TRY(f.boolean("return_tokens_as_token_ids", &o->return_tokens_as_token_ids));
   PAGODA_API_TRY(f.int32("priority", &o->priority, -(1 << 30), 1 << 30));
   PAGODA_API_TRY(f.string("user", &o->user));
   PAGODA_API_TRY(f.boolean("stream", &o->stream));
@@ -198,10 +231,62 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
     if (!so->is_object()) return bad_request("'stream_options' must be an object", "stream_options");
     if (!o->stream) return bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     PAGODA_API_TRY(Fields(*so).boolean("include_usage", &o->include_usage));
+    PAGODA_API_TRY(Fields(*so).boolean("continuous_usage_stats", &o->continuous_usage));
+    if (o->continuous_usage && !o->include_usage)
+      return bad_request("'stream_options.continuous_usage_stats' needs 'stream_options.include_usage' set to true",
+                         "stream_options");
   }
-  if (const json* lb = f.get("logit_bias")) {
-    if (!lb->is_object()) return bad_request("'logit_bias' must be an object", "logit_bias");
-    if (!lb->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
+  if (o->stream && o->best_of > o->n)
+    return bad_request("'best_of' greater than 'n' cannot be streamed (the best are known only at the end)", "best_of");
+  if (const json* lb = f.get("logit_bias")) PAGODA_API_TRY(parse_logit_bias(*lb, &o->logit_bias));
+  return std::nullopt;
+}
+
+// Known request fields that would change the output and that we do not implement: a 400 when
+// given anything but their default (null; then the value listed, or else false, an empty string,
+// list or object). Fields that do not change the output (store, metadata, service_tier, user, cache_salt,
+// prediction, ...) are not listed: they are accepted and have no effect, as vLLM does.
+struct UnsupportedField {
+  const char* name;
+  const char* default_value;  // JSON text of the accepted non-empty default, or nullptr
+  const char* why;
+  bool chat_only;
+};
+constexpr UnsupportedField kUnsupportedFields[] = {
+    {"prompt_logprobs", nullptr, "prompt logprobs are not computed", false},
+    {"use_beam_search", nullptr, "beam search is not implemented", false},
+    {"length_penalty", "1", "it applies to beam search, which is not implemented", false},
+    {"allowed_token_ids", nullptr, "use 'logit_bias' or a structured-output constraint", false},
+    {"bad_words", nullptr, "use 'logit_bias' on the words' tokens", false},
+    {"spaces_between_special_tokens", "true", "special tokens are always decoded as their text", false},
+    {"logits_processors", nullptr, "custom logits processors cannot be loaded", false},
+    {"vllm_xargs", nullptr, "custom logits processors cannot be loaded", false},
+    {"return_token_ids", nullptr, "use /tokenize, or logprobs with return_tokens_as_token_ids", false},
+    {"prompt_embeds", nullptr, "prompts are text or token ids", false},
+    {"kv_transfer_params", nullptr, "disaggregated prefill is not implemented", false},
+    {"mm_processor_kwargs", nullptr, "the models served are text only", false},
+    {"echo", nullptr, "chat requests cannot echo (use /v1/completions)", true},
+    {"chat_template", nullptr, "the model's own chat template is used", true},
+    {"functions", nullptr, "use 'tools'", true},
+    {"function_call", nullptr, "use 'tool_choice'", true},
+    {"audio", nullptr, "the models served are text only", true},
+    {"modalities", "[\"text\"]", "the models served are text only", true},
+    {"web_search_options", nullptr, "there is no web search", true},
+    {"verbosity", nullptr, "no served model takes a verbosity setting", true},
+};
+
+bool is_empty_value(const json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_string() && v.get_ref<const std::string&>().empty()) ||
+         (v.is_array() && v.empty()) || (v.is_object() && v.empty());
+}
+
+std::optional<ApiError> reject_unsupported(const json& body, bool chat) {
+  for (const auto& u : kUnsupportedFields) {
+    if (u.chat_only && !chat) continue;
+    auto it = body.find(u.name);
+    if (it == body.end() || it->is_null()) continue;
+    if (u.default_value ? *it == json::parse(u.default_value) : is_empty_value(*it)) continue;
+    return bad_request(std::string("'") + u.name + "' is not supported: " + u.why, u.name, "unsupported_parameter");
   }
   return std::nullopt;
 }
@@ -375,13 +460,11 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
     PAGODA_API_TRY(f.int32("logprobs", &out->options.logprobs, 0, kMaxLogprobs));
   }
   if (out->echo && out->options.logprobs >= 0)
-    return bad_request("'echo' together with 'logprobs' (prompt logprobs) is not supported", "echo");
-  if (const json* s = f.get("suffix")) {
-    if (!s->is_string()) return bad_request("'suffix' must be a string", "suffix");
-    if (!s->get<std::string>().empty()) return bad_request("'suffix' is not supported", "suffix");
-  }
-  if (static_cast<int64_t>(out->prompts.size()) * out->options.n > 4096)
-    return bad_request("too many choices (prompts x n > 4096)", "n");
+    return bad_request("'echo' together with 'logprobs' asks for the prompt's logprobs, which are not computed", "echo");
+  PAGODA_API_TRY(f.string("suffix", &out->suffix));
+  PAGODA_API_TRY(reject_unsupported(j, /*chat=*/false));
+  if (static_cast<int64_t>(out->prompts.size()) * out->options.best_of > 4096)
+    return bad_request("too many samples (prompts x best_of > 4096)", out->options.best_of > out->options.n ? "best_of" : "n");
   return std::nullopt;
 }
 
@@ -412,6 +495,20 @@ std::optional<ApiError> parse_chat_request(std::string_view body, ChatRequest* o
     if (!k->is_object()) return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     out->chat_template_kwargs = nlohmann::ordered_json::parse(k->dump());
   }
+  // Template variables of their own (vLLM passes both to the chat template).
+  if (const json* d = f.get("documents")) {
+    if (!d->is_array()) return bad_request("'documents' must be a list of objects", "documents");
+    for (const auto& doc : *d)
+      if (!doc.is_object()) return bad_request("'documents' must be a list of objects", "documents");
+    if (out->chat_template_kwargs.is_null()) out->chat_template_kwargs = nlohmann::ordered_json::object();
+    out->chat_template_kwargs["documents"] = nlohmann::ordered_json::parse(d->dump());
+  }
+  if (const json* r = f.get("reasoning_effort")) {
+    if (!r->is_string()) return bad_request("'reasoning_effort' must be a string", "reasoning_effort");
+    if (out->chat_template_kwargs.is_null()) out->chat_template_kwargs = nlohmann::ordered_json::object();
+    out->chat_template_kwargs["reasoning_effort"] = r->get<std::string>();
+  }
+  PAGODA_API_TRY(reject_unsupported(j, /*chat=*/true));
   return std::nullopt;
 }
 

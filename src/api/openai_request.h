@@ -5,8 +5,9 @@
 //   - The body must be one JSON object of valid UTF-8, nested at most kMaxJsonDepth deep.
 //   - Unknown fields are accepted and ignored (as OpenAI does); a `null` value means "not given".
 //   - A known field of the wrong type or out of range is a 400 naming the field (`param`) and why.
-//   - Parameters we cannot honour (logit_bias, best_of > n, non-text content parts, ...) are a 400
-//     saying so, never silently dropped.
+//   - Known fields we cannot honour (prompt_logprobs, use_beam_search, allowed_token_ids, non-text
+//     content parts, ...: kUnsupportedFields in the .cc) are a 400 naming the field when given a
+//     value other than their default, never silently dropped.
 // Length checks that need the model (prompt + max_tokens against the context) happen later, in
 // the engine's submit().
 //
@@ -28,6 +29,7 @@ constexpr int kMaxN = 128;
 constexpr int kMaxLogprobs = 20;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopStringBytes = 1024;
+constexpr float kMaxLogitBias = 100.0f;  // OpenAI: each bias in [-100, 100]
 
 // An error for the client, in OpenAI's shape {"error": {message, type, param, code}}.
 struct ApiError {
@@ -78,10 +80,21 @@ struct GenerationOptions {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   int32_t n = 1;
+  // best_of >= n samples are generated per prompt; the n with the highest mean token logprob are
+  // returned (docs/decisions.md#d38). Equal to n unless given; best_of > n cannot stream.
+  int32_t best_of = 1;
+  // logit_bias: (token id, bias in [-100, 100]) added to the logits before sampling; ids are
+  // checked against the vocabulary by the server (the parser does not know it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // truncate_prompt_tokens (vLLM): keep only the last K prompt tokens; 0: off, -1: the model length.
+  int32_t truncate_prompt_tokens = 0;
+  std::optional<bool> add_special_tokens;  // vLLM: not given -> completions true, chat false
+  bool return_tokens_as_token_ids = false;  // vLLM: logprob tokens as "token_id:N"
   int32_t priority = 0;
   std::string user;
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage
+  bool continuous_usage = false;   // stream_options.continuous_usage_stats: usage on every chunk
   int32_t logprobs = -1;           // -1: none; 0: the chosen token's; N: also the top N
   StructuredOutput structured;
 };
@@ -97,6 +110,9 @@ struct CompletionRequest {
   std::string model;               // empty: not given
   std::vector<PromptInput> prompts;
   bool echo = false;
+  // suffix (fill in the middle): the text after the completion; the server builds the FIM prompt
+  // from the tokenizer's FIM tokens (server/fim_prompt.h) or answers 400. Empty: none.
+  std::string suffix;
   GenerationOptions options;
 };
 

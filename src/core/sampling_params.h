@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "core/token_constraint.h"
@@ -19,7 +21,14 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // [-2, 2]; output tokens (OpenAI rule)
   float frequency_penalty = 0.0f;   // [-2, 2]; output tokens
   std::optional<uint64_t> seed;     // same seed, same output
-  int32_t logprobs = -1;            // -1: none; 0: the chosen token's; N: also the top N
+  // -1: none; 0: the chosen token's; N: also the top N. Logprobs are of the row as the model
+  // gives it with the tokens that cannot be emitted removed (min_tokens' blocked ids, the
+  // constraint's mask), renormalised over the rest; before logit_bias, penalties, temperature and
+  // truncation (docs/decisions.md#d37).
+  int32_t logprobs = -1;
+  // OpenAI logit_bias: (token id, bias) added to the logit after the masks, before penalties.
+  // Ids outside the vocabulary are ignored here (the server refuses them with a 400).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Structured output: only tokens the constraint allows are sampled (null: unconstrained).
   std::shared_ptr<const TokenConstraintSpec> constraint;
 

@@ -20,6 +20,9 @@ Status SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     return invalid_argument("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   if (logprobs < -1 || logprobs > 20) return invalid_argument("logprobs must be in [0, 20], got {}", logprobs);
+  for (const auto& [token, bias] : logit_bias)
+    if (token < 0 || !(bias >= -100.0f && bias <= 100.0f))
+      return invalid_argument("logit_bias: token {} bias {} (ids >= 0, biases in [-100, 100])", token, bias);
   return {};
 }
 
@@ -81,6 +84,7 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
 
   work_.assign(logits.begin(), logits.end());
   if (!allowed.empty()) apply_token_mask(work_, allowed);
+  apply_logit_bias(work_, p.logit_bias);
   // Penalties.
   if (p.repetition_penalty != 1.0f) {
     auto penalize = [&](int32_t t) {
@@ -170,18 +174,40 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
   }
 
   if (p.logprobs >= 0) {
-    const float lse = log_sum_exp(logits);
-    result.logprob = logits[result.token] - lse;
-    if (p.logprobs > 0) {
-      idx_.resize(vocab);
-      for (int32_t i = 0; i < vocab; ++i) idx_[i] = i;
-      const size_t k = std::min<size_t>(p.logprobs, vocab);
-      auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), by_logit);
-      for (size_t i = 0; i < k; ++i) result.top.push_back({idx_[i], logits[idx_[i]] - lse});
+    std::span<const float> row = logits;
+    if (!allowed.empty()) {
+      // Of the distribution the token was drawn from: the constraint's disallowed tokens removed.
+      work_.assign(logits.begin(), logits.end());
+      apply_token_mask(work_, allowed);
+      row = work_;
     }
+    fill_logprobs(row, p.logprobs, result, idx_);
   }
   return result;
+}
+
+void fill_logprobs(std::span<const float> row, int32_t n, SampleResult& r, std::vector<int32_t>& scratch) {
+  if (n < 0) return;
+  const int32_t vocab = static_cast<int32_t>(row.size());
+  const float lse = log_sum_exp(row);
+  r.logprob = row[r.token] - lse;
+  r.top.clear();
+  if (n == 0) return;
+  scratch.resize(vocab);
+  for (int32_t i = 0; i < vocab; ++i) scratch[i] = i;
+  // Masked tokens (-inf) are never listed: at most the number of tokens that can be emitted.
+  size_t finite = 0;
+  for (float v : row) finite += v > -std::numeric_limits<float>::infinity() ? 1 : 0;
+  const size_t k = std::min<size_t>({static_cast<size_t>(n), static_cast<size_t>(vocab), finite});
+  auto by_logit = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+  std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(), by_logit);
+  for (size_t i = 0; i < k; ++i) r.top.push_back({scratch[i], row[scratch[i]] - lse});
+}
+
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  for (const auto& [token, b] : bias)
+    if (token >= 0 && token < n) logits[token] += b;
 }
 
 }  // namespace pagoda

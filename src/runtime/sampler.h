@@ -1,8 +1,11 @@
 // Token sampling from one row of logits.
 //
-// Order (vLLM v1): penalties (repetition over prompt + output, presence/frequency over output) ->
-// greedy if temperature == 0 -> temperature -> min-p -> top-k -> top-p -> draw. Logprobs are of
-// the model's raw distribution (log-softmax of the unmodified logits), as vLLM reports them.
+// Order (vLLM v1): the constraint mask -> logit_bias -> penalties (repetition over prompt +
+// output, presence/frequency over output) -> greedy if temperature == 0 -> temperature -> min-p
+// -> top-k -> top-p -> draw. Logprobs are the log-softmax of the row with the masks applied (the
+// caller's min_tokens block and the constraint's mask: only tokens that can be emitted, as the
+// CUDA sampler reports them) and nothing else: before logit_bias, penalties and temperature
+// (docs/decisions.md#d37).
 //
 // Exact and allocation-light: top-k and top-p use partial selection (nth_element on growing
 // prefixes), not a full sort of the vocabulary. Determinism: the draw uses only the request's
@@ -41,8 +44,8 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;               // of `token` under the raw distribution (if requested)
-  std::vector<TokenLogprob> top;      // top-N raw logprobs, descending (if requested)
+  float logprob = 0.0f;               // of `token` under the masked distribution (if requested)
+  std::vector<TokenLogprob> top;      // top-N masked logprobs, descending (if requested); never a masked token
 };
 
 class Sampler {
@@ -65,5 +68,10 @@ void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed
 
 // log-softmax helpers (exposed for tests and logprob reporting).
 float log_sum_exp(std::span<const float> logits);
+// r.logprob = log-softmax(row)[r.token] and, n > 0, r.top = the n best (logit desc, id asc) of the
+// tokens with a finite logit. n < 0: nothing. scratch: reused index buffer.
+void fill_logprobs(std::span<const float> row, int32_t n, SampleResult& r, std::vector<int32_t>& scratch);
+// logits[t] += bias for each (t, bias) with t inside the row.
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 
 }  // namespace pagoda

@@ -18,6 +18,7 @@ void target_probabilities(std::span<const float> logits, const SamplingParams& p
   w.assign(logits.begin(), logits.end());
   for (int32_t t : blocked)
     if (t >= 0 && t < vocab) w[t] = -std::numeric_limits<float>::infinity();
+  apply_logit_bias(w, p.logit_bias);
   // Penalties, temperature and the candidate filters in the plain sampler's order and arithmetic.
   if (p.repetition_penalty != 1.0f) {
     std::vector<int32_t> ids(history.prompt.begin(), history.prompt.end());
@@ -74,23 +75,6 @@ void target_probabilities(std::span<const float> logits, const SamplingParams& p
   probs.swap(out);
 }
 
-namespace {
-// Raw-row logprobs of `token` (and the top `n`), as the plain sampler reports them.
-void fill_logprobs(std::span<const float> row, int32_t n, SampleResult& r) {
-  if (n < 0) return;
-  const float lse = log_sum_exp(row);
-  r.logprob = row[r.token] - lse;
-  if (n == 0) return;
-  const int32_t vocab = static_cast<int32_t>(row.size());
-  std::vector<int32_t> idx(vocab);
-  for (int32_t i = 0; i < vocab; ++i) idx[i] = i;
-  const size_t k = std::min<size_t>(n, vocab);
-  auto by_logit = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
-  for (size_t i = 0; i < k; ++i) r.top.push_back({idx[i], row[idx[i]] - lse});
-}
-}  // namespace
-
 std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
   const int64_t V = in.vocab;
   const int32_t m = static_cast<int32_t>(in.drafts.size());
@@ -130,7 +114,7 @@ std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
     SampleResult r;
     if (q_d > 0 && u < std::min(1.0, p_[d] / q_d)) {
       r.token = d;
-      fill_logprobs(row, params.logprobs, r);
+      fill_logprobs(row, params.logprobs, r, scratch_);
       kept.push_back(std::move(r));
       history_.push_back(d);
       continue;
@@ -156,7 +140,7 @@ std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
       if (x < 0) break;
     }
     PAGODA_CHECK(r.token >= 0, "verify: empty residual distribution");
-    fill_logprobs(row, params.logprobs, r);
+    fill_logprobs(row, params.logprobs, r, scratch_);
     kept.push_back(std::move(r));
     return kept;
   }

@@ -14,8 +14,9 @@
 //            draft model); on reject the token is drawn from max(0, p - q) renormalised. After m
 //            acceptances the bonus token is the plain sampler's draw at the last row. Every kept
 //            token is thus distributed exactly as the target's (Leviathan et al., Chen et al.).
-// Penalties and min_tokens blocking at row j see the output extended by drafts 0..j-1. Logprobs
-// of a kept token are of the raw row (as the plain sampler reports them).
+// Penalties and min_tokens blocking at row j see the output extended by drafts 0..j-1; logit_bias
+// applies as in the plain sampler. Logprobs of a kept token are of the row after the min_tokens
+// block (as the plain sampler reports them; constrained requests are never drafted for).
 // Randomness: row j uses token_rng(seed, n_out + j) (the runner's per-token stream), so a seed
 // reproduces the same tokens whatever the batch.
 // Thread-safety: a SpecVerifier holds scratch; one per thread.
@@ -58,6 +59,7 @@ class SpecVerifier {
   Sampler sampler_;
   std::vector<float> row_, p_;
   std::vector<int32_t> history_;
+  std::vector<int32_t> scratch_;
 };
 
 }  // namespace pagoda

@@ -2,6 +2,9 @@
 
 #include "api/sse.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace pagoda::server {
 
 using ojson = nlohmann::ordered_json;
@@ -29,7 +32,7 @@ GenerationJob::GenerationJob(ServingContext& ctx, JobSpec spec, std::vector<std:
       streams_(std::move(streams)),
       engine_ids_(std::move(engine_ids)),
       ticket_(std::move(ticket)),
-      choices_(streams_.size() * spec_.n),
+      choices_(streams_.size() * spec_.best_of),
       prompt_tokens_(streams_.size(), 0),
       cached_tokens_(streams_.size(), 0) {
   for (const auto& id : engine_ids_) ctx_.track(id);
@@ -45,7 +48,7 @@ GenerationJob::GenerationJob(ServingContext& ctx, JobSpec spec, std::vector<std:
       c.logprobs = ojson{{"content", ojson::array()}};
   }
   for (size_t p = 0; p < spec_.echo_texts.size() && p < streams_.size(); ++p)
-    for (int32_t s = 0; s < spec_.n; ++s) choices_[p * spec_.n + s].text_offset = spec_.echo_texts[p].size();
+    for (int32_t s = 0; s < spec_.best_of; ++s) choices_[p * spec_.best_of + s].text_offset = spec_.echo_texts[p].size();
 }
 
 GenerationJob::~GenerationJob() {
@@ -116,11 +119,11 @@ ojson GenerationJob::logprobs_json(const RequestOutput& out, Choice& c) const {
     ojson content = ojson::array();
     for (const auto& t : out.tokens) {
       const std::string piece = e.token_piece(t.token);
-      ojson entry{{"token", printable(piece)}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}};
+      ojson entry{{"token", token_label(t.token, piece)}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}};
       ojson top = ojson::array();
       for (size_t k = 0; k < t.top.size() && static_cast<int32_t>(k) < spec_.logprobs; ++k) {
         const std::string tp = e.token_piece(t.top[k].token);
-        top.push_back(ojson{{"token", printable(tp)}, {"logprob", t.top[k].logprob}, {"bytes", bytes_of(tp)}});
+        top.push_back(ojson{{"token", token_label(t.top[k].token, tp)}, {"logprob", t.top[k].logprob}, {"bytes", bytes_of(tp)}});
       }
       entry["top_logprobs"] = std::move(top);
       content.push_back(std::move(entry));
@@ -130,17 +133,49 @@ ojson GenerationJob::logprobs_json(const RequestOutput& out, Choice& c) const {
   ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
   for (const auto& t : out.tokens) {
     const std::string piece = printable(e.token_piece(t.token));
-    tokens.push_back(piece);
+    const std::string label = token_label(t.token, piece);
+    tokens.push_back(label);
     lps.push_back(t.logprob);
     ojson top = ojson::object();
-    top[piece] = t.logprob;
+    top[label] = t.logprob;
     for (size_t k = 0; k < t.top.size() && static_cast<int32_t>(k) < spec_.logprobs; ++k)
-      top[printable(e.token_piece(t.top[k].token))] = t.top[k].logprob;
+      top[token_label(t.top[k].token, printable(e.token_piece(t.top[k].token)))] = t.top[k].logprob;
     tops.push_back(std::move(top));
     offsets.push_back(c.text_offset);
     c.text_offset += piece.size();
   }
   return ojson{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+std::string GenerationJob::token_label(int32_t id, const std::string& piece) const {
+  return spec_.tokens_as_ids ? "token_id:" + std::to_string(id) : printable(piece);
+}
+
+ojson GenerationJob::chunk_usage(size_t prompt, const Choice& c) const {
+  if (!spec_.continuous_usage) return nullptr;
+  const int64_t p = prompt_tokens_[prompt], done = c.num_output_tokens;
+  return ojson{{"prompt_tokens", p}, {"completion_tokens", done}, {"total_tokens", p + done}};
+}
+
+std::vector<size_t> GenerationJob::returned_samples() const {
+  std::vector<size_t> order;
+  const size_t per = static_cast<size_t>(spec_.best_of);
+  for (size_t p = 0; p < streams_.size(); ++p) {
+    std::vector<size_t> mine(per);
+    for (size_t s = 0; s < per; ++s) mine[s] = p * per + s;
+    if (spec_.best_of > spec_.n) {
+      // Highest mean token logprob first (OpenAI: "the highest log probability per token");
+      // ties keep the sample order. A sample without tokens ranks last.
+      auto mean = [&](size_t i) {
+        const Choice& c = choices_[i];
+        return c.num_output_tokens > 0 ? c.logprob_sum / c.num_output_tokens : -std::numeric_limits<double>::infinity();
+      };
+      std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+      mine.resize(static_cast<size_t>(spec_.n));
+    }
+    order.insert(order.end(), mine.begin(), mine.end());
+  }
+  return order;
 }
 
 ojson GenerationJob::usage_json() const {
@@ -156,7 +191,7 @@ ojson GenerationJob::usage_json() const {
 }
 
 void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) {
-  const size_t index = prompt * spec_.n + static_cast<size_t>(out.index);
+  const size_t index = prompt * spec_.best_of + static_cast<size_t>(out.index);
   if (index >= choices_.size()) return;
   Choice& c = choices_[index];
   if (c.finished) return;
@@ -167,6 +202,7 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
   if (out.first_scheduled_time > 0) c.timings.first_scheduled = out.first_scheduled_time;
   if (out.first_token_time > 0) c.timings.first_token = out.first_token_time;
   if (!out.tokens.empty()) c.timings.token_times.push_back(out.time);
+  for (const auto& t : out.tokens) c.logprob_sum += t.logprob;
 
   const bool is_error = out.finished && out.finish_reason == "error";
   ojson lp;
@@ -180,7 +216,7 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
                                          {"delta", ojson{{"role", "assistant"}, {"content", ""}}},
                                          {"logprobs", nullptr},
                                          {"finish_reason", nullptr}}});
-      if (spec_.include_usage) j["usage"] = nullptr;
+      if (spec_.include_usage) j["usage"] = chunk_usage(prompt, c);
       api::append_sse_event(dump_json(j), sse);
     }
     if (!spec_.chat && !c.started && prompt < spec_.echo_texts.size()) out.text = spec_.echo_texts[prompt] + out.text;
@@ -198,7 +234,7 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
           d.content += tail.content;
           for (auto& t : tail.calls) d.calls.push_back(std::move(t));
         }
-        tool_chunks(index, d, sse);
+        tool_chunks(index, d, chunk_usage(prompt, c), sse);
         if (!out.finished && !want_lp) return;
         choice["delta"] = ojson::object();
         if (out.finished && out.finish_reason == "stop" && !c.tools->calls().empty()) out.finish_reason = "tool_calls";
@@ -211,7 +247,7 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
       choice["finish_reason"] = out.finished ? ojson(out.finish_reason) : ojson(nullptr);
       ojson j = chunk_head();
       j["choices"] = ojson::array({std::move(choice)});
-      if (spec_.include_usage) j["usage"] = nullptr;
+      if (spec_.include_usage) j["usage"] = chunk_usage(prompt, c);
       api::append_sse_event(dump_json(j), sse);
     }
   } else {
@@ -244,11 +280,11 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
   }
 }
 
-void GenerationJob::tool_chunks(size_t index, const api::ParsedDelta& d, std::string* sse) const {
+void GenerationJob::tool_chunks(size_t index, const api::ParsedDelta& d, const ojson& usage, std::string* sse) const {
   auto send = [&](ojson delta) {
     ojson j = chunk_head();
     j["choices"] = ojson::array({ojson{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-    if (spec_.include_usage) j["usage"] = nullptr;
+    if (spec_.include_usage) j["usage"] = usage;
     api::append_sse_event(dump_json(j), sse);
   };
   if (!d.content.empty()) send(ojson{{"content", d.content}});
@@ -272,8 +308,9 @@ std::string GenerationJob::final_body() const {
   j["created"] = spec_.created;
   j["model"] = spec_.model;
   ojson choices = ojson::array();
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
+  const std::vector<size_t> returned = returned_samples();
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const Choice& c = choices_[returned[i]];
     ojson ch;
     ch["index"] = i;
     if (spec_.chat) {

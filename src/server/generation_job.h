@@ -2,8 +2,9 @@
 // streams of its prompts (n samples each), turned into the OpenAI response: SSE chunks as outputs
 // arrive (stream=true), or one JSON body at the end.
 //
-// Choice index = prompt index x n + sample index (OpenAI's order). Usage counts each prompt once
-// and every choice's generated tokens. Per finished sequence it records the latency metrics; at
+// Choice index = prompt index x n + sample index (OpenAI's order); with best_of > n the samples
+// of a prompt are ranked and the best n returned. Usage counts each prompt once and every
+// sample's generated tokens. Per finished sequence it records the latency metrics; at
 // the end it reports the tokens used to its admission ticket. abort() (the client left) cancels
 // the engine requests; destruction does too if they are still running.
 //
@@ -29,8 +30,13 @@ struct JobSpec {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
-  int32_t n = 1;
+  bool continuous_usage = false;         // stream_options.continuous_usage_stats: usage on every chunk
+  int32_t n = 1;                         // choices returned per prompt
+  // Samples generated per prompt (engine n); > n (not streaming): the n with the highest mean
+  // token logprob are returned, in that order (docs/decisions.md#d38). Usage counts them all.
+  int32_t best_of = 1;
   int32_t logprobs = -1;                 // -1 none; else top-N (chat: top_logprobs)
+  bool tokens_as_ids = false;            // return_tokens_as_token_ids: logprob tokens as "token_id:N"
   std::string id;                        // chatcmpl-... / cmpl-...
   std::string model;
   int64_t created = 0;
@@ -65,13 +71,18 @@ class GenerationJob : public AsyncBody {
     std::string finish_reason;
     SequenceTimings timings;
     std::unique_ptr<api::ToolCallParser> tools;  // spec_.tool_format set
+    double logprob_sum = 0;              // of the sampled tokens (best_of ranking)
   };
+  // The samples returned, in choice order: all of them, or per prompt the best n of best_of.
+  std::vector<size_t> returned_samples() const;
+  std::string token_label(int32_t id, const std::string& piece) const;
+  nlohmann::ordered_json chunk_usage(size_t prompt, const Choice& c) const;
   void handle(size_t prompt, RequestOutput& out, std::string* sse);
   nlohmann::ordered_json chunk_head() const;
   nlohmann::ordered_json logprobs_json(const RequestOutput& out, Choice& c) const;
   nlohmann::ordered_json usage_json() const;
   // Streaming: the chunks for a parsed delta (content, then one chunk per tool-call delta).
-  void tool_chunks(size_t index, const api::ParsedDelta& d, std::string* sse) const;
+  void tool_chunks(size_t index, const api::ParsedDelta& d, const nlohmann::ordered_json& usage, std::string* sse) const;
   std::string final_body() const;
   void finish_all();
 

@@ -8,6 +8,8 @@
 #include "server/tool_call_grammar.h"
 #include "server/http_request_rules.h"
 #include "server/playground.h"
+#include "server/fim_prompt.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
 
@@ -48,6 +50,12 @@ api::ApiError error_from_status(const Status& st, const std::string& param = {})
     case StatusCode::kCancelled: return make_error(503, "service_unavailable", st.message(), "shutting_down");
     default: return make_error(500, "internal_error", st.message());
   }
+}
+
+// vLLM's truncate_prompt_tokens: keep the last `k` ids (k = -1: the model length).
+void truncate_prompt(std::vector<int32_t>& ids, int32_t k, int64_t max_model_len) {
+  const int64_t keep = k < 0 ? max_model_len : k;
+  if (k != 0 && static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
 }
 
 }  // namespace
@@ -117,6 +125,7 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
   static const Route kRoutes[] = {
       {"/", "GET", false},
       {"/health", "GET", false},
+      {"/version", "GET", false},
       {"/load", "GET", false},
       {"/metrics", "GET", false},
       {"/v1/models", "GET", true},
@@ -188,6 +197,10 @@ HandlerResult HttpApi::route(HttpRequest& req, std::string* route_name) {
   }
   if (path == "/health") {
     res.response = health();
+    return res;
+  }
+  if (path == "/version") {
+    res.response = json_response(200, ojson{{"version", PAGODA_VERSION}});
     return res;
   }
   if (path == "/metrics") {
@@ -301,14 +314,37 @@ HandlerResult HttpApi::completions(HttpRequest& req) {
   }
   Prepared p;
   Engine& engine = ctx_.engine();
+  const bool add_special = c.options.add_special_tokens.value_or(true);
+  std::optional<FimTokens> fim;
+  std::vector<int32_t> suffix_ids;
+  if (!c.suffix.empty()) {
+    const Tokenizer& tok = engine.tokenizer();
+    fim = find_fim_tokens([&](std::string_view t) { return tok.token_id(t); });
+    if (!fim) {
+      res.response = error_response(api::bad_request(
+          "'suffix' needs a model that can fill in the middle: the tokenizer of " + ctx_.model_name() +
+              " has no FIM tokens (such as <|fim_prefix|> <|fim_suffix|> <|fim_middle|>)",
+          "suffix", "unsupported_parameter"));
+      return res;
+    }
+    suffix_ids = engine.tokenize(c.suffix, /*add_special=*/false);
+  }
   for (auto& in : c.prompts) {
+    std::vector<int32_t> ids;
     if (in.is_ids) {
-      p.prompts.push_back(std::move(in.ids));
-      if (c.echo) p.echo_texts.push_back(engine.detokenize(p.prompts.back(), /*skip_special=*/true));
+      ids = std::move(in.ids);
+      if (c.echo) p.echo_texts.push_back(engine.detokenize(ids, /*skip_special=*/true));
     } else {
-      p.prompts.push_back(engine.tokenize(in.text, /*add_special=*/true));
+      ids = engine.tokenize(in.text, add_special && !fim);
       if (c.echo) p.echo_texts.push_back(in.text);
     }
+    if (fim) {
+      const Tokenizer& tok = engine.tokenizer();
+      const int32_t bos = !in.is_ids && add_special && tok.add_bos() ? tok.bos_id() : -1;
+      ids = fim_prompt(*fim, bos, ids, suffix_ids);
+    }
+    truncate_prompt(ids, c.options.truncate_prompt_tokens, engine.max_model_len());
+    p.prompts.push_back(std::move(ids));
   }
   return submit(req, false, c.model, std::move(p), c.options);
 }
@@ -338,7 +374,8 @@ HandlerResult HttpApi::chat_completions(HttpRequest& req) {
     if (pos != std::string::npos) prompt.resize(pos + last.size());
   }
   Prepared p;
-  p.prompts.push_back(engine.tokenize(prompt, /*add_special=*/false, /*parse_special=*/true));
+  p.prompts.push_back(engine.tokenize(prompt, c.options.add_special_tokens.value_or(false), /*parse_special=*/true));
+  truncate_prompt(p.prompts.back(), c.options.truncate_prompt_tokens, engine.max_model_len());
   using TC = api::ChatRequest::ToolChoice;
   if (!c.tools.is_null() && c.tool_choice != TC::kNone) {
     const api::ToolCallFormat& format = api::tool_call_format_for_template(engine.chat_template_source());
@@ -377,7 +414,15 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   HandlerResult res;
   Engine& engine = ctx_.engine();
   const int64_t max_len = engine.max_model_len();
-  // Admission charge: every prompt plus its possible output, n times.
+  const int64_t vocab = engine.model_config().vocab_size;
+  for (const auto& [token, bias] : o.logit_bias)
+    if (token >= vocab) {
+      res.response = error_response(api::bad_request("'logit_bias' names token " + std::to_string(token) +
+                                                         ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                                                     "logit_bias"));
+      return res;
+    }
+  // Admission charge: every prompt plus its possible output, best_of times.
   int64_t tokens = 0;
   for (const auto& ids : prepared.prompts) {
     if (ids.empty()) {
@@ -385,11 +430,11 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
       return res;
     }
     const int64_t out = o.max_tokens > 0 ? o.max_tokens : std::max<int64_t>(0, max_len - static_cast<int64_t>(ids.size()));
-    tokens += static_cast<int64_t>(ids.size()) + out * o.n;
+    tokens += static_cast<int64_t>(ids.size()) + out * o.best_of;
   }
   const std::string auth = req.header("authorization");
   auto admitted = ctx_.admit(ctx_.caller_key(auth, req.remote), tokens,
-                             static_cast<int32_t>(prepared.prompts.size()) * o.n);
+                             static_cast<int32_t>(prepared.prompts.size()) * o.best_of);
   if (auto* e = std::get_if<api::ApiError>(&admitted)) {
     res.response = error_response(*e);
     return res;
@@ -424,8 +469,11 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.chat = chat;
   spec.stream = o.stream;
   spec.include_usage = o.include_usage;
+  spec.continuous_usage = o.continuous_usage;
   spec.n = o.n;
+  spec.best_of = o.best_of;
   spec.logprobs = o.logprobs;
+  spec.tokens_as_ids = o.return_tokens_as_token_ids;
   spec.id = ctx_.make_id(chat ? "chatcmpl" : "cmpl");
   spec.model = ctx_.model_name();
   spec.created = static_cast<int64_t>(std::time(nullptr));
@@ -454,7 +502,9 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     g.sampling.frequency_penalty = o.frequency_penalty;
     g.sampling.repetition_penalty = o.repetition_penalty;
     g.sampling.seed = o.seed;
-    g.sampling.logprobs = o.logprobs;
+    // best_of > n ranks the samples by their logprobs: computed even when not returned.
+    g.sampling.logprobs = o.best_of > o.n ? std::max(o.logprobs, 0) : o.logprobs;
+    g.sampling.logit_bias = o.logit_bias;
     g.sampling.constraint = constraint;
     g.stop.max_tokens = o.max_tokens;
     g.stop.min_tokens = o.min_tokens;
@@ -462,7 +512,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     g.stop.stop = o.stop;
     g.stop.stop_token_ids = o.stop_token_ids;
     g.stop.include_stop_str_in_output = o.include_stop_str_in_output;
-    g.n = o.n;
+    g.n = o.best_of;
     g.priority = o.priority;
     g.skip_special_tokens = o.skip_special_tokens;
     auto stream = engine.submit(std::move(g));

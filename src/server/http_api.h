@@ -3,8 +3,10 @@
 //
 //   GET  /                     playground (HTML)
 //   GET  /health               200 {"status":"ok"}; 503 while draining
+//   GET  /version              {"version": "<the project version>"} (vLLM's route; no key needed)
 //   GET  /metrics              Prometheus text format
-//   GET  /v1/models            the served model (OpenAI list format); /v1/models/{id} one model
+//   GET  /v1/models            the served model (OpenAI list format, with vLLM's max_model_len);
+//                              /v1/models/{id} one model
 //   POST /v1/completions       prompt(s) -> text (SSE with stream=true)
 //   POST /v1/chat/completions  messages -> assistant message (SSE with stream=true)
 //   POST /tokenize             {prompt | messages} -> {tokens, count, max_model_len}

@@ -423,6 +423,81 @@ TEST(CudaOps, SamplerMatchesCpuSemantics) {
   }
 }
 
+// logit_bias moves the choice exactly as on the CPU and leaves the logprobs alone; under a
+// token mask the logprobs are of the allowed tokens and masked tokens are never listed (CPU:
+// runtime/sampler.h, D37).
+TEST(CudaOps, LogitBiasAndMaskedLogprobsMatchTheCpu) {
+  PAGODA_REQUIRE_GPU();
+  const int64_t V = 1000;
+  const int rows = 3;
+  std::vector<float> logits(rows * V);
+  for (int r = 0; r < rows; ++r) {
+    auto row = random_floats(V, 700 + r, -4, 4);
+    std::copy(row.begin(), row.end(), logits.begin() + r * V);
+  }
+  std::vector<SamplingParams> ps(rows);
+  ps[0].temperature = 0;
+  ps[0].logprobs = 3;
+  ps[0].logit_bias = {{123, 9.0f}, {5, -100.0f}};
+  ps[1].temperature = 0.7f;
+  ps[1].logprobs = 2;
+  ps[1].logit_bias = {{77, 30.0f}, {78, 30.0f}};
+  ps[2].temperature = 0;
+  ps[2].logprobs = 5;                            // more than the 3 allowed tokens
+  ps[2].logit_bias = {{600, 20.0f}};
+  const std::vector<int32_t> allowed = {10, 600, 999};
+  std::vector<uint32_t> mask((V + 31) / 32, 0u);
+  for (int32_t t : allowed) mask[t / 32] |= 1u << (t % 32);
+  std::vector<cuda::SampleRowParams> prm(rows);
+  std::vector<cuda::BiasEntry> biases;
+  std::vector<double> u(rows);
+  for (int r = 0; r < rows; ++r) {
+    cuda::SampleRowParams& q = prm[r];
+    q = {};
+    q.logits_row = r;
+    q.temperature = ps[r].temperature;
+    q.top_p = 1;
+    q.repetition_penalty = 1;
+    q.logprobs = ps[r].logprobs;
+    u[r] = token_rng(50 + r, 0).uniform();
+    q.uniform = u[r];
+    q.bias_begin = static_cast<int32_t>(biases.size());
+    for (const auto& [t, b] : ps[r].logit_bias) biases.push_back({t, b});
+    q.bias_count = static_cast<int32_t>(biases.size()) - q.bias_begin;
+  }
+  std::vector<cuda::PenaltyEntry> pens = {{0, 0}};
+  std::vector<int32_t> blocked = {0}, mask_rows = {2};
+  auto dl = to_device(logits), dp = to_device(prm), dpen = to_device(pens), dbl = to_device(blocked);
+  auto dbias = to_device(biases), dmask = to_device(mask), drows = to_device(mask_rows);
+  cuda::DeviceBuffer work(rows * V * 4), m8(rows * V), out(rows * sizeof(cuda::SampleOutput));
+  cuda::apply_token_masks(dl.as<float>(), V, drows.as<int32_t>(), dmask.as<uint32_t>(), static_cast<int64_t>(mask.size()), 1,
+                          nullptr);
+  cuda::sample_rows(dl.as<float>(), V, dp.as<cuda::SampleRowParams>(), rows, dpen.as<cuda::PenaltyEntry>(),
+                    dbl.as<int32_t>(), work.as<float>(), m8.as<uint8_t>(), out.as<cuda::SampleOutput>(), nullptr,
+                    /*plain_greedy=*/false, dbias.as<cuda::BiasEntry>());
+  const auto got = to_host<cuda::SampleOutput>(out, rows);
+  Sampler cpu;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    Rng rg = token_rng(50 + r, 0);
+    const SampleResult want = cpu.sample(row, ps[r], {}, rg, r == 2 ? std::span<const uint32_t>(mask) : std::span<const uint32_t>());
+    EXPECT_EQ(got[r].token, want.token) << "row " << r;
+    EXPECT_NEAR(got[r].logprob, want.logprob, 1e-4) << "row " << r;
+    size_t listed = 0;
+    for (int k = 0; k < ps[r].logprobs; ++k) {
+      if (got[r].top_ids[k] < 0) break;
+      ASSERT_LT(static_cast<size_t>(k), want.top.size()) << "row " << r;
+      EXPECT_EQ(got[r].top_ids[k], want.top[k].token) << "row " << r << " top " << k;
+      EXPECT_NEAR(got[r].top_logprobs[k], want.top[k].logprob, 1e-4);
+      ++listed;
+    }
+    EXPECT_EQ(listed, want.top.size()) << "row " << r;
+  }
+  EXPECT_EQ(got[0].token, 123);
+  EXPECT_TRUE(got[1].token == 77 || got[1].token == 78) << got[1].token;
+  EXPECT_EQ(got[2].token, 600);
+}
+
 // Plain greedy rows through the split argmax: the general kernel's token (lowest id among tied
 // maxima) for ties across slices, the maximum at either end, a constant row, -inf runs, and rows
 // read through a permuted logits_row.

@@ -1,6 +1,8 @@
 // Request parser / validator of the OpenAI API (src/api/openai_request.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "api/openai_request.h"
 
 namespace pagoda::api {
@@ -76,7 +78,22 @@ TEST(OpenAiRequest, ChatErrorsNameTheParameter) {
       {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})", "stream_options"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", "top_logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":500}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":-100.5}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"a":1}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"-1":1}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"99999999999":1}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":"big"}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":[1]})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3,"best_of":2})", "best_of"},
+      {R"({"messages":[{"role":"user","content":"x"}],"best_of":2,"stream":true})", "best_of"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"continuous_usage_stats":true}})",
+       "stream_options"},
+      {R"({"messages":[{"role":"user","content":"x"}],"truncate_prompt_tokens":0})", "truncate_prompt_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"truncate_prompt_tokens":-2})", "truncate_prompt_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"add_special_tokens":1})", "add_special_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"documents":"d"})", "documents"},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":1})", "reasoning_effort"},
       {R"({"messages":[{"role":"user","content":"x"}],"model":5})", "model"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":5,"min_tokens":6})", "min_tokens"},
   };
@@ -127,11 +144,79 @@ TEST(OpenAiRequest, CompletionErrors) {
   for (const char* body : {R"({})", R"({"prompt":5})", R"({"prompt":[]})", R"({"prompt":[1,-2]})", R"({"prompt":[1,"a"]})",
                            R"({"prompt":[[1],[]]})", R"({"prompt":[1, 3000000000]})", R"({"prompt":"x","logprobs":true})",
                            R"({"prompt":"x","logprobs":21})", R"({"prompt":"x","echo":true,"logprobs":1})",
-                           R"({"prompt":"x","best_of":3})", R"({"prompt":"x","suffix":"y"})"}) {
+                           R"({"prompt":"x","best_of":1,"n":2})", R"({"prompt":"x","suffix":5})",
+                           R"({"prompt":"x","best_of":3,"stream":true})"}) {
     auto e = completion(body);
     ASSERT_TRUE(e) << body;
     EXPECT_EQ(e->status, 400) << body;
   }
+}
+
+TEST(OpenAiRequest, LogitBiasBestOfAndVllmExtras) {
+  CompletionRequest r;
+  auto e = completion(R"({"prompt":"x","logit_bias":{"5":-100,"17":2.5,"0":100},"n":2,"best_of":4,"suffix":"end",
+      "truncate_prompt_tokens":7,"add_special_tokens":false,"return_tokens_as_token_ids":true})", &r);
+  ASSERT_FALSE(e) << e->message;
+  auto bias = r.options.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{0, 100.0f}, {5, -100.0f}, {17, 2.5f}}));
+  EXPECT_EQ(r.options.n, 2);
+  EXPECT_EQ(r.options.best_of, 4);
+  EXPECT_EQ(r.suffix, "end");
+  EXPECT_EQ(r.options.truncate_prompt_tokens, 7);
+  ASSERT_TRUE(r.options.add_special_tokens.has_value());
+  EXPECT_FALSE(*r.options.add_special_tokens);
+  EXPECT_TRUE(r.options.return_tokens_as_token_ids);
+  // best_of defaults to n; an empty logit_bias is no bias.
+  r = {};
+  ASSERT_FALSE(completion(R"({"prompt":"x","n":3,"logit_bias":{}})", &r));
+  EXPECT_EQ(r.options.best_of, 3);
+  EXPECT_TRUE(r.options.logit_bias.empty());
+  EXPECT_FALSE(r.options.add_special_tokens.has_value());
+  // continuous usage needs include_usage; both given: both set.
+  ChatRequest c;
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"x"}],"stream":true,
+      "stream_options":{"include_usage":true,"continuous_usage_stats":true},"documents":[{"title":"t"}],
+      "reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":false}})", &c));
+  EXPECT_TRUE(c.options.include_usage);
+  EXPECT_TRUE(c.options.continuous_usage);
+  EXPECT_EQ(c.chat_template_kwargs["documents"][0]["title"], "t");
+  EXPECT_EQ(c.chat_template_kwargs["reasoning_effort"], "low");
+  EXPECT_EQ(c.chat_template_kwargs["enable_thinking"], false);
+}
+
+TEST(OpenAiRequest, KnownFieldsNotHonouredAre400s) {
+  const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
+  // Given a real value: a 400 naming the field (chat and completions alike where both have it).
+  for (const char* field : {R"("prompt_logprobs":0)", R"("use_beam_search":true)", R"("length_penalty":0.5)",
+                            R"("allowed_token_ids":[1,2])", R"("bad_words":["x"])", R"("spaces_between_special_tokens":false)",
+                            R"("logits_processors":["a.b"])", R"("vllm_xargs":{"k":1})", R"("return_token_ids":true)",
+                            R"("kv_transfer_params":{"a":1})", R"("mm_processor_kwargs":{"a":1})",
+                            R"("prompt_embeds":"AAAA")"}) {
+    const std::string name = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
+    for (bool is_chat : {true, false}) {
+      const std::string body = is_chat ? "{" + msgs + "," + field + "}" : std::string(R"({"prompt":"x",)") + field + "}";
+      auto e = is_chat ? chat(body) : completion(body);
+      ASSERT_TRUE(e) << body;
+      EXPECT_EQ(e->status, 400);
+      EXPECT_EQ(e->param, name) << body;
+      EXPECT_EQ(e->code, "unsupported_parameter");
+      EXPECT_NE(e->message.find("not supported"), std::string::npos) << e->message;
+    }
+  }
+  for (const char* field : {R"("echo":true)", R"("chat_template":"{{x}}")", R"("functions":[{"name":"f"}])",
+                            R"("function_call":"auto")", R"("audio":{"voice":"x"})", R"("modalities":["text","audio"])",
+                            R"("web_search_options":{"a":1})", R"("verbosity":"low")"}) {
+    auto e = chat("{" + msgs + "," + field + "}");
+    ASSERT_TRUE(e) << field;
+    EXPECT_EQ(e->code, "unsupported_parameter") << field;
+  }
+  // Their defaults (and fields that do not change the output) are accepted.
+  ASSERT_FALSE(chat("{" + msgs + R"(,"use_beam_search":false,"length_penalty":1.0,"spaces_between_special_tokens":true,
+      "modalities":["text"],"allowed_token_ids":null,"bad_words":[],"vllm_xargs":{},"echo":false,"functions":[],
+      "store":true,"metadata":{"a":"b"},"service_tier":"auto","prediction":{"type":"content","content":"x"},
+      "cache_salt":"s","request_id":"r","prompt_cache_key":"k","safety_identifier":"s"})"));
+  ASSERT_FALSE(completion(R"({"prompt":"x","echo":true,"prompt_logprobs":null,"length_penalty":1})"));
 }
 
 TEST(OpenAiRequest, TokenizeAndDetokenize) {

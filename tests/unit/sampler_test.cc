@@ -120,7 +120,7 @@ TEST(Sampler, PenaltiesChangeTheArgmax) {
   EXPECT_EQ(s.sample(neg, p, {hist, {}}, rng).token, 1);
 }
 
-TEST(Sampler, LogprobsAreRawLogSoftmax) {
+TEST(Sampler, LogprobsAreLogSoftmaxBeforePenalties) {
   Sampler s;
   Rng rng(3);
   std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
@@ -179,6 +179,69 @@ TEST(Sampler, TokenMaskRestrictsEveryMode) {
   std::vector<float> v = logits;
   apply_token_mask(v, mask);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(std::isinf(v[i]), !(i == 3 || i == 40 || i == 97)) << i;
+}
+
+TEST(Sampler, LogprobsUnderAMaskAreOfTheAllowedTokens) {
+  // Tokens 3, 40 and 97 allowed: the logprobs are normalised over them, the top list holds only
+  // them (never more than can be emitted), and greedy / sampled agree on the reported value.
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = 0.05f * static_cast<float>(i);
+  std::vector<uint32_t> mask(4, 0);
+  for (int t : {3, 40, 97}) mask[t >> 5] |= 1u << (t & 31);
+  double z = 0;
+  for (int t : {3, 40, 97}) z += std::exp(static_cast<double>(logits[t]));
+  Sampler s;
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.logprobs = 5;
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      Rng rng(seed);
+      SampleResult r = s.sample(logits, p, {}, rng, mask);
+      EXPECT_NEAR(r.logprob, logits[r.token] - std::log(z), 1e-5);
+      ASSERT_EQ(r.top.size(), 3u);
+      EXPECT_EQ(r.top[0].token, 97);
+      EXPECT_EQ(r.top[1].token, 40);
+      EXPECT_EQ(r.top[2].token, 3);
+      double mass = 0;
+      for (const auto& t : r.top) mass += std::exp(static_cast<double>(t.logprob));
+      EXPECT_NEAR(mass, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST(Sampler, LogitBiasMovesTheChoiceNotTheLogprobs) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
+  double z = 0;
+  for (float v : logits) z += std::exp(v);
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 1;
+  p.logit_bias = {{3, 5.0f}, {1, -100.0f}, {99, 50.0f}};  // 99: outside the row, ignored
+  Rng rng(1);
+  SampleResult r = s.sample(logits, p, {}, rng);
+  EXPECT_EQ(r.token, 3);
+  EXPECT_NEAR(r.logprob, 0.0 - std::log(z), 1e-5);  // of the unbiased row
+  ASSERT_EQ(r.top.size(), 1u);
+  EXPECT_EQ(r.top[0].token, 1);
+  // Sampling: -100 on every token but one leaves (almost) only that one.
+  SamplingParams q;
+  q.temperature = 1.0f;
+  for (int t : {0, 1, 3}) q.logit_bias.push_back({t, -100.0f});
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    Rng g(seed);
+    EXPECT_EQ(s.sample(logits, q, {}, g).token, 2);
+  }
+  // The bias composes with a mask: a masked token stays masked whatever its bias.
+  std::vector<uint32_t> mask = {0b0101u};  // tokens 0 and 2
+  SamplingParams m;
+  m.temperature = 0;
+  m.logit_bias = {{0, 10.0f}, {1, 100.0f}};
+  Rng g(2);
+  EXPECT_EQ(s.sample(logits, m, {}, g, mask).token, 0);
+  p.logit_bias = {{1, 101.0f}};
+  EXPECT_FALSE(p.validate().ok());
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "api/sse.h"
+#include "server/fim_prompt.h"
 #include "server/http_message.h"
 #include "server/metrics.h"
 #include "server/startup_handler.h"
@@ -66,6 +68,31 @@ TEST(StartupHandler, LoadingThenReadyOrFailed) {
   r = failed.handle(health);
   EXPECT_EQ(r.response.status, 503);
   EXPECT_EQ(r.response.body, R"({"status":"failed","error":"no such file"})");
+TEST(FimPrompt, FindsTheFamiliesTokensAndBuildsPsm) {
+  auto lookup = [](const std::map<std::string, int32_t>& vocab) {
+    return [&vocab](std::string_view t) -> std::optional<int32_t> {
+      auto it = vocab.find(std::string(t));
+      if (it == vocab.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  const std::map<std::string, int32_t> qwen = {{"<|fim_prefix|>", 151659}, {"<|fim_middle|>", 151660},
+                                               {"<|fim_suffix|>", 151661}, {"<fim_prefix>", 7}};
+  auto fim = server::find_fim_tokens(lookup(qwen));
+  ASSERT_TRUE(fim);
+  EXPECT_EQ(fim->prefix, 151659);
+  EXPECT_EQ(fim->suffix, 151661);
+  EXPECT_EQ(fim->middle, 151660);
+  const std::vector<int32_t> pre = {10, 11}, suf = {20};
+  EXPECT_EQ(server::fim_prompt(*fim, -1, pre, suf), (std::vector<int32_t>{151659, 10, 11, 151661, 20, 151660}));
+  EXPECT_EQ(server::fim_prompt(*fim, 1, pre, {}), (std::vector<int32_t>{1, 151659, 10, 11, 151661, 151660}));
+  const std::map<std::string, int32_t> starcoder = {{"<fim_prefix>", 1}, {"<fim_middle>", 2}, {"<fim_suffix>", 3}};
+  fim = server::find_fim_tokens(lookup(starcoder));
+  ASSERT_TRUE(fim);
+  EXPECT_EQ(fim->names, "<fim_prefix> <fim_suffix> <fim_middle>");
+  // Two of the three are not a FIM vocabulary.
+  const std::map<std::string, int32_t> partial = {{"<|fim_prefix|>", 1}, {"<|fim_suffix|>", 2}, {"<fim_middle>", 3}};
+  EXPECT_FALSE(server::find_fim_tokens(lookup(partial)));
 }
 
 TEST(Sse, Framing) {

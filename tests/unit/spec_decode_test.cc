@@ -312,6 +312,10 @@ TEST(SpecVerifier, RejectionSamplingKeepsTheTargetDistribution) {
   c.repetition_penalty = 1.5f;
   c.presence_penalty = 0.5f;
   cases.push_back({"penalties with q", c, true});
+  c = base;
+  c.logit_bias = {{3, -2.0f}, {5, 3.0f}};
+  c.presence_penalty = 0.5f;
+  cases.push_back({"logit_bias and a penalty one-hot", c, false});
   const std::vector<int32_t> prompt = {3, 1}, output = {7};
   for (const Case& cs : cases) {
     SCOPED_TRACE(cs.name);

@@ -241,11 +241,11 @@ class CudaExecutor final : public ModelExecutor {
   int8_t* xq_ = nullptr;
   float2* xds_ = nullptr;
   uint8_t* dequant_ = nullptr;
-  DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
+  DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_, biases_dev_;
   DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
   PinnedBuffer token_masks_host_, token_mask_rows_host_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
-  PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
+  PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, biases_host_, logits_host_;
   int64_t workspace_bytes_ = 0;
   InputRegion eager_, graph_;
   int64_t bt_stride_ = 0;

@@ -1,5 +1,5 @@
 // CudaExecutor::forward_sample: one step, then the sampling arguments of every row (penalties,
-// blocked ids, allowed-token masks of structured outputs, the plain-greedy decision) packed into
+// blocked ids, logit_bias entries, allowed-token masks of structured outputs, the plain-greedy decision) packed into
 // pinned memory, copied, and sampled on the device in chunks of the sampler's capacity.
 
 #include "backend/cuda/cuda_executor_impl.h"
@@ -21,11 +21,12 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     auto* prm = sample_params_host_.as<cuda::SampleRowParams>();
     std::vector<cuda::PenaltyEntry> pens;
     std::vector<int32_t> blocked;
+    std::vector<cuda::BiasEntry> biases;
     std::vector<int32_t> toks, outs;
     std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
     std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
     const int64_t mask_words = (d_.V + 31) / 32;
-    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
+    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids, biases or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
       const SamplingParams& P = *sp.params;
@@ -60,6 +61,9 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       r.block_begin = static_cast<int32_t>(blocked.size());
       blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
       r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+      r.bias_begin = static_cast<int32_t>(biases.size());
+      for (const auto& [token, bias] : P.logit_bias) biases.push_back({token, bias});
+      r.bias_count = static_cast<int32_t>(biases.size()) - r.bias_begin;
       if (!sp.allowed_mask.empty()) {
         mask_rows.push_back(r.logits_row);
         const size_t at = masks.size();
@@ -67,7 +71,8 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
         std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
                     masks.begin() + static_cast<std::ptrdiff_t>(at));
       }
-      plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
+      plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && r.bias_count == 0 &&
+                     P.logprobs < 0;
     }
     CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
                                stream_));
@@ -85,6 +90,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     };
     stage(pens, penalties_host_, penalties_dev_);
     stage(blocked, blocked_host_, blocked_dev_);
+    stage(biases, biases_host_, biases_dev_);
     if (!mask_rows.empty()) {
       stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
       stage(masks, token_masks_host_, token_masks_dev_);
@@ -93,7 +99,8 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     }
     cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
                       penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
-                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);
+                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy,
+                      biases.empty() ? nullptr : biases_dev_.as<cuda::BiasEntry>());
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
                                cudaMemcpyDeviceToHost, stream_));
     profiler_.mark("sampling", stream_);
@@ -109,7 +116,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       if (P.logprobs >= 0) {
         res.logprob = so[i].logprob;
         const int k = std::min<int>({P.logprobs, cuda::kMaxTopLogprobs, static_cast<int>(d_.V)});
-        for (int j = 0; j < k; ++j) res.top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
+        for (int j = 0; j < k && so[i].top_ids[j] >= 0; ++j) res.top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
       }
     }
   }

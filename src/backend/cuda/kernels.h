@@ -281,7 +281,14 @@ struct SampleRowParams {
   int32_t logprobs;          // -1 none, 0 the chosen token's, N also the top N (<= kMaxTopLogprobs)
   int32_t pen_begin, pen_count;      // penalty entries [pen_begin, +count)
   int32_t block_begin, block_count;  // min_tokens-blocked ids [block_begin, +count)
+  int32_t bias_begin, bias_count;    // logit_bias entries [bias_begin, +count)
   double uniform;            // the draw in [0, 1)
+};
+// OpenAI logit_bias: added to the token's logit after the masks, before the penalties (the
+// reported logprobs do not see it: they are of the masked row, runtime/sampler.h).
+struct BiasEntry {
+  int32_t token;
+  float bias;
 };
 // A distinct token of a request's history: in_prompt_or_output (repetition penalty) and its
 // count in the output (presence / frequency).
@@ -292,13 +299,14 @@ struct PenaltyEntry {
 struct SampleOutput {
   int32_t token;
   float logprob;
-  int32_t top_ids[kMaxTopLogprobs];
+  int32_t top_ids[kMaxTopLogprobs];  // -1 past the tokens with a finite logit (masked tokens are never listed)
   float top_logprobs[kMaxTopLogprobs];
 };
 // One block per row. logits: [*, vocab] f32, modified in place only by the min_tokens mask.
 // work: [rows, vocab] f32 scratch; mask: [rows, vocab] u8 scratch.
-// plain_greedy: the caller promises every row is greedy with no penalty entries, no blocked ids
-// and no logprobs; where the vocabulary is large enough (sample_rows_split_greedy) the argmax is
+// biases: the rows' logit_bias entries (may be null when no row has any).
+// plain_greedy: the caller promises every row is greedy with no penalty entries, no blocked ids,
+// no bias entries and no logprobs; where the vocabulary is large enough (sample_rows_split_greedy) the argmax is
 // then split over many blocks a row. Same token as the general kernel (for rows without NaN).
 bool sample_rows_split_greedy(int64_t vocab);
 // Structured outputs: for each of `num_rows` masked rows r, logits[row_ids[r] * vocab + t] = -inf
@@ -308,6 +316,6 @@ void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, con
                        int64_t num_rows, cudaStream_t s);
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
-                 SampleOutput* out, cudaStream_t s, bool plain_greedy = false);
+                 SampleOutput* out, cudaStream_t s, bool plain_greedy = false, const BiasEntry* biases = nullptr);
 
 }  // namespace pagoda::cuda

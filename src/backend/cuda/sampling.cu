@@ -166,7 +166,8 @@ __device__ void keep_first_ties(const float* p, uint8_t* mask, int V, float tau,
 
 __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, const SampleRowParams* rows,
                                                           const PenaltyEntry* pens, const int32_t* blocked,
-                                                          float* work_all, uint8_t* mask_all, SampleOutput* outs) {
+                                                          const BiasEntry* biases, float* work_all, uint8_t* mask_all,
+                                                          SampleOutput* outs) {
   __shared__ Scratch s;
   const SampleRowParams P = rows[blockIdx.x];
   float* lg = logits + static_cast<int64_t>(P.logits_row) * V;
@@ -180,6 +181,13 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, 
   }
   __syncthreads();
   for (int i = tid; i < V; i += nt) p[i] = lg[i];
+  __syncthreads();
+  // logit_bias on the working copy (lg, which the logprobs read, keeps the masked logits). Ids are
+  // distinct (a JSON object's keys), so no two threads touch one entry.
+  for (int e = tid; e < P.bias_count; e += nt) {
+    const BiasEntry be = biases[P.bias_begin + e];
+    if (be.token >= 0 && be.token < V) p[be.token] += be.bias;
+  }
   __syncthreads();
   for (int e = tid; e < P.pen_count; e += nt) {
     const PenaltyEntry pe = pens[P.pen_begin + e];
@@ -344,8 +352,9 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, 
       float best;
       const int id = block_argmax(bv, bi, s, &best);
       if (tid == 0) {
-        out->top_ids[k] = id;
-        out->top_logprobs[k] = best - lse;
+        const bool listed = best > -INFINITY;  // masked tokens are never listed
+        out->top_ids[k] = listed ? id : -1;
+        out->top_logprobs[k] = listed ? best - lse : -INFINITY;
       }
       pv = best;
       pi = id;
@@ -428,7 +437,7 @@ bool sample_rows_split_greedy(int64_t vocab) { return vocab >= 2 * kGreedySplits
 
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask, SampleOutput* out,
-                 cudaStream_t s, bool plain_greedy) {
+                 cudaStream_t s, bool plain_greedy, const BiasEntry* biases) {
   if (num_rows <= 0) return;
   if (plain_greedy && sample_rows_split_greedy(vocab)) {
     greedy_slices_kernel<<<dim3(kGreedySplits, static_cast<unsigned>(num_rows)), kGreedyThreads, 0, s>>>(
@@ -439,7 +448,7 @@ void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int6
     return;
   }
   sample_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, s>>>(logits, static_cast<int>(vocab), rows, penalties,
-                                                                     blocked, work, mask, out);
+                                                                     blocked, biases, work, mask, out);
   CUDA_CHECK_LAUNCH();
 }
 
