@@ -68,6 +68,8 @@ TEST(StartupHandler, LoadingThenReadyOrFailed) {
   r = failed.handle(health);
   EXPECT_EQ(r.response.status, 503);
   EXPECT_EQ(r.response.body, R"({"status":"failed","error":"no such file"})");
+}
+
 TEST(FimPrompt, FindsTheFamiliesTokensAndBuildsPsm) {
   auto lookup = [](const std::map<std::string, int32_t>& vocab) {
     return [&vocab](std::string_view t) -> std::optional<int32_t> {
