@@ -211,12 +211,12 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
   try {
     // Integers: absent -> `fallback` (or an error when required); present with another type ->
     // "has type X, expected an integer".
-    auto int_field = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
-      if (!j.contains(key) || (fallback && j[key].is_null())) {
+    auto int_in = [&](const nlohmann::json& o, const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
+      if (!o.contains(key) || (fallback && o[key].is_null())) {
         if (fallback) return *fallback;
         return invalid_argument("config.json: missing integer '{}'", key);
       }
-      const auto& v = j[key];
+      const auto& v = o[key];
       if (!v.is_number_integer())
         return invalid_argument("config.json: '{}' has type {}, expected an integer", key,
                                 v.is_number_float() ? "float" : v.type_name());
@@ -224,6 +224,7 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
         return invalid_argument("config.json: '{}' = {} is out of range", key, v.get<uint64_t>());
       return v.get<int64_t>();
     };
+    auto int_field = [&](const char* key, std::optional<int64_t> fallback) { return int_in(j, key, fallback); };
     auto number_field = [&](const nlohmann::json& o, const char* key, double fallback) -> Result<double> {
       if (!o.contains(key) || o[key].is_null()) return fallback;
       if (!o[key].is_number()) return invalid_argument("config.json: '{}' has type {}, expected a number", key, o[key].type_name());
@@ -261,7 +262,8 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
       PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor, number_field(rope, "factor", 8.0));
       PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor, number_field(rope, "low_freq_factor", 1.0));
       PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor, number_field(rope, "high_freq_factor", 4.0));
-      c.rope_scaling.original_max_position = rope.value("original_max_position_embeddings", int64_t{8192});
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.original_max_position,
+                              int_in(rope, "original_max_position_embeddings", int64_t{8192}));
     } else if (rope_type == "linear") {
       c.rope_scaling.kind = RopeScaling::Kind::kLinear;
       PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor, number_field(rope, "factor", 1.0));
