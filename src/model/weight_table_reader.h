@@ -33,6 +33,11 @@ class WeightTableReader {
   Result<LinearId> add_linear(ModelWeights& w, const std::string& gguf_name) {
     return add_linear(w, {gguf_name}, name_of(gguf_name));
   }
+  // The experts of the stacked declarations `gate`, `up` ([E, F, D]) and `down` ([E, D, F]) as an
+  // ExpertSet added to `w`: expert e's gate and up fused, its down alone. GGUF: views of expert e's
+  // slice of each 3-d tensor; HF: expert e's own tensors (no stacked copy is made).
+  Result<ExpertSetId> add_experts(ModelWeights& w, const std::string& gate, const std::string& up,
+                                  const std::string& down, const std::string& label);
   // Releases the mapped pages of the tensors only the CPU kernels' copies are read of (never the
   // embedding's: token lookups read it).
   void release_prepared(const ModelWeights& w) const;
@@ -42,7 +47,14 @@ class WeightTableReader {
   WeightNaming naming_;
   const TensorLookup& lookup_;
   bool cpu_kernels_;
-  std::vector<const Tensor*> releasable_;
+  const TensorDecl& decl_of(const std::string& gguf_name) const;
+  // Expert e's [N, K] matrix of the stacked declaration `gguf_name`.
+  Tensor expert_matrix(const std::string& gguf_name, int64_t e) const;
+  // A matmul weight of `parts` stacked along N, added to `w`; `names` label the parts in errors.
+  Result<LinearId> add_parts(ModelWeights& w, std::vector<Tensor> parts, const std::vector<std::string>& names,
+                             const std::string& label);
+
+  std::vector<Tensor> releasable_;
 };
 
 }  // namespace pagoda
