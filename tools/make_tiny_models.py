@@ -24,8 +24,9 @@ GGUF conventions follow llama.cpp's converter (re-implemented here from the form
   - llama / mistral (both written with general.architecture "llama", as llama.cpp does for
     MistralForCausalLM): Q and K weight rows permuted from the HF half-split RoPE layout into the
     interleaved-pair layout. qwen2 / qwen3: not permuted (llama.cpp uses NeoX rotation for them);
-  - 1-D tensors (norms, biases, rope_freqs) stay f32 in f16 / quantized files; every 2-D weight
-    (token_embd and output included) takes the file's type (quantized with gguf.quants.quantize).
+  - 1-D tensors (norms, biases, rope_freqs) and the MoE routers (ffn_gate_inp, ffn_gate_inp_shexp)
+    stay f32 in f16 / quantized files; every other 2-D or 3-D weight (token_embd, output and the
+    stacked experts included) takes the file's type (quantized with gguf.quants.quantize).
 
 Usage:
   tools/make_tiny_models.py [--out models/tiny] [--shared ../shared]            write models + models.json
@@ -523,7 +524,8 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
     wr.add_eos_token_id(vocab["eos"])
     wr.add_unk_token_id(vocab["unk"])
     for tname, arr in gguf_tensors(cfg, w):
-        if arr.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+        # The MoE routers stay f32 in every file, as llama.cpp's converter and quantizer keep them.
+        if arr.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32 or "ffn_gate_inp" in tname:
             wr.add_tensor(tname, np.ascontiguousarray(arr, dtype=np.float32))
         elif qtype == gguf.GGMLQuantizationType.F16:
             wr.add_tensor(tname, arr.astype(np.float16))
