@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "model/family.h"
 #include "model/model_loader.h"
+#include "runtime/cuda_executor.h"
 #include "runtime/device_spec.h"
 
 namespace pagoda::cli {
@@ -17,10 +18,12 @@ bool resolve_device_option(std::string& device, std::string_view cmd, const std:
     return false;
   }
   if (device == "auto" && d->type == Device::kCuda && !model.empty()) {
-    // The CUDA executor runs the Llama family's layer ops only (it refuses the others at load).
-    if (auto c = load_model_config(model); c.ok() && family_of(*c).name != "llama") {
-      why = fmt::format("the CUDA backend does not run the {} family yet", family_of(*c).name);
-      d = DeviceSpec{};
+    // A model the CUDA executor would refuse at load runs on the CPU.
+    if (auto c = load_model_config(model); c.ok()) {
+      if (Status s = cuda_supports_model(*c); !s.ok()) {
+        why = s.message();
+        d = DeviceSpec{};
+      }
     }
   }
   if (device == "auto") {
