@@ -57,8 +57,13 @@ GREEDY_TOKENS = 32
 #     hooks that round every linear layer's input to q8_0 blocks: at most 9e-3 of the range on the
 #     tiny models and 3.5e-2 on SmolLM2-135M (30 layers); bounds 2e-2 and 6e-2, decision margin
 #     twice the bound (any larger margin cannot flip while the bound holds).
+#     Mixture of experts: routing is discontinuous, so a token whose k-th and (k+1)-th router
+#     probabilities lie within the activation error switches experts; on the tiny Mixtral q8_0 the
+#     engine's q8 activations move one position of p100 by 2.6e-2 of the range (the parity test's
+#     comparison with the dequantized-f32 forward, bound 8e-2 of the range, passes): bound 4e-2 for
+#     the MoE quantized sets.
 EXACT = (1e-3, 2e-4)
-QUANTIZED_ACTIVATIONS = {"smollm2": 6e-2}  # others: 2e-2
+QUANTIZED_ACTIVATIONS = {"smollm2": 6e-2, "mixtral-q8_0": 4e-2, "mixtral-q4_0": 4e-2}  # others: 2e-2
 QUANTIZED_WEIGHTS = ("q8_0", "q4_0", "q4_1")
 
 
