@@ -24,8 +24,9 @@ GGUF conventions follow llama.cpp's converter (re-implemented here from the form
   - llama / mistral (both written with general.architecture "llama", as llama.cpp does for
     MistralForCausalLM): Q and K weight rows permuted from the HF half-split RoPE layout into the
     interleaved-pair layout. qwen2 / qwen3: not permuted (llama.cpp uses NeoX rotation for them);
-  - 1-D tensors (norms, biases, rope_freqs) stay f32 in f16 / quantized files; every 2-D weight
-    (token_embd and output included) takes the file's type (quantized with gguf.quants.quantize).
+  - 1-D tensors (norms, biases, rope_freqs) and the MoE routers (ffn_gate_inp, ffn_gate_inp_shexp)
+    stay f32 in f16 / quantized files; every other 2-D or 3-D weight (token_embd, output and the
+    stacked experts included) takes the file's type (quantized with gguf.quants.quantize).
 
 Usage:
   tools/make_tiny_models.py [--out models/tiny] [--shared ../shared]            write models + models.json
@@ -161,9 +162,88 @@ MODELS = {
         gguf_types=[], shards=1, bf16_copy=False,
         description="Gemma 3: q/k (1+w) norms, five sliding (window 8, local theta 1e4) to one global layer "
                     "(theta 1e6, linear rope x8), pre/post norms, GeGLU tanh, MQA 4/1, head_dim 32, tied"),
+    # Mixture of experts: few experts (4-8) and top-2 so that the prompts route tokens to every
+    # expert of every layer; expert widths that are whole q8_0 / q4_0 blocks.
+    "mixtral": dict(
+        config={
+            "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "num_local_experts": 4, "num_experts_per_tok": 2, "router_jitter_noise": 0.0,
+            "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+            "sliding_window": None, "tie_word_embeddings": False, "hidden_act": "silu",
+            "output_router_logits": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+        },
+        gguf_types=["q8_0", "q4_0"], shards=1, bf16_copy=False,
+        description="Mixtral: 4 experts top-2 (renormalised), expert ffn 96, GQA 4/2, theta 1e6, untied; GGUF arch "
+                    "'llama' with expert_count, stacked ffn_*_exps"),
+    "qwen2-moe": dict(
+        config={
+            "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 96, "norm_topk_prob": False, "decoder_sparse_step": 1,
+            "mlp_only_layers": [], "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": 2, "hidden_act": "silu", "output_router_logits": False,
+            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+        },
+        gguf_types=[], shards=1, bf16_copy=False,
+        description="Qwen2-MoE: 8 experts top-2 (not renormalised), expert ffn 32, sigmoid-gated shared expert "
+                    "ffn 96, q/k/v biases, GQA 4/2, theta 1e6, untied"),
+    "qwen3-moe": dict(
+        config={
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+            "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False,
+            "sliding_window": None, "max_window_layers": 2, "hidden_act": "silu", "output_router_logits": False,
+            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+        },
+        gguf_types=["f16"], shards=1, bf16_copy=False,
+        description="Qwen3-MoE: 8 experts top-2 (renormalised), expert ffn 64, per-head q/k norm, head_dim 32, "
+                    "GQA 4/2, theta 1e6, tied"),
+    "olmoe": dict(
+        config={
+            "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
+            "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 4,
+            "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": False, "clip_qkv": None,
+            "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+            "output_router_logits": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+            "torch_dtype": "float32",
+        },
+        gguf_types=[], shards=1, bf16_copy=False,
+        description="OLMoE: 8 experts top-2 (not renormalised), expert ffn 64, RMSNorm over the whole q and k "
+                    "projections, MHA 4/4, theta 1e4, untied"),
 }
 
 GEMMA = ("gemma2", "gemma3_text")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+
+
+def num_experts(cfg):
+    return cfg.get("num_local_experts", cfg.get("num_experts"))
+
+
+def expert_ffn(cfg):
+    return cfg.get("moe_intermediate_size", cfg["intermediate_size"])
+
+
+def hf_expert_names(cfg):
+    """(router, gate, up, down) HF names in a layer, "{}" for the expert index."""
+    if cfg["model_type"] == "mixtral":
+        return ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{}.w1.weight",
+                "block_sparse_moe.experts.{}.w3.weight", "block_sparse_moe.experts.{}.w2.weight")
+    return ("mlp.gate.weight", "mlp.experts.{}.gate_proj.weight", "mlp.experts.{}.up_proj.weight",
+            "mlp.experts.{}.down_proj.weight")
 
 GGUF_TYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
@@ -218,13 +298,36 @@ def make_weights(name, cfg):
             w[p + "self_attn.q_proj.bias"] = normal((heads * hd,), 0.2)
             w[p + "self_attn.k_proj.bias"] = normal((kv * hd,), 0.2)
             w[p + "self_attn.v_proj.bias"] = normal((kv * hd,), 0.2)
-        if cfg["model_type"] in ("qwen3", "gemma3_text"):
+        if cfg["model_type"] == "qwen2_moe":
+            w[p + "self_attn.q_proj.bias"] = normal((heads * hd,), 0.2)
+            w[p + "self_attn.k_proj.bias"] = normal((kv * hd,), 0.2)
+            w[p + "self_attn.v_proj.bias"] = normal((kv * hd,), 0.2)
+        if cfg["model_type"] in ("qwen3", "gemma3_text", "qwen3_moe"):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
+        if cfg["model_type"] == "olmoe":  # over the whole projections
+            w[p + "self_attn.q_norm.weight"] = norm(heads * hd)
+            w[p + "self_attn.k_norm.weight"] = norm(kv * hd)
         w[p + "post_attention_layernorm.weight"] = norm(H)
         if gemma:
             w[p + "pre_feedforward_layernorm.weight"] = norm(H)
             w[p + "post_feedforward_layernorm.weight"] = norm(H)
+        if cfg["model_type"] in MOE:
+            E, Fe = num_experts(cfg), expert_ffn(cfg)
+            router, gate, up, down = hf_expert_names(cfg)
+            # Router logits of std ~2 so the top-k choice varies from token to token.
+            w[p + router] = normal((E, H), 2.0 / np.sqrt(H))
+            for e in range(E):
+                w[p + gate.format(e)] = linear(Fe, H)
+                w[p + up.format(e)] = linear(Fe, H)
+                w[p + down.format(e)] = linear(H, Fe)
+            if cfg.get("shared_expert_intermediate_size"):
+                Fs = cfg["shared_expert_intermediate_size"]
+                w[p + "mlp.shared_expert.gate_proj.weight"] = linear(Fs, H)
+                w[p + "mlp.shared_expert.up_proj.weight"] = linear(Fs, H)
+                w[p + "mlp.shared_expert.down_proj.weight"] = linear(H, Fs)
+                w[p + "mlp.shared_expert_gate.weight"] = linear(1, H)
+            continue
         w[p + "mlp.gate_proj.weight"] = linear(I, H)
         w[p + "mlp.up_proj.weight"] = linear(I, H)
         w[p + "mlp.down_proj.weight"] = linear(H, I)
@@ -272,7 +375,8 @@ def llama3_rope_divisors(cfg):
 
 def gguf_arch(cfg):
     return {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-            "gemma3_text": "gemma3"}[cfg["model_type"]]
+            "gemma3_text": "gemma3", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+            "olmoe": "olmoe"}[cfg["model_type"]]
 
 
 def gemma_gguf_tensors(cfg, w):
@@ -315,13 +419,29 @@ def gguf_tensors(cfg, w):
               (b + "attn_q.weight", q), (b + "attn_k.weight", k),
               (b + "attn_v.weight", w[p + "self_attn.v_proj.weight"]),
               (b + "attn_output.weight", w[p + "self_attn.o_proj.weight"])]
-        if cfg["model_type"] == "qwen2":
+        if cfg["model_type"] in ("qwen2", "qwen2_moe"):
             t += [(b + "attn_q.bias", w[p + "self_attn.q_proj.bias"]),
                   (b + "attn_k.bias", w[p + "self_attn.k_proj.bias"]),
                   (b + "attn_v.bias", w[p + "self_attn.v_proj.bias"])]
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "qwen3_moe", "olmoe"):
             t += [(b + "attn_q_norm.weight", w[p + "self_attn.q_norm.weight"]),
                   (b + "attn_k_norm.weight", w[p + "self_attn.k_norm.weight"])]
+        if cfg["model_type"] in MOE:
+            # llama.cpp's converter: router ffn_gate_inp, experts stacked [E, F, D] / [E, D, F] as
+            # ffn_{gate,up,down}_exps, the shared expert as ffn_*_shexp and its gate ffn_gate_inp_shexp.
+            E = num_experts(cfg)
+            router, gate, up, down = hf_expert_names(cfg)
+            t += [(b + "ffn_norm.weight", w[p + "post_attention_layernorm.weight"]),
+                  (b + "ffn_gate_inp.weight", w[p + router]),
+                  (b + "ffn_gate_exps.weight", np.stack([w[p + gate.format(e)] for e in range(E)])),
+                  (b + "ffn_down_exps.weight", np.stack([w[p + down.format(e)] for e in range(E)])),
+                  (b + "ffn_up_exps.weight", np.stack([w[p + up.format(e)] for e in range(E)]))]
+            if cfg.get("shared_expert_intermediate_size"):
+                t += [(b + "ffn_gate_inp_shexp.weight", w[p + "mlp.shared_expert_gate.weight"]),
+                      (b + "ffn_gate_shexp.weight", w[p + "mlp.shared_expert.gate_proj.weight"]),
+                      (b + "ffn_up_shexp.weight", w[p + "mlp.shared_expert.up_proj.weight"]),
+                      (b + "ffn_down_shexp.weight", w[p + "mlp.shared_expert.down_proj.weight"])]
+            continue
         t += [(b + "ffn_norm.weight", w[p + "post_attention_layernorm.weight"]),
               (b + "ffn_gate.weight", w[p + "mlp.gate_proj.weight"]),
               (b + "ffn_up.weight", w[p + "mlp.up_proj.weight"]),
@@ -369,6 +489,13 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
         wr.add_key_length(hd)
         wr.add_value_length(hd)
     wr.add_vocab_size(cfg["vocab_size"])
+    if cfg["model_type"] in MOE:  # what llama.cpp's MoE converters write
+        wr.add_expert_count(num_experts(cfg))
+        wr.add_expert_used_count(cfg["num_experts_per_tok"])
+        if cfg["model_type"] in ("qwen2_moe", "qwen3_moe"):
+            wr.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        if cfg.get("shared_expert_intermediate_size"):
+            wr.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     if cfg["model_type"] in GEMMA:  # what llama.cpp's Gemma converters write
         wr.add_sliding_window(cfg["sliding_window"])
         if cfg.get("attn_logit_softcapping"):
@@ -397,7 +524,8 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
     wr.add_eos_token_id(vocab["eos"])
     wr.add_unk_token_id(vocab["unk"])
     for tname, arr in gguf_tensors(cfg, w):
-        if arr.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+        # The MoE routers stay f32 in every file, as llama.cpp's converter and quantizer keep them.
+        if arr.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32 or "ffn_gate_inp" in tname:
             wr.add_tensor(tname, np.ascontiguousarray(arr, dtype=np.float32))
         elif qtype == gguf.GGMLQuantizationType.F16:
             wr.add_tensor(tname, arr.astype(np.float16))

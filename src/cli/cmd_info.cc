@@ -81,6 +81,9 @@ int run_info(const std::string& path, bool as_json) {
   j["format"] = weight_format_name((*src)->format());
   j["config"] = cfg->to_json();
   j["parameters"] = params;
+  const ParameterFootprint fp = checkpoint_footprint(*cfg, **src);
+  j["active_parameters"] = fp.active_parameters;
+  j["bytes_per_token"] = fp.bytes_per_token;
   j["weight_bytes"] = total_bytes;
   for (const auto& [dt, e] : by_dtype) j["weight_bytes_by_dtype"][dt] = {{"tensors", e.first}, {"bytes", e.second}};
   j["kv_bytes_per_token"] = {{"f16", cfg->kv_bytes_per_token(DType::kF16)}, {"f32", cfg->kv_bytes_per_token(DType::kF32)}};
@@ -96,7 +99,12 @@ int run_info(const std::string& path, bool as_json) {
   std::cout << fmt::format("format        {}\n", weight_format_name((*src)->format()));
   std::cout << fmt::format("architecture  {} ({})\n", arch_family_name(cfg->family), cfg->arch_name);
   std::cout << fmt::format("parameters    {} ({:.1f} M)\n", params, static_cast<double>(params) / 1e6);
+  if (cfg->is_moe())
+    std::cout << fmt::format("active        {} ({:.1f} M) per token: {} of {} experts\n", fp.active_parameters,
+                             static_cast<double>(fp.active_parameters) / 1e6, cfg->num_experts_per_tok, cfg->num_experts);
   std::cout << fmt::format("weights       {}\n", mib(total_bytes));
+  std::cout << fmt::format("read/token    {} (batch-1 decode: weights once{})\n", mib(fp.bytes_per_token),
+                           cfg->is_moe() ? ", the active experts only" : "");
   for (const auto& [dt, e] : by_dtype) std::cout << fmt::format("  {:<6} {:>4} tensors  {}\n", dt, e.first, mib(e.second));
   std::cout << fmt::format("hidden        {}  ffn {}  layers {}  vocab {}\n", cfg->hidden_size, cfg->intermediate_size,
                            cfg->num_layers, cfg->vocab_size);
@@ -119,6 +127,12 @@ int run_info(const std::string& path, bool as_json) {
   if (cfg->query_pre_attn_scalar > 0 || cfg->attn_logit_softcap > 0 || cfg->final_logit_softcap > 0)
     std::cout << fmt::format("gemma         query scale 1/sqrt({}), soft-cap attention {} final {}\n",
                              cfg->query_pre_attn_scalar, cfg->attn_logit_softcap, cfg->final_logit_softcap);
+  if (cfg->is_moe())
+    std::cout << fmt::format("experts       {} (top-{}{}), expert ffn {}{}\n", cfg->num_experts, cfg->num_experts_per_tok,
+                             cfg->norm_topk_prob ? ", renormalized" : "", cfg->expert_intermediate_size,
+                             cfg->shared_expert_intermediate_size > 0
+                                 ? fmt::format(", shared expert ffn {}", cfg->shared_expert_intermediate_size)
+                                 : std::string());
   std::cout << fmt::format("rms_norm_eps  {}\n", cfg->rms_norm_eps);
   std::cout << fmt::format("tied embed    {}\n", cfg->tie_word_embeddings ? "yes" : "no");
   std::cout << fmt::format("context       {} tokens\n", cfg->max_position_embeddings);

@@ -63,6 +63,7 @@ struct ModelFacts {
   ModelConfig config;
   int64_t weight_bytes = 0;
   std::string weight_source;
+  ParameterFootprint footprint;
 };
 
 Result<ModelFacts> model_facts(const MemplanOptions& o) {
@@ -77,6 +78,10 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_gguf(*gguf));
     for (const auto& t : gguf->tensors()) f.weight_bytes += static_cast<int64_t>(t.nbytes);
     f.weight_source = "GGUF tensor table";
+    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+      const GgufTensorInfo* t = gguf->find_tensor(d.gguf_name);
+      return t == nullptr ? -1 : static_cast<int64_t>(t->nbytes);
+    });
     return f;
   }
   std::ifstream in(config_path);
@@ -95,6 +100,12 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   // Quantized dtypes: bytes per element from the block layout.
   const auto& tr = dtype_traits(*wdt);
   f.weight_bytes = params / tr.block_size * tr.block_bytes;
+  f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+    if (!d.required) return -1;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    return n / tr.block_size * tr.block_bytes;
+  });
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
   return f;
 }
@@ -146,6 +157,9 @@ int run_memplan(const MemplanOptions& o) {
     j["model"] = o.model;
     j["config"] = facts->config.to_json();
     j["weights_from"] = facts->weight_source;
+    j["parameters"] = facts->footprint.total_parameters;
+    j["active_parameters"] = facts->footprint.active_parameters;
+    j["bytes_per_token"] = facts->footprint.bytes_per_token;
     j["fits"] = plan.ok();
     if (plan.ok()) j["plan"] = plan->to_json();
     else j["error"] = plan.status().message();
@@ -154,6 +168,9 @@ int run_memplan(const MemplanOptions& o) {
   }
   std::cout << facts->config.summary() << "\n";
   std::cout << fmt::format("weights: {} bytes ({})\n", facts->weight_bytes, facts->weight_source);
+  const ParameterFootprint& fp = facts->footprint;
+  std::cout << fmt::format("parameters: {} total, {} active per token; {} bytes read per token at batch 1\n",
+                           fp.total_parameters, fp.active_parameters, fp.bytes_per_token);
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";
     return 3;

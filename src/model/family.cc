@@ -1,12 +1,14 @@
 #include "model/family.h"
 
+#include <algorithm>
+
 #include "model/families/families.h"
 
 namespace pagoda {
 namespace {
 
 // One line per family.
-const Family* const kFamilies[] = {&llama_family(), &gemma_family()};
+const Family* const kFamilies[] = {&llama_family(), &gemma_family(), &moe_family()};
 
 }  // namespace
 
@@ -32,6 +34,34 @@ int64_t declared_parameter_count(const ModelConfig& config) {
     n += e;
   }
   return n;
+}
+
+ParameterFootprint parameter_footprint(const ModelConfig& config,
+                                      const std::function<int64_t(const TensorDecl&)>& bytes_of) {
+  ParameterFootprint f;
+  bool tied = true;
+  for (const auto& d : family_of(config).tensor_table(config))
+    if (d.gguf_name == "output.weight") tied = bytes_of(d) < 0;
+  for (const auto& d : family_of(config).tensor_table(config)) {
+    const int64_t bytes = bytes_of(d);
+    if (bytes < 0) continue;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    f.total_parameters += n;
+    f.total_bytes += bytes;
+    if (d.experts > 0) {
+      // k of the E experts' slices are read per token (each expert has the same bytes).
+      f.active_parameters += n / d.experts * config.num_experts_per_tok;
+      f.bytes_per_token += bytes / d.experts * config.num_experts_per_tok;
+    } else if (d.gguf_name == "token_embd.weight" && !tied) {
+      f.active_parameters += n;
+      f.bytes_per_token += bytes / std::max<int64_t>(1, d.shape[0]);  // one row looked up
+    } else {
+      f.active_parameters += n;
+      f.bytes_per_token += bytes;
+    }
+  }
+  return f;
 }
 
 std::string supported_architectures() {

@@ -4,6 +4,7 @@
 // family.cc's table.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -50,6 +51,19 @@ const Family& family_of(const ModelConfig& config);
 // Parameters the config's family declares (required tensors plus the optional ones the config's
 // flags enable; an untied output counts): the parameter count a checkpoint will have.
 int64_t declared_parameter_count(const ModelConfig& config);
+
+// Parameters and weight bytes of a checkpoint of `config`, and what one token reads of them at
+// batch 1: every weight once, of each stacked expert tensor the top-k experts' share (k / E of its
+// bytes), of the token embedding one row (all of it when it is also the output projection).
+// `bytes_of(decl)` gives the checkpoint's bytes of a declared tensor (all experts of a stacked
+// one), or -1 when the checkpoint lacks it.
+struct ParameterFootprint {
+  int64_t total_parameters = 0;
+  int64_t active_parameters = 0;  // parameters one token's forward pass multiplies by
+  int64_t total_bytes = 0;
+  int64_t bytes_per_token = 0;
+};
+ParameterFootprint parameter_footprint(const ModelConfig& config, const std::function<int64_t(const TensorDecl&)>& bytes_of);
 
 // "llama, mistral, qwen2, qwen3": every architecture some family runs, for error messages.
 std::string supported_architectures();

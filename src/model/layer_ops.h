@@ -41,6 +41,23 @@ struct AttentionArgs {
   float logit_softcap = 0.0f;  // > 0: scores = cap * tanh(scores / cap) before the softmax (Gemma 2)
   int64_t sliding_window = -1; // -1: the config's window; 0: full attention; > 0: keys in (p - w, p]
   const RopeTable* rope = nullptr;  // the model's table for this layer; nullptr: Model::rope()
+  // true: q_norm [Q] and k_norm [KV] are RMSNorms over the whole q and k projections (OLMoE), not
+  // per head.
+  bool qk_norm_full = false;
+};
+
+// A mixture-of-experts MLP (model/families/moe.cc). Router: p = softmax(x @ router^T) over the E
+// experts, the top_k largest kept (ties: the lower expert index) and, with normalize_top_k,
+// divided by their sum; out = sum over the kept experts of p_e * swiglu_e(x). With a shared
+// expert (Qwen2-MoE) out += sigmoid(x @ shared_gate^T) * swiglu_shared(x).
+struct MoeArgs {
+  LinearId router;          // [E, D]
+  ExpertSetId experts;      // E experts of [2F, D] gate/up and [D, F] down
+  int64_t top_k = 0;
+  bool normalize_top_k = false;
+  LinearId shared_gate_up;  // optional [2Fs, D]
+  LinearId shared_down;     // [D, Fs] when shared_gate_up is
+  LinearId shared_gate;     // [1, D] when shared_gate_up is
 };
 
 // The gate's activation of a gated MLP: act(g) * u.
@@ -69,8 +86,8 @@ class LayerOps {
   // After layer `layer`'s last op (debug hooks; backends may ignore it).
   virtual void end_layer(int64_t layer) {}
 
-  // Ops of the Gemma family (model/families/gemma.cc). A backend that does not implement them
-  // must refuse such models at load; reaching these defaults aborts.
+  // Ops of the Gemma and MoE families (model/families/gemma.cc, moe.cc). A backend that does not
+  // implement them must refuse such models at load; reaching these defaults aborts.
   // residual *= scale (Gemma's sqrt(hidden) embedding scale)
   virtual void scale_residual(float /*scale*/) { unsupported("scale_residual"); }
   // residual += rms_norm(attn @ w^T) * post.weight (the post-attention norm), w [D, Q]
@@ -80,6 +97,8 @@ class LayerOps {
                                    GateActivation /*act*/, const NormArgs& /*post*/) {
     unsupported("gated_mlp_post_norm");
   }
+  // residual += moe(rms_norm(residual)) (MoeArgs above)
+  virtual void moe_mlp(const NormArgs& /*norm*/, const MoeArgs& /*moe*/) { unsupported("moe_mlp"); }
   // logits = final_logits(norm, w), then cap * tanh(logits / cap) when cap > 0 (Gemma 2)
   virtual void final_logits_softcap(const NormArgs& /*norm*/, LinearId /*w*/, float /*cap*/) { unsupported("final_logits_softcap"); }
 

@@ -18,6 +18,10 @@ const char* arch_family_name(ArchFamily a) {
     case ArchFamily::kQwen3: return "qwen3";
     case ArchFamily::kGemma2: return "gemma2";
     case ArchFamily::kGemma3: return "gemma3";
+    case ArchFamily::kMixtral: return "mixtral";
+    case ArchFamily::kQwen2Moe: return "qwen2moe";
+    case ArchFamily::kQwen3Moe: return "qwen3moe";
+    case ArchFamily::kOlmoe: return "olmoe";
   }
   return "?";
 }
@@ -60,6 +64,15 @@ Status ModelConfig::validate() const {
                          std::pair{rope_local_theta, "rope_local_base_freq"}})
     if (!std::isfinite(v) || v < 0 || v > 1e12)
       return invalid_argument("model config: {} {} must be finite and >= 0", name, v);
+  if (num_experts != 0 || num_experts_per_tok != 0) {
+    PAGODA_RETURN_IF_ERROR(in_range(num_experts, kMaxExperts, "expert count (num_experts)"));
+    if (num_experts_per_tok <= 0 || num_experts_per_tok > num_experts)
+      return invalid_argument("model config: experts per token (top-k) {} must be in [1, expert count {}]",
+                              num_experts_per_tok, num_experts);
+    PAGODA_RETURN_IF_ERROR(in_range(expert_intermediate_size, kMaxIntermediateSize, "expert feed-forward length"));
+    if (shared_expert_intermediate_size < 0 || shared_expert_intermediate_size > kMaxIntermediateSize)
+      return invalid_argument("model config: shared expert feed-forward length {} out of range", shared_expert_intermediate_size);
+  }
   if (rope_scaling.kind != RopeScaling::Kind::kNone) {
     const RopeScaling& r = rope_scaling;
     if (!std::isfinite(r.factor) || !(r.factor > 0) || r.factor > 1e6)
@@ -86,7 +99,13 @@ std::string ModelConfig::summary() const {
       rope_scaling.kind == RopeScaling::Kind::kLlama3   ? fmt::format(" llama3x{}", rope_scaling.factor)
       : rope_scaling.kind == RopeScaling::Kind::kLinear ? fmt::format(" linear x{}", rope_scaling.factor)
                                                         : std::string(),
-      rms_norm_eps, tie_word_embeddings, attention_bias, qk_norm);
+      rms_norm_eps, tie_word_embeddings, attention_bias, qk_norm) +
+         (is_moe() ? fmt::format(", experts {} top-{}{} ffn {}{}", num_experts, num_experts_per_tok,
+                                 norm_topk_prob ? " normalized" : "", expert_intermediate_size,
+                                 shared_expert_intermediate_size > 0
+                                     ? fmt::format(", shared expert ffn {}", shared_expert_intermediate_size)
+                                     : std::string())
+                    : std::string());
 }
 
 nlohmann::json ModelConfig::to_json() const {
@@ -120,6 +139,14 @@ nlohmann::json ModelConfig::to_json() const {
   if (attn_logit_softcap > 0) j["attn_logit_softcapping"] = attn_logit_softcap;
   if (final_logit_softcap > 0) j["final_logit_softcapping"] = final_logit_softcap;
   if (rope_local_theta > 0) j["rope_local_theta"] = rope_local_theta;
+  if (is_moe()) {
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["expert_intermediate_size"] = expert_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    if (shared_expert_intermediate_size > 0) j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
+    if (qk_norm_full) j["qk_norm_full"] = true;
+  }
   return j;
 }
 
@@ -128,7 +155,10 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
   auto arch = g.get_string("general.architecture");
   if (!arch) return invalid_argument("GGUF has no general.architecture string");
   c.arch_name = *arch;
-  const Family* family = find_family(*arch);
+  // llama.cpp writes Mixtral as architecture "llama" with an expert count (0 or absent: dense).
+  const std::string family_arch =
+      *arch == "llama" && g.get_int("llama.expert_count").value_or(0) > 0 ? std::string("mixtral") : *arch;
+  const Family* family = find_family(family_arch);
   if (family == nullptr)
     return unimplemented("architecture '{}' is not supported (supported: {})", *arch, supported_architectures());
   const std::string p = *arch + ".";
@@ -189,7 +219,7 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
     c.vocab_size = emb->dims[1];
   }
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
-  PAGODA_RETURN_IF_ERROR(family->configure_gguf(*arch, g, c));
+  PAGODA_RETURN_IF_ERROR(family->configure_gguf(family_arch, g, c));
   PAGODA_RETURN_IF_ERROR(c.validate());
   return c;
 }

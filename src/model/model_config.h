@@ -25,8 +25,9 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = 4096;
 
-enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma2, kGemma3 };
+enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
 const char* arch_family_name(ArchFamily a);
 
 struct ModelConfig {
@@ -56,6 +57,15 @@ struct ModelConfig {
   double attn_logit_softcap = 0;     // scores = cap * tanh(scores / cap)
   double final_logit_softcap = 0;    // logits = cap * tanh(logits / cap)
   double rope_local_theta = 0;       // RoPE base of the sliding layers (no scaling); 0: rope_theta
+  // Mixture of experts (model/families/moe.cc; num_experts 0: a dense MLP):
+  int64_t num_experts = 0;                 // experts per layer
+  int64_t num_experts_per_tok = 0;         // top-k experts each token is routed to
+  int64_t expert_intermediate_size = 0;    // each expert's SwiGLU width
+  bool norm_topk_prob = false;             // renormalise the k routing weights to sum 1 (Mixtral, Qwen3-MoE)
+  int64_t shared_expert_intermediate_size = 0;  // > 0: a sigmoid-gated shared expert (Qwen2-MoE)
+  bool qk_norm_full = false;  // RMSNorm over the whole q and k projections, not per head (OLMoE)
+
+  bool is_moe() const { return num_experts > 0; }
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }

@@ -17,6 +17,25 @@ Result<ModelConfig> model_config_from_source(const WeightSource& source) {
   return invalid_argument("'{}': a lone .safetensors file has no config; pass its directory (with config.json)", source.path());
 }
 
+ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightSource& source) {
+  const WeightNaming naming = source.format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
+  return parameter_footprint(config, [&](const TensorDecl& d) -> int64_t {
+    const std::string& name = decl_name(d, naming);
+    if (name.empty()) return -1;
+    if (d.experts > 0 && naming == WeightNaming::kHuggingFace) {
+      int64_t bytes = 0;
+      for (int64_t e = 0; e < d.experts; ++e) {
+        const Tensor* t = source.find(expert_tensor_name(d, e));
+        if (t == nullptr) return -1;
+        bytes += t->nbytes();
+      }
+      return bytes;
+    }
+    const Tensor* t = source.find(name);
+    return t == nullptr ? -1 : t->nbytes();
+  });
+}
+
 Result<ModelConfig> load_model_config(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return model_config_from_hf_file(path + "/" + HfModelDir::kConfigFile);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loader/weight_source.h"
+#include "model/family.h"
 #include "model/model.h"
 #include "model/model_config.h"
 
@@ -40,6 +41,9 @@ struct LoadedModel {
 
 // Hyper-parameters of the checkpoint at `source` (GGUF metadata or config.json).
 Result<ModelConfig> model_config_from_source(const WeightSource& source);
+
+// parameter_footprint (model/family.h) of the tensors `source` holds for `config`.
+ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightSource& source);
 
 // Only the configuration (no weights are validated or prepared): for `info` and memory plans.
 Result<ModelConfig> load_model_config(const std::string& path);

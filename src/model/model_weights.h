@@ -29,6 +29,22 @@ struct VectorId {
   bool defined() const { return index >= 0; }
 };
 
+// Index into ModelWeights::expert_sets; -1: absent.
+struct ExpertSetId {
+  int32_t index = -1;
+  bool defined() const { return index >= 0; }
+};
+
+// One mixture-of-experts layer's experts: E SwiGLU MLPs of one shape, expert e's gate and up rows
+// fused in gate_up[e] ([2F, D]: gate rows, then up rows) and its down projection down[e] ([D, F]).
+// Each matrix kind has one dtype across the experts (the loader checks it), so a device executor
+// may stack them ([E, 2F, D], [E, D, F]) at upload; the CPU kernels read expert e's prepared weight.
+struct ExpertSet {
+  std::string name;
+  std::vector<LinearId> gate_up, down;  // [E] each
+  int64_t num_experts() const { return static_cast<int64_t>(gate_up.size()); }
+};
+
 // One matmul weight [N, K]: the parts [N_i, K] (any weight dtype each) stacked along N, so a fused
 // projection (q/k/v, gate/up) is one weight whose outputs are part 0's, then part 1's, ...
 struct LinearEntry {
@@ -48,6 +64,7 @@ struct ModelWeights {
   Tensor token_embd;  // [V, D] any weight dtype; rows are looked up by token id
   std::vector<LinearEntry> linears;  // in load order
   std::vector<Tensor> vectors;  // [n] f32: norm weights, biases
+  std::vector<ExpertSet> expert_sets;  // MoE layers' experts (their matrices are entries of `linears`)
   LinearId output;              // the output projection (logits)
   bool tied_output = false;     // the output projection reads token_embd
 
@@ -61,6 +78,11 @@ struct ModelWeights {
     vectors.push_back(std::move(t));
     return {static_cast<int32_t>(vectors.size() - 1)};
   }
+  ExpertSetId add_expert_set(ExpertSet s) {
+    expert_sets.push_back(std::move(s));
+    return {static_cast<int32_t>(expert_sets.size() - 1)};
+  }
+  const ExpertSet& expert_set(ExpertSetId id) const { return expert_sets.at(static_cast<size_t>(id.index)); }
   const LinearEntry& linear(LinearId id) const { return linears.at(static_cast<size_t>(id.index)); }
   const Tensor& vector(VectorId id) const { return vectors.at(static_cast<size_t>(id.index)); }
 };

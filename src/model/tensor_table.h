@@ -23,6 +23,10 @@ struct TensorDecl {
   bool required = true;
   bool linear = false;          // used as a matmul weight (any weight dtype); else converted to f32
   int64_t layer = -1;           // -1 for global tensors
+  // > 0: the stacked matrices of this many experts, shape [E, N, K]. GGUF holds them as one 3-d
+  // tensor (ffn_*_exps); a Hugging Face checkpoint holds one [N, K] tensor per expert, named by
+  // hf_name with "{}" replaced by the expert index (expert_tensor_name).
+  int64_t experts = 0;
 };
 
 // Finds a tensor by its name in the checkpoint's own naming: the tensor, kNotFound if absent, or
@@ -33,6 +37,9 @@ inline const std::string& decl_name(const TensorDecl& d, WeightNaming naming) {
   return naming == WeightNaming::kGguf ? d.gguf_name : d.hf_name;
 }
 
+// The checkpoint's name of expert `e`'s matrix of a stacked declaration (HF: one tensor per expert).
+std::string expert_tensor_name(const TensorDecl& d, int64_t e);
+
 // The global tensors every decoder family declares first: the token embedding, the final norm and
 // the output projection (optional when the config ties it to the embedding).
 inline void declare_embedding_and_output(std::vector<TensorDecl>& t, const ModelConfig& c) {
@@ -42,8 +49,9 @@ inline void declare_embedding_and_output(std::vector<TensorDecl>& t, const Model
   t.push_back({"output.weight", "lm_head.weight", {V, D}, !c.tie_word_embeddings, true});
 }
 
-// Checks presence, shape and dtype of every declared tensor. Errors name the tensor, the
-// expected and the found shape/dtype.
+// Checks presence, shape and dtype of every declared tensor (for a stacked expert declaration in
+// HF naming: each expert's tensor, all of one dtype). Errors name the tensor, the expected and the
+// found shape/dtype.
 Status validate_tensor_table(const std::vector<TensorDecl>& table, WeightNaming naming, const TensorLookup& lookup);
 
 }  // namespace pagoda

@@ -10,10 +10,15 @@
 
 namespace pagoda {
 
-const std::string& WeightTableReader::name_of(const std::string& gguf_name) const {
+const TensorDecl& WeightTableReader::decl_of(const std::string& gguf_name) const {
   for (const auto& d : table_)
-    if (d.gguf_name == gguf_name) return decl_name(d, naming_);
+    if (d.gguf_name == gguf_name) return d;
   PAGODA_CHECK(false, "no declaration for {}", gguf_name);
+  __builtin_unreachable();
+}
+
+const std::string& WeightTableReader::name_of(const std::string& gguf_name) const {
+  return decl_name(decl_of(gguf_name), naming_);
 }
 
 const Tensor* WeightTableReader::find(const std::string& gguf_name) const {
@@ -25,10 +30,52 @@ const Tensor* WeightTableReader::find(const std::string& gguf_name) const {
 
 Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer_list<std::string> gguf_names,
                                                const std::string& label) {
+  std::vector<Tensor> parts;
+  std::vector<std::string> names;
+  for (const std::string& g : gguf_names) {
+    parts.push_back(*find(g));
+    names.push_back(g);
+  }
+  return add_parts(w, std::move(parts), names, label);
+}
+
+Tensor WeightTableReader::expert_matrix(const std::string& gguf_name, int64_t e) const {
+  const TensorDecl& d = decl_of(gguf_name);
+  if (naming_ == WeightNaming::kGguf) {
+    const Tensor& t = *find(gguf_name);
+    return t.slice_rows(e, e + 1).reshape({t.dim(1), t.dim(2)});
+  }
+  auto r = lookup_(expert_tensor_name(d, e));
+  PAGODA_CHECK(r.ok(), "expert tensor {} vanished after validation", expert_tensor_name(d, e));
+  return **r;
+}
+
+Result<ExpertSetId> WeightTableReader::add_experts(ModelWeights& w, const std::string& gate, const std::string& up,
+                                                   const std::string& down, const std::string& label) {
+  const int64_t E = decl_of(gate).experts;
+  PAGODA_CHECK(E > 0 && decl_of(up).experts == E && decl_of(down).experts == E, "{}: not stacked expert declarations", label);
+  ExpertSet set;
+  set.name = label;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string el = fmt::format("{}.{}", label, e);
+    PAGODA_ASSIGN_OR_RETURN(LinearId gu, add_parts(w, {expert_matrix(gate, e), expert_matrix(up, e)},
+                                                   {fmt::format("{}[{}]", gate, e), fmt::format("{}[{}]", up, e)},
+                                                   el + ".gate_up"));
+    PAGODA_ASSIGN_OR_RETURN(LinearId dn, add_parts(w, {expert_matrix(down, e)}, {fmt::format("{}[{}]", down, e)},
+                                                   el + ".down"));
+    set.gate_up.push_back(gu);
+    set.down.push_back(dn);
+  }
+  return w.add_expert_set(std::move(set));
+}
+
+Result<LinearId> WeightTableReader::add_parts(ModelWeights& w, std::vector<Tensor> parts,
+                                              const std::vector<std::string>& names, const std::string& label) {
   LinearEntry e;
   e.name = label;
-  for (const std::string& g : gguf_names) {
-    const Tensor& t = *find(g);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Tensor& t = parts[i];
+    const std::string& g = names[i];
     const int64_t block = dtype_traits(t.dtype()).block_size;
     if (!e.parts.empty() && t.dim(1) != e.parts[0].dim(1))
       return invalid_argument("'{}': fused weights differ in K ({} and {})", label, t.shape_string(),
@@ -38,10 +85,8 @@ Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer
                               dtype_traits(t.dtype()).name, block);
     e.parts.push_back(t);
   }
-  std::vector<const Tensor*> sources;
-  for (const std::string& g : gguf_names) sources.push_back(find(g));
   const LinearId id = w.add_linear(std::move(e));
-  if (cpu_kernels_) pending_.push_back({id, label, std::move(sources)});
+  if (cpu_kernels_) pending_.push_back({id, label});
   return id;
 }
 
@@ -69,7 +114,7 @@ Status WeightTableReader::finish(ModelWeights& w, int threads) {
     // A fused weight owns a concatenated copy or a repacked one: the mapped originals are not
     // read again by the CPU kernels (a device executor reads the parts once, at upload).
     if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
-      releasable_.insert(releasable_.end(), pending_[i].sources.begin(), pending_[i].sources.end());
+      releasable_.insert(releasable_.end(), e.parts.begin(), e.parts.end());
   }
   pending_.clear();
   release_prepared(w);
@@ -77,8 +122,8 @@ Status WeightTableReader::finish(ModelWeights& w, int threads) {
 }
 
 void WeightTableReader::release_prepared(const ModelWeights& w) const {
-  for (const Tensor* t : releasable_)
-    if (t->data() != w.token_embd.data()) release_mapped_pages(t->data(), static_cast<size_t>(t->nbytes()));
+  for (const Tensor& t : releasable_)
+    if (t.data() != w.token_embd.data()) release_mapped_pages(t.data(), static_cast<size_t>(t.nbytes()));
 }
 
 }  // namespace pagoda

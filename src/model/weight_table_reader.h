@@ -33,9 +33,15 @@ class WeightTableReader {
   Result<LinearId> add_linear(ModelWeights& w, const std::string& gguf_name) {
     return add_linear(w, {gguf_name}, name_of(gguf_name));
   }
-  // After the last add_linear(): prepares every matmul weight for the CPU kernels (when asked) on
-  // `threads` threads, then releases the mapped pages of the tensors only the CPU kernels' copies
-  // are read of (never the embedding's: token lookups read it). The first failure in load order.
+  // The experts of the stacked declarations `gate`, `up` ([E, F, D]) and `down` ([E, D, F]) as an
+  // ExpertSet added to `w`: expert e's gate and up fused, its down alone. GGUF: views of expert e's
+  // slice of each 3-d tensor; HF: expert e's own tensors (no stacked copy is made).
+  Result<ExpertSetId> add_experts(ModelWeights& w, const std::string& gate, const std::string& up,
+                                  const std::string& down, const std::string& label);
+  // After the last add_linear() / add_experts(): prepares every matmul weight for the CPU kernels
+  // (when asked) on `threads` threads, then releases the mapped pages of the tensors only the CPU
+  // kernels' copies are read of (never the embedding's: token lookups read it). The first failure
+  // in load order.
   Status finish(ModelWeights& w, int threads);
 
  private:
@@ -44,13 +50,20 @@ class WeightTableReader {
   const TensorLookup& lookup_;
   bool cpu_kernels_;
   void release_prepared(const ModelWeights& w) const;
+  const TensorDecl& decl_of(const std::string& gguf_name) const;
+  // Expert e's [N, K] matrix of the stacked declaration `gguf_name`.
+  Tensor expert_matrix(const std::string& gguf_name, int64_t e) const;
+  // A matmul weight of `parts` stacked along N, added to `w` (prepared by finish()); `names` label
+  // the parts in errors.
+  Result<LinearId> add_parts(ModelWeights& w, std::vector<Tensor> parts, const std::vector<std::string>& names,
+                             const std::string& label);
+
   struct Pending {
     LinearId id;
     std::string label;
-    std::vector<const Tensor*> sources;
   };
   std::vector<Pending> pending_;
-  std::vector<const Tensor*> releasable_;
+  std::vector<Tensor> releasable_;  // views of the mapped tensors only prepared copies are read of
 };
 
 }  // namespace pagoda

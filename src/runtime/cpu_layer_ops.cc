@@ -64,6 +64,10 @@ class CpuLayerOps final : public LayerOps {
   void rope_kv_attention(const AttentionArgs& a) override {
     if (a.qkv_bias.defined()) add_bias(qkv_, w_.vector(a.qkv_bias), pool_);
     split_columns(qkv_, {&q_, &k_, &v_}, pool_);
+    if (a.qk_norm_full) {
+      rms_norm(q_, w_.vector(a.q_norm), a.norm_eps, q_, pool_);
+      rms_norm(k_, w_.vector(a.k_norm), a.norm_eps, k_, pool_);
+    }
     RopeKvWriteParams rp;
     rp.q = &q_;
     rp.k = &k_;
@@ -71,8 +75,8 @@ class CpuLayerOps final : public LayerOps {
     rp.positions = batch_.positions;
     rp.slots = batch_.slots;
     rp.rope = a.rope != nullptr ? a.rope : &m_.rope();
-    rp.q_norm = a.q_norm.defined() ? &w_.vector(a.q_norm) : nullptr;
-    rp.k_norm = a.k_norm.defined() ? &w_.vector(a.k_norm) : nullptr;
+    rp.q_norm = a.q_norm.defined() && !a.qk_norm_full ? &w_.vector(a.q_norm) : nullptr;
+    rp.k_norm = a.k_norm.defined() && !a.qk_norm_full ? &w_.vector(a.k_norm) : nullptr;
     rp.norm_eps = a.norm_eps;
     rp.num_heads = c_.num_heads;
     rp.cache = kv_.layer(a.layer);
@@ -138,6 +142,24 @@ class CpuLayerOps final : public LayerOps {
     linear(cpu_weight(gate_up), hidden_, gate_up_, pool_);
     swiglu_fused(gate_up_, act_, pool_);
     linear(cpu_weight(down), act_, proj_, pool_);
+    pending_add_ = true;
+  }
+
+  void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
+    norm_residual(norm, hidden_);
+    const ExpertSet& set = w_.expert_set(a.experts);
+    MoeWeights mw;
+    mw.router = &cpu_weight(a.router);
+    mw.experts.reserve(static_cast<size_t>(set.num_experts()));
+    for (int64_t e = 0; e < set.num_experts(); ++e) mw.experts.push_back({&cpu_weight(set.gate_up[e]), &cpu_weight(set.down[e])});
+    mw.top_k = a.top_k;
+    mw.normalize_top_k = a.normalize_top_k;
+    if (a.shared_gate_up.defined()) {
+      mw.shared_gate_up = &cpu_weight(a.shared_gate_up);
+      mw.shared_down = &cpu_weight(a.shared_down);
+      mw.shared_gate = &cpu_weight(a.shared_gate);
+    }
+    pagoda::moe_mlp(mw, hidden_, proj_, ws_->moe, pool_);
     pending_add_ = true;
   }
 

@@ -9,6 +9,7 @@
 #include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "model/model.h"
+#include "ops/moe.h"
 #include "runtime/forward_batch.h"
 #include "runtime/kv_cache_storage.h"
 
@@ -17,6 +18,7 @@ namespace pagoda {
 // Scratch activations (f32), grown on demand to the largest batch seen.
 struct ForwardWorkspace {
   Tensor residual, hidden, qkv, q, k, v, attn, proj, gate_up, act, last_hidden;
+  MoeScratch moe;  // the MoE layers' routing and per-expert buffers
   int64_t capacity = 0;
   int64_t bytes() const;
 };

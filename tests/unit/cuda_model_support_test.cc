@@ -40,5 +40,16 @@ TEST(CudaModelSupport, GemmaWithFewerQkvColumnsThanHiddenIsRefused) {
   EXPECT_NE(s.message().find("q + 2 kv"), std::string::npos) << s.message();
 }
 
+TEST(CudaModelSupport, MixtureOfExpertsFamiliesAreRefusedWithTheReason) {
+  // No fused MoE path on CUDA yet: --device auto then runs them on the CPU.
+  for (const char* dir : {"mixtral", "qwen2-moe", "qwen3-moe", "olmoe"}) {
+    const Status s = cuda_supports_model(config_of(dir));
+    ASSERT_FALSE(s.ok()) << dir;
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << dir;
+    EXPECT_NE(s.message().find("moe family"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--device cpu"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

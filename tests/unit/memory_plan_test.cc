@@ -30,6 +30,47 @@ TEST(MemoryPlan, ParameterCountsOfPublishedShapes) {
   EXPECT_EQ(declared_parameter_count(config("qwen2.5-7b")), 7615616512);
 }
 
+// Total and active parameters of the mixture-of-experts shapes, and the bytes one token reads.
+TEST(MemoryPlan, MixtureOfExpertsActiveParameters) {
+  auto footprint = [](const ModelConfig& c) {
+    return parameter_footprint(c, [](const TensorDecl& d) -> int64_t {
+      if (!d.required) return -1;
+      int64_t n = 1;
+      for (int64_t x : d.shape) n *= x;
+      return 2 * n;  // bf16
+    });
+  };
+  // Mixtral-8x7B by the formula: per layer attention 2 x 4096^2 + 2 x 1024 x 4096, router 8 x 4096,
+  // experts 8 x 3 x 4096 x 14336, two norms; embedding and output 32000 x 4096 each.
+  const ModelConfig mixtral = config("mixtral-8x7b");
+  EXPECT_EQ(mixtral.family, ArchFamily::kMixtral);
+  const int64_t attn = 2 * 4096LL * 4096 + 2 * 1024LL * 4096, expert = 3 * 4096LL * 14336;
+  const int64_t per_layer_dense = attn + 8 * 4096 + 2 * 4096;
+  const int64_t globals = 2 * 32000LL * 4096 + 4096;
+  const ParameterFootprint m = footprint(mixtral);
+  EXPECT_EQ(m.total_parameters, 32 * (per_layer_dense + 8 * expert) + globals);
+  EXPECT_EQ(m.total_parameters, declared_parameter_count(mixtral));
+  EXPECT_EQ(m.active_parameters, 32 * (per_layer_dense + 2 * expert) + globals);
+  EXPECT_NEAR(m.total_parameters / 1e9, 46.7, 0.05);   // the published 46.7B
+  EXPECT_NEAR(m.active_parameters / 1e9, 12.9, 0.05);  // and 12.9B active
+  // Per token: the weights once, of the experts 2 of 8, of the (untied) embedding one row.
+  EXPECT_EQ(m.bytes_per_token, 2 * (m.active_parameters - 32000LL * 4096 + 4096));
+  EXPECT_EQ(m.total_bytes, 2 * m.total_parameters);
+  // Published totals / active counts (model cards): 30.5B / 3.3B, 14.3B / 2.7B, 6.9B / 1.3B.
+  const ParameterFootprint q3 = footprint(config("qwen3-30b-a3b"));
+  EXPECT_NEAR(q3.total_parameters / 1e9, 30.5, 0.1);
+  EXPECT_NEAR(q3.active_parameters / 1e9, 3.3, 0.1);
+  const ParameterFootprint q2 = footprint(config("qwen1.5-moe-a2.7b"));
+  EXPECT_NEAR(q2.total_parameters / 1e9, 14.3, 0.1);
+  EXPECT_NEAR(q2.active_parameters / 1e9, 2.7, 0.1);
+  const ParameterFootprint ol = footprint(config("olmoe-1b-7b"));
+  EXPECT_NEAR(ol.total_parameters / 1e9, 6.9, 0.1);
+  EXPECT_NEAR(ol.active_parameters / 1e9, 1.3, 0.05);
+  // A dense model reads every weight per token, the embedding's one row aside.
+  const ParameterFootprint dense = footprint(config("llama-3-8b"));
+  EXPECT_EQ(dense.active_parameters, dense.total_parameters);
+}
+
 TEST(MemoryPlan, Llama3_8bOn80GiBFollowsTheFormula) {
   MemoryPlanInput in;
   in.config = config("llama-3-8b");

@@ -9,5 +9,7 @@ namespace pagoda {
 const Family& llama_family();
 // Gemma 2, Gemma 3 text (families/gemma.cc).
 const Family& gemma_family();
+// Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE (families/moe.cc).
+const Family& moe_family();
 
 }  // namespace pagoda
