@@ -3,7 +3,7 @@
 Each round runs the binary's offline benchmark (N prompts of --input-len random token ids, exactly
 --output-len greedy tokens each, ignore_eos, all submitted at once; its batched output tokens/s),
 then the same work through the Python package in this process (one LLM built once with the same
-engine configuration; 64 prompts of random ids through LLM.generate, timed from the call to its
+engine configuration; 64 prompts of new random ids each round through LLM.generate, timed from the call to its
 return, so submission and the conversion to RequestOutput objects are included). Prints each
 round's two figures and their ratio (Python / binary), and the median ratio.
 Usage (scripts/bench_python_api.sh runs it with the build's module):
@@ -25,7 +25,7 @@ def binary_run(a):
            str(a.input_len), "--output-len", str(a.output_len), "--sequential", "0", "--max-num-seqs",
            str(a.max_num_seqs), "--threads", str(a.threads), "--device", "cpu", "--json", "--log-level", "warn"]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(r.stdout.strip().splitlines()[-1])["batched_output_tokens_per_s"]
+    return json.loads(r.stdout[r.stdout.index("{"):])["batched_output_tokens_per_s"]
 
 
 def python_run(llm, prompts, params):
@@ -34,6 +34,7 @@ def python_run(llm, prompts, params):
     dt = time.perf_counter() - t0
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     assert tokens == len(prompts) * params.max_tokens, tokens
+    assert sum(o.num_cached_tokens for o in outs) == 0, "prefix-cache hits: not the binary's work"
     return tokens / dt
 
 
@@ -56,13 +57,18 @@ def main():
                      threads=a.threads, device="cpu")
     rng = random.Random(0)
     vocab = llm.vocab_size
-    prompts = [[rng.randrange(vocab) for _ in range(a.input_len)] for _ in range(a.num_prompts)]
+
+    def random_prompts(n):
+        # New ids every round: the LLM lives across rounds, and a repeated prompt would be served by
+        # its prefix cache (the binary starts a fresh engine each run).
+        return [[rng.randrange(vocab) for _ in range(a.input_len)] for _ in range(n)]
+
     params = pagoda.SamplingParams(temperature=0, max_tokens=a.output_len, ignore_eos=True)
-    llm.generate([prompts[0]], pagoda.SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
+    llm.generate(random_prompts(1), pagoda.SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
     rounds = []
     for i in range(a.rounds):
         cli = binary_run(a)
-        py = python_run(llm, prompts, params)
+        py = python_run(llm, random_prompts(a.num_prompts), params)
         rounds.append({"round": i + 1, "bench_throughput_tok_s": cli, "llm_generate_tok_s": py, "ratio": py / cli})
         if not a.json:
             print(f"round {i + 1}: bench throughput {cli:8.1f} tok/s | LLM.generate {py:8.1f} tok/s | ratio {py / cli:.3f}",

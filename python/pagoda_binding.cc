@@ -286,8 +286,9 @@ PYBIND11_MODULE(_pagoda, m) {
         return fmt::format("SamplingParams(n={}, temperature={}, top_p={}, top_k={}, min_p={}, seed={}, max_tokens={}, "
                            "stop={}, ignore_eos={}, logprobs={})", p.n, p.sampling.temperature, p.sampling.top_p,
                            p.sampling.top_k, p.sampling.min_p, p.sampling.seed ? std::to_string(*p.sampling.seed) : "None",
-                           p.stop.max_tokens < 0 ? "None" : std::to_string(p.stop.max_tokens), p.stop.stop.size(),
-                           p.stop.ignore_eos, p.sampling.logprobs);
+                           p.stop.max_tokens < 0 ? "None" : std::to_string(p.stop.max_tokens),
+                           py::repr(py::cast(p.stop.stop)).cast<std::string>(), p.stop.ignore_eos ? "True" : "False",
+                           p.sampling.logprobs < 0 ? "None" : std::to_string(p.sampling.logprobs));
       });
 
   py::class_<Sample>(m, "CompletionOutput", "One sample of a request (vLLM's CompletionOutput)")

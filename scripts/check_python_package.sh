@@ -3,7 +3,8 @@
 # from the pip registry, this machine's CMake/Ninja and Debian's pybind11; from an empty build
 # folder), then the one-liner of the README run from the repository root against the installed
 # package, and `pagoda` imported from outside the tree. ccache, when installed, is handed to the
-# build (CMAKE_ARGS) so unchanged objects are not recompiled.
+# build (CMAKE_ARGS) so unchanged objects are not recompiled; the compilers are named as a plain
+# CMake build names them (c++, cc), since ccache keys on the compiler's name too.
 #   scripts/check_python_package.sh [--venv DIR]   (default /tmp/pagoda-check-venv, recreated)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ bash scripts/apt_install.sh requirements/apt-run.txt requirements/apt-python.txt
 rm -rf "$venv" build-py
 python3 -m venv "$venv"
 if command -v ccache >/dev/null; then
-  export CMAKE_ARGS="-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache ${CMAKE_ARGS:-}"
+  export CMAKE_ARGS="-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER=cc -DCMAKE_CXX_COMPILER=c++ ${CMAKE_ARGS:-}"
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd .. && pwd)}
 fi
 t0=$(date +%s)
