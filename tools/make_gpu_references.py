@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bf16 parity references for the CUDA backend, made on the GPU machine (torch + transformers there).
 
-Random-weight models of the Llama-3, Qwen2 and Qwen3 shapes, larger than the CPU tier's tiny ones
+Random-weight models of the Llama-3, Qwen2, Qwen3 and Gemma 3 shapes, larger than the CPU tier's tiny ones
 so the GPU's fast paths run (head_dim 64 / 128: tensor-core prefill attention and the vectorised
-decode kernel; GQA groups 4, 7 and 2; Qwen2 biases; Qwen3 q/k norms; llama3 RoPE scaling), vocab
+decode kernel; GQA groups 4, 7 and 2; Qwen2 biases; Qwen3 q/k norms; llama3 RoPE scaling; Gemma 3's sliding windows, post-norms and GeGLU), vocab
 512 (the stories260K tokenizer serves the engine tests). Weights come from
 tools/make_tiny_models.make_weights (numpy, seeded) and are written as HF directories with bf16
 safetensors: the bf16 values ARE the model. transformers then runs each directory on the GPU
@@ -67,6 +67,18 @@ MODELS = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
         "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
         "max_window_layers": 4, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"},
+    # Gemma-3-270M's layer shape (head_dim 256, one kv head, 5 sliding : 1 global, two RoPE bases),
+    # window 64 so the long prompts slide; tied embeddings scaled by sqrt(hidden).
+    "gemma3-bf16": {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": VOCAB, "hidden_size": 640,
+        "intermediate_size": 2048, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 256, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "sliding_window": 64,
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        "attn_logit_softcapping": None, "final_logit_softcapping": None, "hidden_activation": "gelu_pytorch_tanh",
+        "tie_word_embeddings": True, "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "bfloat16"},
 }
 PROMPT_LENGTHS = {"p1": 1, "p7": 7, "p100": 100, "p300": 300}
 

@@ -10,6 +10,7 @@ corpus are what that library produces. Everything written is small (a few hundre
   corpus.json                  the test strings: hand-written cases and seeded random strings
   gpt2-small/json/             byte-level BPE: GPT-2's first 4000 merges as tokenizer.json
   gpt2-small/bpe/              the same as vocab.json + merges.txt + tokenizer_config.json
+  qwen2-style/bpe/             qwen2-style as vocab.json + merges.txt naming Qwen2Tokenizer (own expected.json)
   llama3-style/                that vocabulary with Llama 3's Split regex, ignore_merges, BOS
   qwen2-style/                 ... with Qwen2's regex and <|im_start|>-style special tokens
   deepseek-llm-style/          ... with DeepSeek LLM's chain of Split patterns and Digits
@@ -37,7 +38,7 @@ import sys
 import tempfile
 
 import gguf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "testdata", "tokenizer")
@@ -236,6 +237,37 @@ def make_gpt2_family(shared, corpus):
     write_json(os.path.join(OUT, "gpt4o-style/expected.json"), expected(tok, corpus, "gpt4o-style"), compact=True)
 
 
+def make_qwen2_vocab_merges(corpus):
+    """qwen2-style/bpe: the qwen2-style vocabulary as a Qwen2 checkpoint without tokenizer.json ships it
+    (vocab.json + merges.txt + tokenizer_config.json naming Qwen2Tokenizer). transformers' Qwen2Tokenizer
+    normalizes to NFC and splits with Qwen2's regex before the byte-level BPE; the reference is that
+    pipeline in the tokenizers library, over the same files."""
+    src = os.path.join(OUT, "qwen2-style")
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    bpe_dir = os.path.join(src, "bpe")
+    os.makedirs(bpe_dir, exist_ok=True)
+    vocab = tj["model"]["vocab"]
+    write_json(os.path.join(bpe_dir, "vocab.json"), vocab, compact=True)
+    with open(os.path.join(bpe_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for m in tj["model"]["merges"]:
+            a, b = m if isinstance(m, list) else m.split(" ")
+            f.write(f"{a} {b}\n")
+    specials = [t["content"] for t in tj["added_tokens"]]
+    write_json(os.path.join(bpe_dir, "tokenizer_config.json"),
+               {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "bos_token": None,
+                "pad_token": "<|endoftext|>", "add_bos_token": False, "add_prefix_space": False,
+                "added_tokens_decoder": added_tokens_decoder([(t["content"], t["id"]) for t in tj["added_tokens"]])})
+    tok = Tokenizer(models.BPE.from_file(os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    write_json(os.path.join(bpe_dir, "expected.json"), expected(tok, corpus, "qwen2-style/bpe"), compact=True)
+
+
 def make_tok512(shared, corpus):
     """tok512.model as the Hugging Face BPE files transformers writes for Llama tokenizers: vocab in
     piece order, merges from transformers' generate_merges, byte fallback, fuse_unk. The legacy
@@ -325,6 +357,7 @@ def main():
     corpus = HAND_WRITTEN + random_strings(300, seed=20240607)
     write_json(os.path.join(OUT, "corpus.json"), corpus)
     make_gpt2_family(args.shared, corpus)
+    make_qwen2_vocab_merges(corpus)
     make_tok512(args.shared, corpus)
     make_smollm2(args.models, corpus)
     make_pre_tokenizer_cases()

@@ -1,7 +1,7 @@
 // Layer ops: the level at which a family's forward pass is written and at which backends fuse.
 // A family's forward (model/families/*.cc) is one straight-line loop over its layers calling
 // these; the CPU backend (runtime/cpu_layer_ops.cc) composes ops/, the CUDA backend
-// (backend/cuda/cuda_executor.cc) launches its fused kernels and owns their fusion choices
+// (backend/cuda/cuda_step_ops.cc) launches its fused kernels and owns their fusion choices
 // (a norm folded into the next GEMV, a residual add folded into an epilogue or into the next
 // norm). One forward, two backends, no drift.
 //
@@ -70,7 +70,7 @@ class LayerOps {
   virtual void end_layer(int64_t layer) {}
 
   // Ops of the Gemma family (model/families/gemma.cc). A backend that does not implement them
-  // must refuse such models at load (the CUDA executor does); reaching these defaults aborts.
+  // must refuse such models at load; reaching these defaults aborts.
   // residual *= scale (Gemma's sqrt(hidden) embedding scale)
   virtual void scale_residual(float /*scale*/) { unsupported("scale_residual"); }
   // residual += rms_norm(attn @ w^T) * post.weight (the post-attention norm), w [D, Q]

@@ -24,6 +24,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const RopeTable& rope() const { return rope_; }
+  // Every RoPE table a forward pass may name in AttentionArgs::rope: rope() first, then the
+  // family's per-layer tables (Gemma 3's sliding layers). Backends upload them at load.
+  virtual std::vector<const RopeTable*> rope_tables() const { return {&rope_}; }
 
   // One forward pass of the step that `ops` carries (its batch, KV cache and activations).
   virtual void forward(LayerOps& ops) const = 0;

@@ -1,4 +1,4 @@
-// The CUDA executor (backend/cuda/cuda_executor.cc): the model's forward pass, KV cache and
+// The CUDA executor (backend/cuda/cuda_executor.cc and its siblings): the model's forward pass, KV cache and
 // sampling on one NVIDIA GPU. Built with PAGODA_CUDA; without it (runtime/cuda_unavailable.cc)
 // every entry point reports that this build has no CUDA, so callers link everywhere and GPU tests
 // skip with a clear message.
@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "common/tuning_config.h"
+#include "model/model_config.h"
 #include "runtime/model_executor.h"
 
 namespace pagoda {
@@ -66,6 +67,10 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
 
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options);
+
+// Whether the CUDA executor runs a model of this configuration (family and variant), in any build:
+// an unimplemented status that says why and names the CPU otherwise (runtime/cuda_model_support.cc).
+Status cuda_supports_model(const ModelConfig& config);
 
 // Machine ceilings for `pagoda bench` on the GPU: device-to-device copy bandwidth (bytes/s,
 // counting bytes read + bytes written) and the cuBLASLt bf16 GEMM rate at n^3 (FLOP/s).

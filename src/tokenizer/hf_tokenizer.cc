@@ -2,7 +2,8 @@
 //   * tokenizer.json: model (BPE: vocab, merges as "a b" strings or [a, b] pairs, unk_token,
 //     byte_fallback, fuse_unk, ignore_merges), added_tokens, normalizer, pre_tokenizer,
 //     post_processor (TemplateProcessing / RobertaProcessing / BertProcessing -> BOS/EOS), decoder;
-//   * vocab.json + merges.txt: GPT-2 style byte-level BPE (ByteLevel pre-tokenizer and decoder);
+//   * vocab.json + merges.txt: byte-level BPE (ByteLevel decoder; the pre-tokenizer of the
+//     tokenizer_config.json's tokenizer_class: Qwen2Tokenizer's NFC + regex, else GPT-2's ByteLevel);
 //   * tokenizer_config.json (optional, both forms): bos/eos/unk/pad tokens, add_bos_token,
 //     add_eos_token, added_tokens_decoder; its add_*_token settings win over the post-processor,
 //     as transformers does.
@@ -19,6 +20,7 @@
 #include "loader/hf_token_config.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/hf_components.h"
+#include "tokenizer/regex_matcher.h"
 #include "tokenizer/tokenizer_data.h"
 
 namespace pagoda {
@@ -300,8 +302,21 @@ Result<std::shared_ptr<const Tokenizer>> from_vocab_merges(const std::string& vo
   PAGODA_RETURN_IF_ERROR(read_vocab(vocab, &v, &model_text));
   std::vector<BpeMerge> merges;
   PAGODA_RETURN_IF_ERROR(read_merges_txt(merges_txt, model_text, &merges));
+  // The pre-tokenizer the checkpoint's tokenizer class implies (the files transformers' slow
+  // tokenizers read): Qwen2Tokenizer normalizes to NFC and splits with Qwen2's regex before the
+  // byte-level mapping; every other class gets GPT-2's byte-level regex.
   const bool prefix = cfg.is_object() && cfg.value("add_prefix_space", false);
-  d->pre_tokenizer.add(make_byte_level_step(prefix, true));
+  const std::string cls = cfg.is_object() && cfg.contains("tokenizer_class") && cfg["tokenizer_class"].is_string()
+                              ? cfg["tokenizer_class"].get<std::string>()
+                              : std::string();
+  if (cls == "Qwen2Tokenizer" || cls == "Qwen2TokenizerFast") {
+    PAGODA_ASSIGN_OR_RETURN(d->normalizer, build_hf_normalizer(json{{"type", "NFC"}}));
+    PAGODA_ASSIGN_OR_RETURN(auto split, make_regex_matcher(kQwen2Pattern));
+    d->pre_tokenizer.add(make_split_step(std::move(split), SplitBehavior::kIsolated, false));
+    d->pre_tokenizer.add(make_byte_level_step(false, false));
+  } else {
+    d->pre_tokenizer.add(make_byte_level_step(prefix, true));
+  }
   d->decoder.per_token.push_back({DecodeStep::Kind::kByteLevel, "", ""});
   if (!cfg.is_object()) {
     // GPT-2's defaults: <|endoftext|> is BOS, EOS and a special token.

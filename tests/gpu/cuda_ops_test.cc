@@ -86,6 +86,45 @@ TEST(CudaOps, RmsNormEmbeddingSwiGlu) {
   }
 }
 
+// The Gemma row kernels: GeGLU (tanh GELU) against the double formula, the post-norm added into a
+// residual, the embedding scale and the logit soft-capping.
+TEST(CudaOps, GemmaRowKernels) {
+  PAGODA_REQUIRE_GPU();
+  const int64_t T = 3, F = 100, D = 72;
+  auto gu = random_floats(T * 2 * F, 5, -4, 4);
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    auto r = round_to(gu, t);
+    std::vector<float> ref(T * F);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < F; ++j) {
+        const double g = r[i * 2 * F + j], u = r[i * 2 * F + F + j];
+        ref[i * F + j] = static_cast<float>(0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u);
+      }
+    auto dgu = upload_as(gu, t);
+    cuda::DeviceBuffer out(T * F * 4);
+    cuda::geglu_tanh(dgu.get(), T, F, out.get(), t, nullptr);
+    EXPECT_LT(nmse(download_as(out, T * F, t), ref), t == DType::kF32 ? 1e-11 : 1e-5) << dtype_name(t);
+  }
+  auto x = random_floats(T * D, 6, -3, 3), w = random_floats(D, 7, 0.5f, 1.5f), res = random_floats(T * D, 8, -1, 1);
+  std::vector<float> normed(T * D), want(T * D);
+  reference::rms_norm(x.data(), w.data(), T, D, 1e-6, normed.data());
+  for (int64_t i = 0; i < T * D; ++i) want[i] = res[i] + normed[i];
+  auto dx = to_device(x), dw = to_device(w), dres = to_device(res);
+  cuda::rms_norm_add(dx.as<float>(), T, D, dw.as<float>(), 1e-6f, dres.as<float>(), nullptr);
+  EXPECT_LT(nmse(to_host<float>(dres, T * D), want), 1e-12);
+  cuda::scale_f32(dx.as<float>(), T * D, 25.25f, nullptr);
+  auto scaled = to_host<float>(dx, T * D);
+  for (int64_t i = 0; i < T * D; ++i) ASSERT_EQ(scaled[i], x[i] * 25.25f) << i;
+  auto logits = random_floats(T * D, 9, -80, 80);
+  auto dl = to_device(logits);
+  cuda::softcap_f32(dl.as<float>(), T * D, 30.0f, nullptr);
+  auto capped = to_host<float>(dl, T * D);
+  for (int64_t i = 0; i < T * D; ++i) {
+    ASSERT_NEAR(capped[i], 30.0 * std::tanh(logits[i] / 30.0), 1e-4) << i;
+    ASSERT_LE(std::abs(capped[i]), 30.0f);
+  }
+}
+
 // y[m, n] = sum_k x[m, k] w[n, k] in double.
 std::vector<double> matmul_ref(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N, int64_t K) {
   std::vector<double> y(M * N);

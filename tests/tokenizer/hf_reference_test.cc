@@ -24,6 +24,8 @@ std::vector<HfCase> hf_cases() {
       {"gpt2-small/bpe", "gpt2-small", "gpt2"},
       {"llama3-style", "llama3-style", "Split[llama3]"},
       {"qwen2-style", "qwen2-style", "Split[qwen2]"},
+      // vocab.json + merges.txt naming Qwen2Tokenizer: NFC and Qwen2's regex, not GPT-2's
+      {"qwen2-style/bpe", "qwen2-style/bpe", "Split[qwen2]"},
       {"deepseek-llm-style", "deepseek-llm-style", "Split[simple]"},
       {"gpt4o-style", "gpt4o-style", "Split[icu]"},
       {"tok512-legacy", "tok512-legacy", ""},

@@ -1,4 +1,5 @@
-// Elementwise kernels: SwiGLU over the fused gate/up projection output, and dtype conversions
+// Elementwise kernels: SwiGLU / GeGLU over the fused gate/up projection output, logit soft-capping,
+// and dtype conversions
 // (weight upload, tests). Grid-stride loops; f32 arithmetic, one rounding at the store. The bf16
 // SwiGLU of prefill (8192 x 2 x 14336 values a layer at the 8B shape) moves 8 values a thread
 // with 16-byte loads and 32-bit index arithmetic; the scalar kernel covers the rest.
@@ -45,6 +46,32 @@ __global__ void swiglu_bf16x8_kernel(const uint4* __restrict__ gu, int T_, int F
   }
 }
 
+// gelu_pytorch_tanh(g) * u, in f32 (ops/activation.h's row kernel computes the same).
+__device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
+}
+
+template <class T>
+__global__ void geglu_tanh_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t n = T_ * F;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / F, i = idx - t * F;
+    out[idx] = from_f32<T>(gelu_tanh_mul(to_f32(gu[t * 2 * F + i]), to_f32(gu[t * 2 * F + F + i])));
+  }
+}
+
+__global__ void softcap_kernel(float* __restrict__ x, int64_t n, float cap, float inv_cap) {
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[idx] = cap * tanhf(x[idx] * inv_cap);
+}
+
 template <class TI, class TO>
 __global__ void convert_kernel(const TI* __restrict__ src, TO* __restrict__ dst, int64_t n) {
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
@@ -86,6 +113,25 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
     }
     launch_pdl(swiglu_kernel<bf16>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+void geglu_tanh(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s) {
+  if (T <= 0) return;
+  const int grid = grid_for(T * F, 256);
+  if (dtype == DType::kF32) {
+    launch_pdl(geglu_tanh_kernel<float>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
+  } else {
+    PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "geglu_tanh: dtype must be f32 or bf16");
+    launch_pdl(geglu_tanh_kernel<bf16>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void softcap_f32(float* x, int64_t n, float cap, cudaStream_t s) {
+  if (n <= 0) return;
+  PAGODA_CUDA_REQUIRE(cap > 0.0f, "softcap_f32: cap must be positive");
+  launch_pdl(softcap_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, x, n, cap, 1.0f / cap);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,250 +1,27 @@
-// The CUDA executor: weights, paged KV cache, activation workspace and the layer ops of any
-// family's forward pass (model/layer_ops.h) on one GPU, with decode steps replayed from CUDA
-// graphs and sampling on the device. runtime/cuda_executor.h states the compute paths and the
-// batch-invariance contract.
-//
-// The layer ops of one forward pass (T tokens) and the kernels they launch:
-//   embed              embedding -> residual f32 [T, D]
-//   norm_qkv           rms_norm -> hidden (act) ; QKV matmul -> qkv f32
-//   rope_kv_attention  rope_kv_write (bias, q/k norm, RoPE, K/V into the cache) -> q f32 ;
-//                      attention (split-KV rows and/or tensor-core prefill tiles) -> attn (act)
-//                      (decode steps on the SIMT split-KV kernel: rope_kv_write runs inside it)
-//   linear_residual    matmul adding into residual
-//   gated_mlp          rms_norm -> hidden ; gate/up matmul + SwiGLU -> act ; down adds into residual
-//   final_logits       rms_norm of the rows whose logits are wanted -> lm_head -> logits f32
-// Matmul dispatch (on the weight's device format, backend/cuda/device_weight.h): batch-invariant
-// mode -> SIMT GEMM; bf16 with few rows -> our GEMV (RMSNorm fused into the QKV / gate-up /
-// lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue). Kernel choices and diagnostics
-// come from CudaExecutorOptions::tuning.
+// The CUDA executor: weights, paged KV cache, activation workspace and the step of any family's
+// forward pass (model/layer_ops.h; the ops themselves: cuda_step_ops.cc) on one GPU, with decode
+// steps replayed from CUDA graphs and sampling on the device (cuda_executor_sampling.cc).
+// runtime/cuda_executor.h states the compute paths and the batch-invariance contract.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
 // device buffers, so a decode step (every sequence one new token, up to the largest bucket) is
 // one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
 // 0 (attention writes zeros) and slot -1 (no KV write).
-#include <cuda_runtime_api.h>
+#include "backend/cuda/cuda_executor_impl.h"
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <type_traits>
-#include <unordered_map>
+namespace pagoda::cuda_impl {
 
-#include "backend/cuda/blas.h"
-#include "backend/cuda/block_trace.h"
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/cuda_sizing.h"
-#include "backend/cuda/device.h"
-#include "backend/cuda/device_weight.h"
-#include "backend/cuda/kernels.h"
-#include "backend/cuda/op_profiler.h"
-#include "backend/cuda/step_timer.h"
-#include "backend/cuda/weight_uploader.h"
-#include "model/family.h"
-#include "ops/linear.h"
-#include "runtime/cuda_executor.h"
-
-namespace pagoda {
 namespace {
-
-using cuda::align_up;
-using cuda::Capacities;
-using cuda::DeviceBuffer;
-using cuda::Dims;
-using cuda::elem_bytes;
-using cuda::GemmOut;
-using cuda::graph_buckets;
-using cuda::PinnedBuffer;
-using cuda::resolve_compute_dtype;
-using cuda::tied_output;
-
-// Fixed-layout step inputs: a pinned host mirror and its device copy. Small int32 arrays of
-// tok_cap entries first (copied in one go), then prefill sequences / items, then block tables.
-struct InputRegion {
-  int64_t tok_cap = 0, seq_cap = 0, item_cap = 0, bt_stride = 0;
-  size_t o_ids = 0, o_pos = 0, o_slots = 0, o_rtok = 0, o_rseq = 0, o_rctx = 0, o_lrows = 0, o_small_end = 0;
-  size_t o_pseqs = 0, o_pitems = 0, o_bt = 0, total = 0;
-  PinnedBuffer host;
-  DeviceBuffer dev;
-
-  void allocate(int64_t tokens, int64_t seqs, int64_t stride) {
-    tok_cap = tokens;
-    seq_cap = seqs;
-    item_cap = tokens / 64 + seqs;  // the smallest query tile is 64
-    bt_stride = stride;
-    const size_t a = static_cast<size_t>(tok_cap) * 4;
-    o_ids = 0;
-    o_pos = a;
-    o_slots = 2 * a;
-    o_rtok = 3 * a;
-    o_rseq = 4 * a;
-    o_rctx = 5 * a;
-    o_lrows = 6 * a;
-    o_small_end = 7 * a;
-    o_pseqs = static_cast<size_t>(align_up(static_cast<int64_t>(o_small_end), 256));
-    o_pitems = static_cast<size_t>(align_up(static_cast<int64_t>(o_pseqs + seq_cap * sizeof(cuda::PrefillSeq)), 256));
-    o_bt = static_cast<size_t>(align_up(static_cast<int64_t>(o_pitems + item_cap * sizeof(cuda::PrefillItem)), 256));
-    total = o_bt + static_cast<size_t>(seq_cap * bt_stride) * 4;
-    host.reset(total);
-    dev.reset(total);
-    std::memset(host.get(), 0, total);
-  }
-  template <class T>
-  T* h(size_t off) const { return reinterpret_cast<T*>(host.as<uint8_t>() + off); }
-  template <class T>
-  T* d(size_t off) const { return reinterpret_cast<T*>(dev.as<uint8_t>() + off); }
-};
-
-struct StepShape {
-  int64_t tokens = 0;    // T
-  int64_t rows = 0;      // split-KV attention rows
-  int64_t items = 0;     // prefill tiles
-  int64_t logits = 0;    // logits rows
-  int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
-  bool decode = false;   // every token is a decode row: its own key is the only one this step writes
-};
 
 // Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
 // with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel there: kernels.h),
 // replayed by the batch's longest context.
 int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
 
+}  // namespace
+
 static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
-
-class CudaExecutor final : public ModelExecutor {
- public:
-  CudaExecutor(const Model& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
-      : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {}
-
-  ~CudaExecutor() override {
-    cudaSetDevice(opt_.device);
-    cudaStreamSynchronize(stream_);
-    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
-    cudaStreamDestroy(stream_);
-    cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
-  }
-
-  Status init();
-
-  std::string device_name() const override { return fmt::format("cuda:{}", opt_.device); }
-  std::string describe() const override;
-  const Tensor& forward(const ForwardBatch& batch) override;
-  bool samples_on_device() const override { return true; }
-  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                      std::vector<SampleResult>& results) override;
-  void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
-  void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
-  int64_t workspace_bytes() const override { return workspace_bytes_; }
-  int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
-  DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
-  bool set_graphs_enabled(bool on) override {
-    graphs_on_ = on && opt_.cuda_graphs;
-    return opt_.cuda_graphs;
-  }
-  std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
-  int64_t linear_weight_bytes() const override {
-    int64_t total = 0;
-    for (const auto& w : linears_)
-      for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
-    return total;
-  }
-
- private:
-  class StepOps;  // the layer ops of one launch_forward()
-
-  void upload_weights();
-  void allocate_workspace(int64_t tokens, int64_t logits_rows);
-  void capture_graphs();
-  void destroy_graphs();
-  cuda::KvCacheLayer kv_layer(int64_t l) const;
-  // y = x w^T for M rows; N, K from the weight.
-  void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
-  void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
-  void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant).
-  bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
-    return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
-  }
-  const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
-  const float* vec(VectorId id) const {
-    return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
-  }
-  // Whether M rows of a bf16 linear layer take our GEMV (not batch-invariant, at most
-  // tuning.gemv_max_rows rows) with the preceding RMSNorm fused in.
-  bool use_norm_gemv(int64_t M, const cuda::DeviceWeight& w) const {
-    return !w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
-           cuda::gemv_norm_supported(M, w.k);
-  }
-  // The operands both attention kernels take from a step: q, the output, block tables, the layer's
-  // cache, heads, scale, window.
-  template <class P>
-  void set_attention_operands(P& p, const InputRegion& in, const cuda::KvCacheLayer& kv) const {
-    p.q = q_.as<float>();
-    p.q_stride = d_.Q;
-    p.out = attn_.get();
-    p.out_dtype = act_;
-    p.out_stride = d_.Q;
-    p.block_tables = in.d<int32_t>(in.o_bt);
-    p.bt_stride = in.bt_stride;
-    p.cache = kv;
-    p.num_heads = d_.H;
-    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
-    p.window = model_.config().sliding_window;
-  }
-  void launch_forward(const InputRegion& in, const StepShape& sh);
-  // Runs the forward pass of `batch`; logits rows [0, n) are then in logits_.
-  void run_step(const ForwardBatch& batch);
-  void copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items);
-  void swap(const std::vector<BlockCopy>& copies, bool out);
-
-  const Model& model_;
-  Dims d_;
-  KvCacheSpec spec_;
-  CudaExecutorOptions opt_;
-  DType act_;
-  Capacities caps_;
-  bool use_prefill_kernel_ = false;
-  int sms_ = 0;
-  std::string gpu_name_;
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::BlasLt> blas_;
-
-  DeviceBuffer embed_, rope_cos_, rope_sin_;                // [V, D] act; [max_pos, half] f32 each
-  std::vector<cuda::DeviceWeight> linears_;                 // by LinearId (model/model_weights.h)
-  std::vector<DeviceBuffer> vectors_;                       // by VectorId: [n] f32
-  DeviceBuffer kv_;
-  int64_t kv_layer_bytes_ = 0;
-  PinnedBuffer host_kv_;
-
-  // Workspace.
-  int64_t tok_cap_ = 0, logits_cap_ = 0;
-  DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
-  // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
-  // the dequantized weight; views into quant_scratch_.
-  DeviceBuffer quant_scratch_;
-  int8_t* xq_ = nullptr;
-  float2* xds_ = nullptr;
-  uint8_t* dequant_ = nullptr;
-  DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
-  DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
-  PinnedBuffer token_masks_host_, token_mask_rows_host_;
-  int64_t penalties_cap_ = 0, blocked_cap_ = 0;
-  PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
-  int64_t workspace_bytes_ = 0;
-  InputRegion eager_, graph_;
-  int64_t bt_stride_ = 0;
-
-  std::vector<int64_t> buckets_;
-  bool graphs_on_ = true;
-  std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
-  cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
-  cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
-  Tensor logits_tensor_;
-  int64_t last_logits_rows_ = 0;
-};
 
 Status CudaExecutor::init() {
   CUDA_CHECK(cudaSetDevice(opt_.device));
@@ -338,11 +115,17 @@ void CudaExecutor::upload_weights() {
     vectors_[i].reset(static_cast<size_t>(v.numel() * 4));
     up.upload_f32(v.data_as<float>(), v.numel(), vectors_[i].get());
   }
-  const RopeTable& rope = model_.rope();
-  rope_cos_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
-  rope_sin_.reset(static_cast<size_t>(d_.max_pos * d_.half * 4));
-  up.upload_f32(rope.cos(0), d_.max_pos * d_.half, rope_cos_.get());
-  up.upload_f32(rope.sin(0), d_.max_pos * d_.half, rope_sin_.get());
+  for (const RopeTable* rope : model_.rope_tables()) {
+    DeviceRope& dr = ropes_.emplace_back();
+    const int64_t n = rope->max_positions() * (rope->rope_dim() / 2);
+    dr.cos.reset(static_cast<size_t>(n * 4));
+    dr.sin.reset(static_cast<size_t>(n * 4));
+    up.upload_f32(rope->cos(0), n, dr.cos.get());
+    up.upload_f32(rope->sin(0), n, dr.sin.get());
+    dr.rope_dim = rope->rope_dim();
+    dr.interleaved = rope->layout() == RopeLayout::kInterleaved;
+    rope_index_[rope] = ropes_.size() - 1;
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -396,211 +179,6 @@ cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
   return k;
 }
 
-void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
-  if (M <= 0) return;
-  if (w.quantized()) return quant_linear(x, w, M, y, mode);
-  PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
-               dtype_name(w.format()), dtype_name(act_));
-  dense_linear(x, w.data(), w.n, w.k, M, y, mode);
-}
-
-void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode) {
-  if (opt_.batch_invariant) {
-    cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
-  } else if (mode == GemmOut::kSwiGlu ||
-             (act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows && cuda::gemv_supported(M, K))) {
-    PAGODA_CHECK(act_ == DType::kBF16 && cuda::gemv_supported(M, K), "the fused SwiGLU matmul is the bf16 GEMV's");
-    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
-  } else {
-    const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-    blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
-  }
-}
-
-// Native quantized weights: the int8 GEMV per segment for few rows (outputs at the segment's
-// columns; a SwiGLU over gate/up in two formats goes through gu_ and the swiglu kernel), else the
-// weight dequantized into the scratch and the dense path.
-void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
-  const int64_t N = w.n, K = w.k;
-  if (quant_gemv(M, w)) {
-    cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
-    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
-      for (const auto& seg : w.segments)
-        cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
-                         GemmOut::kStoreAct, stream_);
-      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
-      return;
-    }
-    for (const auto& seg : w.segments) {
-      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
-                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
-      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode,
-                       stream_);
-    }
-    return;
-  }
-  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
-  for (const auto& seg : w.segments)
-    cuda::dequantize_weight(seg.data, seg.format, seg.n, K, dequant_ + seg.row0 * K * cuda::elem_bytes(act_), act_,
-                            stream_);
-  dense_linear(x, dequant_, N, K, M, y, mode);
-}
-
-// The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
-// the device, `sh` its shape. Each op launches what the replaced launch sequence launched, in
-// the same order (a decode step replays them from a graph).
-class CudaExecutor::StepOps final : public LayerOps {
- public:
-  StepOps(CudaExecutor& ex, const InputRegion& in, const StepShape& sh)
-      : ex_(ex), in_(in), sh_(sh), T_(sh.tokens) {}
-
-  void embed() override {
-    cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
-                    ex_.stream_);
-    ex_.profiler_.mark("embedding", ex_.stream_);
-  }
-
-  void norm_qkv(const NormArgs& norm, LinearId wid) override {
-    const cuda::DeviceWeight& w = ex_.weight(wid);
-    norm_linear(norm, w, T_, nullptr, ex_.qkv_.get(), GemmOut::kStoreF32, "norm+qkv gemv", "qkv");
-  }
-
-  void rope_kv_attention(const AttentionArgs& a) override {
-    CudaExecutor& e = ex_;
-    const cuda::KvCacheLayer kv = e.kv_layer(a.layer);
-    cuda::RopeKvParams rp;
-    rp.qkv = e.qkv_.as<float>();
-    rp.num_tokens = T_;
-    rp.num_heads = e.d_.H;
-    rp.head_dim = e.d_.Dh;
-    rp.rope_dim = e.model_.rope().rope_dim();
-    rp.bias = e.vec(a.qkv_bias);
-    rp.q_norm = e.vec(a.q_norm);
-    rp.k_norm = e.vec(a.k_norm);
-    rp.norm_eps = static_cast<float>(a.norm_eps);
-    rp.cos = e.rope_cos_.as<float>();
-    rp.sin = e.rope_sin_.as<float>();
-    rp.interleaved = e.model_.rope().layout() == RopeLayout::kInterleaved;
-    rp.positions = in_.d<int32_t>(in_.o_pos);
-    rp.slots = in_.d<int32_t>(in_.o_slots);
-    rp.q_out = e.q_.as<float>();
-    rp.cache = kv;
-    cuda::RowAttentionParams ap;
-    e.set_attention_operands(ap, in_, kv);
-    ap.max_keys = sh_.max_keys;
-    ap.num_sms = e.sms_;
-    ap.part_o = e.part_o_.as<float>();
-    ap.part_ml = e.part_ml_.as<float>();
-    ap.counters = e.att_counters_.as<int>();
-    ap.tensor_cores = e.use_prefill_kernel_ && e.opt_.tuning.row_attention != "simt";
-    ap.tensor_cores_short = e.opt_.tuning.row_attention == "mma";
-    ap.simt_heads_per_block = e.opt_.tuning.simt_heads;
-    ap.fresh_keys = sh_.decode ? 1 : -1;
-    // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
-    // one dependent round trip fewer a layer); the row count decides which kernel runs.
-    ap.rope = rp;
-    ap.num_rows = sh_.rows;
-    const bool fuse_rope = sh_.decode && sh_.rows > 0 && cuda::row_attention_fuses_rope(ap);
-    if (!fuse_rope) {
-      ap.rope = cuda::RopeKvParams{};
-      cuda::rope_kv_write(rp, e.stream_);
-      e.profiler_.mark("rope+kv write", e.stream_);
-    }
-    if (sh_.rows > 0) {
-      for (int64_t r0 = 0; r0 < sh_.rows; r0 += e.caps_.att_rows) {
-        cuda::RowAttentionParams cp = ap;
-        cp.num_rows = std::min(e.caps_.att_rows, sh_.rows - r0);
-        cp.row_token = in_.d<int32_t>(in_.o_rtok) + r0;
-        cp.row_seq = in_.d<int32_t>(in_.o_rseq) + r0;
-        cp.row_ctx = in_.d<int32_t>(in_.o_rctx) + r0;
-        cuda::row_attention(cp, e.stream_);
-      }
-      e.profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", e.stream_);
-    }
-    if (sh_.items > 0) {
-      cuda::PrefillAttentionParams pp;
-      e.set_attention_operands(pp, in_, kv);
-      pp.seqs = in_.d<cuda::PrefillSeq>(in_.o_pseqs);
-      pp.items = in_.d<cuda::PrefillItem>(in_.o_pitems);
-      pp.num_items = sh_.items;
-      pp.tile_q = e.opt_.prefill_tile_q;
-      cuda::prefill_attention(pp, e.stream_);
-      e.profiler_.mark("attention prefill", e.stream_);
-    }
-  }
-
-  void linear_residual(LinearId wid) override {
-    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
-    ex_.profiler_.mark("o", ex_.stream_);
-  }
-
-  void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) override {
-    CudaExecutor& e = ex_;
-    const cuda::DeviceWeight& gu = e.weight(gate_up);
-    const int64_t F = gu.n / 2;
-    if (e.use_norm_gemv(T_, gu)) {  // norm + gate/up + SwiGLU in one GEMV
-      const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
-      cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
-      e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
-    } else if (e.quant_gemv(T_, gu)) {  // gate/up + SwiGLU in one int8 GEMV
-      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
-                     e.hidden_.get(), e.act_, e.stream_);
-      e.profiler_.mark("rms_norm", e.stream_);
-      e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
-      e.profiler_.mark("gate/up+swiglu", e.stream_);
-    } else {
-      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
-                     e.hidden_.get(), e.act_, e.stream_);
-      e.profiler_.mark("rms_norm", e.stream_);
-      e.linear(e.hidden_.get(), gu, T_, e.gu_.get(), GemmOut::kStoreAct);
-      e.profiler_.mark("gate/up", e.stream_);
-      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
-      e.profiler_.mark("swiglu", e.stream_);
-    }
-    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
-    e.profiler_.mark("down", e.stream_);
-  }
-
-  void final_logits(const NormArgs& norm, LinearId wid) override {
-    if (sh_.logits <= 0) return;
-    norm_linear(norm, ex_.weight(wid), sh_.logits, in_.d<int32_t>(in_.o_lrows), ex_.logits_.get(), GemmOut::kStoreF32,
-                nullptr, nullptr);
-    ex_.profiler_.mark("final norm+lm_head", ex_.stream_);
-  }
-
- private:
-  // y[M, N] = rms_norm(residual[rows]) w^T (rows: nullptr for the first M rows, else M row
-  // indices): one GEMV with the norm fused where it applies, else the norm into `hidden` (the
-  // `last` buffer for gathered rows) and a matmul. Labels non-null: profiler marks.
-  void norm_linear(const NormArgs& norm, const cuda::DeviceWeight& w, int64_t M, const int32_t* rows, void* y,
-                   GemmOut mode, const char* fused_label, const char* label) {
-    CudaExecutor& e = ex_;
-    const float eps = static_cast<float>(norm.eps);
-    if (e.use_norm_gemv(M, w)) {
-      const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
-      cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
-      if (fused_label) e.profiler_.mark(fused_label, e.stream_);
-      return;
-    }
-    DeviceBuffer& normed = rows ? e.last_ : e.hidden_;
-    cuda::rms_norm(e.residual_.as<float>(), rows, M, w.k, e.vec(norm.weight), eps, normed.get(), e.act_, e.stream_);
-    if (label) e.profiler_.mark("rms_norm", e.stream_);
-    e.linear(normed.get(), w, M, y, mode);
-    if (label) e.profiler_.mark(label, e.stream_);
-  }
-
-  CudaExecutor& ex_;
-  const InputRegion& in_;
-  const StepShape& sh_;
-  const int64_t T_;
-};
-
-void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
-  cuda::block_trace_begin_step();
-  StepOps ops(*this, in, sh);
-  model_.forward(ops);
-}
 
 void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items) {
   CUDA_CHECK(cudaMemcpyAsync(in.dev.get(), in.host.get(), in.o_small_end, cudaMemcpyHostToDevice, stream_));
@@ -780,118 +358,6 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   return logits_tensor_;
 }
 
-void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                                  std::vector<SampleResult>& results) {
-  using Clock = cuda::StepTimer::Clock;
-  const auto t_start = Clock::now();
-  run_step(batch);
-  const double launch_s = cuda::StepTimer::seconds(t_start, Clock::now());
-  double sampling_s = 0, wait_s = 0;
-  results.assign(specs.size(), SampleResult{});
-  const int64_t cap = caps_.seqs;
-  for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
-    const auto t_chunk = Clock::now();
-    const size_t n = std::min(specs.size() - c0, static_cast<size_t>(cap));
-    auto* prm = sample_params_host_.as<cuda::SampleRowParams>();
-    std::vector<cuda::PenaltyEntry> pens;
-    std::vector<int32_t> blocked;
-    std::vector<int32_t> toks, outs;
-    std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
-    std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
-    const int64_t mask_words = (d_.V + 31) / 32;
-    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
-    for (size_t i = 0; i < n; ++i) {
-      const SampleSpec& sp = specs[c0 + i];
-      const SamplingParams& P = *sp.params;
-      PAGODA_CHECK(sp.logits_row >= 0 && sp.logits_row < last_logits_rows_, "sample row {} of {}", sp.logits_row,
-                   last_logits_rows_);
-      cuda::SampleRowParams& r = prm[i];
-      r.logits_row = static_cast<int32_t>(sp.logits_row);
-      r.top_k = P.top_k;
-      r.temperature = P.temperature;
-      r.top_p = P.top_p;
-      r.min_p = P.min_p;
-      r.repetition_penalty = P.repetition_penalty;
-      r.presence_penalty = P.presence_penalty;
-      r.frequency_penalty = P.frequency_penalty;
-      r.logprobs = P.logprobs;
-      r.uniform = sp.uniform;
-      r.pen_begin = static_cast<int32_t>(pens.size());
-      const bool rep = P.repetition_penalty != 1.0f, pf = P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
-      if (rep || pf) {
-        outs.assign(sp.history.output.begin(), sp.history.output.end());
-        std::sort(outs.begin(), outs.end());
-        toks = outs;
-        if (rep) toks.insert(toks.end(), sp.history.prompt.begin(), sp.history.prompt.end());
-        std::sort(toks.begin(), toks.end());
-        toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
-        for (int32_t t : toks) {
-          const auto range = std::equal_range(outs.begin(), outs.end(), t);
-          pens.push_back({t, static_cast<int32_t>(range.second - range.first)});
-        }
-      }
-      r.pen_count = static_cast<int32_t>(pens.size()) - r.pen_begin;
-      r.block_begin = static_cast<int32_t>(blocked.size());
-      blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
-      r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
-      if (!sp.allowed_mask.empty()) {
-        mask_rows.push_back(r.logits_row);
-        const size_t at = masks.size();
-        masks.resize(at + static_cast<size_t>(mask_words), 0u);
-        std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
-                    masks.begin() + static_cast<std::ptrdiff_t>(at));
-      }
-      plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
-                               stream_));
-    auto stage = [&](auto& vec, PinnedBuffer& host, DeviceBuffer& dev) {
-      using T = typename std::decay_t<decltype(vec)>::value_type;
-      const size_t bytes = vec.size() * sizeof(T);
-      if (bytes == 0) return;
-      if (host.bytes() < bytes) {
-        CUDA_CHECK(cudaStreamSynchronize(stream_));
-        host.reset(bytes * 2);
-        dev.reset(bytes * 2);
-      }
-      std::memcpy(host.get(), vec.data(), bytes);
-      CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice, stream_));
-    };
-    stage(pens, penalties_host_, penalties_dev_);
-    stage(blocked, blocked_host_, blocked_dev_);
-    if (!mask_rows.empty()) {
-      stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
-      stage(masks, token_masks_host_, token_masks_dev_);
-      cuda::apply_token_masks(logits_.as<float>(), d_.V, token_mask_rows_dev_.as<int32_t>(), token_masks_dev_.as<uint32_t>(),
-                              mask_words, static_cast<int64_t>(mask_rows.size()), stream_);
-    }
-    cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
-                      penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
-                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);
-    CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
-                               cudaMemcpyDeviceToHost, stream_));
-    profiler_.mark("sampling", stream_);
-    const auto t_wait = Clock::now();
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    wait_s += cuda::StepTimer::seconds(t_wait, Clock::now());
-    sampling_s += cuda::StepTimer::seconds(t_chunk, t_wait);
-    const auto* so = sample_out_host_.as<cuda::SampleOutput>();
-    for (size_t i = 0; i < n; ++i) {
-      SampleResult& res = results[c0 + i];
-      const SamplingParams& P = *specs[c0 + i].params;
-      res.token = so[i].token;
-      if (P.logprobs >= 0) {
-        res.logprob = so[i].logprob;
-        const int k = std::min<int>({P.logprobs, cuda::kMaxTopLogprobs, static_cast<int>(d_.V)});
-        for (int j = 0; j < k; ++j) res.top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
-      }
-    }
-  }
-  profiler_.end();
-  if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
-  step_timer_.end_step();
-  step_timer_.add_host(launch_s, sampling_s, wait_s);
-}
 
 void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
   PAGODA_CHECK(host_kv_.get() != nullptr, "swap without host swap space");
@@ -916,7 +382,11 @@ void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-}  // namespace
+}  // namespace pagoda::cuda_impl
+
+namespace pagoda {
+
+using cuda_impl::CudaExecutor;
 
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options) {
@@ -925,12 +395,8 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
   if (options.device < 0 || options.device >= cuda_device_count())
     return invalid_argument("no CUDA device {} ({} visible)", options.device, cuda_device_count());
   PAGODA_RETURN_IF_ERROR(options.tuning.validate());
-  // StepOps implements the Llama family's layer ops only: the Gemma ops (post-norms, GeGLU,
-  // soft-capping, per-layer RoPE tables and windows) run on the CPU backend.
-  if (model.family().name != "llama")
-    return unimplemented("the CUDA backend does not run the {} family ({}) yet; use the CPU (--device cpu)",
-                         model.family().name, model.config().arch_name);
-  PAGODA_ASSIGN_OR_RETURN(const DType act, resolve_compute_dtype(model, options.dtype));
+  PAGODA_RETURN_IF_ERROR(cuda_supports_model(model.config()));
+  PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
   auto ex = std::make_unique<CudaExecutor>(model, spec, options, act);
   PAGODA_RETURN_IF_ERROR(ex->init());
   return std::unique_ptr<ModelExecutor>(std::move(ex));

@@ -72,7 +72,8 @@ bool native_quant(const CudaExecutorOptions& o) { return o.tuning.quant_weights 
 int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   const Dims d(m);
   const ModelWeights& w = m.weights();
-  int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1)) + 2 * d.max_pos * d.half * 4;  // embedding, RoPE cos and sin
+  int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1));  // embedding
+  for (const RopeTable* rope : m.rope_tables()) total += 2 * rope->max_positions() * (rope->rope_dim() / 2) * 4;  // cos, sin
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;  // reads the embedding
     int64_t bytes = 0;

@@ -43,10 +43,24 @@ void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t
 void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, void* out,
               DType out_dtype, cudaStream_t s);
 
+// residual[t, :] += x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w (Gemma's post-norms around a
+// sub-block). x, residual: f32 [n, D]; w: f32 [D].
+void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float eps, float* residual, cudaStream_t s);
+
+// x[i] *= scale for i < n (f32; Gemma's sqrt(hidden) embedding scale).
+void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
+
 // ---- activation.cu ---------------------------------------------------------------------------
 
 // out[t, i] = silu(gu[t, i]) * gu[t, F + i]. gu: [T, 2F], out: [T, F], both `dtype` (f32 | bf16).
 void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s);
+
+// out[t, i] = gelu_tanh(gu[t, i]) * gu[t, F + i] (GeGLU, tanh approximation of GELU). gu: [T, 2F],
+// out: [T, F], both `dtype` (f32 | bf16).
+void geglu_tanh(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s);
+
+// x[i] = cap * tanh(x[i] / cap) for i < n (f32; Gemma 2's final logit soft-capping), cap > 0.
+void softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
 
 // Element conversion between f32, f16 and bf16 (n elements).
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t s);

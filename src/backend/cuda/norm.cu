@@ -1,5 +1,6 @@
-// Row kernels around the matmuls: embedding gather and RMSNorm (optionally over a gathered row
-// subset: the final norm before the logits runs on the last token of each sequence only).
+// Row kernels around the matmuls: embedding gather (and its scale), RMSNorm (optionally over a
+// gathered row subset: the final norm before the logits runs on the last token of each sequence
+// only) and the post-norm added into the residual.
 //
 // One block per row. The residual stream is f32 on the GPU (more accurate than transformers'
 // bf16 residual, and the reductions are cheap); the normalised row is written in the activation
@@ -52,7 +53,46 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __re
   }
 }
 
+// One block per row: residual[t] += rms_norm(x[t]) * w, the row read twice (Gemma's post-norms;
+// the rows are short).
+__global__ void rms_norm_add_kernel(const float* __restrict__ x, int D, const float* __restrict__ w, float eps,
+                                    float* __restrict__ residual) {
+  __shared__ float scratch[33];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * D;
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  float* r = residual + t * D;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) r[j] += xr[j] * inv * w[j];
+}
+
+__global__ void scale_kernel(float* __restrict__ x, int64_t n, float scale) {
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= scale;
+}
+
 }  // namespace
+
+void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float eps, float* residual, cudaStream_t s) {
+  if (n <= 0) return;
+  const int threads = D >= 2048 ? 512 : (D >= 256 ? 256 : 64);
+  launch_pdl(rms_norm_add_kernel, dim3(n), dim3(threads), 0, s, x, static_cast<int>(D), w, eps, residual);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale_f32(float* x, int64_t n, float scale, cudaStream_t s) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), 65535);
+  launch_pdl(scale_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, s, x, n, scale);
+  CUDA_CHECK_LAUNCH();
+}
 
 void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
                cudaStream_t s) {

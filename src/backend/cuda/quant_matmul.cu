@@ -12,6 +12,8 @@
 //   - dequantize_weight: rows of W as f32 / bf16 (w = s * q + mn, computed as the CPU's
 //     quant::dequantize_row computes it), for the cuBLASLt and batch-invariant paths.
 // Unaligned block layouts (Q4_0's 18 bytes, Q6_K's 210, ...) are read with 16-bit loads.
+// The activation quantization and the GEMV are launched with PDL (device_utils.cuh), the GEMV
+// decoding its first weight unit before it waits for the activations.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_utils.cuh"
@@ -221,6 +223,8 @@ struct Format<DType::kQ6_K> {
 // One warp a 32-input block: q = round(x / d), d = max|x| / 127 (0 for an all-zero block).
 template <class T>
 __global__ void quantize_q8_kernel(const T* __restrict__ x, int64_t blocks, int8_t* __restrict__ q, float2* __restrict__ ds) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (blk >= blocks) return;
@@ -247,26 +251,35 @@ struct QGemvArgs {
   int64_t ldy;
 };
 
+// Launched with PDL: the lane's first weight unit is decoded (plain loads: device_utils.cuh) before
+// pdl_wait(), while the kernel that wrote the activations finishes; everything it wrote is read
+// after the wait.
 template <DType FMT, int M, GemmOut MODE>
 __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (n >= a.n_out) return;
+  if (n >= a.n_out) {
+    pdl_wait();
+    return;
+  }
   const int units = a.K / 32;
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(n + r * a.n_out) * a.row_bytes;
+  Unit first[R];
+  if (lane < units) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) first[r] = Format<FMT>::decode(rows[r], lane);
+  }
+  pdl_wait();
   float acc[M][R];
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-#pragma unroll 2
-  for (int u = lane; u < units; u += 32) {
-    Unit wu[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wu[r] = Format<FMT>::decode(rows[r], u);
+  auto accumulate = [&](const Unit (&wu)[R], int u) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int4* xp = reinterpret_cast<const int4*>(a.xq + static_cast<int64_t>(m) * a.K + 32 * u);
@@ -284,6 +297,14 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
         acc[m][r] += xd.x * (wu[r].sa * static_cast<float>(s0) + wu[r].sb * static_cast<float>(s1)) + wu[r].mn * xd.y;
       }
     }
+  };
+  if (lane < units) accumulate(first, lane);
+#pragma unroll 2
+  for (int u = lane + 32; u < units; u += 32) {
+    Unit wu[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wu[r] = Format<FMT>::decode(rows[r], u);
+    accumulate(wu, u);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -307,11 +328,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
 template <DType FMT, int M>
 void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, kWarps)));
+  const dim3 block(kWarps * 32);
   switch (mode) {
-    case GemmOut::kStoreF32: gemv_quant_kernel<FMT, M, GemmOut::kStoreF32><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case GemmOut::kAddF32: gemv_quant_kernel<FMT, M, GemmOut::kAddF32><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case GemmOut::kStoreAct: gemv_quant_kernel<FMT, M, GemmOut::kStoreAct><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case GemmOut::kSwiGlu: gemv_quant_kernel<FMT, M, GemmOut::kSwiGlu><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kStoreF32>, grid, block, 0, s, a); break;
+    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kAddF32>, grid, block, 0, s, a); break;
+    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kStoreAct>, grid, block, 0, s, a); break;
+    case GemmOut::kSwiGlu: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kSwiGlu>, grid, block, 0, s, a); break;
   }
 }
 
@@ -381,8 +403,8 @@ void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K,
   const int64_t blocks = M * K / 32;
   if (blocks <= 0) return;
   const unsigned grid = static_cast<unsigned>(ceil_div(blocks * 32, 256));
-  if (x_dtype == DType::kBF16) quantize_q8_kernel<bf16><<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), blocks, q, ds);
-  else if (x_dtype == DType::kF32) quantize_q8_kernel<float><<<grid, 256, 0, s>>>(static_cast<const float*>(x), blocks, q, ds);
+  if (x_dtype == DType::kBF16) launch_pdl(quantize_q8_kernel<bf16>, grid, dim3(256), 0, s, static_cast<const bf16*>(x), blocks, q, ds);
+  else if (x_dtype == DType::kF32) launch_pdl(quantize_q8_kernel<float>, grid, dim3(256), 0, s, static_cast<const float*>(x), blocks, q, ds);
   else PAGODA_CUDA_REQUIRE(false, "quantize_activations_q8: x must be bf16 or f32");
   CUDA_CHECK_LAUNCH();
 }

@@ -195,6 +195,11 @@ class GemmaModel final : public Model {
         output_norm_(output_norm),
         output_(output) {}
 
+  std::vector<const RopeTable*> rope_tables() const override {
+    if (config().rope_local_theta > 0) return {&rope(), &local_rope_};
+    return {&rope()};
+  }
+
   void forward(LayerOps& ops) const override {
     const ModelConfig& c = config();
     const double eps = c.rms_norm_eps;

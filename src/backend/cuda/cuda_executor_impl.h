@@ -1,0 +1,242 @@
+// The CUDA executor of one GPU (runtime/cuda_executor.h is its public face): the class, its step
+// inputs and shapes, shared by the files that implement it:
+//   cuda_executor.cc           init, weights, workspace, graphs, the step's inputs, forward, swap
+//   cuda_step_ops.cc           the layer ops of one forward pass and the matmul dispatch
+//   cuda_executor_sampling.cc  forward_sample: sampling arguments packed for the device sampler
+// Internal to backend/cuda: not included outside it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <type_traits>
+#include <unordered_map>
+
+#include "backend/cuda/blas.h"
+#include "backend/cuda/block_trace.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_sizing.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/device_weight.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/op_profiler.h"
+#include "backend/cuda/step_timer.h"
+#include "backend/cuda/weight_uploader.h"
+#include "model/family.h"
+#include "ops/linear.h"
+#include "runtime/cuda_executor.h"
+
+namespace pagoda::cuda_impl {
+
+using cuda::align_up;
+using cuda::Capacities;
+using cuda::DeviceBuffer;
+using cuda::Dims;
+using cuda::elem_bytes;
+using cuda::GemmOut;
+using cuda::graph_buckets;
+using cuda::PinnedBuffer;
+using cuda::resolve_compute_dtype;
+using cuda::tied_output;
+
+// Fixed-layout step inputs: a pinned host mirror and its device copy. Small int32 arrays of
+// tok_cap entries first (copied in one go), then prefill sequences / items, then block tables.
+struct InputRegion {
+  int64_t tok_cap = 0, seq_cap = 0, item_cap = 0, bt_stride = 0;
+  size_t o_ids = 0, o_pos = 0, o_slots = 0, o_rtok = 0, o_rseq = 0, o_rctx = 0, o_lrows = 0, o_small_end = 0;
+  size_t o_pseqs = 0, o_pitems = 0, o_bt = 0, total = 0;
+  PinnedBuffer host;
+  DeviceBuffer dev;
+
+  void allocate(int64_t tokens, int64_t seqs, int64_t stride) {
+    tok_cap = tokens;
+    seq_cap = seqs;
+    item_cap = tokens / 64 + seqs;  // the smallest query tile is 64
+    bt_stride = stride;
+    const size_t a = static_cast<size_t>(tok_cap) * 4;
+    o_ids = 0;
+    o_pos = a;
+    o_slots = 2 * a;
+    o_rtok = 3 * a;
+    o_rseq = 4 * a;
+    o_rctx = 5 * a;
+    o_lrows = 6 * a;
+    o_small_end = 7 * a;
+    o_pseqs = static_cast<size_t>(align_up(static_cast<int64_t>(o_small_end), 256));
+    o_pitems = static_cast<size_t>(align_up(static_cast<int64_t>(o_pseqs + seq_cap * sizeof(cuda::PrefillSeq)), 256));
+    o_bt = static_cast<size_t>(align_up(static_cast<int64_t>(o_pitems + item_cap * sizeof(cuda::PrefillItem)), 256));
+    total = o_bt + static_cast<size_t>(seq_cap * bt_stride) * 4;
+    host.reset(total);
+    dev.reset(total);
+    std::memset(host.get(), 0, total);
+  }
+  template <class T>
+  T* h(size_t off) const { return reinterpret_cast<T*>(host.as<uint8_t>() + off); }
+  template <class T>
+  T* d(size_t off) const { return reinterpret_cast<T*>(dev.as<uint8_t>() + off); }
+};
+
+// A RoPE table on the device: cos and sin, [max_pos, rope_dim / 2] f32 each.
+struct DeviceRope {
+  DeviceBuffer cos, sin;
+  int64_t rope_dim = 0;
+  bool interleaved = false;
+};
+
+struct StepShape {
+  int64_t tokens = 0;    // T
+  int64_t rows = 0;      // split-KV attention rows
+  int64_t items = 0;     // prefill tiles
+  int64_t logits = 0;    // logits rows
+  int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
+  bool decode = false;   // every token is a decode row: its own key is the only one this step writes
+};
+
+// Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
+// with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel there: kernels.h),
+
+class CudaExecutor final : public ModelExecutor {
+ public:
+  CudaExecutor(const Model& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
+      : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {}
+
+  ~CudaExecutor() override {
+    cudaSetDevice(opt_.device);
+    cudaStreamSynchronize(stream_);
+    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    cudaStreamDestroy(stream_);
+    cuda::block_trace_write();  // tuning.block_trace: the last step's warp records
+  }
+
+  Status init();
+
+  std::string device_name() const override { return fmt::format("cuda:{}", opt_.device); }
+  std::string describe() const override;
+  const Tensor& forward(const ForwardBatch& batch) override;
+  bool samples_on_device() const override { return true; }
+  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
+                      std::vector<SampleResult>& results) override;
+  void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
+  void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
+  int64_t workspace_bytes() const override { return workspace_bytes_; }
+  int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
+  DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
+  bool set_graphs_enabled(bool on) override {
+    graphs_on_ = on && opt_.cuda_graphs;
+    return opt_.cuda_graphs;
+  }
+  std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
+  int64_t linear_weight_bytes() const override {
+    int64_t total = 0;
+    for (const auto& w : linears_)
+      for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+    return total;
+  }
+
+ private:
+  class StepOps;  // the layer ops of one launch_forward()
+
+  void upload_weights();
+  void allocate_workspace(int64_t tokens, int64_t logits_rows);
+  void capture_graphs();
+  void destroy_graphs();
+  cuda::KvCacheLayer kv_layer(int64_t l) const;
+  // y = x w^T for M rows; N, K from the weight.
+  void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
+  void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
+  void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant).
+  bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
+  }
+  const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
+  const float* vec(VectorId id) const {
+    return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
+  }
+  // Whether M rows of a bf16 linear layer take our GEMV (not batch-invariant, at most
+  // tuning.gemv_max_rows rows) with the preceding RMSNorm fused in.
+  bool use_norm_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    return !w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
+           cuda::gemv_norm_supported(M, w.k);
+  }
+  // The operands both attention kernels take from a step: q, the output, block tables, the layer's
+  // cache, heads, scale, window.
+  // a: the layer's scale and window (Gemma's per-layer variants; the defaults are the config's).
+  template <class P>
+  void set_attention_operands(P& p, const InputRegion& in, const cuda::KvCacheLayer& kv, const AttentionArgs& a) const {
+    p.q = q_.as<float>();
+    p.q_stride = d_.Q;
+    p.out = attn_.get();
+    p.out_dtype = act_;
+    p.out_stride = d_.Q;
+    p.block_tables = in.d<int32_t>(in.o_bt);
+    p.bt_stride = in.bt_stride;
+    p.cache = kv;
+    p.num_heads = d_.H;
+    p.scale = a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
+    p.window = a.sliding_window >= 0 ? a.sliding_window : model_.config().sliding_window;
+  }
+  // The device copy of a RoPE table the forward names (Model::rope_tables(); nullptr: rope()).
+  const DeviceRope& device_rope(const RopeTable* table) const {
+    return table == nullptr ? ropes_.front() : ropes_.at(rope_index_.at(table));
+  }
+  void launch_forward(const InputRegion& in, const StepShape& sh);
+  // Runs the forward pass of `batch`; logits rows [0, n) are then in logits_.
+  void run_step(const ForwardBatch& batch);
+  void copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_blocks, int64_t items);
+  void swap(const std::vector<BlockCopy>& copies, bool out);
+
+  const Model& model_;
+  Dims d_;
+  KvCacheSpec spec_;
+  CudaExecutorOptions opt_;
+  DType act_;
+  Capacities caps_;
+  bool use_prefill_kernel_ = false;
+  int sms_ = 0;
+  std::string gpu_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasLt> blas_;
+
+  DeviceBuffer embed_;                                      // [V, D] act
+  std::vector<DeviceRope> ropes_;                           // by Model::rope_tables() order
+  std::unordered_map<const RopeTable*, size_t> rope_index_;
+  std::vector<cuda::DeviceWeight> linears_;                 // by LinearId (model/model_weights.h)
+  std::vector<DeviceBuffer> vectors_;                       // by VectorId: [n] f32
+  DeviceBuffer kv_;
+  int64_t kv_layer_bytes_ = 0;
+  PinnedBuffer host_kv_;
+
+  // Workspace.
+  int64_t tok_cap_ = 0, logits_cap_ = 0;
+  DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
+  // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
+  // the dequantized weight; views into quant_scratch_.
+  DeviceBuffer quant_scratch_;
+  int8_t* xq_ = nullptr;
+  float2* xds_ = nullptr;
+  uint8_t* dequant_ = nullptr;
+  DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_;
+  DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
+  PinnedBuffer token_masks_host_, token_mask_rows_host_;
+  int64_t penalties_cap_ = 0, blocked_cap_ = 0;
+  PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, logits_host_;
+  int64_t workspace_bytes_ = 0;
+  InputRegion eager_, graph_;
+  int64_t bt_stride_ = 0;
+
+  std::vector<int64_t> buckets_;
+  bool graphs_on_ = true;
+  std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
+  cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
+  cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
+  Tensor logits_tensor_;
+  int64_t last_logits_rows_ = 0;
+};
+
+}  // namespace pagoda::cuda_impl

@@ -1,0 +1,123 @@
+// CudaExecutor::forward_sample: one step, then the sampling arguments of every row (penalties,
+// blocked ids, allowed-token masks of structured outputs, the plain-greedy decision) packed into
+// pinned memory, copied, and sampled on the device in chunks of the sampler's capacity.
+
+#include "backend/cuda/cuda_executor_impl.h"
+
+namespace pagoda::cuda_impl {
+
+void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
+                                  std::vector<SampleResult>& results) {
+  using Clock = cuda::StepTimer::Clock;
+  const auto t_start = Clock::now();
+  run_step(batch);
+  const double launch_s = cuda::StepTimer::seconds(t_start, Clock::now());
+  double sampling_s = 0, wait_s = 0;
+  results.assign(specs.size(), SampleResult{});
+  const int64_t cap = caps_.seqs;
+  for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
+    const auto t_chunk = Clock::now();
+    const size_t n = std::min(specs.size() - c0, static_cast<size_t>(cap));
+    auto* prm = sample_params_host_.as<cuda::SampleRowParams>();
+    std::vector<cuda::PenaltyEntry> pens;
+    std::vector<int32_t> blocked;
+    std::vector<int32_t> toks, outs;
+    std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
+    std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
+    const int64_t mask_words = (d_.V + 31) / 32;
+    bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids or logprobs
+    for (size_t i = 0; i < n; ++i) {
+      const SampleSpec& sp = specs[c0 + i];
+      const SamplingParams& P = *sp.params;
+      PAGODA_CHECK(sp.logits_row >= 0 && sp.logits_row < last_logits_rows_, "sample row {} of {}", sp.logits_row,
+                   last_logits_rows_);
+      cuda::SampleRowParams& r = prm[i];
+      r.logits_row = static_cast<int32_t>(sp.logits_row);
+      r.top_k = P.top_k;
+      r.temperature = P.temperature;
+      r.top_p = P.top_p;
+      r.min_p = P.min_p;
+      r.repetition_penalty = P.repetition_penalty;
+      r.presence_penalty = P.presence_penalty;
+      r.frequency_penalty = P.frequency_penalty;
+      r.logprobs = P.logprobs;
+      r.uniform = sp.uniform;
+      r.pen_begin = static_cast<int32_t>(pens.size());
+      const bool rep = P.repetition_penalty != 1.0f, pf = P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
+      if (rep || pf) {
+        outs.assign(sp.history.output.begin(), sp.history.output.end());
+        std::sort(outs.begin(), outs.end());
+        toks = outs;
+        if (rep) toks.insert(toks.end(), sp.history.prompt.begin(), sp.history.prompt.end());
+        std::sort(toks.begin(), toks.end());
+        toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+        for (int32_t t : toks) {
+          const auto range = std::equal_range(outs.begin(), outs.end(), t);
+          pens.push_back({t, static_cast<int32_t>(range.second - range.first)});
+        }
+      }
+      r.pen_count = static_cast<int32_t>(pens.size()) - r.pen_begin;
+      r.block_begin = static_cast<int32_t>(blocked.size());
+      blocked.insert(blocked.end(), sp.blocked_ids.begin(), sp.blocked_ids.end());
+      r.block_count = static_cast<int32_t>(blocked.size()) - r.block_begin;
+      if (!sp.allowed_mask.empty()) {
+        mask_rows.push_back(r.logits_row);
+        const size_t at = masks.size();
+        masks.resize(at + static_cast<size_t>(mask_words), 0u);
+        std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
+                    masks.begin() + static_cast<std::ptrdiff_t>(at));
+      }
+      plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && P.logprobs < 0;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_.get(), prm, n * sizeof(cuda::SampleRowParams), cudaMemcpyHostToDevice,
+                               stream_));
+    auto stage = [&](auto& vec, PinnedBuffer& host, DeviceBuffer& dev) {
+      using T = typename std::decay_t<decltype(vec)>::value_type;
+      const size_t bytes = vec.size() * sizeof(T);
+      if (bytes == 0) return;
+      if (host.bytes() < bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        host.reset(bytes * 2);
+        dev.reset(bytes * 2);
+      }
+      std::memcpy(host.get(), vec.data(), bytes);
+      CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice, stream_));
+    };
+    stage(pens, penalties_host_, penalties_dev_);
+    stage(blocked, blocked_host_, blocked_dev_);
+    if (!mask_rows.empty()) {
+      stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
+      stage(masks, token_masks_host_, token_masks_dev_);
+      cuda::apply_token_masks(logits_.as<float>(), d_.V, token_mask_rows_dev_.as<int32_t>(), token_masks_dev_.as<uint32_t>(),
+                              mask_words, static_cast<int64_t>(mask_rows.size()), stream_);
+    }
+    cuda::sample_rows(logits_.as<float>(), d_.V, sample_params_dev_.as<cuda::SampleRowParams>(), static_cast<int64_t>(n),
+                      penalties_dev_.as<cuda::PenaltyEntry>(), blocked_dev_.as<int32_t>(), sample_work_.as<float>(),
+                      sample_mask_.as<uint8_t>(), sample_out_dev_.as<cuda::SampleOutput>(), stream_, plain_greedy);
+    CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.get(), sample_out_dev_.get(), n * sizeof(cuda::SampleOutput),
+                               cudaMemcpyDeviceToHost, stream_));
+    profiler_.mark("sampling", stream_);
+    const auto t_wait = Clock::now();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_s += cuda::StepTimer::seconds(t_wait, Clock::now());
+    sampling_s += cuda::StepTimer::seconds(t_chunk, t_wait);
+    const auto* so = sample_out_host_.as<cuda::SampleOutput>();
+    for (size_t i = 0; i < n; ++i) {
+      SampleResult& res = results[c0 + i];
+      const SamplingParams& P = *specs[c0 + i].params;
+      res.token = so[i].token;
+      if (P.logprobs >= 0) {
+        res.logprob = so[i].logprob;
+        const int k = std::min<int>({P.logprobs, cuda::kMaxTopLogprobs, static_cast<int>(d_.V)});
+        for (int j = 0; j < k; ++j) res.top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
+      }
+    }
+  }
+  profiler_.end();
+  if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  step_timer_.end_step();
+  step_timer_.add_host(launch_s, sampling_s, wait_s);
+}
+
+
+}  // namespace pagoda::cuda_impl

@@ -1,0 +1,277 @@
+// The layer ops of one forward pass (T tokens) on the CUDA executor's buffers and the kernels they
+// launch:
+//   embed              embedding -> residual f32 [T, D]
+//   norm_qkv           rms_norm -> hidden (act) ; QKV matmul -> qkv f32
+//   rope_kv_attention  rope_kv_write (bias, q/k norm, RoPE, K/V into the cache) -> q f32 ;
+//                      attention (split-KV rows and/or tensor-core prefill tiles) -> attn (act)
+//                      (decode steps on the SIMT split-KV kernel: rope_kv_write runs inside it)
+//   linear_residual    matmul adding into residual
+//   gated_mlp          rms_norm -> hidden ; gate/up matmul + SwiGLU -> act ; down adds into residual
+//   final_logits       rms_norm of the rows whose logits are wanted -> lm_head -> logits f32
+// Matmul dispatch (on the weight's device format, backend/cuda/device_weight.h): batch-invariant
+// mode -> SIMT GEMM; bf16 with few rows -> our GEMV (RMSNorm fused into the QKV / gate-up /
+// lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
+// Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
+
+#include "backend/cuda/cuda_executor_impl.h"
+
+namespace pagoda::cuda_impl {
+
+void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  if (M <= 0) return;
+  if (w.quantized()) return quant_linear(x, w, M, y, mode);
+  PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
+               dtype_name(w.format()), dtype_name(act_));
+  dense_linear(x, w.data(), w.n, w.k, M, y, mode);
+}
+
+void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode) {
+  if (opt_.batch_invariant) {
+    cuda::gemm_simt(x, w, act_, M, N, K, y, N, mode, stream_);
+  } else if (mode == GemmOut::kSwiGlu ||
+             (act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows && cuda::gemv_supported(M, K))) {
+    PAGODA_CHECK(act_ == DType::kBF16 && cuda::gemv_supported(M, K), "the fused SwiGLU matmul is the bf16 GEMV's");
+    cuda::gemv_bf16(x, w, M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+  } else {
+    const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+    blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
+  }
+}
+
+// Native quantized weights: the int8 GEMV per segment for few rows (outputs at the segment's
+// columns; a SwiGLU over gate/up in two formats goes through gu_ and the swiglu kernel), else the
+// weight dequantized into the scratch and the dense path.
+void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  const int64_t N = w.n, K = w.k;
+  if (quant_gemv(M, w)) {
+    cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
+    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
+      for (const auto& seg : w.segments)
+        cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
+                         GemmOut::kStoreAct, stream_);
+      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
+      return;
+    }
+    for (const auto& seg : w.segments) {
+      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
+                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
+      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode,
+                       stream_);
+    }
+    return;
+  }
+  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
+  for (const auto& seg : w.segments)
+    cuda::dequantize_weight(seg.data, seg.format, seg.n, K, dequant_ + seg.row0 * K * cuda::elem_bytes(act_), act_,
+                            stream_);
+  dense_linear(x, dequant_, N, K, M, y, mode);
+}
+
+// The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
+// the device, `sh` its shape. Each op launches what the replaced launch sequence launched, in
+// the same order (a decode step replays them from a graph).
+class CudaExecutor::StepOps final : public LayerOps {
+ public:
+  StepOps(CudaExecutor& ex, const InputRegion& in, const StepShape& sh)
+      : ex_(ex), in_(in), sh_(sh), T_(sh.tokens) {}
+
+  void embed() override {
+    cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
+                    ex_.stream_);
+    ex_.profiler_.mark("embedding", ex_.stream_);
+  }
+
+  void norm_qkv(const NormArgs& norm, LinearId wid) override {
+    const cuda::DeviceWeight& w = ex_.weight(wid);
+    norm_linear(norm, w, T_, nullptr, ex_.qkv_.get(), GemmOut::kStoreF32, "norm+qkv gemv", "qkv");
+  }
+
+  void rope_kv_attention(const AttentionArgs& a) override {
+    CudaExecutor& e = ex_;
+    const cuda::KvCacheLayer kv = e.kv_layer(a.layer);
+    cuda::RopeKvParams rp;
+    rp.qkv = e.qkv_.as<float>();
+    rp.num_tokens = T_;
+    rp.num_heads = e.d_.H;
+    rp.head_dim = e.d_.Dh;
+    rp.bias = e.vec(a.qkv_bias);
+    rp.q_norm = e.vec(a.q_norm);
+    rp.k_norm = e.vec(a.k_norm);
+    rp.norm_eps = static_cast<float>(a.norm_eps);
+    const DeviceRope& rope = e.device_rope(a.rope);
+    rp.rope_dim = rope.rope_dim;
+    rp.cos = rope.cos.as<float>();
+    rp.sin = rope.sin.as<float>();
+    rp.interleaved = rope.interleaved;
+    rp.positions = in_.d<int32_t>(in_.o_pos);
+    rp.slots = in_.d<int32_t>(in_.o_slots);
+    rp.q_out = e.q_.as<float>();
+    rp.cache = kv;
+    cuda::RowAttentionParams ap;
+    e.set_attention_operands(ap, in_, kv, a);
+    ap.max_keys = sh_.max_keys;
+    ap.num_sms = e.sms_;
+    ap.part_o = e.part_o_.as<float>();
+    ap.part_ml = e.part_ml_.as<float>();
+    ap.counters = e.att_counters_.as<int>();
+    ap.tensor_cores = e.use_prefill_kernel_ && e.opt_.tuning.row_attention != "simt";
+    ap.tensor_cores_short = e.opt_.tuning.row_attention == "mma";
+    ap.simt_heads_per_block = e.opt_.tuning.simt_heads;
+    ap.fresh_keys = sh_.decode ? 1 : -1;
+    // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
+    // one dependent round trip fewer a layer); the row count decides which kernel runs.
+    ap.rope = rp;
+    ap.num_rows = sh_.rows;
+    const bool fuse_rope = sh_.decode && sh_.rows > 0 && cuda::row_attention_fuses_rope(ap);
+    if (!fuse_rope) {
+      ap.rope = cuda::RopeKvParams{};
+      cuda::rope_kv_write(rp, e.stream_);
+      e.profiler_.mark("rope+kv write", e.stream_);
+    }
+    if (sh_.rows > 0) {
+      for (int64_t r0 = 0; r0 < sh_.rows; r0 += e.caps_.att_rows) {
+        cuda::RowAttentionParams cp = ap;
+        cp.num_rows = std::min(e.caps_.att_rows, sh_.rows - r0);
+        cp.row_token = in_.d<int32_t>(in_.o_rtok) + r0;
+        cp.row_seq = in_.d<int32_t>(in_.o_rseq) + r0;
+        cp.row_ctx = in_.d<int32_t>(in_.o_rctx) + r0;
+        cuda::row_attention(cp, e.stream_);
+      }
+      e.profiler_.mark(fuse_rope ? "rope+kv write+attention split-kv" : "attention split-kv", e.stream_);
+    }
+    if (sh_.items > 0) {
+      cuda::PrefillAttentionParams pp;
+      e.set_attention_operands(pp, in_, kv, a);
+      pp.seqs = in_.d<cuda::PrefillSeq>(in_.o_pseqs);
+      pp.items = in_.d<cuda::PrefillItem>(in_.o_pitems);
+      pp.num_items = sh_.items;
+      pp.tile_q = e.opt_.prefill_tile_q;
+      cuda::prefill_attention(pp, e.stream_);
+      e.profiler_.mark("attention prefill", e.stream_);
+    }
+  }
+
+  void linear_residual(LinearId wid) override {
+    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
+    ex_.profiler_.mark("o", ex_.stream_);
+  }
+
+  void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) override {
+    CudaExecutor& e = ex_;
+    const cuda::DeviceWeight& gu = e.weight(gate_up);
+    const int64_t F = gu.n / 2;
+    if (e.use_norm_gemv(T_, gu)) {  // norm + gate/up + SwiGLU in one GEMV
+      const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
+      cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
+      e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
+    } else if (e.quant_gemv(T_, gu)) {  // gate/up + SwiGLU in one int8 GEMV
+      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
+                     e.hidden_.get(), e.act_, e.stream_);
+      e.profiler_.mark("rms_norm", e.stream_);
+      e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
+      e.profiler_.mark("gate/up+swiglu", e.stream_);
+    } else {
+      cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
+                     e.hidden_.get(), e.act_, e.stream_);
+      e.profiler_.mark("rms_norm", e.stream_);
+      e.linear(e.hidden_.get(), gu, T_, e.gu_.get(), GemmOut::kStoreAct);
+      e.profiler_.mark("gate/up", e.stream_);
+      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("swiglu", e.stream_);
+    }
+    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
+    e.profiler_.mark("down", e.stream_);
+  }
+
+  void final_logits(const NormArgs& norm, LinearId wid) override {
+    if (sh_.logits <= 0) return;
+    norm_linear(norm, ex_.weight(wid), sh_.logits, in_.d<int32_t>(in_.o_lrows), ex_.logits_.get(), GemmOut::kStoreF32,
+                nullptr, nullptr);
+    ex_.profiler_.mark("final norm+lm_head", ex_.stream_);
+  }
+
+  // Gemma (model/families/gemma.cc). The sub-block outputs go to qkv_ as f32 [T, D] (free once the
+  // attention has read q, k, v; make_cuda_executor checks it holds D columns), then the post-norm
+  // adds them into the residual.
+  void scale_residual(float scale) override {
+    cuda::scale_f32(ex_.residual_.as<float>(), T_ * ex_.d_.D, scale, ex_.stream_);
+    ex_.profiler_.mark("embedding scale", ex_.stream_);
+  }
+
+  void linear_post_norm_residual(LinearId wid, const NormArgs& post) override {
+    CudaExecutor& e = ex_;
+    e.linear(e.attn_.get(), e.weight(wid), T_, e.qkv_.get(), GemmOut::kStoreF32);
+    e.profiler_.mark("o", e.stream_);
+    post_norm_add(post);
+  }
+
+  void gated_mlp_post_norm(const NormArgs& norm, LinearId gate_up, LinearId down, GateActivation act,
+                           const NormArgs& post) override {
+    CudaExecutor& e = ex_;
+    const cuda::DeviceWeight& gu = e.weight(gate_up);
+    const int64_t F = gu.n / 2;
+    norm_linear(norm, gu, T_, nullptr, e.gu_.get(), GemmOut::kStoreAct, nullptr, "gate/up");
+    if (act == GateActivation::kGeluTanh) {
+      cuda::geglu_tanh(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("geglu", e.stream_);
+    } else {
+      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("swiglu", e.stream_);
+    }
+    e.linear(e.act_buf_.get(), e.weight(down), T_, e.qkv_.get(), GemmOut::kStoreF32);
+    e.profiler_.mark("down", e.stream_);
+    post_norm_add(post);
+  }
+
+  void final_logits_softcap(const NormArgs& norm, LinearId wid, float cap) override {
+    final_logits(norm, wid);
+    if (!(cap > 0.0f) || sh_.logits <= 0) return;
+    cuda::softcap_f32(ex_.logits_.as<float>(), sh_.logits * ex_.d_.V, cap, ex_.stream_);
+    ex_.profiler_.mark("logit softcap", ex_.stream_);
+  }
+
+ private:
+  // residual += rms_norm(qkv_ as f32 [T, D]) * post.weight
+  void post_norm_add(const NormArgs& post) {
+    CudaExecutor& e = ex_;
+    cuda::rms_norm_add(e.qkv_.as<float>(), T_, e.d_.D, e.vec(post.weight), static_cast<float>(post.eps),
+                       e.residual_.as<float>(), e.stream_);
+    e.profiler_.mark("post-norm add", e.stream_);
+  }
+
+  // y[M, N] = rms_norm(residual[rows]) w^T (rows: nullptr for the first M rows, else M row
+  // indices): one GEMV with the norm fused where it applies, else the norm into `hidden` (the
+  // `last` buffer for gathered rows) and a matmul. Labels non-null: profiler marks.
+  void norm_linear(const NormArgs& norm, const cuda::DeviceWeight& w, int64_t M, const int32_t* rows, void* y,
+                   GemmOut mode, const char* fused_label, const char* label) {
+    CudaExecutor& e = ex_;
+    const float eps = static_cast<float>(norm.eps);
+    // The GEMV fuses the norm for f32 outputs and the SwiGLU only (gemv.cu).
+    if (e.use_norm_gemv(M, w) && (mode == GemmOut::kStoreF32 || mode == GemmOut::kSwiGlu)) {
+      const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
+      cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
+      if (fused_label) e.profiler_.mark(fused_label, e.stream_);
+      return;
+    }
+    DeviceBuffer& normed = rows ? e.last_ : e.hidden_;
+    cuda::rms_norm(e.residual_.as<float>(), rows, M, w.k, e.vec(norm.weight), eps, normed.get(), e.act_, e.stream_);
+    if (label) e.profiler_.mark("rms_norm", e.stream_);
+    e.linear(normed.get(), w, M, y, mode);
+    if (label) e.profiler_.mark(label, e.stream_);
+  }
+
+  CudaExecutor& ex_;
+  const InputRegion& in_;
+  const StepShape& sh_;
+  const int64_t T_;
+};
+
+void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
+  cuda::block_trace_begin_step();
+  StepOps ops(*this, in, sh);
+  model_.forward(ops);
+}
+
+
+}  // namespace pagoda::cuda_impl

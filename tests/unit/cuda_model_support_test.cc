@@ -1,0 +1,44 @@
+// cuda_supports_model: the models the CUDA executor runs, decided from the configuration alone, in
+// every build (the CLI's --device auto asks it before loading).
+#include <gtest/gtest.h>
+
+#include "model/model_loader.h"
+#include "runtime/cuda_executor.h"
+#include "test_paths.h"
+
+namespace pagoda {
+namespace {
+
+ModelConfig config_of(const std::string& dir) {
+  auto c = load_model_config(test::models_dir() + "/tiny/" + dir);
+  EXPECT_TRUE(c.ok()) << dir << ": " << c.status().to_string();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+TEST(CudaModelSupport, LlamaFamilyAndGemma3Run) {
+  for (const char* dir : {"llama3", "qwen2", "qwen3", "mistral", "llama-mqa", "gemma3"}) {
+    const Status s = cuda_supports_model(config_of(dir));
+    EXPECT_TRUE(s.ok()) << dir << ": " << s.to_string();
+  }
+}
+
+TEST(CudaModelSupport, Gemma2AttentionSoftCappingIsRefusedWithTheReason) {
+  const ModelConfig c = config_of("gemma2");
+  ASSERT_GT(c.attn_logit_softcap, 0.0);
+  const Status s = cuda_supports_model(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("soft-capping"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--device cpu"), std::string::npos) << s.message();
+}
+
+TEST(CudaModelSupport, GemmaWithFewerQkvColumnsThanHiddenIsRefused) {
+  ModelConfig c = config_of("gemma3");
+  c.hidden_size = c.q_size() + 2 * c.kv_size() + 32;
+  const Status s = cuda_supports_model(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("q + 2 kv"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace pagoda
