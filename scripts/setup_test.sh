@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pagoda setup for the test suite (the README's test command; .ci/run calls it): everything
 # scripts/setup.sh installs, plus the test tooling: GoogleTest, Google Benchmark, clang (fuzz
-# targets), curl, Prometheus and Chromium (requirements/apt-test.txt), the Python test venv
+# targets), curl, Prometheus and Chromium (requirements/apt-test.txt), pybind11 and the Python
+# headers for the Python package's tests (requirements/apt-python.txt), the Python test venv
 # (.venv-test) and the tiny test models (models/tiny, made from ../shared/models/stories260K's
 # vocabulary). Idempotent; safe to re-run. Usage: scripts/setup_test.sh [--with-peer]
 #   --with-peer   also build llama-cpp-python (the benchmark peer) into .venv-peer
@@ -16,7 +17,7 @@ for a in "$@"; do
   esac
 done
 
-bash scripts/apt_install.sh requirements/apt-run.txt requirements/apt-test.txt
+bash scripts/apt_install.sh requirements/apt-run.txt requirements/apt-python.txt requirements/apt-test.txt
 bash scripts/fetch_models.sh
 bash scripts/setup_python.sh
 bash scripts/make_test_models.sh

@@ -1,7 +1,8 @@
 // `pagoda bench throughput`: offline generation throughput through the Engine (no server).
 //
 // N requests of --input-len random token ids, each generating exactly --output-len tokens
-// (ignore_eos), are submitted at once (continuous batching), then the first --sequential of them
+// (ignore_eos), are submitted at once (continuous batching; offline::BatchRun, the batch reader
+// of the Python package's LLM.generate), then the first --sequential of them
 // again one at a time. Reports output tokens/s of both and their ratio, and the KV memory
 // utilisation during the batched run: tokens the running sequences hold in the cache / tokens of
 // the KV blocks in use, summed over the run's engine steps (EngineStats).
@@ -25,6 +26,7 @@
 #include "cli/progress.h"
 #include "engine/engine.h"
 #include "grammar/constraint.h"
+#include "offline/batch_run.h"
 
 namespace pagoda::cli {
 namespace {
@@ -174,40 +176,27 @@ int run_throughput(ThroughputOptions& o) {
 
   // Batched run; the engine sums the KV utilisation of every step (EngineStats), read around it.
   const EngineStats before = e.stats();
-  std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<std::vector<int32_t>> outputs(prompts.size());
   const auto t0 = std::chrono::steady_clock::now();
-  for (const auto& p : prompts) {
-    auto s = e.submit(make_request(p, o.output_len, constraint));
-    if (!s.ok()) {
-      std::cerr << "pagoda bench throughput: " << s.status().to_string() << "\n";
-      return 1;
-    }
-    streams.push_back(*s);
+  std::vector<GenerateRequest> batch_requests;
+  for (const auto& p : prompts) batch_requests.push_back(make_request(p, o.output_len, constraint));
+  // Submitted at once; one consumer reads the outputs as the engine queues them (offline/batch_run.h:
+  // woken by the streams, no polling that would take CPU from the engine's threads).
+  auto run = offline::BatchRun::submit(e, std::move(batch_requests));
+  if (!run.ok()) {
+    std::cerr << "pagoda bench throughput: " << run.status().to_string() << "\n";
+    return 1;
   }
-  // One consumer: round-robin over the streams (outputs queue up, nothing blocks the engine).
   int64_t generated = 0;
-  std::vector<bool> finished(streams.size(), false);
-  size_t remaining = streams.size();
   // Progress in output tokens: every sequence advances together under continuous batching.
-  const int64_t total_out = static_cast<int64_t>(streams.size()) * o.output_len;
+  const int64_t total_out = static_cast<int64_t>(prompts.size()) * o.output_len;
   Progress batched("bench throughput", "batched run", "tokens");
-  while (remaining > 0) {
+  while (!(*run)->done()) {
     batched.update(generated, total_out);
-    bool progress = false;
-    for (size_t i = 0; i < streams.size(); ++i) {
-      if (finished[i]) continue;
-      while (auto out = streams[i]->try_next()) {
-        progress = true;
-        generated += static_cast<int64_t>(out->tokens.size());
-        for (const auto& t : out->tokens) outputs[i].push_back(t.token);
-        if (out->finished) {
-          finished[i] = true;
-          --remaining;
-        }
-      }
-    }
-    if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    auto out = (*run)->next_for(std::chrono::milliseconds(200));
+    if (!out) continue;
+    generated += static_cast<int64_t>(out->output.tokens.size());
+    for (const auto& t : out->output.tokens) outputs[out->request_index].push_back(t.token);
   }
   batched.update(generated, total_out);
   batched.finish();

@@ -5,28 +5,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
-#include "model/family.h"
+#include "engine/device_choice.h"
 #include "model/model_loader.h"
-#include "runtime/cuda_executor.h"
-#include "runtime/device_spec.h"
 
 namespace pagoda::cli {
 
 bool resolve_device_option(std::string& device, std::string_view cmd, const std::string& model) {
   std::string why;
-  auto d = resolve_device(device, &why);
+  auto d = choose_engine_device(device, model, &why);
   if (!d.ok()) {
     log_error(cmd, "--device: {}", d.status().message());
     return false;
-  }
-  if (device == "auto" && d->type == Device::kCuda && !model.empty()) {
-    // A model the CUDA executor would refuse at load runs on the CPU.
-    if (auto c = load_model_config(model); c.ok()) {
-      if (Status s = cuda_supports_model(*c); !s.ok()) {
-        why = s.message();
-        d = DeviceSpec{};
-      }
-    }
   }
   if (device == "auto") {
     log_info(cmd, "device auto: {} ({})", d->to_string(), why);

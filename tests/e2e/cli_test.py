@@ -3,6 +3,8 @@ within the model's context, the port claimed before the model loads, defaults in
 as a positional argument, the peers' spellings (--host, --port, -c/--ctx-size,
 --gpu-memory-utilization), --log-level, and --device auto said at start-up. Runs the real binary
 on the tiny stories260K model (context 2048)."""
+import shlex
+import shutil
 import socket
 import subprocess
 import time
@@ -169,3 +171,20 @@ def test_gpu_memory_utilization_spelling_everywhere():
         rc, out = run(*cmd, "--gpu-memory-utilization", "7", timeout=20)
         # Accepted as a spelling (not "unknown option"), then range-checked.
         assert rc != 0 and "memory-utilization" in out and "7" in out and "not expected" not in out, (cmd, out)
+
+
+def test_progress_while_loading_and_benchmarking():
+    # A pipe: one plain log line per step at the end ("..., done"); a terminal (script(1) gives
+    # the binary a pty): the bar redrawn in place.
+    args = ["bench", "throughput", TINY_MODEL, "--num-prompts", 4, "--input-len", 8, "--output-len", 8,
+            "--sequential", 0, "-t", 1]
+    code, out = run(*args)
+    assert code == 0, out
+    assert "loading weights: 100%" in out and "MiB" in out and ", done" in out, out
+    assert "batched run: 100% (32/32 tokens)" in out, out
+    if not shutil.which("script"):
+        pytest.skip("script(1) (util-linux) is not installed")
+    cmd = " ".join(shlex.quote(str(a)) for a in [BINARY, *args])
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=TIMEOUT)  # bytes: keep \r
+    assert p.returncode == 0, p.stdout
+    assert b"\rbatched run [###" in p.stdout and b"100%" in p.stdout and b"\x1b[K" in p.stdout, p.stdout[-800:]

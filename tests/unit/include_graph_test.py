@@ -32,6 +32,8 @@ ALLOWED = {
     "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template", "grammar"},
     "api": {"common", "core"},
     "server": {"common", "core", "api", "engine", "tokenizer", "template", "grammar"},
+    # Offline generation (vLLM's LLM class in C++; the Python package binds it).
+    "offline": {"common", "core", "engine", "model"},
     # The gateway (docs/gateway.md) speaks HTTP to workers and links no engine code (pagoda_gateway
     # links pagoda_common only; `pagoda-gateway` is built from it alone).
     "gateway": {"common"},
