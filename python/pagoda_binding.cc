@@ -227,7 +227,7 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
   c.kv_dtype = *kv;
   if (kv_cache_memory) c.kv_cache_memory = *kv_cache_memory;
   if (gpu_memory_utilization) c.memory_utilization = *gpu_memory_utilization;
-  if (swap_space) c.swap_space = *swap_space;
+  if (swap_space) c.kv_tiers.host_bytes = *swap_space;  // the host KV tier, also swap preemption's space
   c.enable_prefix_caching = enable_prefix_caching;
   c.device = device;
   c.dtype = dtype;
@@ -238,7 +238,7 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
   if (c.scheduler.max_num_seqs < 1) throw py::value_error("max_num_seqs must be at least 1");
   if (max_num_batched_tokens && *max_num_batched_tokens < 1) throw py::value_error("max_num_batched_tokens must be at least 1");
   if (c.block_size < 1 || c.block_size > 4096) throw py::value_error("block_size must be in [1, 4096]");
-  if (c.kv_cache_memory < 0 || c.swap_space < 0) throw py::value_error("kv_cache_memory and swap_space are byte counts >= 0");
+  if (c.kv_cache_memory < 0 || c.kv_tiers.host_bytes < 0) throw py::value_error("kv_cache_memory and swap_space are byte counts >= 0");
   if (c.memory_utilization < 0 || c.memory_utilization > 1) throw py::value_error("gpu_memory_utilization must be in [0, 1]");
   if (c.threads < 0 || c.threads > 4096) throw py::value_error("threads must be in [0, 4096] (0: one per core)");
   Result<std::unique_ptr<Llm>> llm = [&] {
