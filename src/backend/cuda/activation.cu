@@ -10,17 +10,28 @@
 namespace pagoda::cuda {
 namespace {
 
-template <class T>
-__global__ void swiglu_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T* __restrict__ out) {
+// The gate's activation times up, in f32.
+struct SiluMul {
+  __device__ float operator()(float g, float u) const { return silu_mul(g, u); }
+};
+// gelu_pytorch_tanh(g) * u (ops/activation.h's row kernel computes the same).
+struct GeluTanhMul {
+  __device__ float operator()(float g, float u) const {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
+  }
+};
+
+// out[t, i] = Act(gu[t, i], gu[t, F + i]), one value a thread.
+template <class T, class Act>
+__global__ void gated_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T* __restrict__ out) {
   pdl_trigger();
   pdl_wait();
   const int64_t n = T_ * F;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / F, i = idx - t * F;
-    const float g = to_f32(gu[t * 2 * F + i]);
-    const float u = to_f32(gu[t * 2 * F + F + i]);
-    out[idx] = from_f32<T>(silu_mul(g, u));
+    out[idx] = from_f32<T>(Act{}(to_f32(gu[t * 2 * F + i]), to_f32(gu[t * 2 * F + F + i])));
   }
 }
 
@@ -43,24 +54,6 @@ __global__ void swiglu_bf16x8_kernel(const uint4* __restrict__ gu, int T_, int F
       r2[i] = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
     }
     out[idx] = r;
-  }
-}
-
-// gelu_pytorch_tanh(g) * u, in f32 (ops/activation.h's row kernel computes the same).
-__device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
-}
-
-template <class T>
-__global__ void geglu_tanh_kernel(const T* __restrict__ gu, int64_t T_, int64_t F, T* __restrict__ out) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t n = T_ * F;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = idx / F, i = idx - t * F;
-    out[idx] = from_f32<T>(gelu_tanh_mul(to_f32(gu[t * 2 * F + i]), to_f32(gu[t * 2 * F + F + i])));
   }
 }
 
@@ -101,7 +94,7 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
   if (T <= 0) return;
   const int grid = grid_for(T * F, 256);
   if (dtype == DType::kF32) {
-    launch_pdl(swiglu_kernel<float>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
+    launch_pdl(gated_kernel<float, SiluMul>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
   } else {
     PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "swiglu: dtype must be f32 or bf16");
     if (F % 8 == 0 && aligned16(gu) && aligned16(out) && T * (F / 8) < (int64_t{1} << 31)) {
@@ -111,7 +104,7 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
       CUDA_CHECK_LAUNCH();
       return;
     }
-    launch_pdl(swiglu_kernel<bf16>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
+    launch_pdl(gated_kernel<bf16, SiluMul>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -120,10 +113,10 @@ void geglu_tanh(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cu
   if (T <= 0) return;
   const int grid = grid_for(T * F, 256);
   if (dtype == DType::kF32) {
-    launch_pdl(geglu_tanh_kernel<float>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
+    launch_pdl(gated_kernel<float, GeluTanhMul>, dim3(grid), dim3(256), 0, s, static_cast<const float*>(gu), T, F, static_cast<float*>(out));
   } else {
     PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "geglu_tanh: dtype must be f32 or bf16");
-    launch_pdl(geglu_tanh_kernel<bf16>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
+    launch_pdl(gated_kernel<bf16, GeluTanhMul>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
   }
   CUDA_CHECK_LAUNCH();
 }
