@@ -268,9 +268,11 @@ def test_ctrl_c_cancels_and_raises_keyboard_interrupt():
         time.sleep(1.0)
         t0 = time.time()
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate(timeout=120)
         assert "interrupted" in out, err
-        assert time.time() - t0 < 10 and p.returncode == 0
+        # The whole batch (4 x 4000 tokens) takes minutes on these machines; an interrupt that only
+        # took effect at its end would blow this bound, a loaded 2-core CI machine does not (26 s seen).
+        assert time.time() - t0 < 90 and p.returncode == 0
     finally:
         if p.poll() is None:
             p.kill()
