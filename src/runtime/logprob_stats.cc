@@ -4,17 +4,15 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "runtime/sampler.h"
 
 namespace pagoda {
 
 void log_softmax(std::span<const float> logits, std::span<float> out) {
   PAGODA_CHECK(logits.size() == out.size() && !logits.empty(), "log_softmax: {} logits, {} outputs", logits.size(),
                out.size());
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
-  const double lse = mx + std::log(sum);
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - lse);
+  const float lse = log_sum_exp(logits);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 
 void MeanAccumulator::add(double x) {

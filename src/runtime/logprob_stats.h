@@ -11,7 +11,7 @@
 
 namespace pagoda {
 
-// out[v] = logits[v] - log(sum_u exp(logits[u])), in double for the sum. out.size() == logits.size().
+// out[v] = logits[v] - log_sum_exp(logits) (runtime/sampler.h). out.size() == logits.size().
 void log_softmax(std::span<const float> logits, std::span<float> out);
 
 // Mean and standard error of a sample of doubles (Welford).
