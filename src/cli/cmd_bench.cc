@@ -32,7 +32,7 @@
 #include "engine/engine_core.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "runtime/memory_plan.h"
 
 namespace pagoda::cli {

@@ -27,7 +27,7 @@
 #include "common/half.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "runtime/forward_batch.h"
 #include "runtime/logprob_stats.h"
 #include "tokenizer/tokenizer.h"

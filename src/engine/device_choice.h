@@ -1,6 +1,6 @@
 // The device an engine for `model` runs on, from a user's --device / device= choice: "auto" is
 // cuda:0 when this build has the CUDA backend and a device is visible and the CUDA backend runs
-// the model (runtime/cuda_executor.h: cuda_supports_model), else the CPU; explicit devices are parsed (runtime/device_spec.h)
+// the model (runtime/cuda_executor.h: cuda_supports_model), else the CPU; explicit devices are parsed (engine/device_spec.h)
 // and kept. Shared by the command line and the offline API (offline/), so both choose alike.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 
 namespace pagoda {
 

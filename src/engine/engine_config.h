@@ -29,7 +29,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int64_t max_queue_delay_us = 0;    // when idle, wait this long for more arrivals before the first step
   SchedulerConfig scheduler;
-  std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N" (runtime/device_spec.h)
+  std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N" (engine/device_spec.h)
   std::string dtype = "auto";        // CUDA compute dtype: auto (f32 for f32 weights, else bf16) | f32 | bf16
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)

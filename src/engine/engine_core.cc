@@ -9,7 +9,7 @@
 
 #include "engine/draft_model_proposer.h"
 #include "runtime/cuda_executor.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "runtime/ngram_proposer.h"
 
 namespace pagoda {

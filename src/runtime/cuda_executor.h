@@ -1,5 +1,5 @@
 // The CUDA executor (backend/cuda/cuda_executor.cc and its siblings): the model's forward pass, KV cache and
-// sampling on one NVIDIA GPU. Built with PAGODA_CUDA; without it (runtime/cuda_unavailable.cc)
+// sampling on one NVIDIA GPU. Built with PAGODA_CUDA; without it (backend/cuda/stub/cuda_unavailable.cc)
 // every entry point reports that this build has no CUDA, so callers link everywhere and GPU tests
 // skip with a clear message.
 //

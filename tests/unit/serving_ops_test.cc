@@ -7,7 +7,7 @@
 
 #include "common/log.h"
 #include "runtime/cuda_executor.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "server/access_log.h"
 #include "server/listen_socket.h"
 #include "server/process_metrics.h"

@@ -1,4 +1,4 @@
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 
 #include <charconv>
 
