@@ -390,8 +390,8 @@ PYBIND11_MODULE(_pagoda, m) {
       }, py::arg("token_ids"), py::arg("skip_special_tokens") = false)
       .def_property_readonly("model_name", [](const Llm& llm) { return llm.engine().model_name(); })
       .def_property_readonly("max_model_len", [](const Llm& llm) { return llm.engine().max_model_len(); })
-      .def_property_readonly("vocab_size", [](const Llm& llm) { return llm.engine().model_config().vocab_size; })
-      .def_property_readonly("device", [](const Llm& llm) { return llm.engine().config().device; })
+      .def_property_readonly("vocab_size", [](const Llm& llm) { return llm.engine().info().vocab_size; })
+      .def_property_readonly("device", [](const Llm& llm) { return llm.engine().info().device; })
       .def("shutdown", [](Llm& llm) {
         py::gil_scoped_release nogil;
         llm.engine().shutdown();

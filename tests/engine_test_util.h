@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 
 namespace pagoda::test {
 

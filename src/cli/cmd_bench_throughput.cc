@@ -25,6 +25,8 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "model/model_config.h"
 #include "grammar/constraint.h"
 #include "offline/batch_run.h"
 

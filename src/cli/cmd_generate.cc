@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "runtime/memory_plan.h"
+#include "common/dtype.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "engine/engine_core.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "engine/stop_matcher.h"
 #include "grammar/constraint.h"
 #include "template/chat_template.h"
@@ -464,6 +464,17 @@ std::shared_ptr<const Tokenizer> Engine::tokenizer_ptr() const { return loop_->t
 const MemoryPlan& Engine::memory_plan() const { return loop_->core().memory_plan(); }
 const EngineConfig& Engine::config() const { return loop_->config(); }
 int64_t Engine::max_model_len() const { return loop_->core().max_model_len(); }
+EngineInfo Engine::info() const {
+  const ModelConfig& m = model_config();
+  const EngineConfig& c = config();
+  return EngineInfo{.model_path = c.model,
+                    .model_name = model_name(),
+                    .architecture = m.arch_name,
+                    .device = c.device,
+                    .vocab_size = m.vocab_size,
+                    .max_model_len = max_model_len(),
+                    .max_num_seqs = c.scheduler.max_num_seqs};
+}
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
   EncodeOptions eo;
   eo.add_special = add_special;

@@ -1,5 +1,7 @@
 // The engine's public interface: the one header the service layer (server/) and the command line
-// include. Thread-safe: submit(), cancel() and stats() may be called from any thread; outputs are
+// include. It depends on plain value types (common/, core/) only: the engine's internals (its
+// configuration, the model, the memory plan) are forward-declared, and the service layer reads
+// what it needs of them through info() (tests/unit/include_graph_test.py holds server/ to this). Thread-safe: submit(), cancel() and stats() may be called from any thread; outputs are
 // delivered through per-request streams.
 //
 //   auto engine = Engine::create(config);            // loads the model, plans memory, starts the loop
@@ -26,15 +28,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "engine/engine_config.h"
-#include "engine/executor_decorator.h"
-#include "model/model_config.h"
-#include "runtime/memory_plan.h"
-#include "runtime/sampler.h"
+#include "core/kv_tier_stats.h"
 #include "core/request.h"
+#include "core/token_constraint.h"
+#include "core/token_logprob.h"
+#include "engine/executor_decorator.h"
 
 namespace pagoda {
 
+struct EngineConfig;
+struct MemoryPlan;
+struct ModelConfig;
 class Tokenizer;
 class EngineLoop;
 namespace grammar {
@@ -136,6 +140,17 @@ struct EngineStats {
   std::vector<int64_t> spec_accepted_per_position;
 };
 
+// What a client of the engine needs to know of the model and the configuration it runs.
+struct EngineInfo {
+  std::string model_path;       // EngineConfig::model: the .gguf file or Hugging Face directory
+  std::string model_name;       // model_name()
+  std::string architecture;     // e.g. "llama", "qwen2", "gemma3"
+  std::string device;           // "cpu" or "cuda:N"
+  int64_t vocab_size = 0;
+  int64_t max_model_len = 0;    // tokens per sequence (prompt + output)
+  int64_t max_num_seqs = 0;     // sequences per step
+};
+
 class Engine {
  public:
   // `decorate` wraps the executor (tests: fault injection).
@@ -180,6 +195,9 @@ class Engine {
   Result<std::shared_ptr<const TokenConstraintSpec>> constraint(const grammar::ConstraintSource& source) const;
   grammar::ConstraintCache& constraint_cache() const;
 
+  EngineInfo info() const;
+
+  // The engine's internals, for the command line and tests (include their headers to use them).
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
   std::shared_ptr<const Tokenizer> tokenizer_ptr() const;

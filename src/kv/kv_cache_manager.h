@@ -37,6 +37,7 @@
 
 #include "core/request.h"
 #include "kv/block_pool.h"
+#include "core/kv_tier_stats.h"
 #include "kv/disk_tier_store.h"
 #include "kv/kv_host_block_io.h"
 
@@ -46,16 +47,6 @@ struct ComputedBlocks {
   std::vector<BlockId> blocks;       // cached primary blocks of the request's prefix, in order
   std::vector<BlockId> host_blocks;  // then host-tier blocks (filled into fresh primary blocks)
   int32_t num_tokens = 0;            // tokens they hold, both kinds
-};
-
-// Hits and traffic per tier. Hits are tokens (as PrefixCacheStats), stores and rejections blocks.
-struct KvTierStats {
-  int64_t host_hits = 0;      // prefix tokens found in the host tier
-  int64_t disk_hits = 0;      // prefix tokens found in the disk tier (read back through the host tier)
-  int64_t host_stores = 0;    // primary blocks spilled to the host tier
-  int64_t disk_stores = 0;    // host blocks written to the disk tier
-  int64_t disk_rejected = 0;  // disk files found corrupt or truncated (misses)
-  int64_t swap_outs = 0, swap_ins = 0;  // requests swapped (preemption)
 };
 
 class KvCacheManager {

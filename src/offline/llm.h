@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "offline/batch_run.h"
 
 namespace pagoda::offline {

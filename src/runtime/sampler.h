@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/sampling_params.h"
+#include "core/token_logprob.h"
 
 namespace pagoda {
 
@@ -35,11 +36,6 @@ class Rng {
 struct TokenHistory {
   std::span<const int32_t> prompt;
   std::span<const int32_t> output;
-};
-
-struct TokenLogprob {
-  int32_t token;
-  float logprob;
 };
 
 struct SampleResult {

@@ -265,9 +265,9 @@ HttpResponse HttpApi::models(const std::string& one) {
           {"object", "model"},
           {"created", ctx_.created()},
           {"owned_by", "pagoda"},
-          {"root", ctx_.engine().config().model},
+          {"root", ctx_.engine().info().model_path},
           {"max_model_len", ctx_.engine().max_model_len()},
-          {"vocab_size", ctx_.engine().model_config().vocab_size}};
+          {"vocab_size", ctx_.engine().info().vocab_size}};
   if (!one.empty()) {
     if (one != ctx_.model_name()) return error_response(*ctx_.check_model(one));
     return json_response(200, m);
@@ -295,7 +295,7 @@ HttpResponse HttpApi::detokenize(HttpRequest& req) {
   api::DetokenizeRequest d;
   if (auto e = api::parse_detokenize_request(req.body, &d)) return error_response(*e);
   if (auto e = ctx_.check_model(d.model)) return error_response(*e);
-  const int64_t vocab = ctx_.engine().model_config().vocab_size;
+  const int64_t vocab = ctx_.engine().info().vocab_size;
   for (int32_t t : d.tokens)
     if (t >= vocab) return error_response(api::bad_request("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")", "tokens"));
   return json_response(200, ojson{{"prompt", ctx_.engine().detokenize(d.tokens)}});
@@ -414,7 +414,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   HandlerResult res;
   Engine& engine = ctx_.engine();
   const int64_t max_len = engine.max_model_len();
-  const int64_t vocab = engine.model_config().vocab_size;
+  const int64_t vocab = engine.info().vocab_size;
   for (const auto& [token, bias] : o.logit_bias)
     if (token >= vocab) {
       res.response = error_response(api::bad_request("'logit_bias' names token " + std::to_string(token) +

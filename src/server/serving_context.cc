@@ -99,7 +99,7 @@ std::variant<std::unique_ptr<ServingContext::Ticket>, api::ApiError> ServingCont
     return e;
   }
   if (options_.max_queued_requests > 0) {
-    const int64_t capacity = engine_.config().scheduler.max_num_seqs;
+    const int64_t capacity = engine_.info().max_num_seqs;
     const int64_t most = capacity + options_.max_queued_requests;
     if (sequences > most) {
       // Could never be admitted, even on an idle server: not a reason to retry.

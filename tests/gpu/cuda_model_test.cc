@@ -21,6 +21,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "model/model_config.h"
+#include "runtime/memory_plan.h"
+#include "common/dtype.h"
 #include "engine/engine_core.h"
 #include "gpu_test_util.h"
 #include "model/model_loader.h"

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "test_paths.h"
 
 namespace pagoda {

@@ -11,6 +11,8 @@
 
 #include "common/check.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "model/model_config.h"
 #include "model/model_loader.h"
 #include "engine_test_util.h"
 #include "test_paths.h"

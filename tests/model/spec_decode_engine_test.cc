@@ -12,6 +12,8 @@
 
 #include "engine/draft_model_proposer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "model/model_config.h"
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
 #include "model/model_loader.h"

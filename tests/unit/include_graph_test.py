@@ -1,6 +1,6 @@
 """The layers of ../shared/docs/architecture.md, enforced on the include graph of src/.
 
-Every `#include "dir/..."` in src/ must point at the file's own layer or at one the table below
+Every `#include "dir/..."` in src/ must point at the file's own layer or at one src/layers.txt
 lets it depend on (downward). A new upward or sideways include fails this test with the file, the
 line and the rule it breaks. Run directly: python3 tests/unit/include_graph_test.py [SRC_DIR].
 """
@@ -10,45 +10,11 @@ import sys
 import tempfile
 import unittest
 
-# layer -> the layers it may include (besides itself). Bottom first.
-ALLOWED = {
-    "common": set(),
-    "core": {"common"},
-    "quant": {"common"},
-    "loader": {"common"},
-    "backend/reference": {"common", "quant"},
-    "backend/cpu": {"common", "quant"},
-    "ops": {"common", "quant", "backend/cpu", "backend/reference"},
-    "tokenizer": {"common", "loader"},
-    "template": {"common", "loader"},
-    # Constrained decoding; implements core/token_constraint.h.
-    "grammar": {"common", "core"},
-    "model": {"common", "quant", "loader", "ops"},
-    "kv": {"common", "core"},
-    "sched": {"common", "core", "kv"},
-    "runtime": {"common", "core", "quant", "ops", "model"},
-    # The CUDA executor implements runtime's executor interface (runtime/cuda_executor.h).
-    "backend/cuda": {"common", "core", "quant", "ops", "model", "runtime"},
-    "engine": {"common", "core", "quant", "loader", "model", "runtime", "kv", "sched", "tokenizer", "template", "grammar"},
-    "api": {"common", "core"},
-    "server": {"common", "core", "api", "engine", "tokenizer", "template", "grammar"},
-    # Offline generation (vLLM's LLM class in C++; the Python package binds it).
-    "offline": {"common", "core", "engine", "model"},
-    # The gateway (docs/gateway.md) speaks HTTP to workers and links no engine code (pagoda_gateway
-    # links pagoda_common only; `pagoda-gateway` is built from it alone).
-    "gateway": {"common"},
-    "cli": None,  # the front end: anything
-}
+from layer_table import SRC, closure, layer_of, read_layers
+
+ALLOWED = read_layers()
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh", ".inc")
-
-
-def layer_of(rel_path):
-    """'backend/cpu/x.h' -> 'backend/cpu'; 'model/families/llama.cc' -> 'model'."""
-    parts = rel_path.split("/")
-    if parts[0] == "backend" and len(parts) > 2:
-        return "backend/" + parts[1]
-    return parts[0]
 
 
 def violations(src_dir):
@@ -78,7 +44,46 @@ def violations(src_dir):
     return out
 
 
-SRC = os.environ.get("PAGODA_SRC_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
+# The service layer's window on the engine: the only engine headers server/ may include, and what
+# they may reach, transitively (plain value types; never the model, runtime, scheduler or KV code).
+ENGINE_API_HEADERS = {"engine/engine.h"}
+ENGINE_API_REACH = {"common", "core"}
+ENGINE_API_INTERNAL_OK = {"engine/engine.h", "engine/executor_decorator.h"}
+
+
+def includes_of(src_dir, rel):
+    """The src/-relative headers `rel` includes with quotes (those that exist under src_dir)."""
+    out = []
+    with open(os.path.join(src_dir, rel), encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = INCLUDE.match(line)
+            if m and os.path.exists(os.path.join(src_dir, m.group(1), m.group(2))):
+                out.append(m.group(1) + "/" + m.group(2))
+    return out
+
+
+def engine_api_violations(src_dir):
+    out = []
+    server = os.path.join(src_dir, "server")
+    for root, _, files in os.walk(server):
+        for name in sorted(files):
+            rel = os.path.relpath(os.path.join(root, name), src_dir).replace(os.sep, "/")
+            for inc in includes_of(src_dir, rel):
+                if inc.startswith("engine/") and inc not in ENGINE_API_HEADERS:
+                    out.append(f"{rel} includes {inc}: server/ sees the engine through {sorted(ENGINE_API_HEADERS)} only")
+    seen, todo = set(), sorted(h for h in ENGINE_API_HEADERS if os.path.exists(os.path.join(src_dir, h)))
+    while todo:
+        header = todo.pop()
+        if header in seen:
+            continue
+        seen.add(header)
+        for inc in includes_of(src_dir, header):
+            layer = layer_of(inc)
+            if layer not in ENGINE_API_REACH and inc not in ENGINE_API_INTERNAL_OK:
+                out.append(f"{header} includes {inc}: the engine's API may reach {sorted(ENGINE_API_REACH)} only")
+            else:
+                todo.append(inc)
+    return out
 
 
 class IncludeGraphTest(unittest.TestCase):
@@ -88,15 +93,33 @@ class IncludeGraphTest(unittest.TestCase):
 
     def test_gateway_reaches_no_engine_layer(self):
         # Everything the gateway may include, transitively: no engine, model, kernel or server code.
-        reach, todo = set(), ["gateway"]
-        while todo:
-            for dep in ALLOWED[todo.pop()] or ():
-                if dep not in reach:
-                    reach.add(dep)
-                    todo.append(dep)
+        reach = closure(ALLOWED, "gateway")
         engine_side = {"core", "quant", "loader", "backend/reference", "backend/cpu", "backend/cuda", "ops",
                        "tokenizer", "template", "model", "kv", "sched", "runtime", "engine", "api", "server"}
         self.assertEqual(reach & engine_side, set())
+
+    def test_server_sees_the_engine_through_its_api(self):
+        found = engine_api_violations(SRC)
+        self.assertEqual(found, [], "engine API violations:\n" + "\n".join(found))
+
+    def test_an_engine_internal_in_the_api_fails(self):
+        with tempfile.TemporaryDirectory() as d:
+            for folder in ("engine", "core", "model", "server"):
+                os.makedirs(os.path.join(d, folder))
+            with open(os.path.join(d, "core", "request.h"), "w") as f:
+                f.write("#pragma once\n")
+            with open(os.path.join(d, "model", "model_config.h"), "w") as f:
+                f.write("#pragma once\n")
+            with open(os.path.join(d, "engine", "engine_config.h"), "w") as f:
+                f.write('#include "model/model_config.h"\n')
+            with open(os.path.join(d, "engine", "engine.h"), "w") as f:
+                f.write('#include "core/request.h"\n#include "engine/engine_config.h"\n')
+            with open(os.path.join(d, "server", "api.cc"), "w") as f:
+                f.write('#include "engine/engine.h"\n#include "engine/engine_config.h"\n')
+            found = engine_api_violations(d)
+            self.assertEqual(len(found), 2, found)
+            self.assertIn("server/api.cc includes engine/engine_config.h", found[0])
+            self.assertIn("engine/engine.h includes engine/engine_config.h", found[1])
 
     def test_an_upward_include_fails(self):
         # The checker itself: a kv/ header that includes the scheduler is caught, a downward one is not.
