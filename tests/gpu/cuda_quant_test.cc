@@ -3,7 +3,9 @@
 // the int8 GEMV (every mode, M = 1 .. kQuantGemvMaxM) against a double matmul over the
 // dequantized weights and the unquantized activations, within the int8-activation error budget.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
-// counts and K that are not multiples of the kernel's tiles.
+// counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
+// (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
+// such that they do not).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 
 #if PAGODA_HAVE_CUDA
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_layout.h"
 #endif
 
 namespace pagoda {
@@ -34,9 +37,16 @@ const DType kFormats[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1
                           DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 struct QuantizedMatrix {
-  std::vector<uint8_t> blocks;  // [N] rows of row_bytes(format, K)
+  std::vector<uint8_t> blocks;  // [N] rows of row_bytes(format, K), the file's layout
   std::vector<float> values;    // [N, K] the host's dequantization of them
 };
+
+// The blocks on the device, in the layout the kernels read.
+cuda::DeviceBuffer upload(DType f, const QuantizedMatrix& q, int64_t N, int64_t K) {
+  std::vector<uint8_t> dev(static_cast<size_t>(N * cuda::device_row_bytes(f, K)));
+  cuda::to_device_quant_layout(f, q.blocks.data(), dev.data(), N, K);
+  return to_device(dev);
+}
 
 QuantizedMatrix quantize_matrix(DType f, int64_t N, int64_t K, uint32_t seed) {
   const auto w = random_floats(N * K, seed, -1, 1);
@@ -80,18 +90,24 @@ TEST(CudaQuant, DequantizeMatchesTheHost) {
   PAGODA_REQUIRE_GPU();
   for (DType f : kFormats) {
     ASSERT_TRUE(cuda::quant_weight_supported(f)) << dtype_name(f);
-    const int64_t N = 37, K = 512;
-    const auto q = quantize_matrix(f, N, K, 7);
-    auto dw = to_device(q.blocks);
-    cuda::DeviceBuffer out(N * K * 4);
-    cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kF32, nullptr);
-    const auto got = to_host<float>(out, N * K);
-    double worst = 0;
-    for (int64_t i = 0; i < N * K; ++i) worst = std::max(worst, double(std::fabs(got[i] - q.values[i])));
-    EXPECT_LE(worst, 1e-6) << dtype_name(f);
-    cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kBF16, nullptr);
-    // bf16 is the f32 value rounded (as values: the host may give -0 where the device gives +0).
-    EXPECT_EQ(from_bf16(to_host<uint16_t>(out, N * K)), from_bf16(to_bf16(q.values))) << dtype_name(f);
+    EXPECT_EQ(cuda::planar_quant_layout(f), f != DType::kQ4_K && f != DType::kQ5_K) << dtype_name(f);
+    // 512 and 2048: rows of whole 16-byte multiples but for Q6_K at 512 (420 bytes, padded);
+    // 288: padded rows for every format.
+    for (int64_t K : {512, 2048, 288}) {
+      if (K % dtype_traits(f).block_size != 0) continue;
+      const int64_t N = 37;
+      const auto q = quantize_matrix(f, N, K, 7);
+      auto dw = upload(f, q, N, K);
+      cuda::DeviceBuffer out(N * K * 4);
+      cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kF32, nullptr);
+      const auto got = to_host<float>(out, N * K);
+      double worst = 0;
+      for (int64_t i = 0; i < N * K; ++i) worst = std::max(worst, double(std::fabs(got[i] - q.values[i])));
+      EXPECT_LE(worst, 1e-6) << dtype_name(f);
+      cuda::dequantize_weight(dw.get(), f, N, K, out.get(), DType::kBF16, nullptr);
+      // bf16 is the f32 value rounded (as values: the host may give -0 where the device gives +0).
+      EXPECT_EQ(from_bf16(to_host<uint16_t>(out, N * K)), from_bf16(to_bf16(q.values))) << dtype_name(f);
+    }
   }
   EXPECT_FALSE(cuda::quant_weight_supported(DType::kBF16));
   EXPECT_FALSE(cuda::quant_weight_supported(DType::kIQ4_XS));
@@ -100,10 +116,12 @@ TEST(CudaQuant, DequantizeMatchesTheHost) {
 TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
   PAGODA_REQUIRE_GPU();
   for (DType f : kFormats) {
-    for (int64_t K : {256, 2816}) {
-      const int64_t N = 2 * 77;  // even: [gate; up] for SwiGLU
+    // 256, 2816, 288: rows with and without padding; 8448: two rows a warp (K >= 8192).
+    for (int64_t K : {256, 2816, 288, 8448}) {
+      if (K % dtype_traits(f).block_size != 0) continue;
+      const int64_t N = K > 4096 ? 2 * 9 : 2 * 77;  // even: [gate; up] for SwiGLU
       const auto q = quantize_matrix(f, N, K, 11 + static_cast<uint32_t>(K));
-      auto dw = to_device(q.blocks);
+      auto dw = upload(f, q, N, K);
       for (int64_t M = 1; M <= cuda::kQuantGemvMaxM; ++M) {
         const auto x = bf16_round(random_floats(M * K, 30 + static_cast<uint32_t>(M), -2, 2));
         auto dx = to_device(to_bf16(x));
@@ -150,13 +168,41 @@ TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
   }
 }
 
+TEST(CudaQuant, TwoRowGemvStoresAnOddLastRowOnce) {
+  PAGODA_REQUIRE_GPU();
+  // K >= 8192 puts two rows in a warp; with N odd the last warp has one row to store, and the
+  // output past it (a guard value) must stay.
+  for (DType f : kFormats) {
+    const int64_t N = 19, K = 8448, M = 2;
+    const auto q = quantize_matrix(f, N, K, 21);
+    auto dw = upload(f, q, N, K);
+    const auto x = bf16_round(random_floats(M * K, 4, -2, 2));
+    auto dx = to_device(to_bf16(x));
+    cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
+    cuda::quantize_activations_q8(dx.get(), DType::kBF16, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+    const int64_t ld = N + 1;
+    std::vector<float> init(M * ld, 1234.5f);
+    auto dy = to_device(init);
+    cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, dy.get(), ld, cuda::GemmOut::kStoreF32,
+                     nullptr);
+    const auto y = to_host<float>(dy, M * ld);
+    const auto ref = matmul_ref(x, q.values, M, N, K);
+    std::vector<float> got;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) got.push_back(y[m * ld + n]);
+      EXPECT_EQ(y[m * ld + N], 1234.5f) << dtype_name(f) << " row " << m;
+    }
+    EXPECT_LT(nmse(got, ref), 1e-4) << dtype_name(f);
+  }
+}
+
 TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
   PAGODA_REQUIRE_GPU();
   // d = 0 for an all-zero input block must not divide by zero: y = x W^T = 0 for every format.
   for (DType f : kFormats) {
     const int64_t N = 8, K = 256;
     const auto q = quantize_matrix(f, N, K, 3);
-    auto dw = to_device(q.blocks);
+    auto dw = upload(f, q, N, K);
     std::vector<uint16_t> zeros(K, 0);
     auto dx = to_device(zeros);
     cuda::DeviceBuffer xq(K), xds((K / 32) * 8), y(N * 4);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/quant_layout.h"
 #include "common/dtype.h"
 #include "model/model_weights.h"
 
@@ -23,7 +24,7 @@ struct DeviceWeightSegment {
   DType format = DType::kBF16;
   int64_t row0 = 0, n = 0;
   int64_t offset = 0;          // bytes into the weight's storage (a multiple of kSegmentAlign)
-  const void* data = nullptr;  // [n, K] in `format`, row_bytes(format, K) bytes a row
+  const void* data = nullptr;  // [n, K] in `format`'s device layout, device_row_bytes(format, K) bytes a row
 };
 
 struct DeviceWeight {
@@ -46,7 +47,7 @@ struct DeviceWeight {
 DType device_weight_format(DType host, DType compute, bool native_quant);
 
 // Bytes of an [n, k] weight in `format`.
-inline int64_t device_weight_bytes(DType format, int64_t n, int64_t k) { return n * row_bytes(format, k); }
+inline int64_t device_weight_bytes(DType format, int64_t n, int64_t k) { return n * device_row_bytes(format, k); }
 
 // Segments are placed at multiples of this in one allocation.
 constexpr int64_t kSegmentAlign = 256;

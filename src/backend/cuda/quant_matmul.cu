@@ -6,18 +6,22 @@
 // sb except Q6_K, whose 16-element sub-blocks have their own scales). From it:
 //   - gemv_quant: y = x W^T for a few rows. The activations are quantized per 32 inputs to int8
 //     (quantize_activations_q8: d = max|x| / 127, s = d * sum(q)), so that a unit's dot product is
-//     eight dp4a: x.w = dx * (sa * S_first + sb * S_last) + mn * s. One warp per output row (two
-//     rows for the fused gate/up + SwiGLU), lane l takes units l, l + 32, ... (consecutive lanes,
-//     consecutive bytes), one warp reduction at the end.
+//     eight dp4a: x.w = dx * (sa * S_first + sb * S_last) + mn * s. A warp takes one or two
+//     rows (below), lane l takes units l, l + 32, ... (consecutive lanes, consecutive bytes), one
+//     warp reduction at the end.
 //   - dequantize_weight: rows of W as f32 / bf16 (w = s * q + mn, computed as the CPU's
 //     quant::dequantize_row computes it), for the cuBLASLt and batch-invariant paths.
-// Unaligned block layouts (Q4_0's 18 bytes, Q6_K's 210, ...) are read with 16-bit loads.
+// Weights are in the device layout (quant_layout.h: planar rows, 16-byte aligned), so a unit's
+// codes are one or two aligned 16-byte loads in every format. In the GEMV a warp computes two
+// outputs at once for large weights (two rows; for SwiGLU always, the gate and the up row), so each
+// activation load serves two weight rows.
 // The activation quantization and the GEMV are launched with PDL (device_utils.cuh), the GEMV
 // decoding its first weight unit before it waits for the activations.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_layout.h"
 #include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
@@ -31,113 +35,21 @@ struct Unit {
 __device__ __forceinline__ float ld_half(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
-// A 32-bit word at a 2-byte-aligned address.
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
-}
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(static_cast<uint16_t>(w & 0xFFFF))); }
+__device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(static_cast<uint16_t>(w >> 16))); }
 // Bits 0..3 of t to bit 0 of bytes 0..3 (no carries: the partial products do not overlap).
 __device__ __forceinline__ uint32_t spread4(uint32_t t) { return (t * 0x00204081u) & 0x01010101u; }
 
 template <DType F>
 struct Format;
 
-// x = d * (q - 8); q: nibbles, element j < 16 low of byte j, j >= 16 high of byte j - 16.
-template <>
-struct Format<DType::kQ4_0> {
-  static constexpr int kBytes = 18;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + u * kBytes;
-    Unit r;
-    r.sa = r.sb = ld_half(b);
-    r.mn = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = ld32_a2(b + 2 + 4 * i);
-      r.q[i] = static_cast<int32_t>(__vsub4(v & 0x0F0F0F0Fu, 0x08080808u));
-      r.q[4 + i] = static_cast<int32_t>(__vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u));
-    }
-    return r;
-  }
-};
-// x = d * q + m.
-template <>
-struct Format<DType::kQ4_1> {
-  static constexpr int kBytes = 20;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + u * kBytes;
-    Unit r;
-    r.sa = r.sb = ld_half(b);
-    r.mn = ld_half(b + 2);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = ld32(b + 4 + 4 * i);
-      r.q[i] = static_cast<int32_t>(v & 0x0F0F0F0Fu);
-      r.q[4 + i] = static_cast<int32_t>((v >> 4) & 0x0F0F0F0Fu);
-    }
-    return r;
-  }
-};
-// x = d * (q - 16); q = nibble (as Q4_0) | bit j of qh << 4.
-template <>
-struct Format<DType::kQ5_0> {
-  static constexpr int kBytes = 22;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + u * kBytes;
-    Unit r;
-    r.sa = r.sb = ld_half(b);
-    r.mn = 0.0f;
-    const uint32_t qh = ld32_a2(b + 2);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = ld32_a2(b + 6 + 4 * i);
-      const uint32_t lo = (v & 0x0F0F0F0Fu) | (spread4((qh >> (4 * i)) & 0xF) << 4);
-      const uint32_t hi = ((v >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * i)) & 0xF) << 4);
-      r.q[i] = static_cast<int32_t>(__vsub4(lo, 0x10101010u));
-      r.q[4 + i] = static_cast<int32_t>(__vsub4(hi, 0x10101010u));
-    }
-    return r;
-  }
-};
-// x = d * q + m; q as Q5_0 (unsigned).
-template <>
-struct Format<DType::kQ5_1> {
-  static constexpr int kBytes = 24;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + u * kBytes;
-    Unit r;
-    r.sa = r.sb = ld_half(b);
-    r.mn = ld_half(b + 2);
-    const uint32_t qh = ld32(b + 4);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = ld32(b + 8 + 4 * i);
-      r.q[i] = static_cast<int32_t>((v & 0x0F0F0F0Fu) | (spread4((qh >> (4 * i)) & 0xF) << 4));
-      r.q[4 + i] = static_cast<int32_t>(((v >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * i)) & 0xF) << 4));
-    }
-    return r;
-  }
-};
-// x = d * q, q int8.
-template <>
-struct Format<DType::kQ8_0> {
-  static constexpr int kBytes = 34;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + u * kBytes;
-    Unit r;
-    r.sa = r.sb = ld_half(b);
-    r.mn = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = static_cast<int32_t>(ld32_a2(b + 2 + 4 * i));
-    return r;
-  }
-};
-
 // Q4_K / Q5_K sub-block j's 6-bit scale and min (quant/blocks.h get_scale_min_k4) from the 12
-// scale bytes as three words.
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* scales, float d, float dmin, float* s, float* mn) {
-  const uint32_t w0 = ld32(scales), w1 = ld32(scales + 4), w2 = ld32(scales + 8);
+// scale bytes (words y, z, w of the super-block's first 16 bytes).
+__device__ __forceinline__ void scale_min_k4(int j, const uint4& head, float d, float dmin, float* s, float* mn) {
+  const uint32_t w0 = head.y, w1 = head.z, w2 = head.w;
   auto byte = [&](int i) -> uint32_t {
     const uint32_t w = i < 4 ? w0 : (i < 8 ? w1 : w2);
     return (w >> (8 * (i & 3))) & 0xFF;
@@ -159,16 +71,21 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* scales, float
 template <>
 struct Format<DType::kQ4_K> {
   static constexpr int kBytes = 144;
-  __device__ static Unit decode(const uint8_t* row, int u) {
+  __device__ static Unit decode(const uint8_t* row, int u, int /*units*/) {
     const uint8_t* b = row + (u >> 3) * kBytes;
     const int j = u & 7;
     Unit r;
-    scale_min_k4(j, b + 4, ld_half(b), ld_half(b + 2), &r.sa, &r.mn);
+    const uint4 head = ld128(b);  // d, dmin, scales[12]
+    scale_min_k4(j, head, half_lo(head.x), half_hi(head.x), &r.sa, &r.mn);
     r.sb = r.sa;
     const uint8_t* qs = b + 16 + 32 * (j >> 1);
+    const uint4 v0 = ld128(qs), v1 = ld128(qs + 16);
     const int shift = 4 * (j & 1);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = static_cast<int32_t>((ld32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu);
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>((word(v0, i) >> shift) & 0x0F0F0F0Fu);
+      r.q[4 + i] = static_cast<int32_t>((word(v1, i) >> shift) & 0x0F0F0F0Fu);
+    }
     return r;
   }
 };
@@ -176,43 +93,139 @@ struct Format<DType::kQ4_K> {
 template <>
 struct Format<DType::kQ5_K> {
   static constexpr int kBytes = 176;
-  __device__ static Unit decode(const uint8_t* row, int u) {
+  __device__ static Unit decode(const uint8_t* row, int u, int /*units*/) {
     const uint8_t* b = row + (u >> 3) * kBytes;
     const int j = u & 7;
     Unit r;
-    scale_min_k4(j, b + 4, ld_half(b), ld_half(b + 2), &r.sa, &r.mn);
+    const uint4 head = ld128(b);  // d, dmin, scales[12]
+    scale_min_k4(j, head, half_lo(head.x), half_hi(head.x), &r.sa, &r.mn);
     r.sb = r.sa;
-    const uint8_t* qh = b + 16;
+    const uint4 h0 = ld128(b + 16), h1 = ld128(b + 32);
     const uint8_t* qs = b + 48 + 32 * (j >> 1);
+    const uint4 v0 = ld128(qs), v1 = ld128(qs + 16);
     const int shift = 4 * (j & 1);
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      r.q[i] = static_cast<int32_t>(((ld32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu) | (((ld32(qh + 4 * i) >> j) & 0x01010101u) << 4));
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>(((word(v0, i) >> shift) & 0x0F0F0F0Fu) | (((word(h0, i) >> j) & 0x01010101u) << 4));
+      r.q[4 + i] = static_cast<int32_t>(((word(v1, i) >> shift) & 0x0F0F0F0Fu) | (((word(h1, i) >> j) & 0x01010101u) << 4));
+    }
+    return r;
+  }
+};
+
+// ---- planar rows (quant_layout.h): codes first, then the other fields, plane by plane -------
+
+// x = d * (q - 8); q: nibbles, element j < 16 low of byte j, j >= 16 high of byte j - 16.
+template <>
+struct Format<DType::kQ4_0> {
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint4 v = ld128(row + 16 * u);
+    Unit r;
+    r.sa = r.sb = ld_half(row + 16 * units + 2 * u);
+    r.mn = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>(__vsub4(word(v, i) & 0x0F0F0F0Fu, 0x08080808u));
+      r.q[4 + i] = static_cast<int32_t>(__vsub4((word(v, i) >> 4) & 0x0F0F0F0Fu, 0x08080808u));
+    }
+    return r;
+  }
+};
+// x = d * q + m.
+template <>
+struct Format<DType::kQ4_1> {
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint4 v = ld128(row + 16 * u);
+    const uint32_t dm = ld32(row + 16 * units + 4 * u);
+    Unit r;
+    r.sa = r.sb = half_lo(dm);
+    r.mn = half_hi(dm);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>(word(v, i) & 0x0F0F0F0Fu);
+      r.q[4 + i] = static_cast<int32_t>((word(v, i) >> 4) & 0x0F0F0F0Fu);
+    }
+    return r;
+  }
+};
+// x = d * (q - 16); q = nibble (as Q4_0) | bit j of qh << 4.
+template <>
+struct Format<DType::kQ5_0> {
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint4 v = ld128(row + 16 * u);
+    const uint32_t qh = ld32(row + 16 * units + 4 * u);
+    Unit r;
+    r.sa = r.sb = ld_half(row + 20 * units + 2 * u);
+    r.mn = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = (word(v, i) & 0x0F0F0F0Fu) | (spread4((qh >> (4 * i)) & 0xF) << 4);
+      const uint32_t hi = ((word(v, i) >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * i)) & 0xF) << 4);
+      r.q[i] = static_cast<int32_t>(__vsub4(lo, 0x10101010u));
+      r.q[4 + i] = static_cast<int32_t>(__vsub4(hi, 0x10101010u));
+    }
+    return r;
+  }
+};
+// x = d * q + m; q as Q5_0 (unsigned).
+template <>
+struct Format<DType::kQ5_1> {
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint4 v = ld128(row + 16 * u);
+    const uint32_t qh = ld32(row + 16 * units + 4 * u);
+    const uint32_t dm = ld32(row + 20 * units + 4 * u);
+    Unit r;
+    r.sa = r.sb = half_lo(dm);
+    r.mn = half_hi(dm);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>((word(v, i) & 0x0F0F0F0Fu) | (spread4((qh >> (4 * i)) & 0xF) << 4));
+      r.q[4 + i] = static_cast<int32_t>(((word(v, i) >> 4) & 0x0F0F0F0Fu) | (spread4((qh >> (16 + 4 * i)) & 0xF) << 4));
+    }
+    return r;
+  }
+};
+// x = d * q, q int8.
+template <>
+struct Format<DType::kQ8_0> {
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint4 v0 = ld128(row + 32 * u), v1 = ld128(row + 32 * u + 16);
+    Unit r;
+    r.sa = r.sb = ld_half(row + 32 * units + 2 * u);
+    r.mn = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = static_cast<int32_t>(word(v0, i));
+      r.q[4 + i] = static_cast<int32_t>(word(v1, i));
+    }
     return r;
   }
 };
 // Unit u: half h = (u % 8) / 4 of super-block u / 8, quarter c = u % 4: element 128h + 32c + l has
 // the nibble c / 2 of ql[64h + 32 (c % 2) + l] and bits 2c, 2c + 1 of qh[32h + l] as its 6 bits,
-// q - 32, scale scales[8h + 2c + l / 16] (quant/blocks.h BlockQ6_K).
+// q - 32, scale scales[8h + 2c + l / 16] (quant/blocks.h BlockQ6_K); the 208-byte super-blocks
+// (ql, qh, scales) first, d in a plane after them.
 template <>
 struct Format<DType::kQ6_K> {
-  static constexpr int kBytes = 210;
-  __device__ static Unit decode(const uint8_t* row, int u) {
-    const uint8_t* b = row + (u >> 3) * kBytes;
+  __device__ static Unit decode(const uint8_t* row, int u, int units) {
+    const uint8_t* b = row + (u >> 3) * 208;
     const int h = (u >> 2) & 1, c = u & 3;
     const uint8_t* ql = b + 64 * h + 32 * (c & 1);
     const uint8_t* qh = b + 128 + 32 * h;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + 2 * c;
-    const float d = ld_half(b + 208);
+    const uint4 l0 = ld128(ql), l1 = ld128(ql + 16), h0 = ld128(qh), h1 = ld128(qh + 16);
+    const uint32_t sc = *reinterpret_cast<const uint16_t*>(b + 192 + 8 * h + 2 * c);
+    const float d = ld_half(row + 208 * (units >> 3) + 2 * (u >> 3));
     Unit r;
-    r.sa = d * static_cast<float>(sc[0]);
-    r.sb = d * static_cast<float>(sc[1]);
+    r.sa = d * static_cast<float>(static_cast<int8_t>(sc & 0xFF));
+    r.sb = d * static_cast<float>(static_cast<int8_t>(sc >> 8));
     r.mn = 0.0f;
     const int ls = 4 * (c >> 1), hs = 2 * c;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t v = ((ld32_a2(ql + 4 * i) >> ls) & 0x0F0F0F0Fu) | (((ld32_a2(qh + 4 * i) >> hs) & 0x03030303u) << 4);
-      r.q[i] = static_cast<int32_t>(__vsub4(v, 0x20202020u));
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a = ((word(l0, i) >> ls) & 0x0F0F0F0Fu) | (((word(h0, i) >> hs) & 0x03030303u) << 4);
+      const uint32_t e = ((word(l1, i) >> ls) & 0x0F0F0F0Fu) | (((word(h1, i) >> hs) & 0x03030303u) << 4);
+      r.q[i] = static_cast<int32_t>(__vsub4(a, 0x20202020u));
+      r.q[4 + i] = static_cast<int32_t>(__vsub4(e, 0x20202020u));
     }
     return r;
   }
@@ -244,34 +257,45 @@ constexpr int kWarps = 8;
 struct QGemvArgs {
   const int8_t* xq;  // [M, K]
   const float2* xds; // [M, K / 32]
-  const uint8_t* w;  // rows of row_bytes bytes
+  const uint8_t* w;  // rows of row_bytes bytes, in the device layout (quant_layout.h)
   int64_t row_bytes;
   int n_out, K;      // n_out: outputs (F for SwiGLU, whose up rows start at row F)
   void* y;
   int64_t ldy;
 };
 
+// A warp computes R outputs of rows n0 .. n0 + R - 1 (R = 2 for large weights, where the warps
+// are many: each lane's activation loads of a unit then serve two rows), or for SwiGLU one output
+// from gate row p and up row n_out + p. Lane l takes units l, l + 32, ... of its rows
+// (consecutive lanes, consecutive bytes).
 // Launched with PDL: the lane's first weight unit is decoded (plain loads: device_utils.cuh) before
 // pdl_wait(), while the kernel that wrote the activations finishes; everything it wrote is read
 // after the wait.
-template <DType FMT, int M, GemmOut MODE>
+template <class D, int M, GemmOut MODE, int ROWS>
 __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
-  constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  constexpr bool kSwiGlu = MODE == GemmOut::kSwiGlu;
+  constexpr int R = kSwiGlu ? 2 : ROWS;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (n >= a.n_out) {
+  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int n0 = kSwiGlu ? warp : R * warp;  // the first output row
+  if (n0 >= a.n_out) {
     pdl_wait();
     return;
   }
+  // Row r of the warp; past the end of an n_out that is not a multiple of R, its first row again
+  // (read, not stored).
+  int row_of[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) row_of[r] = kSwiGlu ? n0 + r * a.n_out : (n0 + r < a.n_out ? n0 + r : n0);
   const int units = a.K / 32;
   const uint8_t* rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(n + r * a.n_out) * a.row_bytes;
+  for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(row_of[r]) * a.row_bytes;
   Unit first[R];
   if (lane < units) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) first[r] = Format<FMT>::decode(rows[r], lane);
+    for (int r = 0; r < R; ++r) first[r] = D::decode(rows[r], lane, units);
   }
   pdl_wait();
   float acc[M][R];
@@ -299,11 +323,11 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
     }
   };
   if (lane < units) accumulate(first, lane);
-#pragma unroll 2
+#pragma unroll 4
   for (int u = lane + 32; u < units; u += 32) {
     Unit wu[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wu[r] = Format<FMT>::decode(rows[r], u);
+    for (int r = 0; r < R; ++r) wu[r] = D::decode(rows[r], u, units);
     accumulate(wu, u);
   }
 #pragma unroll
@@ -313,55 +337,79 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    if constexpr (MODE == GemmOut::kSwiGlu) {
-      static_cast<bf16*>(a.y)[m * a.ldy + n] = swiglu_out(acc[m][0], acc[m][1]);
-    } else if constexpr (MODE == GemmOut::kStoreF32) {
-      static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][0];
-    } else if constexpr (MODE == GemmOut::kAddF32) {
-      static_cast<float*>(a.y)[m * a.ldy + n] += acc[m][0];
+    if constexpr (kSwiGlu) {
+      static_cast<bf16*>(a.y)[m * a.ldy + n0] = swiglu_out(acc[m][0], acc[m][1]);
     } else {
-      static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(acc[m][0]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int n = n0 + r;
+        if (n >= a.n_out) break;
+        if constexpr (MODE == GemmOut::kStoreF32) {
+          static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][r];
+        } else if constexpr (MODE == GemmOut::kAddF32) {
+          static_cast<float*>(a.y)[m * a.ldy + n] += acc[m][r];
+        } else {
+          static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(acc[m][r]);
+        }
+      }
     }
   }
 }
 
-template <DType FMT, int M>
-void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, kWarps)));
+// Two rows a warp where that still leaves the GPU many warps (a large N) or each warp a long row
+// (a large K); one row otherwise (q/k/v and o of an 8B model: N, K = 4096..6144).
+inline bool gemv_row_pairs(const QGemvArgs& a) { return a.n_out >= 8192 || a.K >= 8192; }
+
+template <class D, int M, int ROWS>
+void launch_gemv_rows(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
+  const int warps = mode == GemmOut::kSwiGlu ? a.n_out : (a.n_out + ROWS - 1) / ROWS;
+  const dim3 grid(static_cast<unsigned>(ceil_div(warps, kWarps)));
   const dim3 block(kWarps * 32);
   switch (mode) {
-    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kStoreF32>, grid, block, 0, s, a); break;
-    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kAddF32>, grid, block, 0, s, a); break;
-    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kStoreAct>, grid, block, 0, s, a); break;
-    case GemmOut::kSwiGlu: launch_pdl(gemv_quant_kernel<FMT, M, GemmOut::kSwiGlu>, grid, block, 0, s, a); break;
+    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
+    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, ROWS>, grid, block, 0, s, a); break;
+    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreAct, ROWS>, grid, block, 0, s, a); break;
+    case GemmOut::kSwiGlu:
+      if constexpr (ROWS == 1) launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1>, grid, block, 0, s, a);
+      break;
   }
 }
 
-template <DType FMT>
+template <class D, int M>
+void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
+  // Two-row kernels for batch 1 and 2 only (the decode steps that read weights for few rows):
+  // the instantiations cost compile time.
+  if constexpr (M <= 2) {
+    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a)) return launch_gemv_rows<D, M, 2>(a, mode, s);
+  }
+  launch_gemv_rows<D, M, 1>(a, mode, s);
+}
+
+template <class D>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
   switch (M) {
-    case 1: launch_gemv_m<FMT, 1>(a, mode, s); break;
-    case 2: launch_gemv_m<FMT, 2>(a, mode, s); break;
-    case 3: launch_gemv_m<FMT, 3>(a, mode, s); break;
-    case 4: launch_gemv_m<FMT, 4>(a, mode, s); break;
-    case 5: launch_gemv_m<FMT, 5>(a, mode, s); break;
-    case 6: launch_gemv_m<FMT, 6>(a, mode, s); break;
-    case 7: launch_gemv_m<FMT, 7>(a, mode, s); break;
-    default: launch_gemv_m<FMT, 8>(a, mode, s); break;
+    case 1: launch_gemv_m<D, 1>(a, mode, s); break;
+    case 2: launch_gemv_m<D, 2>(a, mode, s); break;
+    case 3: launch_gemv_m<D, 3>(a, mode, s); break;
+    case 4: launch_gemv_m<D, 4>(a, mode, s); break;
+    case 5: launch_gemv_m<D, 5>(a, mode, s); break;
+    case 6: launch_gemv_m<D, 6>(a, mode, s); break;
+    case 7: launch_gemv_m<D, 7>(a, mode, s); break;
+    default: launch_gemv_m<D, 8>(a, mode, s); break;
   }
 }
 
 // ---- dequantize -------------------------------------------------------------------------
 
 // One thread a unit: 32 outputs, written as 16-byte stores (4 for bf16, 8 for f32).
-template <DType FMT, class T>
+template <class D, class T>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t rows, int K, T* __restrict__ out) {
   const int units = K / 32;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * units) return;
   const int64_t row = idx / units;
   const int u = static_cast<int>(idx % units);
-  const Unit x = Format<FMT>::decode(w + row * row_bytes, u);
+  const Unit x = D::decode(w + row * row_bytes, u, units);
   float v[32];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -380,14 +428,14 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ w, int64_t row_byt
 template <class Fn>
 bool dispatch_format(DType f, Fn&& fn) {
   switch (f) {
-    case DType::kQ4_0: fn(std::integral_constant<DType, DType::kQ4_0>{}); return true;
-    case DType::kQ4_1: fn(std::integral_constant<DType, DType::kQ4_1>{}); return true;
-    case DType::kQ5_0: fn(std::integral_constant<DType, DType::kQ5_0>{}); return true;
-    case DType::kQ5_1: fn(std::integral_constant<DType, DType::kQ5_1>{}); return true;
-    case DType::kQ8_0: fn(std::integral_constant<DType, DType::kQ8_0>{}); return true;
-    case DType::kQ4_K: fn(std::integral_constant<DType, DType::kQ4_K>{}); return true;
-    case DType::kQ5_K: fn(std::integral_constant<DType, DType::kQ5_K>{}); return true;
-    case DType::kQ6_K: fn(std::integral_constant<DType, DType::kQ6_K>{}); return true;
+    case DType::kQ4_0: fn(Format<DType::kQ4_0>{}); return true;
+    case DType::kQ4_1: fn(Format<DType::kQ4_1>{}); return true;
+    case DType::kQ5_0: fn(Format<DType::kQ5_0>{}); return true;
+    case DType::kQ5_1: fn(Format<DType::kQ5_1>{}); return true;
+    case DType::kQ8_0: fn(Format<DType::kQ8_0>{}); return true;
+    case DType::kQ4_K: fn(Format<DType::kQ4_K>{}); return true;
+    case DType::kQ5_K: fn(Format<DType::kQ5_K>{}); return true;
+    case DType::kQ6_K: fn(Format<DType::kQ6_K>{}); return true;
     default: return false;
   }
 }
@@ -418,12 +466,12 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
   a.xq = xq;
   a.xds = xds;
   a.w = static_cast<const uint8_t*>(w);
-  a.row_bytes = row_bytes(format, K);
+  a.row_bytes = device_row_bytes(format, K);
   a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
   a.K = static_cast<int>(K);
   a.y = y;
   a.ldy = ldy;
-  const bool ok = dispatch_format(format, [&](auto f) { launch_gemv<decltype(f)::value>(a, M, mode, s); });
+  const bool ok = dispatch_format(format, [&](auto d) { launch_gemv<decltype(d)>(a, M, mode, s); });
   PAGODA_CUDA_REQUIRE(ok, "gemv_quant: no kernel for this weight format");
   CUDA_CHECK_LAUNCH();
 }
@@ -434,12 +482,12 @@ void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, voi
   if (units <= 0) return;
   const unsigned grid = static_cast<unsigned>(ceil_div(units, 128));
   const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t rb = row_bytes(format, K);
+  const int64_t rb = device_row_bytes(format, K);
   const int k = static_cast<int>(K);
-  const bool ok = dispatch_format(format, [&](auto f) {
-    constexpr DType F = decltype(f)::value;
-    if (out_dtype == DType::kBF16) dequantize_kernel<F, bf16><<<grid, 128, 0, s>>>(wb, rb, rows, k, static_cast<bf16*>(out));
-    else dequantize_kernel<F, float><<<grid, 128, 0, s>>>(wb, rb, rows, k, static_cast<float*>(out));
+  const bool ok = dispatch_format(format, [&](auto d) {
+    using D = decltype(d);
+    if (out_dtype == DType::kBF16) dequantize_kernel<D, bf16><<<grid, 128, 0, s>>>(wb, rb, rows, k, static_cast<bf16*>(out));
+    else dequantize_kernel<D, float><<<grid, 128, 0, s>>>(wb, rb, rows, k, static_cast<float*>(out));
   });
   PAGODA_CUDA_REQUIRE(ok, "dequantize_weight: no kernel for this weight format");
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kBF16 || out_dtype == DType::kF32, "dequantize_weight: out must be bf16 or f32");

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/quant_layout.h"
 #include "common/check.h"
 #include "common/half.h"
 #include "quant/quant.h"
@@ -46,7 +47,7 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
   const int64_t cols = src.ndim() == 1 ? src.numel() : src.dim(-1);
   // Quantized blocks are copied as they are (a native device format); else elements of 2 or 4 bytes.
   PAGODA_CHECK(!is_quantized(dst_dtype) || src.dtype() == dst_dtype, "a quantized device weight is its host blocks");
-  const int64_t out_row = row_bytes(dst_dtype, cols);
+  const int64_t out_row = device_row_bytes(dst_dtype, cols);
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / out_row);
   PAGODA_CHECK(out_row <= static_cast<int64_t>(kChunk), "weight row too large for staging");
   for (int64_t r0 = 0; r0 < rows; r0 += per) {
@@ -58,7 +59,8 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
         const uint8_t* in = static_cast<const uint8_t*>(src.data()) + (r0 + r) * src.row_bytes();
         uint8_t* out = stage + r * out_row;
         if (src.dtype() == dst_dtype) {
-          std::memcpy(out, in, static_cast<size_t>(out_row));
+          if (is_quantized(dst_dtype)) to_device_quant_layout(dst_dtype, in, out, 1, cols);
+          else std::memcpy(out, in, static_cast<size_t>(out_row));
           continue;
         }
         tmp.resize(static_cast<size_t>(cols));

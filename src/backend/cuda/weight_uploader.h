@@ -1,5 +1,6 @@
 // Host -> device weight upload through two pinned staging buffers (convert one while the other
-// copies). Conversions: same dtype -> memcpy; f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
+// copies). Conversions: same dtype -> memcpy (quantized blocks: into the device layout,
+// backend/cuda/quant_layout.h); f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
 // dequantized (quant::dequantize_row) then rounded to the target dtype. The destructor waits for
 // the last copy.
 #pragma once
@@ -23,7 +24,8 @@ class WeightUploader {
   WeightUploader& operator=(const WeightUploader&) = delete;
 
   // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype (f32 or bf16/f16
-  // storage of the same element size, or src's own quantized dtype: its blocks copied), contiguous.
+  // storage of the same element size, or src's own quantized dtype: its blocks in the device
+  // layout, device_row_bytes a row), contiguous.
   void upload(const Tensor& src, DType dst_dtype, void* dst);
   void upload_f32(const float* src, int64_t n, void* dst);
 
