@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """bf16 parity references for the CUDA backend, made on the GPU machine (torch + transformers there).
 
-Random-weight models of the Llama-3, Qwen2, Qwen3 and Gemma 3 shapes, larger than the CPU tier's tiny ones
+Random-weight models of the Llama-3, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-4-mini shapes, larger than the CPU tier's tiny ones
 so the GPU's fast paths run (head_dim 64 / 128: tensor-core prefill attention and the vectorised
-decode kernel; GQA groups 4, 7 and 2; Qwen2 biases; Qwen3 q/k norms; llama3 RoPE scaling; Gemma 3's sliding windows, post-norms and GeGLU), vocab
+decode kernel; GQA groups 4, 7 and 2; Qwen2 biases; Qwen3 q/k norms; llama3 RoPE scaling; Gemma 3's sliding windows, post-norms and GeGLU; Gemma 2's soft-caps; Phi's
+fused projections and partial rotary), vocab
 512 (the stories260K tokenizer serves the engine tests). Weights come from
 tools/make_tiny_models.make_weights (numpy, seeded) and are written as HF directories with bf16
 safetensors: the bf16 values ARE the model. transformers then runs each directory on the GPU
@@ -78,6 +79,29 @@ MODELS = {
                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
         "attn_logit_softcapping": None, "final_logit_softcapping": None, "hidden_activation": "gelu_pytorch_tanh",
         "tie_word_embeddings": True, "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "bfloat16"},
+    # Gemma-2-2B's layer shape (head_dim 256, GQA 4/2 here, alternating sliding / global layers),
+    # window 64; soft-caps small enough (10 on the scores, 15 on the logits) that random weights
+    # reach them, so the attention kernels' soft-cap is exercised.
+    "gemma2-bf16": {
+        "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab_size": VOCAB, "hidden_size": 576,
+        "intermediate_size": 2304, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 256, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+        "layer_types": ["sliding_attention", "full_attention"] * 2, "sliding_window": 64,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "attn_logit_softcapping": 10.0, "final_logit_softcapping": 15.0, "hidden_activation": "gelu_pytorch_tanh",
+        "tie_word_embeddings": True, "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "bfloat16"},
+    # Phi-4-mini's attention shape (fused qkv / gate_up, head_dim 128 of which 96 rotate, GQA 3/1)
+    # without its LongRoPE: transformers' generate() switches LongRoPE's factor list mid-sequence
+    # (docs/decisions.md#d46), and the table is the CPU's (the f32 parity sets cover it on CUDA).
+    "phi4-bf16": {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": VOCAB, "hidden_size": 768,
+        "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 6, "num_key_value_heads": 2,
+        "partial_rotary_factor": 0.75, "max_position_embeddings": 2048, "original_max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None, "sliding_window": None,
+        "tie_word_embeddings": True, "attention_bias": False, "hidden_act": "silu", "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "torch_dtype": "bfloat16"},
 }
 PROMPT_LENGTHS = {"p1": 1, "p7": 7, "p100": 100, "p300": 300}

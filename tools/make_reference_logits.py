@@ -290,8 +290,32 @@ def check_rope(model, cfg):
         return
     theta = tiny.rope_theta(cfg)
     assert abs(rp.get("rope_theta", getattr(model.config, "rope_theta", None)) - theta) < 1e-6 * theta, rp
-    want_type = cfg.get("rope_scaling", {}).get("rope_type", "default")
+    rs = cfg.get("rope_scaling") or {}
+    want_type = {"su": "longrope"}.get(rs.get("rope_type", rs.get("type")), rs.get("rope_type", rs.get("type", "default")))
     assert rp.get("rope_type", "default") == want_type, (rp, want_type)
+    if tiny.long_rope(cfg):
+        check_long_rope(model, cfg)
+
+
+def check_long_rope(model, cfg):
+    """transformers' LongRoPE tables are ours: inv_freq = theta^(-2i/d) / factor_i (short list up to
+    the original context, long beyond it), cos / sin x sqrt(1 + ln(ctx / orig) / ln(orig))."""
+    import math
+    rot = model.model.rotary_emb
+    d = tiny.rope_dims(cfg)
+    orig, ctx = cfg["original_max_position_embeddings"], cfg["max_position_embeddings"]
+    want_scale = math.sqrt(1 + math.log(ctx / orig) / math.log(orig))
+    assert abs(rot.attention_scaling - want_scale) < 1e-12, (rot.attention_scaling, want_scale)
+    base = 1.0 / (tiny.rope_theta(cfg) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    for n, key in ((orig, "short_factor"), (orig + 1, "long_factor")):
+        pos = torch.arange(n).unsqueeze(0)
+        x = torch.zeros(1, n, 1)
+        cos, _ = rot(x, pos)
+        want = base / np.array(cfg["rope_scaling"][key], dtype=np.float64)
+        angle = (n - 1) * want
+        got = cos[0, -1, : d // 2].double().numpy()
+        np.testing.assert_allclose(got, np.cos(angle) * want_scale, atol=2e-4)
+    log(f"  longrope: {d} rotated dims, attention factor {want_scale:.6f}, short list up to position {orig}, long beyond")
 
 
 def inv_freq_of(model):
@@ -410,6 +434,12 @@ def tiny_prompts(vocab):
     return out
 
 
+def long_rope_prompts(orig):
+    """One prompt a token past LongRoPE's original context (the long regime's first length)."""
+    rng = np.random.default_rng(11)
+    return [{"name": f"p{orig + 1}", "ids": [1] + [int(x) for x in rng.integers(3, tiny.VOCAB, size=orig)]}]
+
+
 STORY = ("Once upon a time, there was a little dog named Max. Max liked to run in the park with his friend, "
          "a small girl called Sue. One day, the sun was hot and Max was very thirsty. Sue gave him some cold "
          "water from her bottle. Max was happy and wagged his tail. Then they saw a big red ball under a tree. "
@@ -475,6 +505,23 @@ def cross_check(path, ours):
     log(f"  cross-check {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}: "
         f"{len(ours)} tensors equal to transformers' GGUF loader")
     return True
+
+
+def phi3_gguf_state_dict(path):
+    """A Phi-3 GGUF (llama.cpp's converter's names) as an HF state dict of float32 arrays."""
+    r = gguf.GGUFReader(path)
+    per_layer = {"attn_norm.weight": "input_layernorm.weight", "attn_qkv.weight": "self_attn.qkv_proj.weight",
+                 "attn_output.weight": "self_attn.o_proj.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+                 "ffn_up.weight": "mlp.gate_up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}
+    sd = {}
+    for t in r.tensors:
+        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        if t.name in GLOBAL_NAMES:
+            sd[GLOBAL_NAMES[t.name]] = np.ascontiguousarray(a)
+        elif t.name.startswith("blk."):
+            _, layer, rest = t.name.split(".", 2)
+            sd[f"model.layers.{int(layer)}.{per_layer[rest]}"] = np.ascontiguousarray(a)
+    return sd
 
 
 def check_gemma_gguf(path, cfg, hf_sd):
@@ -553,7 +600,7 @@ def main():
                     if c["format"] != "gguf":
                         continue
                     path = os.path.join(args.models, c["path"])
-                    if cfg["model_type"] in tiny.GEMMA + tiny.MOE:
+                    if cfg["model_type"] in tiny.GEMMA + tiny.MOE + tiny.PHI3:
                         check_gemma_gguf(path, cfg, hf_sd)
                         if cfg["model_type"] in tiny.MOE:
                             sd = moe_gguf_state_dict(path, cfg)
@@ -576,11 +623,12 @@ def main():
             else:
                 c = cps[0]
                 path = os.path.join(args.models, c["path"])
-                if c["format"] == "gguf" and cfg["model_type"] in tiny.MOE:
+                if c["format"] == "gguf" and cfg["model_type"] in tiny.MOE + tiny.PHI3:
                     # Through from_pretrained: it maps per-expert checkpoint names onto the modules.
                     import tempfile
                     with tempfile.TemporaryDirectory() as tmp:
-                        tiny.write_hf_dir(tmp, cfg, moe_gguf_state_dict(path, cfg), 1)
+                        sd = moe_gguf_state_dict(path, cfg) if cfg["model_type"] in tiny.MOE else phi3_gguf_state_dict(path)
+                        tiny.write_hf_dir(tmp, cfg, sd, 1)
                         model = load_hf_dir(tmp)
                 elif c["format"] == "gguf":
                     sd, _, _ = gguf_state_dict(path)
@@ -592,6 +640,16 @@ def main():
             log(f"reference set {ref_name} ({weights})")
             # MoE sets add a prompt of one token repeated: every position routes to the same experts.
             set_prompts = prompts + ([{"name": "same16", "ids": [77] * 16}] if cfg["model_type"] in tiny.MOE else [])
+            if tiny.long_rope(cfg):
+                # transformers picks LongRoPE's list per forward pass by the sequence length, the engine
+                # once by its context: prompts whose every forward pass (prompt + 31 greedy tokens) is
+                # in the regime of the set's context.
+                orig = cfg["original_max_position_embeddings"]
+                ctx = cps[0].get("max_model_len", cfg["max_position_embeddings"])
+                if ctx <= orig:
+                    set_prompts = [p for p in prompts if len(p["ids"]) + GREEDY_TOKENS - 1 <= orig]
+                else:
+                    set_prompts = [p for p in prompts + long_rope_prompts(orig) if len(p["ids"]) > orig]
             run_set(ref_name, model, set_prompts, weights, cps, index, versions)
 
     # stories260K (real, f32 GGUF, llama arch: interleaved Q/K).

@@ -223,10 +223,74 @@ MODELS = {
         gguf_types=[], shards=1, bf16_copy=False,
         description="OLMoE: 8 experts top-2 (not renormalised), expert ffn 64, RMSNorm over the whole q and k "
                     "projections, MHA 4/4, theta 1e4, untied"),
+    # Phi-3 family: fused qkv_proj / gate_up_proj checkpoints. LongRoPE with a small original
+    # context (64) and a 4x longer one (factor 4: attention factor sqrt(1 + ln 4 / ln 64)), so the
+    # prompts cover both regimes (tools/make_reference_logits.py: sets "<name>" in the long one at
+    # the default context, "<name>-short" loaded with max_model_len 64); factors far from 1.
+    "phi3": dict(
+        config={
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+            "vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 4,
+            "max_position_embeddings": 256, "original_max_position_embeddings": 64,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "longrope",
+                             "short_factor": [round(1.0 + 0.05 * i, 4) for i in range(16)],
+                             "long_factor": [round(float(np.exp(i * np.log(32.0) / 15)), 4) for i in range(16)]},
+            "sliding_window": 48, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+        },
+        gguf_types=["q8_0"], shards=1, bf16_copy=False,
+        long_rope_short_context=64,
+        description="Phi-3-mini-128k shape: fused qkv / gate_up, MHA 4/4, LongRoPE (original 64, context 256, short "
+                    "and long factors), sliding window 48 on every layer, theta 1e4, untied"),
+    "phi4-mini": dict(
+        config={
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+            "vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "partial_rotary_factor": 0.75,
+            "max_position_embeddings": 256, "original_max_position_embeddings": 64,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "longrope",
+                             "short_factor": [round(1.0 + 0.1 * i, 4) for i in range(12)],
+                             "long_factor": [round(float(np.exp(i * np.log(24.0) / 11)), 4) for i in range(12)]},
+            "sliding_window": 262144, "tie_word_embeddings": True, "attention_bias": False, "hidden_act": "silu",
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+        },
+        gguf_types=["f16"], shards=1, bf16_copy=False,
+        long_rope_short_context=64,
+        description="Phi-4-mini shape: partial rotary 0.75 (24 of 32 dims), GQA 4/2, LongRoPE (original 64, context "
+                    "256), window 262144 as the real config, tied"),
+    "phi4": dict(
+        config={
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+            "vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1,
+            "max_position_embeddings": 1024, "original_max_position_embeddings": 1024,
+            "rms_norm_eps": 1e-5, "rope_theta": 250000.0, "rope_scaling": None, "sliding_window": None,
+            "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+        },
+        gguf_types=[], shards=1, bf16_copy=False,
+        description="Phi-4 (14B) shape: plain RoPE theta 2.5e5, no window (llama.cpp writes 0), GQA 4/1, untied"),
 }
 
 GEMMA = ("gemma2", "gemma3_text")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+PHI3 = ("phi3",)
+
+
+def rope_dims(cfg):
+    """Rotated dimensions per head: llama.cpp's converter's int(partial * hidden) // heads."""
+    return int(cfg.get("partial_rotary_factor", 1.0) * cfg["hidden_size"]) // cfg["num_attention_heads"]
+
+
+def long_rope(cfg):
+    rs = cfg.get("rope_scaling") or {}
+    return rs.get("type", rs.get("rope_type")) in ("longrope", "su")
 
 
 def num_experts(cfg):
@@ -279,6 +343,20 @@ def make_weights(name, cfg):
         return normal((out_f, in_f), 1.0 / np.sqrt(in_f))
 
     gemma = cfg["model_type"] in GEMMA
+    if cfg["model_type"] in PHI3:  # the checkpoint's own fused projections
+        w = {"model.embed_tokens.weight": normal((V, H), 4.0 / np.sqrt(H) if tied else 1.0)}
+        for l in range(L):
+            p = f"model.layers.{l}."
+            w[p + "input_layernorm.weight"] = (1.0 + normal((H,), 0.1)).astype(np.float32)
+            w[p + "self_attn.qkv_proj.weight"] = linear((heads + 2 * kv) * hd, H)
+            w[p + "self_attn.o_proj.weight"] = linear(H, heads * hd)
+            w[p + "post_attention_layernorm.weight"] = (1.0 + normal((H,), 0.1)).astype(np.float32)
+            w[p + "mlp.gate_up_proj.weight"] = linear(2 * I, H)
+            w[p + "mlp.down_proj.weight"] = linear(H, I)
+        w["model.norm.weight"] = (1.0 + normal((H,), 0.1)).astype(np.float32)
+        if not tied:
+            w["lm_head.weight"] = normal((V, H), 4.0 / np.sqrt(H))
+        return w
 
     def norm(n):  # Gemma's modules store w of the effective (1 + w) weight
         return normal((n,), 0.1) if gemma else (1.0 + normal((n,), 0.1)).astype(np.float32)
@@ -376,7 +454,7 @@ def llama3_rope_divisors(cfg):
 def gguf_arch(cfg):
     return {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
             "gemma3_text": "gemma3", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
-            "olmoe": "olmoe"}[cfg["model_type"]]
+            "olmoe": "olmoe", "phi3": "phi3"}[cfg["model_type"]]
 
 
 def gemma_gguf_tensors(cfg, w):
@@ -403,10 +481,34 @@ def gemma_gguf_tensors(cfg, w):
     return t
 
 
+def phi3_gguf_tensors(cfg, w):
+    """llama.cpp's Phi-3 converter: the fused projections as attn_qkv and ffn_up (gate rows, then up
+    rows), NeoX rotation (no permutation), LongRoPE's lists as rope_factors_long / _short."""
+    t = []
+    if long_rope(cfg):
+        t += [("rope_factors_long.weight", np.array(cfg["rope_scaling"]["long_factor"], dtype=np.float32)),
+              ("rope_factors_short.weight", np.array(cfg["rope_scaling"]["short_factor"], dtype=np.float32))]
+    t.append(("token_embd.weight", w["model.embed_tokens.weight"]))
+    for l in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        t += [(b + "attn_norm.weight", w[p + "input_layernorm.weight"]),
+              (b + "attn_qkv.weight", w[p + "self_attn.qkv_proj.weight"]),
+              (b + "attn_output.weight", w[p + "self_attn.o_proj.weight"]),
+              (b + "ffn_norm.weight", w[p + "post_attention_layernorm.weight"]),
+              (b + "ffn_up.weight", w[p + "mlp.gate_up_proj.weight"]),
+              (b + "ffn_down.weight", w[p + "mlp.down_proj.weight"])]
+    t.append(("output_norm.weight", w["model.norm.weight"]))
+    if "lm_head.weight" in w and not cfg["tie_word_embeddings"]:
+        t.append(("output.weight", w["lm_head.weight"]))
+    return t
+
+
 def gguf_tensors(cfg, w):
     """(GGUF name, array) in file order, Q/K permuted for llama-arch files."""
     if cfg["model_type"] in GEMMA:
         return gemma_gguf_tensors(cfg, w)
+    if cfg["model_type"] in PHI3:
+        return phi3_gguf_tensors(cfg, w)
     heads, kv, _ = dims(cfg)
     permute = gguf_arch(cfg) == "llama"
     t = [("token_embd.weight", w["model.embed_tokens.weight"])]
@@ -484,7 +586,7 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
     wr.add_head_count_kv(kv)
     wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     wr.add_rope_freq_base(rope_theta(cfg))
-    wr.add_rope_dimension_count(hd)
+    wr.add_rope_dimension_count(rope_dims(cfg) if cfg["model_type"] in PHI3 else hd)
     if hd != cfg["hidden_size"] // heads:
         wr.add_key_length(hd)
         wr.add_value_length(hd)
@@ -513,6 +615,15 @@ def write_gguf(path, name, cfg, w, type_name, vocab):
                 "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(cfg["num_hidden_layers"])]:
             wr.add_sliding_window_pattern([t == "sliding_attention" for t in cfg["layer_types"]])
         wr.add_add_space_prefix(False)
+    if cfg["model_type"] in PHI3:  # what llama.cpp's Phi-3 converter writes
+        if "original_max_position_embeddings" in cfg:
+            wr.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        wr.add_sliding_window(cfg.get("sliding_window") or 0)
+        if long_rope(cfg):
+            import math
+            scale = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+            orig = cfg["original_max_position_embeddings"]
+            wr.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
     wr.add_file_type(ftype)
     if qtype not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
         wr.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -606,6 +717,10 @@ def build(out, shared):
             write_gguf(os.path.join(d, f"model-{t}.gguf"), name, cfg, w, t, vocab)
             checkpoints.append({"path": f"{base}/{name}/model-{t}.gguf", "format": "gguf", "weights": t,
                                 "reference": name if t == "f32" else f"{name}-{t}"})
+        if spec.get("long_rope_short_context"):
+            # LongRoPE's short regime: the same files at a context within the original one.
+            for c in [c for c in checkpoints if c["weights"] == "f32"]:
+                checkpoints.append(dict(c, reference=f"{name}-short", max_model_len=spec["long_rope_short_context"]))
         dirs = [(name, d)]
         if spec["bf16_copy"]:
             bd = os.path.join(out, f"{name}-bf16")

@@ -114,7 +114,11 @@ int run_info(const std::string& path, bool as_json) {
                            cfg->rope_dim,
                            cfg->rope_scaling.kind == RopeScaling::Kind::kLlama3   ? fmt::format("  llama3 x{}", cfg->rope_scaling.factor)
                            : cfg->rope_scaling.kind == RopeScaling::Kind::kLinear ? fmt::format("  linear x{}", cfg->rope_scaling.factor)
-                                                                                  : "");
+                           : cfg->rope_scaling.kind == RopeScaling::Kind::kLongRope
+                               ? fmt::format("  longrope (original context {}, attention factor {:.4f}; long factors "
+                                             "when the context exceeds the original)",
+                                             cfg->rope_scaling.original_max_position, cfg->rope_scaling.attention_factor)
+                               : "");
   if (cfg->sliding_window > 0) {
     int64_t n = cfg->num_layers;
     if (!cfg->sliding_layers.empty()) {

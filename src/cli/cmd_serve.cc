@@ -272,6 +272,8 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");
+  app->add_flag_callback("--no-sliding-window-eviction", [&e] { e.sliding_window_eviction = false; },
+                         "Keep every KV block of a sliding-window model (default: release the blocks that left the window)");
   add_speculative_options(app, &o->spec);
   app->add_flag_callback("--no-access-log", [&s] { s.access_log = false; }, "No access log line per request");
   app->add_option("--stats-interval", s.stats_interval_s, "Seconds between the stats lines while serving (0: none)")

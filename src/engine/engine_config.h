@@ -27,6 +27,9 @@ struct EngineConfig {
   // tier, preemption swaps instead of recomputing) and an optional disk directory.
   KvTierConfig kv_tiers;
   bool enable_prefix_caching = true;
+  // A model whose every layer slides (Mistral v0.1 style): release the KV blocks that left the
+  // window during decode (kv/kv_cache_manager.h), so a sequence holds a bounded number of blocks.
+  bool sliding_window_eviction = true;
   int64_t max_queue_delay_us = 0;    // when idle, wait this long for more arrivals before the first step
   SchedulerConfig scheduler;
   std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N" (engine/device_spec.h)

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
@@ -70,10 +71,15 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   in.kv_cache_memory = config.kv_cache_memory;
   in.kv_host_tier_bytes = config.kv_tiers.host_bytes;
   in.kv_disk_tier_bytes = config.kv_tiers.disk_dir.empty() ? 0 : config.kv_tiers.disk_bytes;
+  in.kv_window_eviction = config.sliding_window_eviction;
   auto dev = parse_device(config.device);
   if (!(dev.ok() && dev->type == Device::kCuda) && in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
     // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
-    const int64_t want = (in.max_model_len + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
+    const int64_t window = kv_eviction_window(in);
+    const int64_t seq_tokens =
+        window > 0 ? kv_window_blocks_held(window, config.block_size, in.max_model_len, in.max_num_batched_tokens) * config.block_size
+                   : in.max_model_len;
+    const int64_t want = (seq_tokens + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
     in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
   }
   return in;
@@ -153,6 +159,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const int32_t host_blocks = static_cast<int32_t>(kv_host_tier_blocks(config, core->plan_));
   core->kv_manager_ = std::make_unique<KvCacheManager>(static_cast<int32_t>(num_blocks), config.block_size,
                                                        config.enable_prefix_caching, host_blocks);
+  core->kv_manager_->set_sliding_window(static_cast<int32_t>(core->plan_.kv_window));
   SchedulerConfig sc = config.scheduler;
   sc.max_model_len = static_cast<int32_t>(core->max_model_len_);
   if (host_blocks > 0) sc.preemption = PreemptionMode::kSwap;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "core/kv_window.h"
 
 namespace pagoda {
 
@@ -19,6 +20,34 @@ void KvCacheManager::set_disk_tier(std::unique_ptr<DiskTierStore> disk, KvHostBl
   disk_ = std::move(disk);
   io_ = io;
   disk_buffer_.resize(static_cast<size_t>(disk_->block_bytes()));
+}
+
+void KvCacheManager::set_sliding_window(int32_t window) {
+  PAGODA_CHECK(window >= 0, "sliding window {}", window);
+  window_ = window;
+}
+
+int32_t KvCacheManager::evict_outside_window(const Request& r) {
+  if (window_ <= 0) return 0;
+  auto it = tables_.find(r.id);
+  if (it == tables_.end() || it->second.on_host) return 0;
+  std::vector<BlockId>& blocks = it->second.blocks;
+  const int32_t first_needed = r.num_computed_tokens - window_ + 1;
+  if (first_needed <= 0) return 0;
+  const int32_t skip = std::min<int32_t>(first_needed / pool_.block_size(), static_cast<int32_t>(blocks.size()));
+  // From the newest skipped block back to the first already-null one (those before it were
+  // released by earlier calls), so the release order is tail first, as free() does.
+  std::vector<BlockId> released;
+  for (int32_t i = skip - 1; i >= 0 && blocks[i] != kNullBlock; --i) {
+    released.push_back(blocks[i]);
+    blocks[i] = kNullBlock;
+  }
+  pool_.release(released);
+  return static_cast<int32_t>(released.size());
+}
+
+int32_t KvCacheManager::max_blocks_held(int32_t num_tokens, int32_t step_tokens) const {
+  return static_cast<int32_t>(kv_window_blocks_held(window_, pool_.block_size(), num_tokens, step_tokens));
 }
 
 void KvCacheManager::begin_step() {
@@ -149,6 +178,7 @@ void KvCacheManager::cache_full_blocks(Request& r, Table& t, int32_t num_tokens)
   extend_hashes(r);
   std::vector<int32_t> tokens(bs);
   for (int32_t b = t.num_hashed_blocks; b < full; ++b) {
+    if (t.blocks[b] == kNullBlock) continue;  // released: outside the sliding window
     for (int32_t i = 0; i < bs; ++i) tokens[i] = r.token_at(b * bs + i);
     pool_.cache_block(t.blocks[b], r.block_hashes[b], tokens);
     if (host_) fresh_primary_.insert(t.blocks[b]);
@@ -196,10 +226,22 @@ std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(Request& r, i
   return added;
 }
 
+namespace {
+
+// The table's blocks from `begin` on, last first, without the null entries (released ones).
+std::vector<BlockId> held_reversed(const std::vector<BlockId>& blocks, size_t begin = 0) {
+  std::vector<BlockId> rev;
+  for (size_t i = blocks.size(); i > begin; --i)
+    if (blocks[i - 1] != kNullBlock) rev.push_back(blocks[i - 1]);
+  return rev;
+}
+
+}  // namespace
+
 void KvCacheManager::free(const Request& r) {
   auto it = tables_.find(r.id);
   if (it == tables_.end()) return;
-  std::vector<BlockId> rev(it->second.blocks.rbegin(), it->second.blocks.rend());
+  std::vector<BlockId> rev = held_reversed(it->second.blocks);
   (it->second.on_host ? *host_ : pool_).release(rev);
   tables_.erase(it);
 }
@@ -214,7 +256,7 @@ int32_t KvCacheManager::trim(const Request& r, int32_t num_tokens) {
   if (keep >= n) return 0;
   PAGODA_CHECK(keep >= t.num_hashed_blocks, "trim of request {} below its hashed blocks ({} < {})", r.id, keep,
                t.num_hashed_blocks);
-  std::vector<BlockId> rev(t.blocks.rbegin(), t.blocks.rbegin() + (n - keep));
+  std::vector<BlockId> rev = held_reversed(t.blocks, static_cast<size_t>(keep));
   pool_.release(rev);
   t.blocks.resize(keep);
   return n - keep;
@@ -232,21 +274,30 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::swap_out(Request& r) {
   PAGODA_CHECK(it != tables_.end() && !it->second.on_host, "swap_out of request {} without device blocks", r.id);
   Table& t = it->second;
   const int32_t n = static_cast<int32_t>(t.blocks.size());
-  if (n > host_->num_free_blocks()) return std::nullopt;
-  std::vector<BlockId> host_blocks = allocate_host(n);
+  int32_t held = 0;
+  for (BlockId b : t.blocks) held += b != kNullBlock;
+  if (held > host_->num_free_blocks()) return std::nullopt;
+  std::vector<BlockId> fresh = allocate_host(held);
+  // Null entries (released outside the sliding window) stay null on the host.
+  std::vector<BlockId> host_blocks(static_cast<size_t>(n), kNullBlock);
   std::vector<BlockCopy> copies;
-  for (int32_t i = 0; i < n; ++i) copies.emplace_back(t.blocks[i], host_blocks[i]);
+  for (int32_t i = 0, k = 0; i < n; ++i) {
+    if (t.blocks[i] == kNullBlock) continue;
+    host_blocks[i] = fresh[k++];
+    copies.emplace_back(t.blocks[i], host_blocks[i]);
+  }
   // Its full blocks stay findable by hash in the host tier (for other requests too).
   if (host_->prefix_caching()) {
     const int32_t bs = pool_.block_size();
     std::vector<int32_t> tokens(bs);
     for (int32_t b = 0; b < std::min(t.num_hashed_blocks, n); ++b) {
+      if (host_blocks[b] == kNullBlock) continue;
       for (int32_t i = 0; i < bs; ++i) tokens[i] = r.token_at(b * bs + i);
       host_->cache_block(host_blocks[b], r.block_hashes[b], tokens);
     }
   }
   ++tier_stats_.swap_outs;
-  std::vector<BlockId> rev(t.blocks.rbegin(), t.blocks.rend());
+  std::vector<BlockId> rev = held_reversed(t.blocks);
   pool_.release(rev);
   t.blocks = std::move(host_blocks);
   t.on_host = true;
@@ -259,12 +310,19 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::swap_in(Request& r) {
   PAGODA_CHECK(it != tables_.end() && it->second.on_host, "swap_in of request {} not on host", r.id);
   Table& t = it->second;
   const int32_t n = static_cast<int32_t>(t.blocks.size());
-  if (n > pool_.num_free_blocks()) return std::nullopt;
-  std::vector<BlockId> dev = allocate_primary(n);
+  int32_t held = 0;
+  for (BlockId b : t.blocks) held += b != kNullBlock;
+  if (held > pool_.num_free_blocks()) return std::nullopt;
+  std::vector<BlockId> fresh = allocate_primary(held);
+  std::vector<BlockId> dev(static_cast<size_t>(n), kNullBlock);
   std::vector<BlockCopy> copies;
-  for (int32_t i = 0; i < n; ++i) copies.emplace_back(t.blocks[i], dev[i]);
-  // The host blocks are read by this step's copies: their references go at the next step.
-  held_host_.insert(held_host_.end(), t.blocks.begin(), t.blocks.end());
+  for (int32_t i = 0, k = 0; i < n; ++i) {
+    if (t.blocks[i] == kNullBlock) continue;
+    dev[i] = fresh[k++];
+    copies.emplace_back(t.blocks[i], dev[i]);
+    // The host blocks are read by this step's copies: their references go at the next step.
+    held_host_.push_back(t.blocks[i]);
+  }
   ++tier_stats_.swap_ins;
   t.blocks = std::move(dev);
   t.on_host = false;

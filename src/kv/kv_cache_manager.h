@@ -23,6 +23,16 @@
 // reference until the next begin_step(), so no other copy of the same step can overwrite them;
 // primary blocks registered in the current step are never spilled (their K/V is not written yet).
 //
+// Sliding window (docs/decisions.md#d45): for a model whose every layer attends over the
+// last W positions only (Mistral v0.1 style), set_sliding_window(W) lets evict_outside_window()
+// free the blocks no later query can see: with n tokens computed, every later query is at a
+// position >= n and sees keys >= n - W + 1, so the blocks wholly before that are released (cached
+// ones stay findable until handed out again) and their table entries become the null block. A
+// running request then holds at most ceil((W - 1) / block_size) + 1 blocks plus its step's new
+// tokens. Tables keep their length (entry i is still positions [i * bs, (i + 1) * bs)); every
+// operation here skips null entries. Models with full-attention layers keep every block (their
+// full layers read all of them); one table per layer group is not implemented.
+//
 // Thread-safety: none; owned by the scheduler thread.
 #pragma once
 
@@ -58,6 +68,17 @@ class KvCacheManager {
   // Puts the disk tier below the host tier; `io` reads and writes host blocks (it must outlive
   // the manager). Needs a host tier and prefix caching.
   void set_disk_tier(std::unique_ptr<DiskTierStore> disk, KvHostBlockIo* io);
+
+  // Every layer attends over the last `window` positions (0: full attention, nothing evicted).
+  void set_sliding_window(int32_t window);
+  int32_t sliding_window() const { return window_; }
+  // Releases the request's blocks that lie wholly before the window of its next query (see the
+  // top of this file) and nulls their table entries; returns how many were released (the
+  // runner's block table must then be replaced). 0 without a window.
+  int32_t evict_outside_window(const Request& r);
+  // Most blocks a request of `num_tokens` tokens holds at once (the window bounds it), for a
+  // step that computes up to `step_tokens` of them.
+  int32_t max_blocks_held(int32_t num_tokens, int32_t step_tokens) const;
 
   int32_t block_size() const { return pool_.block_size(); }
   // Tokens the whole cache can hold.
@@ -136,6 +157,7 @@ class KvCacheManager {
   std::unique_ptr<BlockPool> host_;
   std::unique_ptr<DiskTierStore> disk_;
   KvHostBlockIo* io_ = nullptr;
+  int32_t window_ = 0;
   std::vector<uint8_t> disk_buffer_;  // one block's bytes
   std::unordered_map<std::string, Table> tables_;
   PrefixCacheStats stats_;

@@ -8,7 +8,7 @@ namespace pagoda {
 namespace {
 
 // One line per family.
-const Family* const kFamilies[] = {&llama_family(), &gemma_family(), &moe_family()};
+const Family* const kFamilies[] = {&llama_family(), &gemma_family(), &moe_family(), &phi3_family()};
 
 }  // namespace
 

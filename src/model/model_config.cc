@@ -22,6 +22,7 @@ const char* arch_family_name(ArchFamily a) {
     case ArchFamily::kQwen2Moe: return "qwen2moe";
     case ArchFamily::kQwen3Moe: return "qwen3moe";
     case ArchFamily::kOlmoe: return "olmoe";
+    case ArchFamily::kPhi3: return "phi3";
   }
   return "?";
 }
@@ -86,6 +87,24 @@ Status ModelConfig::validate() const {
         return invalid_argument("model config: llama3 rope scaling original_max_position_embeddings {} out of range",
                                 r.original_max_position);
     }
+    if (r.kind == RopeScaling::Kind::kLongRope) {
+      if (r.original_max_position <= 0 || r.original_max_position > kMaxContextLength)
+        return invalid_argument("model config: longrope original_max_position_embeddings {} out of range",
+                                r.original_max_position);
+      if (!std::isfinite(r.attention_factor) || !(r.attention_factor > 0) || r.attention_factor > 1e3)
+        return invalid_argument("model config: longrope attention factor {} must be positive and finite", r.attention_factor);
+      for (const auto* list : {&rope_long_factors, &rope_short_factors}) {
+        if (list->empty()) continue;
+        if (static_cast<int64_t>(list->size()) != rope_dim / 2)
+          return invalid_argument("model config: longrope factor lists need rope_dim / 2 = {} entries (got {})",
+                                  rope_dim / 2, list->size());
+        for (float f : *list)
+          if (!std::isfinite(f) || !(f > 0) || f > 1e6)
+            return invalid_argument("model config: longrope factor {} must be positive and finite", f);
+      }
+      if (rope_long_factors.empty() != rope_short_factors.empty())
+        return invalid_argument("model config: longrope needs both long_factor and short_factor");
+    }
   }
   return {};
 }
@@ -96,9 +115,10 @@ std::string ModelConfig::summary() const {
       "eps {}, tied {}, qkv bias {}, qk norm {}",
       arch_family_name(family), arch_name, vocab_size, hidden_size, intermediate_size, num_layers, num_heads,
       num_kv_heads, head_dim, max_position_embeddings, rope_theta, rope_layout_name(rope_layout),
-      rope_scaling.kind == RopeScaling::Kind::kLlama3   ? fmt::format(" llama3x{}", rope_scaling.factor)
-      : rope_scaling.kind == RopeScaling::Kind::kLinear ? fmt::format(" linear x{}", rope_scaling.factor)
-                                                        : std::string(),
+      rope_scaling.kind == RopeScaling::Kind::kLlama3     ? fmt::format(" llama3x{}", rope_scaling.factor)
+      : rope_scaling.kind == RopeScaling::Kind::kLinear   ? fmt::format(" linear x{}", rope_scaling.factor)
+      : rope_scaling.kind == RopeScaling::Kind::kLongRope ? fmt::format(" longrope (original {})", rope_scaling.original_max_position)
+                                                          : std::string(),
       rms_norm_eps, tie_word_embeddings, attention_bias, qk_norm) +
          (is_moe() ? fmt::format(", experts {} top-{}{} ffn {}{}", num_experts, num_experts_per_tok,
                                  norm_topk_prob ? " normalized" : "", expert_intermediate_size,
@@ -124,8 +144,12 @@ nlohmann::json ModelConfig::to_json() const {
   j["rope_theta"] = rope_theta;
   j["rope_dim"] = rope_dim;
   j["rope_layout"] = rope_layout_name(rope_layout);
-  const char* kinds[] = {"none", "linear", "llama3"};
+  const char* kinds[] = {"none", "linear", "llama3", "longrope"};
   j["rope_scaling"] = {{"type", kinds[static_cast<int>(rope_scaling.kind)]}, {"factor", rope_scaling.factor}};
+  if (rope_scaling.kind == RopeScaling::Kind::kLongRope) {
+    j["rope_scaling"]["original_max_position_embeddings"] = rope_scaling.original_max_position;
+    j["rope_scaling"]["attention_factor"] = rope_scaling.attention_factor;
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = attention_bias;
   j["qk_norm"] = qk_norm;
@@ -297,6 +321,32 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     } else if (rope_type == "linear") {
       c.rope_scaling.kind = RopeScaling::Kind::kLinear;
       PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor, number_field(rope, "factor", 1.0));
+    } else if (rope_type == "longrope" || rope_type == "su") {
+      // Phi-3 / Phi-4-mini. transformers: factor = max_position_embeddings / original (unless
+      // given), attention_factor = sqrt(1 + ln(factor) / ln(original)) when factor > 1 (unless given).
+      c.rope_scaling.kind = RopeScaling::Kind::kLongRope;
+      PAGODA_ASSIGN_OR_RETURN(const int64_t top_original, int_field("original_max_position_embeddings", c.max_position_embeddings));
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.original_max_position,
+                              int_in(rope, "original_max_position_embeddings", top_original));
+      if (c.rope_scaling.original_max_position <= 0)
+        return invalid_argument("config.json: original_max_position_embeddings must be positive (got {})",
+                                c.rope_scaling.original_max_position);
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.factor,
+                              number_field(rope, "factor", static_cast<double>(c.max_position_embeddings) /
+                                                               static_cast<double>(c.rope_scaling.original_max_position)));
+      const double f = c.rope_scaling.factor;
+      const double fallback = f > 1 && c.rope_scaling.original_max_position > 1
+                                  ? std::sqrt(1 + std::log(f) / std::log(static_cast<double>(c.rope_scaling.original_max_position)))
+                                  : 1.0;
+      PAGODA_ASSIGN_OR_RETURN(c.rope_scaling.attention_factor, number_field(rope, "attention_factor", fallback));
+      for (auto [key, out] : {std::pair{"long_factor", &c.rope_long_factors}, std::pair{"short_factor", &c.rope_short_factors}}) {
+        if (!rope.contains(key) || !rope[key].is_array())
+          return invalid_argument("config.json: longrope rope scaling needs a '{}' list", key);
+        for (const auto& v : rope[key]) {
+          if (!v.is_number()) return invalid_argument("config.json: '{}' holds a {}, expected numbers", key, v.type_name());
+          out->push_back(static_cast<float>(v.get<double>()));
+        }
+      }
     } else if (rope_type != "default") {
       return unimplemented("config.json: rope type '{}' is not supported", rope_type);
     }

@@ -27,7 +27,8 @@ constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxContextLength = int64_t{1} << 24;
 constexpr int64_t kMaxExperts = 4096;
 
-enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
+enum class ArchFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma2, kGemma3, kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe,
+                        kPhi3 };
 const char* arch_family_name(ArchFamily a);
 
 struct ModelConfig {
@@ -43,7 +44,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;  // trained context length
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  int64_t rope_dim = 0;  // rotated dimensions per head (== head_dim for all supported families)
+  int64_t rope_dim = 0;  // rotated dimensions per head (the first rope_dim of each; < head_dim: Phi-4-mini)
   RopeScaling rope_scaling;
   RopeLayout rope_layout = RopeLayout::kHalfSplit;
   bool tie_word_embeddings = false;
@@ -64,6 +65,9 @@ struct ModelConfig {
   bool norm_topk_prob = false;             // renormalise the k routing weights to sum 1 (Mixtral, Qwen3-MoE)
   int64_t shared_expert_intermediate_size = 0;  // > 0: a sigmoid-gated shared expert (Qwen2-MoE)
   bool qk_norm_full = false;  // RMSNorm over the whole q and k projections, not per head (OLMoE)
+  // LongRoPE (rope_scaling kind kLongRope) per-frequency divisors from config.json, [rope_dim / 2]
+  // each; empty for GGUF, which holds them as the rope_factors_long / _short tensors.
+  std::vector<float> rope_long_factors, rope_short_factors;
 
   bool is_moe() const { return num_experts > 0; }
 

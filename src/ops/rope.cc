@@ -14,6 +14,11 @@ RopeTable::RopeTable(const RopeSpec& spec, int64_t max_positions, std::span<cons
   const int64_t half = rope_dim_ / 2;
   PAGODA_CHECK(freq_factors.empty() || static_cast<int64_t>(freq_factors.size()) == half, "rope_freqs has {} entries, want {}",
                freq_factors.size(), half);
+  PAGODA_CHECK(spec.scaling.kind != RopeScaling::Kind::kLongRope || !freq_factors.empty(),
+               "longrope needs its per-frequency factors");
+  // LongRoPE scales cos and sin (so q.k by its square); 1 for every other kind.
+  const float mscale =
+      spec.scaling.kind == RopeScaling::Kind::kLongRope ? static_cast<float>(spec.scaling.attention_factor) : 1.0f;
   inv_freq_.resize(half);
   const auto& rs = spec.scaling;
   for (int64_t i = 0; i < half; ++i) {
@@ -43,8 +48,8 @@ RopeTable::RopeTable(const RopeSpec& spec, int64_t max_positions, std::span<cons
   for (int64_t p = 0; p < max_positions_; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(p) * static_cast<float>(inv_freq_[i]);  // f32 product, as torch
-      cos_[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      cos_[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * mscale;
+      sin_[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * mscale;
     }
   }
 }

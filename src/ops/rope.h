@@ -15,7 +15,8 @@ namespace pagoda {
 
 // cos/sin of position * inv_freq[i] for positions [0, max_positions), i in [0, rope_dim/2).
 // inv_freq follows transformers: theta^(-2i/rope_dim), then llama3 / linear scaling, or division
-// by explicit per-frequency factors (GGUF rope_freqs.weight). Computed in double, stored f32.
+// by explicit per-frequency factors (GGUF rope_freqs.weight; LongRoPE's chosen list, required for
+// kLongRope, whose attention_factor then multiplies cos and sin). Computed in double, stored f32.
 class RopeTable {
  public:
   RopeTable() = default;

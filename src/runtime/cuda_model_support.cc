@@ -6,16 +6,14 @@
 namespace pagoda {
 
 Status cuda_supports_model(const ModelConfig& c) {
-  // backend/cuda/cuda_step_ops.cc implements the Llama and Gemma families' layer ops; its
-  // attention kernels have no score soft-capping (Gemma 2), and the Gemma post-norms take their
-  // input in the qkv buffer (q + 2 kv columns).
+  // backend/cuda/cuda_step_ops.cc implements the Llama, Phi-3 (the Llama layer ops over fused
+  // checkpoint tensors, partial rotary and LongRoPE in the RoPE table) and Gemma families' layer ops
+  // (Gemma 2's score soft-capping in the attention kernels); the Gemma post-norms take their input
+  // in the qkv buffer (q + 2 kv columns).
   const std::string_view family = family_of(c).name;
-  if (family != "llama" && family != "gemma")
+  if (family != "llama" && family != "phi3" && family != "gemma")
     return unimplemented("the CUDA backend does not run the {} family ({}) yet; use the CPU (--device cpu)", family,
                          c.arch_name);
-  if (c.attn_logit_softcap > 0)
-    return unimplemented("the CUDA backend has no attention soft-capping ({}: attn_logit_softcapping {}) yet; use the "
-                         "CPU (--device cpu)", c.arch_name, c.attn_logit_softcap);
   if (family == "gemma" && c.q_size() + 2 * c.kv_size() < c.hidden_size)
     return unimplemented("the CUDA Gemma path needs q + 2 kv ({}) >= hidden ({}); use the CPU (--device cpu)",
                          c.q_size() + 2 * c.kv_size(), c.hidden_size);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/kv_window.h"
 #include "model/family.h"
 
 namespace pagoda {
@@ -27,6 +28,10 @@ int64_t workspace_bytes(const ModelConfig& c, int64_t tokens) {
   // gate_up [2F]; act [F].
   const int64_t per_row = 4 * c.hidden_size + 3 * c.q_size() + 4 * c.kv_size() + 3 * c.intermediate_size;
   return rows * per_row * 4;
+}
+
+int64_t kv_eviction_window(const MemoryPlanInput& in) {
+  return in.kv_window_eviction && in.config.sliding_layers.empty() ? in.config.sliding_window : 0;
 }
 
 Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
@@ -78,7 +83,11 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   p.kv_tokens = std::max<int64_t>(0, p.num_blocks) * in.block_size;
   p.kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * p.block_bytes;
   p.total = fixed + p.kv_cache;
-  p.max_concurrency = static_cast<double>(p.kv_tokens) / static_cast<double>(p.max_model_len);
+  p.kv_window = kv_eviction_window(in);
+  p.kv_tokens_per_sequence =
+      kv_window_blocks_held(p.kv_window, in.block_size, p.max_model_len, in.max_num_batched_tokens) * in.block_size;
+  p.kv_tokens_per_sequence = p.kv_window > 0 ? p.kv_tokens_per_sequence : p.max_model_len;
+  p.max_concurrency = static_cast<double>(p.kv_tokens) / static_cast<double>(p.kv_tokens_per_sequence);
   p.host_tier_blocks = in.kv_host_tier_bytes / p.block_bytes;
   if (in.kv_disk_tier_bytes > 0) {
     p.host_tier_blocks = std::max(p.host_tier_blocks, (p.max_model_len + in.block_size - 1) / in.block_size + 1);
@@ -87,14 +96,17 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
     p.disk_tier_blocks = in.kv_disk_tier_bytes / (48 + 4 * in.block_size + p.block_bytes);
   }
   p.host_tier = p.host_tier_blocks > 0 ? (p.host_tier_blocks + 1) * p.block_bytes : 0;
-  if (p.kv_tokens < p.max_model_len) {
-    const int64_t need = (p.max_model_len + in.block_size - 1) / in.block_size * p.block_bytes + p.block_bytes;
+  if (p.kv_tokens < p.kv_tokens_per_sequence) {
+    const int64_t need = (p.kv_tokens_per_sequence + in.block_size - 1) / in.block_size * p.block_bytes + p.block_bytes;
     return resource_exhausted(
         "KV cache too small: {} of KV memory holds {} tokens ({} bytes per token in {}), but one sequence of "
-        "max_model_len {} needs {}; use --max-model-len {} or less, a smaller KV dtype (--kv-dtype), a more quantized "
+        "max_model_len {} needs {}{}; use --max-model-len {} or less, a smaller KV dtype (--kv-dtype), a more quantized "
         "model, or more memory (KV memory >= {})",
         bytes_str(kv_budget), p.kv_tokens, p.kv_bytes_per_token, dtype_name(in.kv_dtype), p.max_model_len,
-        bytes_str(need), std::max<int64_t>(0, p.kv_tokens), bytes_str(need));
+        bytes_str(need),
+        p.kv_window > 0 ? fmt::format(" (its {} tokens held at once, sliding window {})", p.kv_tokens_per_sequence, p.kv_window)
+                        : std::string(),
+        std::max<int64_t>(0, p.kv_tokens), bytes_str(need));
   }
   return p;
 }
@@ -106,6 +118,9 @@ std::string MemoryPlan::to_string() const {
                     bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
   os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
                     num_blocks, bytes_str(block_bytes), kv_tokens, kv_bytes_per_token, max_model_len, max_concurrency);
+  if (kv_window > 0)
+    os << fmt::format(" (sliding window {}: blocks outside it are released, a sequence holds at most {} tokens)", kv_window,
+                      kv_tokens_per_sequence);
   if (host_tier_blocks > 0 || disk_tier > 0) {
     os << fmt::format("\nKV tiers: host {} ({} blocks, {} tokens; outside the budget)", bytes_str(host_tier), host_tier_blocks,
                       host_tier_blocks * (kv_bytes_per_token > 0 ? block_bytes / kv_bytes_per_token : 0));
@@ -121,7 +136,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"runtime_overhead", runtime_overhead}, {"kv_cache", kv_cache}, {"total", total},
           {"budget", budget},       {"kv_bytes_per_token", kv_bytes_per_token}, {"block_bytes", block_bytes},
           {"num_blocks", num_blocks}, {"kv_tokens", kv_tokens},     {"max_model_len", max_model_len},
-          {"max_concurrency", max_concurrency}, {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
+          {"max_concurrency", max_concurrency}, {"kv_window", kv_window}, {"kv_tokens_per_sequence", kv_tokens_per_sequence},
+          {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
           {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}};
 }
 

@@ -40,6 +40,10 @@ struct MemoryPlanInput {
   // memory (page-locked on CUDA) and a disk directory's cap; 0: none.
   int64_t kv_host_tier_bytes = 0;
   int64_t kv_disk_tier_bytes = 0;
+  // The block manager releases blocks that left the sliding window (every layer slides:
+  // config.sliding_window > 0 with no per-layer flags): a sequence then holds at most
+  // kv_window_blocks_held (core/kv_window.h) blocks, the bound the plan counts.
+  bool kv_window_eviction = true;
 };
 
 struct MemoryPlan {
@@ -56,6 +60,8 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;          // tokens the KV cache holds
   int64_t max_model_len = 0;
   double max_concurrency = 0;     // sequences of max_model_len that fit at once
+  int64_t kv_window = 0;          // > 0: blocks outside this sliding window are released
+  int64_t kv_tokens_per_sequence = 0;  // KV tokens one sequence of max_model_len holds at once
   // KV tiers (host memory outside the budget; the disk tier's files): blocks and bytes. With a
   // disk tier the host tier holds at least one sequence of max_model_len (its staging).
   int64_t host_tier_blocks = 0;
@@ -70,6 +76,10 @@ struct MemoryPlan {
 // Activation workspace of one forward pass over `tokens` tokens (what ForwardWorkspace and the
 // linear kernels' activation scratch hold).
 int64_t workspace_bytes(const ModelConfig& c, int64_t tokens);
+
+// The sliding window whose outside blocks the block manager releases (0: none): the config's window
+// when every layer slides and in.kv_window_eviction.
+int64_t kv_eviction_window(const MemoryPlanInput& in);
 
 // A plan, or kResourceExhausted naming the term that does not fit and what to change.
 Result<MemoryPlan> plan_memory(const MemoryPlanInput& in);

@@ -120,6 +120,9 @@ SchedulerOutput Scheduler::schedule() {
       ++i;
       continue;
     }
+    // Blocks that left the sliding window are released before the step allocates (the runner
+    // gets the table with their entries nulled).
+    if (kv_.evict_outside_window(*r) > 0) table_trimmed_[r->id] = true;
     // Drafts are the tail of n; the budget may have cut some.
     int32_t num_spec = std::max(0, n - (r->num_tokens() - r->num_computed_tokens));
     std::optional<std::vector<BlockId>> blocks;
@@ -309,7 +312,13 @@ void Scheduler::update_draft_tokens(const std::vector<std::pair<std::string, std
 
 int64_t Scheduler::num_running_cached_tokens() const {
   int64_t n = 0;
-  for (const Request* r : running_) n += r->num_computed_tokens;
+  const int64_t bs = kv_.block_size();
+  for (const Request* r : running_) {
+    // Less the positions of blocks released outside the sliding window (null table entries).
+    int64_t released = 0;
+    for (BlockId b : kv_.block_table(r->id)) released += b == kNullBlock;
+    n += std::max<int64_t>(0, r->num_computed_tokens - released * bs);
+  }
   return n;
 }
 

@@ -117,6 +117,12 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
       {32, 8, 128, 16, DType::kF8E4M3, 0, DType::kF32}, {16, 2, 64, 32, DType::kF8E4M3, 0, DType::kBF16},
       {32, 8, 128, 16, DType::kF8E4M3, 300, DType::kF32}, {8, 2, 128, 8, DType::kF8E4M3, 0, DType::kF32},
       {28, 4, 64, 16, DType::kF8E4M3, 37, DType::kF32},
+      // Gemma 2's score soft-cap (0.25 after the 1/sqrt(d) scale: it bends most scores): the tiny
+      // model's head_dim 32 with a window, the 2B / 9B models' 256 (SIMT), the 27B's 128 (tensor
+      // cores, a window, an FP8 cache).
+      {8, 4, 32, 16, DType::kF32, 16, DType::kF32, 0.25f},   {8, 4, 256, 16, DType::kBF16, 0, DType::kF32, 0.25f},
+      {32, 16, 128, 16, DType::kBF16, 300, DType::kF32, 0.25f}, {16, 8, 128, 16, DType::kF16, 0, DType::kBF16, 0.25f},
+      {16, 8, 128, 16, DType::kF8E4M3, 37, DType::kF32, 0.25f},
   };
   std::mt19937 rng(99);
   for (const AttnCase& cs : cases) {
@@ -177,13 +183,19 @@ TEST(CudaAttention, SplitKvRowAttentionMatchesDenseReference) {
       int32_t tb = 0;
       for (size_t s = 0; s < shapes.size(); ++s) {
         const auto [nq, ctx] = shapes[s];
-        auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, cs.window);
+        auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, cs.window, cs.softcap);
         const double e = nmse(got.data() + tb * width, ref.data(), nq * width);
+        if (cs.softcap > 0 && ctx > 16) {
+          // The check can fail: the uncapped attention is far outside the bound.
+          auto plain = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, cs.window);
+          EXPECT_GT(nmse(plain.data(), ref.data(), nq * width), 1e-3) << "soft-cap too weak to test, seq " << ctx;
+        }
         const double out_bound = cs.out == DType::kF32 ? 1e-10 : 1e-5;
         const double mma_bound = cs.kv == DType::kBF16 ? 1e-4 : 2e-5;
         EXPECT_LT(e, mma ? out_bound + mma_bound : out_bound)
             << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " bs " << cs.block_size << " kv "
-            << dtype_name(cs.kv) << " window " << cs.window << " seq (" << nq << ", " << ctx << ") tensor cores " << mma
+            << dtype_name(cs.kv) << " window " << cs.window << " softcap " << cs.softcap << " seq (" << nq << ", " << ctx
+            << ") tensor cores " << mma
             << " splits <= " << splits;
         tb += nq;
       }
@@ -368,8 +380,9 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
   for (int64_t D : {64, 128})
     for (DType kv : {DType::kBF16, DType::kF16, DType::kF8E4M3})
       for (auto [H, KVH] : {std::pair<int64_t, int64_t>{8, 2}, {14, 2}})
-        for (int64_t window : {int64_t{0}, int64_t{50}}) {
-          const AttnCase cs{H, KVH, D, 16, kv, window, D == 64 ? DType::kBF16 : DType::kF32};
+        for (int64_t window : {int64_t{0}, int64_t{50}})
+        for (float softcap : {0.0f, 0.25f}) {
+          const AttnCase cs{H, KVH, D, 16, kv, window, D == 64 ? DType::kBF16 : DType::kF32, softcap};
           ASSERT_TRUE(cuda::prefill_attention_supported(D, kv));
           const int64_t num_blocks = 200;
           PagedFixture fx(cs, num_blocks, rng());
@@ -415,18 +428,20 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           p.num_heads = H;
           p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
           p.window = window;
+          p.softcap = softcap;
           p.tile_q = tile;
           cuda::prefill_attention(p, nullptr);
           auto got = download_as(out, T * width, cs.out);
           int32_t tb = 0;
           for (size_t s = 0; s < shapes.size(); ++s) {
             const auto [nq, ctx] = shapes[s];
-            auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, window);
+            auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, window, softcap);
             // Q and P are rounded to the cache's 16-bit type for the tensor cores (f16 for an FP8
             // cache, whose values the reference reads as stored).
             const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
             EXPECT_LT(nmse(got.data() + tb * width, ref.data(), nq * width), bound)
-                << "tile " << tile << " D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " seq ("
+                << "tile " << tile << " D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window
+                << " softcap " << softcap << " seq ("
                 << nq << ", " << ctx << ")";
             tb += nq;
           }

@@ -120,6 +120,7 @@ struct AttnCase {
   DType kv;
   int64_t window;
   DType out;
+  float softcap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
 };
 
 // A paged cache (GPU layout) filled with random values, its rounded host copy, random tables.
@@ -138,8 +139,9 @@ struct PagedFixture {
   }
   cuda::KvCacheLayer layer() { return {dk.get(), dv.get(), kv, blocks, bs, KVH, D}; }
   // Dense causal attention of one sequence in double: q [nq, H, D] -> out [nq, H, D].
+  // softcap > 0: scores = softcap * tanh(scores / softcap) after the scale (Gemma 2).
   std::vector<float> dense(const float* q, int64_t nq, int64_t ctx, const std::vector<int32_t>& table, double scale,
-                           int64_t window) const {
+                           int64_t window, double softcap = 0) const {
     std::vector<float> out(nq * H * D);
     const int64_t G = H / KVH;
     for (int64_t t = 0; t < nq; ++t) {
@@ -154,6 +156,7 @@ struct PagedFixture {
           double acc = 0;
           for (int64_t d = 0; d < D; ++d) acc += double(q[(t * H + h) * D + d]) * k[kv_index(slot, kh, d, KVH, bs, D)];
           s[j] = acc * scale;
+          if (softcap > 0) s[j] = softcap * std::tanh(s[j] / softcap);
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
@@ -203,6 +206,7 @@ struct RowBatch {
     p.num_heads = c.heads;
     p.scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim)));
     p.window = c.window;
+    p.softcap = c.softcap;
     p.part_o = part_o.as<float>();
     p.part_ml = part_ml.as<float>();
     p.counters = counters.as<int>();

@@ -155,5 +155,35 @@ TEST(MemoryPlan, ContextThatCannotFitSaysWhatFits) {
   EXPECT_EQ(ok->kv_tokens, 18704);
 }
 
+// Mistral-7B-v0.1 slides every layer over 4096 positions: with the blocks outside the window
+// released, a 32768-token sequence holds (ceil(4095 / 16) + 1 + 2048 / 16) x 16 = 6160 tokens at
+// once, which 1 GiB of f16 KV (8176 tokens) holds; keeping every block it needs all 32768.
+TEST(MemoryPlan, SlidingWindowEvictionBoundsTheTokensASequenceHolds) {
+  MemoryPlanInput in;
+  in.config = config("mistral-7b-v0.1");
+  ASSERT_EQ(in.config.sliding_window, 4096);
+  in.weight_bytes = declared_parameter_count(in.config) * 2;
+  in.kv_cache_memory = int64_t{1} << 30;  // 512 blocks of 2 MiB (128 KiB a token), one the null block
+  in.max_num_batched_tokens = 2048;
+  auto p = plan_memory(in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->kv_window, 4096);
+  EXPECT_EQ(p->kv_tokens, 8176);
+  EXPECT_EQ(p->kv_tokens_per_sequence, 6160);
+  EXPECT_NEAR(p->max_concurrency, 8176.0 / 6160.0, 1e-9);
+  EXPECT_NE(p->to_string().find("sliding window 4096"), std::string::npos) << p->to_string();
+  in.kv_window_eviction = false;
+  auto full = plan_memory(in);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find("max_model_len 32768"), std::string::npos) << full.status().to_string();
+  // A model with full-attention layers among the sliding ones (Gemma) keeps every block.
+  in.kv_window_eviction = true;
+  in.config.sliding_layers.assign(static_cast<size_t>(in.config.num_layers), true);
+  in.config.sliding_layers[5] = false;
+  auto mixed = plan_memory(in);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(kv_eviction_window(in), 0);
+}
+
 }  // namespace
 }  // namespace pagoda

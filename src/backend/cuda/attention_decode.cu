@@ -248,6 +248,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
   const int64_t tok = b.tok;
 
   const float qscale = p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
   // Fused RoPE (non-strided kernels: D = LPK * NV is 64 or 128): key ctx - 1 is new_kv's.
   const int newest = fused ? ctx - 1 : -1;
   if constexpr (!STRIDED) {
@@ -332,7 +333,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
           for (int i = 0; i < NV; ++i) s = fmaf(qr[h][i], kf[i], s);
 #pragma unroll
           for (int x = LPK / 2; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
-          sc[u][h] = valid ? s : -INFINITY;
+          sc[u][h] = valid ? softcap_log2(s, cap_l2) : -INFINITY;
         }
       }
       // Online softmax; sc becomes the probabilities (0 while a lane group has no valid key).
@@ -393,7 +394,7 @@ __global__ __launch_bounds__(kWarps * 32, (!STRIDED && NV == 8 && sizeof(KVT) ==
         for (int i = 0; i < NV; ++i) s = fmaf(qr[h][i], kv[u][i], s);
 #pragma unroll
         for (int x = LPK / 2; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
-        sc[u][h] = valid[u] ? s : -INFINITY;
+        sc[u][h] = valid[u] ? softcap_log2(s, cap_l2) : -INFINITY;
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

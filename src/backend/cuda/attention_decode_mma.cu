@@ -238,6 +238,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
     }
   }
   const float sl2 = p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
 
   // O^T tiles of 16 dims (elements 0, 1: dim row g, heads 2 t4 and 2 t4 + 1; 2, 3: dim row g + 8),
   // the running max and partial sum (this thread's keys) of heads 2 t4 and 2 t4 + 1.
@@ -290,7 +291,7 @@ __global__ __launch_bounds__(kMmaWarps * 32) void row_attention_mma_kernel(RowAt
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = kbase + g + 8 * (e >> 1);
-      sc[e] = full || (key < ke && key >= first) ? sc[e] * sl2 : -INFINITY;
+      sc[e] = full || (key < ke && key >= first) ? softcap_log2(sc[e] * sl2, cap_l2) : -INFINITY;
     }
     float mu[2], alpha[2];
 #pragma unroll

@@ -122,6 +122,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
   const float sl2 = p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
   const int g = lane >> 2, t4 = lane & 3;
   const int r0 = warp * 16 + g;  // this thread's rows: r0 and r0 + 8
   const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
@@ -178,7 +179,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
           const int key = kbase + n * 8 + t4 * 2 + (e & 1);
           const int pos = pos_r[e >> 1];
           const bool ok = key <= pos && (window <= 0 || key > pos - window);
-          s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+          s[n][e] = ok ? softcap_log2(s[n][e] * sl2, cap_l2) : -INFINITY;
           mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
     } else {
@@ -186,7 +187,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
       for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[n][e] *= sl2;
+          s[n][e] = softcap_log2(s[n][e] * sl2, cap_l2);
           mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
     }

@@ -191,6 +191,7 @@ class CudaExecutor final : public ModelExecutor {
     p.num_heads = d_.H;
     p.scale = a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_.Dh)));
     p.window = a.sliding_window >= 0 ? a.sliding_window : model_.config().sliding_window;
+    p.softcap = a.logit_softcap;
   }
   // The device copy of a RoPE table the forward names (Model::rope_tables(); nullptr: rope()).
   const DeviceRope& device_rope(const RopeTable* table) const {

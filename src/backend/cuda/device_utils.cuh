@@ -297,4 +297,12 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// Gemma 2's attention soft-cap on a score in log2 units (q.k x scale x log2(e), as the attention
+// kernels' exp2 softmax takes it): cap_l2 x tanh(s / cap_l2) with cap_l2 = cap x log2(e), which is
+// log2(e) x cap x tanh(q.k x scale / cap); cap_l2 <= 0: s unchanged. Only for valid keys (a masked
+// -inf must stay -inf).
+__device__ __forceinline__ float softcap_log2(float s, float cap_l2) {
+  return cap_l2 > 0.0f ? cap_l2 * tanhf(s / cap_l2) : s;
+}
+
 }  // namespace pagoda::cuda

@@ -127,6 +127,7 @@ struct RowAttentionParams {
   KvCacheLayer cache;
   int64_t num_heads = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;         // > 0: score = softcap * tanh(q.k * scale / softcap) before the softmax (Gemma 2)
   int64_t window = 0;           // 0: unlimited; else keys in (pos - window, pos]
   int64_t max_keys = 0;         // bound on any row's visible keys, sizes the grid (0: unknown)
   int num_sms = 132;            // multiprocessors of the device (grid sizing)
@@ -202,6 +203,7 @@ struct PrefillAttentionParams {
   KvCacheLayer cache;
   int64_t num_heads = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;         // as RowAttentionParams
   int64_t window = 0;
   int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
 

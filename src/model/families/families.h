@@ -11,5 +11,7 @@ const Family& llama_family();
 const Family& gemma_family();
 // Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE (families/moe.cc).
 const Family& moe_family();
+// Phi-3, Phi-3.5-mini, Phi-4, Phi-4-mini (families/phi3.cc).
+const Family& phi3_family();
 
 }  // namespace pagoda
