@@ -7,7 +7,9 @@ engine configuration; N prompts of new random ids each round through LLM.generat
 call to its return, so submission and the conversion to RequestOutput objects are included). The
 two alternate which goes first (odd rounds the binary, even rounds Python), so a load that rises or
 falls through a round does not favour one side. Prints each round's two figures, their ratio
-(Python / binary) and the load average at the round's end, then the median ratio.
+(Python / binary), the load average at the round's end and both sides' CPU seconds (all threads of
+the process, over the batched run alone), then the median ratios. The CPU ratio is the work the
+Python path adds; the throughput ratio also holds how much of the cores each side got.
 Usage (scripts/bench_python_api.sh runs it with the build's module):
   python bench/python_api_throughput.py --binary build/pagoda --model M [--rounds 6] [--json]
 """
@@ -15,7 +17,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -28,12 +29,10 @@ def binary_run(a):
     cmd = [a.binary, "bench", "throughput", "--model", a.model, "--num-prompts", str(a.num_prompts), "--input-len",
            str(a.input_len), "--output-len", str(a.output_len), "--sequential", "0", "--max-num-seqs",
            str(a.max_num_seqs), "--threads", str(a.threads), "--device", "cpu", "--json", "--log-level", "warn"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # The whole process's CPU seconds (loading, warm-up and the batched run).
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(r.stdout[r.stdout.index("{"):])["batched_output_tokens_per_s"], cpu
+    j = json.loads(r.stdout[r.stdout.index("{"):])
+    # CPU seconds of the binary's batched run (every thread of its process), wall seconds of it.
+    return j["batched_output_tokens_per_s"], j["batched_cpu_seconds"], j["batched_seconds"]
 
 
 def python_run(llm, prompts, params):
@@ -77,27 +76,33 @@ def main():
     for i in range(a.rounds):
         binary_first = i % 2 == 0
         if binary_first:
-            cli, cli_cpu = binary_run(a)
+            cli, cli_cpu, cli_wall = binary_run(a)
         py, py_cpu, py_wall = python_run(llm, random_prompts(a.num_prompts), params)
         if not binary_first:
-            cli, cli_cpu = binary_run(a)
+            cli, cli_cpu, cli_wall = binary_run(a)
         load = os.getloadavg()[0]
-        # CPU seconds over wall seconds of the Python call: with one engine thread, well below 1
-        # means the engine was waiting for a core (other jobs), not working in Python.
+        # The same tokens on both sides: the CPU ratio (binary CPU s / Python CPU s) is what the
+        # Python path costs in work; the wall ratio also holds how much of a core each side got
+        # (CPU s / wall s, below the thread count when other jobs hold the cores).
         rounds.append({"round": i + 1, "first": "binary" if binary_first else "python", "bench_throughput_tok_s": cli,
                        "llm_generate_tok_s": py, "ratio": py / cli, "load_average_1m": load,
-                       "llm_generate_cpu_s": py_cpu, "llm_generate_wall_s": py_wall, "bench_process_cpu_s": cli_cpu})
+                       "llm_generate_cpu_s": py_cpu, "llm_generate_wall_s": py_wall,
+                       "bench_throughput_cpu_s": cli_cpu, "bench_throughput_wall_s": cli_wall,
+                       "cpu_ratio": cli_cpu / py_cpu})
         if not a.json:
             print(f"round {i + 1} ({'binary' if binary_first else 'python'} first): bench throughput {cli:8.1f} tok/s | "
-                  f"LLM.generate {py:8.1f} tok/s | ratio {py / cli:.3f} | load {load:.1f} | CPU s: generate "
-                  f"{py_cpu:.1f} of {py_wall:.1f} wall, bench process {cli_cpu:.1f}", flush=True)
+                  f"LLM.generate {py:8.1f} tok/s | ratio {py / cli:.3f} | load {load:.1f} | CPU s / wall s: binary "
+                  f"{cli_cpu:.1f}/{cli_wall:.1f}, Python {py_cpu:.1f}/{py_wall:.1f}, CPU ratio {cli_cpu / py_cpu:.3f}",
+                  flush=True)
     median = statistics.median(r["ratio"] for r in rounds)
+    cpu_median = statistics.median(r["cpu_ratio"] for r in rounds)
     if a.json:
         print(json.dumps({"model": a.model, "num_prompts": a.num_prompts, "input_len": a.input_len,
-                          "output_len": a.output_len, "rounds": rounds, "median_ratio": median}))
+                          "output_len": a.output_len, "rounds": rounds, "median_ratio": median,
+                          "median_cpu_ratio": cpu_median}))
     else:
         print(f"median ratio LLM.generate / bench throughput: {median:.3f} ({a.num_prompts} prompts x "
-              f"{a.input_len} in / {a.output_len} out)")
+              f"{a.input_len} in / {a.output_len} out); median CPU ratio (binary CPU s / Python CPU s): {cpu_median:.3f}")
     return 0
 
 
