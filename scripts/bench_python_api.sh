@@ -2,7 +2,7 @@
 # pagoda.LLM.generate vs `pagoda bench throughput` on the same work (bench/python_api_throughput.py),
 # with the Python module of a build folder (target pagoda_python) and that build's binary.
 #   scripts/bench_python_api.sh [--build DIR] [ARGS of bench/python_api_throughput.py...]
-# Default model: the SmolLM2 default; default 3 rounds of 64 prompts x 128 in / 64 out.
+# Default model: the SmolLM2 default; default 6 rounds (alternating which side goes first) of 64 prompts x 128 in / 64 out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build

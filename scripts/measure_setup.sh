@@ -7,10 +7,15 @@
 #   scripts/measure_setup.sh [--root DIR] [--install] [--run-clone]
 #   --install   also really install the run set, then the test set, in the root and time each
 #               (apt-get install; downloads included)
-#   --run-clone also clone this repository's HEAD into the root (a plain clone, nothing beside it)
-#               and time the README's run command there: scripts/setup.sh && scripts/run.sh
-#               (no ccache: a cold build)
-# Needs root and the Debian mirror. Nothing is written to the repository.
+#   --run-clone also clone this repository's HEAD into a copy of the bare root (DIR-clone: a plain
+#               clone, nothing beside it)
+#               and time the README's run command there as one command: scripts/setup.sh &&
+#               scripts/run.sh (apt, the model download, a cold build without ccache, the answer);
+#               prints its wall and CPU seconds, the load average around it and how much the root
+#               grew (du, apt's download cache and package lists left out)
+# Needs root and the Debian mirror. Nothing is written to the repository. The host's local CA
+# certificates (/usr/local/share/ca-certificates) are copied into the root, so that TLS to the
+# package registries works there as on the host (ca-certificates picks them up when installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=/tmp/pagoda-deb12; install=0; run_clone=0
@@ -33,8 +38,17 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
     cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/" && rm -f "$root/etc/apt/sources.list"
   fi
   cp /etc/resolv.conf "$root/etc/resolv.conf"
-  chroot "$root" apt-get update -q >/dev/null
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
 fi
+if [ "$run_clone" = 1 ]; then
+  # The timed run gets its own copy of the bare root, taken before anything is installed.
+  if chroot "$root" dpkg -s cmake >/dev/null 2>&1; then
+    echo "measure_setup: $root is not bare (an earlier --install): remove it for --run-clone" >&2; exit 2
+  fi
+  rm -rf "$root-clone"; cp -a "$root" "$root-clone"
+fi
+chroot "$root" apt-get update -q >/dev/null
 pkgs() { sed -e 's/#.*//' -e 's/[[:space:]]//g' "$@" | grep -v '^$' | tr '\n' ' '; }
 report() {  # label lists...
   local label=$1; shift
@@ -71,17 +85,19 @@ if [ "$install" = 1 ]; then
   echo "measure_setup: test set added in $(($(date +%s) - t0)) s; root grew $((after2 - after)) MB more (du -sxm)"
 fi
 if [ "$run_clone" = 1 ]; then
-  rm -rf "$root/root/pagoda"
+  root=$root-clone
   git clone -q "$(pwd)" "$root/root/pagoda"
-  mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
-  t0=$(date +%s)
+  for m in proc sys dev; do mountpoint -q "$root/$m" || mount --bind "/$m" "$root/$m"; done
+  size() { (cd "$root" && du -sxm --exclude=./var/cache/apt --exclude=./var/lib/apt/lists . | cut -f1); }
+  before=$(size); load0=$(cut -d' ' -f1-3 /proc/loadavg)
   rc=0
-  chroot "$root" /bin/bash -c 'cd /root/pagoda && scripts/setup.sh' >/tmp/pagoda-measure-setup.log 2>&1 || rc=$?
-  t1=$(date +%s)
-  echo "measure_setup: fresh clone: scripts/setup.sh in $((t1 - t0)) s, exit $rc (its apt step is a no-op when --install ran)"
-  rc=0
-  chroot "$root" /bin/bash -c 'cd /root/pagoda && scripts/run.sh' >/tmp/pagoda-measure-run.log 2>&1 || rc=$?
-  echo "measure_setup: fresh clone: scripts/run.sh (cold build + answer) in $(($(date +%s) - t1)) s, exit $rc"
+  TIMEFORMAT='%R %U %S'
+  { time chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      /bin/bash -c 'cd /root/pagoda && scripts/setup.sh && scripts/run.sh' >/tmp/pagoda-measure-run.log 2>&1 || rc=$?; } 2>/tmp/pagoda-measure-time.txt
+  read -r real user sys </tmp/pagoda-measure-time.txt
+  echo "measure_setup: fresh clone: scripts/setup.sh && scripts/run.sh exit $rc in ${real%.*} s wall," \
+    "$(echo "$user + $sys" | bc | cut -d. -f1) s CPU (user+sys); load average $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+  echo "measure_setup: fresh clone: the root grew $(($(size) - before)) MB (du -sxm, apt caches left out)"
   tail -5 /tmp/pagoda-measure-run.log
-  umount "$root/proc"
+  for m in dev sys proc; do umount "$root/$m"; done
 fi

@@ -11,6 +11,8 @@
 // schema (structured outputs); an unconstrained batched run follows for the ratio. Also reported:
 // the schema's compile time (cold, and cached on reuse) and the mask time per request-step
 // (median, p99) replayed over the generated tokens, from the warm mask cache and cold.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -79,6 +81,13 @@ Result<std::string> read_text_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// CPU seconds used by all threads of this process so far (CLOCK_PROCESS_CPUTIME_ID).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -180,6 +189,7 @@ int run_throughput(ThroughputOptions& o) {
   const EngineStats before = e.stats();
   std::vector<std::vector<int32_t>> outputs(prompts.size());
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_seconds();
   std::vector<GenerateRequest> batch_requests;
   for (const auto& p : prompts) batch_requests.push_back(make_request(p, o.output_len, constraint));
   // Submitted at once; one consumer reads the outputs as the engine queues them (offline/batch_run.h:
@@ -203,6 +213,7 @@ int run_throughput(ThroughputOptions& o) {
   batched.update(generated, total_out);
   batched.finish();
   const double batched_s = since(t0);
+  const double batched_cpu_s = process_cpu_seconds() - cpu0;
   // A client that has seen its final output also sees the engine's stats of that step.
   const EngineStats after = e.stats();
   const double held_sum = after.kv_tokens_held_sum - before.kv_tokens_held_sum;
@@ -304,6 +315,9 @@ int run_throughput(ThroughputOptions& o) {
   j["batched_seconds"] = batched_s;
   j["batched_output_tokens"] = generated;
   j["batched_output_tokens_per_s"] = generated / batched_s;
+  // CPU seconds of every thread of this process during the batched run: wall seconds well above
+  // it / threads means the run waited for cores that other jobs held.
+  j["batched_cpu_seconds"] = batched_cpu_s;
   j["batched_total_tokens_per_s"] = (generated + static_cast<double>(o.num_prompts) * o.input_len) / batched_s;
   j["sequential_requests"] = seq_n;
   j["sequential_output_tokens_per_s"] = seq_n > 0 ? seq_generated / seq_s : 0;

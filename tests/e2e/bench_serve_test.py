@@ -6,10 +6,10 @@ import subprocess
 from conftest import BINARY, TINY_MODEL, Server
 
 
-def run(*args, timeout=300):
+def run(*args, timeout=300, stderr=False):
     r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    return (r.stdout, r.stderr) if stderr else r.stdout
 
 
 def test_bench_serve_concurrency_and_rate():
@@ -30,8 +30,11 @@ def test_bench_serve_concurrency_and_rate():
         j = json.loads(run("bench", "serve", "--url", s.url, "--num-prompts", 10, "--request-rate", 20,
                            "--input-len", 8, "--output-len", 4, "--goodput", "ttft:0.001", "--json"))
         assert j["completed"] == 10 and j["request_goodput"] == 0  # impossible SLO: nothing is good
-        text = run("bench", "serve", "--url", s.url, "--num-prompts", 2, "--input-len", 8, "--output-len", 4)
+        text, log = run("bench", "serve", "--url", s.url, "--num-prompts", 2, "--input-len", 8, "--output-len", 4,
+                        stderr=True)
         assert "Serving Benchmark Result" in text and "Mean TTFT (ms)" in text
+        # Progress (issue 28): on a pipe, the plain final line of the requests that ended.
+        assert "requests: 100% (2/2 requests)" in log and ", done" in log, log
     finally:
         s.kill()
 
