@@ -191,6 +191,7 @@ struct Exchange {
   int status = 0;
   std::string worker = "-", reason = "-";
   int attempts = 0;
+  int64_t load = -1, bound = 0;  // the first choice's in-flight count before it and its load bound (0: none)
   bool stream = false, close_after = false, sent_any = false;
   Failure failure = Failure::kNone;
   std::string detail;  // the last upstream error's message
@@ -444,8 +445,9 @@ struct GatewayServer::Impl {
     metrics.count("requests_total", labels("route", ex.route, "worker", ex.worker, "code", std::to_string(ex.status)));
     metrics.observe("request_duration_seconds", labels("route", ex.route), total);
     if (ex.ttft >= 0) metrics.observe("ttft_seconds", labels("route", ex.route), ex.ttft);
-    log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={} attempts={}{}{} {:.1f} ms{}", ex.id,
-             ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason, ex.attempts,
+    log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={}{} attempts={}{}{} {:.1f} ms{}", ex.id,
+             ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason,
+             ex.bound > 0 ? fmt::format(" load={}/{}", ex.load + 1, ex.bound) : "", ex.attempts,
              ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms", 1000 * ex.ttft) : "",
              ex.failure != Failure::kNone ? std::string(" failure=") + failure_name(ex.failure) : "", 1000 * total,
              ex.stream ? " stream" : "");
@@ -501,6 +503,7 @@ struct GatewayServer::Impl {
       ex.attempts = attempt;
       ex.worker = w->label;
       ex.reason = attempt == 1 ? d.reason : "retry";
+      if (attempt == 1) ex.load = d.inflight, ex.bound = d.bound;
       if (attempt > 1) metrics.count("retries_total", labels("route", ex.route));
       metrics.count("routing_decisions_total", labels("worker", w->label, "reason", ex.reason));
       if (attempt == 1 && pkey && config.policy == "prefix" && !in.session_key) {
