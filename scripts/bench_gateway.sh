@@ -5,11 +5,12 @@
 # and as medians with their spread (min..max) and the paired differences, plus the CPU time per
 # streamed token of the gateway and of the worker (from /proc: other load does not change it).
 #
-# Usage: scripts/bench_gateway.sh [MODEL.gguf] [ROUNDS]   (build/ must hold pagoda and pagoda-gateway)
+# Usage: scripts/bench_gateway.sh [MODEL.gguf] [ROUNDS]   (PAGODA_BIN_DIR, default build/, holds pagoda and
+#   pagoda-gateway)
 # Environment: CONCURRENCY (64), NUM_PROMPTS (256), INPUT_LEN (64), OUTPUT_LEN (64),
 #   WORKER_CPUS (taskset list for the worker, default 0), GATEWAY_CPUS (default 1),
 #   CLIENT_CPUS (the bench client, default 1), THREADS (worker compute threads, 1),
-#   GATEWAY_THREADS (1), LATENCY_PROMPTS (64: a second, unloaded series at concurrency 1 that shows
+#   GATEWAY_THREADS (1), WORKER_ARGS (more `pagoda serve` flags, e.g. --device cuda), LATENCY_PROMPTS (64: a second, unloaded series at concurrency 1 that shows
 #   the gateway's added TTFT without queueing in the worker; 0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,23 +22,30 @@ lat_n=${LATENCY_PROMPTS:-64}
 wcpus=${WORKER_CPUS:-0}; gcpus=${GATEWAY_CPUS:-1}; ccpus=${CLIENT_CPUS:-1}
 wport=$((20000 + RANDOM % 10000)); gport=$((wport + 1))
 out=$(mktemp -d)
-taskset -c "$wcpus" build/pagoda serve --model "$model" --port "$wport" --max-model-len 512 -t "${THREADS:-1}" \
-  --no-access-log >"$out/worker.log" 2>&1 &
+bin=${PAGODA_BIN_DIR:-build}
+# No prefix cache: every round sends the same seeded prompts, and a cache would make each run after
+# the first cheaper than the first (the rounds must do the same work).
+taskset -c "$wcpus" "$bin/pagoda" serve --model "$model" --port "$wport" --max-model-len 512 -t "${THREADS:-1}" \
+  --no-prefix-caching --no-access-log ${WORKER_ARGS:-} >"$out/worker.log" 2>&1 &
 wpid=$!
-taskset -c "$gcpus" build/pagoda-gateway --port "$gport" --worker "http://127.0.0.1:$wport" \
+taskset -c "$gcpus" "$bin/pagoda-gateway" --port "$gport" --worker "http://127.0.0.1:$wport" \
   --threads "${GATEWAY_THREADS:-1}" --log-level warn >"$out/gateway.log" 2>&1 &
 gpid=$!
 trap 'kill $gpid $wpid 2>/dev/null || true; rm -rf "$out"' EXIT
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$gport/health" >/dev/null && break; sleep 0.1; done
 name=$(curl -s "http://127.0.0.1:$wport/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
 vocab=$(curl -s "http://127.0.0.1:$wport/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["vocab_size"])')
-bench=(taskset -c "$ccpus" build/pagoda bench serve --model "$name" --vocab-size "$vocab" --seed 1 --json --log-level warn)
-load_args=(--num-prompts "$n" --max-concurrency "$conc" --input-len "${INPUT_LEN:-64}" --output-len "${OUTPUT_LEN:-64}")
-lat_args=(--num-prompts "$lat_n" --max-concurrency 1 --input-len "${INPUT_LEN:-64}" --output-len 4)
+bench=(taskset -c "$ccpus" "$bin/pagoda" bench serve --model "$name" --vocab-size "$vocab" --seed 1 --json --log-level warn)
+shape=(--max-concurrency "$conc" --input-len "${INPUT_LEN:-64}" --output-len "${OUTPUT_LEN:-64}")
+load_args=(--num-prompts "$n" "${shape[@]}")
+lat_args=(--max-concurrency 1 --input-len "${INPUT_LEN:-64}" --output-len 4)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "worker on CPUs $wcpus, gateway on $gcpus, client on $ccpus; model $model"
-"${bench[@]}" --url "http://127.0.0.1:$wport" "${load_args[@]}" --num-prompts 64 >/dev/null  # warm-up
+for port in $wport $gport; do  # warm-up of both paths
+  "${bench[@]}" --url "http://127.0.0.1:$port" --num-prompts "$conc" "${shape[@]}" >/dev/null
+  "${bench[@]}" --url "http://127.0.0.1:$port" "${lat_args[@]}" --num-prompts 8 >/dev/null
+done
 gw_ticks=0; w_ticks=0; gw_tokens=0
 run_pair() {  # $1 = round, $2 = first target (direct|gateway)
   local order=(direct gateway); [ "$2" = gateway ] && order=(gateway direct)
@@ -50,7 +58,7 @@ run_pair() {  # $1 = round, $2 = first target (direct|gateway)
       gw_tokens=$((gw_tokens + $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total_output_tokens"])' "$out/$t-$1.json")))
     fi
     w_ticks=$((w_ticks + $(ticks $wpid) - w0))
-    if [ "$lat_n" -gt 0 ]; then "${bench[@]}" --url "http://127.0.0.1:$port" "${lat_args[@]}" >"$out/lat-$t-$1.json"; fi
+    if [ "$lat_n" -gt 0 ]; then "${bench[@]}" --url "http://127.0.0.1:$port" "${lat_args[@]}" --num-prompts "$lat_n" >"$out/lat-$t-$1.json"; fi
   done
 }
 for r in $(seq "$rounds"); do

@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <list>
@@ -593,6 +594,7 @@ struct GatewayServer::Impl {
     if (auto ra = p.get()[http::field::retry_after]; !ra.empty()) headers.push_back({"Retry-After", std::string(ra)});
     std::string body;
     std::vector<char> chunk(16 << 10);
+    std::string head;  // the response head, sent with the first chunk
     bool head_sent = false;
     while (!p.is_done()) {
       p.get().body().data = chunk.data();
@@ -602,14 +604,20 @@ struct GatewayServer::Impl {
       if (ec == http::error::need_buffer) ec = {};
       const size_t n = chunk.size() - p.get().body().size;
       if (!ec && n > 0 && sse) {
-        std::string frame;
+        // One gathered write per read: [response head] chunk-size line, the bytes as read, CRLF
+        // (no copy of the data, no allocation after the first chunk).
         if (!head_sent) {
           Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
           h.insert(h.end(), headers.begin(), headers.end());
-          frame = format_head(200, ctype, h, true, 0, ex.close_after);
+          head = format_head(200, ctype, h, true, 0, ex.close_after);
         }
-        append_chunk(std::string_view(chunk.data(), n), &frame);
-        if (!(co_await write_client(client, frame))) co_return Failure::kClientGone;
+        char size_line[24];
+        const int size_len = snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+        const std::array<net::const_buffer, 4> frame{net::buffer(head), net::buffer(size_line, static_cast<size_t>(size_len)),
+                                                     net::buffer(chunk.data(), n), net::buffer("\r\n", 2)};
+        const bool written = co_await write_client(client, frame);
+        head.clear();
+        if (!written) co_return Failure::kClientGone;
         if (!head_sent) ex.ttft = now_s() - ex.start;
         head_sent = ex.sent_any = true;
         ex.status = 200;
@@ -664,9 +672,13 @@ struct GatewayServer::Impl {
   }
 
   awaitable<bool> write_client(beast::tcp_stream& client, const std::string& data) {
+    co_return co_await write_client(client, std::array<net::const_buffer, 1>{net::buffer(data)});
+  }
+  template <size_t N>
+  awaitable<bool> write_client(beast::tcp_stream& client, const std::array<net::const_buffer, N>& buffers) {
     beast::error_code ec;
     client.expires_after(secs(config.client_idle_timeout_s));
-    co_await net::async_write(client, net::buffer(data), net::redirect_error(use_awaitable, ec));
+    co_await net::async_write(client, buffers, net::redirect_error(use_awaitable, ec));
     co_return !ec;
   }
 
