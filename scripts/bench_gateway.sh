@@ -52,7 +52,9 @@ run_pair() {  # $1 = round, $2 = first target (direct|gateway)
   for t in "${order[@]}"; do
     local port=$wport; [ "$t" = gateway ] && port=$gport
     local g0 w0; g0=$(ticks $gpid); w0=$(ticks $wpid)
+    [ "$t" = gateway ] && curl -s "http://127.0.0.1:$gport/metrics" >"$out/metrics-before-$1.txt"
     "${bench[@]}" --url "http://127.0.0.1:$port" "${load_args[@]}" >"$out/$t-$1.json"
+    [ "$t" = gateway ] && curl -s "http://127.0.0.1:$gport/metrics" >"$out/metrics-after-$1.txt"
     if [ "$t" = gateway ]; then
       gw_ticks=$((gw_ticks + $(ticks $gpid) - g0))
       gw_tokens=$((gw_tokens + $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total_output_tokens"])' "$out/$t-$1.json")))
@@ -88,6 +90,40 @@ if lat_n:
     lg = [json.load(open(f"{out}/lat-gateway-{r}.json"))["median_ttft_ms"] for r in range(1, rounds + 1)]
     print(f"concurrency 1 ({lat_n} prompts, 4 tokens): p50 TTFT direct {spread(ld)}, gateway {spread(lg)}; "
           f"paired added {spread([b - a for a, b in zip(ld, lg)])} ms")
+def overhead(r):
+    """The gateway's own part of TTFT in one run (pagoda_gateway_ttft_overhead_seconds): mean and
+    p50/p99 interpolated in the histogram's buckets, in ms."""
+    def read(f):
+        b, tot = {}, [0.0, 0.0]
+        for line in open(f):
+            if line.startswith("pagoda_gateway_ttft_overhead_seconds_bucket"):
+                le = line.split('le="')[1].split('"')[0]
+                b[float("inf") if le == "+Inf" else float(le)] = b.get(float("inf") if le == "+Inf" else float(le), 0) + float(line.split()[-1])
+            elif line.startswith("pagoda_gateway_ttft_overhead_seconds_sum"):
+                tot[0] += float(line.split()[-1])
+            elif line.startswith("pagoda_gateway_ttft_overhead_seconds_count"):
+                tot[1] += float(line.split()[-1])
+        return b, tot
+    (b0, t0), (b1, t1) = read(f"{out}/metrics-before-{r}.txt"), read(f"{out}/metrics-after-{r}.txt")
+    n = t1[1] - t0[1]
+    if n <= 0:
+        return None
+    les = sorted(b1)
+    cum = [b1[le] - b0.get(le, 0) for le in les]
+    def q(frac):
+        want, lo, prev = frac * n, 0.0, 0.0
+        for le, c in zip(les, cum):
+            if c >= want:
+                hi = le if le != float("inf") else lo
+                return 1e3 * (lo + (hi - lo) * (want - prev) / max(c - prev, 1e-9))
+            lo, prev = le, c
+        return float("nan")
+    return 1e3 * (t1[0] - t0[0]) / n, q(0.5), q(0.99)
+ov = [overhead(r) for r in range(1, rounds + 1)]
+if all(ov):
+    print(f"the gateway's own part of TTFT at {d[0]['max_concurrency']} streams (ttft_overhead_seconds), median over rounds: "
+          f"mean {med([o[0] for o in ov]):.3f} ms, p50 {med([o[1] for o in ov]):.3f} ms "
+          f"(rounds {min(o[1] for o in ov):.3f}..{max(o[1] for o in ov):.3f}), p99 {med([o[2] for o in ov]):.3f} ms")
 print(f"CPU per streamed token: gateway {1e6 * gt / hz / gtok:.1f} us ({gt / hz:.2f} s for {gtok} tokens), "
       f"worker {1e6 * wt / hz / (2 * gtok):.1f} us")
 PY

@@ -189,6 +189,8 @@ const char* failure_name(Failure f) {
 struct Exchange {
   std::string id, method, path, route, key, remote;
   double start = 0, ttft = -1;
+  double upstream_sent = 0;  // when the request was written to the worker of the current attempt
+  double ttft_overhead = -1;  // the gateway's own part of ttft (see ttft_overhead_seconds)
   int status = 0;
   std::string worker = "-", reason = "-";
   int attempts = 0;
@@ -446,10 +448,11 @@ struct GatewayServer::Impl {
     metrics.count("requests_total", labels("route", ex.route, "worker", ex.worker, "code", std::to_string(ex.status)));
     metrics.observe("request_duration_seconds", labels("route", ex.route), total);
     if (ex.ttft >= 0) metrics.observe("ttft_seconds", labels("route", ex.route), ex.ttft);
+    if (ex.ttft_overhead >= 0) metrics.observe("ttft_overhead_seconds", labels("route", ex.route), ex.ttft_overhead);
     log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={}{} attempts={}{}{} {:.1f} ms{}", ex.id,
              ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason,
              ex.bound > 0 ? fmt::format(" load={}/{}", ex.load + 1, ex.bound) : "", ex.attempts,
-             ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms", 1000 * ex.ttft) : "",
+             ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms gw={:.2f}ms", 1000 * ex.ttft, 1000 * ex.ttft_overhead) : "",
              ex.failure != Failure::kNone ? std::string(" failure=") + failure_name(ex.failure) : "", 1000 * total,
              ex.stream ? " stream" : "");
   }
@@ -579,6 +582,7 @@ struct GatewayServer::Impl {
     out += "\r\n" + req.body();
     up.expires_after(secs(config.first_byte_timeout_s));
     co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
+    ex.upstream_sent = now_s();
     if (ec) ex.detail = "write: " + ec.message();
     if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
     beast::flat_buffer ubuf;
@@ -601,6 +605,7 @@ struct GatewayServer::Impl {
       p.get().body().size = chunk.size();
       up.expires_after(secs(config.stream_idle_timeout_s));
       co_await http::async_read_some(up, ubuf, p, net::redirect_error(use_awaitable, ec));
+      const double read_at = head_sent ? 0 : now_s();
       if (ec == http::error::need_buffer) ec = {};
       const size_t n = chunk.size() - p.get().body().size;
       if (!ec && n > 0 && sse) {
@@ -618,7 +623,11 @@ struct GatewayServer::Impl {
         const bool written = co_await write_client(client, frame);
         head.clear();
         if (!written) co_return Failure::kClientGone;
-        if (!head_sent) ex.ttft = now_s() - ex.start;
+        if (!head_sent) {
+          const double t = now_s();
+          ex.ttft = t - ex.start;
+          ex.ttft_overhead = (ex.upstream_sent - ex.start) + (t - read_at);
+        }
         head_sent = ex.sent_any = true;
         ex.status = 200;
       } else if (!ec && n > 0) {
