@@ -213,17 +213,20 @@ def text_of(events):
     return out
 
 
-async def stream_one(session, url, body, rid, timeout):
+async def stream_one(session, url, body, rid, timeout, started=None):
     """One streamed request: (kind, detail). kind: done (one [DONE] at the end), cut (the gateway's
     error event, no [DONE]), error (a JSON error answer before any byte), hang (no end within
-    `timeout`), other (anything else)."""
+    `timeout`), other (anything else). `started` (a Counter) counts the streams whose first bytes
+    arrived, by worker (the gateway sends a stream's head with its first chunk)."""
     import aiohttp
 
     try:
         async with session.post(url + "/v1/completions", json=body, headers={"x-request-id": rid},
                                 timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-            raw = await r.read()
             worker = r.headers.get("x-pagoda-worker", "")
+            if started is not None and r.status == 200:
+                started[worker] += 1
+            raw = await r.read()
             if r.status != 200:
                 try:
                     err = json.loads(raw)["error"]
@@ -359,9 +362,10 @@ def test_prefix_affinity_hit_rate_within_load_bound(cluster, dump_logs):
     assert through_gateway >= 0.9 * single_rate, (through_gateway, single_rate)
 
 
-def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=256, spread_s=3.0, fault_at_s=0.8):
-    """Sends n_streams long streams spread over spread_s; calls fault() at fault_at_s (many streams
-    in flight) and recover() once all have ended. Returns the outcome counter and the results."""
+def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=256, spread_s=3.0):
+    """Sends n_streams long streams spread over spread_s; calls fault() once three of them are
+    streaming from the victim (many in flight) and recover() once all have ended. Returns the
+    outcome counter, how many were retried and the results."""
     import aiohttp
 
     prompts = PROMPTS
@@ -375,10 +379,14 @@ def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=25
                 await asyncio.sleep(spread_s * i / n_streams)
                 body = {"model": cluster.big, "prompt": prompts[i % len(prompts)], "max_tokens": max_tokens,
                         "ignore_eos": True, "temperature": 0, "stream": True}
-                return await stream_one(s, gw.url, body, f"{tag}-{i}", 120)
+                return await stream_one(s, gw.url, body, f"{tag}-{i}", 120, started)
 
+            started = collections.Counter()
             jobs = [asyncio.ensure_future(one(i)) for i in range(n_streams)]
-            await asyncio.sleep(fault_at_s)
+            deadline = time.time() + 60
+            while started[victim.label] < 3:
+                assert time.time() < deadline, f"no stream started on the victim: {started}"
+                await asyncio.sleep(0.02)
             await asyncio.to_thread(fault)  # the streams go on being read meanwhile
             return await asyncio.gather(*jobs)
 
@@ -410,13 +418,21 @@ def _wait_metric(gw, name, want, timeout, **labels):
     return False
 
 
-def _served_by(gw, model, label, tries=12):
+def _served_by(gw, model, label, timeout=30):
+    """Whether requests reach the worker `label` again within `timeout`: least-load sends them
+    elsewhere while the worker still reports the abandoned requests of before the fault running."""
     got = collections.Counter()
-    for i in range(tries):
+    deadline = time.time() + timeout
+    i = 0
+    while time.time() < deadline:
         st, h, raw = http("POST", gw.url + "/v1/completions", {"model": model, "prompt": f"After {i}", "max_tokens": 2})
         assert st == 200, raw
         got[h["x-pagoda-worker"]] += 1
-    return got[label] > 0, got
+        if got[label]:
+            return True, got
+        i += 1
+        time.sleep(0.05)
+    return False, got
 
 
 FAULT_FLAGS = ("--policy", "least-load", "--threads", 2, "--health-interval", "0.2", "--health-timeout", "0.5",
