@@ -6,7 +6,7 @@
 # which every image has and Python there must keep its own of), the tiny
 # test models and stories260K. scripts/gpu_run.sh unpacks it on the GPU machine.
 # Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON -DPAGODA_BUILD_TESTS=ON -DPAGODA_BUILD_BENCHMARKS=ON &&
-#                               ninja -C build-cuda pagoda_cli pagoda_gpu_tests pagoda_cuda_kernel_bench)
+#                               ninja -C build-cuda pagoda_cli pagoda_gateway_cli pagoda_gpu_tests pagoda_cuda_kernel_bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${PAGODA_CUDA_BUILD_DIR:-build-cuda}
@@ -18,6 +18,8 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/models" "$stage/shared/models"
 # package must stay well under the device call's 64 MiB).
 bins=("$build/pagoda" "$build/tests/pagoda_gpu_tests")
 [ "${PAGODA_PACK_KBENCH:-1}" = 1 ] && bins+=("$build/bench/pagoda_cuda_kernel_bench")
+# The gateway (gpu_run.sh's `gateway` stage) where it was built (ninja -C build-cuda pagoda_gateway_cli).
+[ -x "$build/pagoda-gateway" ] && bins+=("$build/pagoda-gateway")
 cp "${bins[@]}" "$stage/bin/"
 strip --strip-debug "$stage/bin/"*
 ldd "${bins[@]}" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |

@@ -7,6 +7,9 @@
 #   check   GPU references (tools/make_gpu_references.py), the GPU test tier (ops, model parity,
 #           engine), a stories260K generation, a Llama-3.2-1B-shaped smoke benchmark
 #   tests   GPU references + the whole GPU test tier
+#   gateway the gateway's overhead (scripts/bench_gateway.sh, stories260K, 8 interleaved rounds, 64
+#           streams) with worker, gateway and client on cores of their own: a CPU worker, then a
+#           CUDA worker (needs pagoda-gateway in the pack)
 #   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models (SHAPES to choose): pagoda bench
 #           (decode at batch 1/8/64 with graphs on and off, prefill 8192), offline throughput
 #           (1000 requests of 128/128 and of 1000/1000) and the transformers baseline
@@ -281,6 +284,15 @@ stage_quant8b() {
   done
 }
 
+stage_gateway() {
+  local m=$PG/shared/models/stories260K/stories260K.gguf
+  [ -x $PG/bin/pagoda-gateway ] || { log "gateway: no pagoda-gateway in the pack (ninja -C build-cuda pagoda_gateway_cli, then gpu_pack.sh)"; return; }
+  TAILN=12 step gateway_cpu 200 env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
+    WORKER_ARGS="--device cpu" scripts/bench_gateway.sh $m 8
+  TAILN=12 step gateway_cuda 200 env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
+    WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m 8
+}
+
 stage_bench() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv'
   for shape in ${SHAPES:-llama3-8b llama3.2-1b}; do bench_model $shape; done
@@ -290,6 +302,7 @@ for s in "$@"; do
   case "$s" in
     check) stage_check ;;
     bench) stage_bench ;;
+    gateway) stage_gateway ;;
     tests) stage_tests ;;
     quicktests) stage_quicktests ;;
     env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; ls /usr/local/cuda/bin | tr "\n" " "; command -v ncu nsys' ;;

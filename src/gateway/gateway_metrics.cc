@@ -23,7 +23,7 @@ std::string escape(const std::string& v) {
 }  // namespace
 
 GatewayMetrics::GatewayMetrics()
-    : buckets_{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120} {
+    : buckets_{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120} {
   const std::pair<const char*, const char*> counters[] = {
       {"requests_total", "Requests answered by the gateway"},
       {"upstream_errors_total", "Failed attempts on a worker, by kind"},
@@ -36,6 +36,7 @@ GatewayMetrics::GatewayMetrics()
   for (const auto& [name, help] : counters) families_[name] = Family{help, "counter", {}, {}};
   families_["request_duration_seconds"] = Family{"Arrival to last byte", "histogram", {}, {}};
   families_["ttft_seconds"] = Family{"Arrival to the first body byte sent to the client (streams)", "histogram", {}, {}};
+  families_["ttft_overhead_seconds"] = Family{"The gateway's own part of ttft_seconds: arrival to the request written to the worker, plus the worker's first chunk read to it written to the client", "histogram", {}, {}};
 }
 
 std::string GatewayMetrics::label_string(const std::vector<std::pair<std::string, std::string>>& labels) {

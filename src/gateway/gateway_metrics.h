@@ -9,6 +9,9 @@
 //   rate_limited_total{scope}                429s: key | global | queue
 //   request_duration_seconds{route}          histogram, arrival to last byte
 //   ttft_seconds{route}                      histogram, arrival to the first body byte sent (streams)
+//   ttft_overhead_seconds{route}             histogram, the gateway's own part of it: arrival to the
+//                                            request written to the worker that answered, plus that
+//                                            worker's first chunk read to it written to the client
 //   inflight, queued, worker_up{worker}, worker_inflight{worker}, worker_outstanding_tokens{worker}
 //                                            gauges (rendered from the live state by the caller)
 // Thread-safe (one mutex); label values are escaped.

@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <list>
@@ -188,9 +189,12 @@ const char* failure_name(Failure f) {
 struct Exchange {
   std::string id, method, path, route, key, remote;
   double start = 0, ttft = -1;
+  double upstream_sent = 0;  // when the request was written to the worker of the current attempt
+  double ttft_overhead = -1;  // the gateway's own part of ttft (see ttft_overhead_seconds)
   int status = 0;
   std::string worker = "-", reason = "-";
   int attempts = 0;
+  int64_t load = -1, bound = 0;  // the first choice's in-flight count before it and its load bound (0: none)
   bool stream = false, close_after = false, sent_any = false;
   Failure failure = Failure::kNone;
   std::string detail;  // the last upstream error's message
@@ -444,9 +448,11 @@ struct GatewayServer::Impl {
     metrics.count("requests_total", labels("route", ex.route, "worker", ex.worker, "code", std::to_string(ex.status)));
     metrics.observe("request_duration_seconds", labels("route", ex.route), total);
     if (ex.ttft >= 0) metrics.observe("ttft_seconds", labels("route", ex.route), ex.ttft);
-    log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={} attempts={}{}{} {:.1f} ms{}", ex.id,
-             ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason, ex.attempts,
-             ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms", 1000 * ex.ttft) : "",
+    if (ex.ttft_overhead >= 0) metrics.observe("ttft_overhead_seconds", labels("route", ex.route), ex.ttft_overhead);
+    log_info("gateway", "{} {} \"{} {}\" {} worker={} reason={}{} attempts={}{}{} {:.1f} ms{}", ex.id,
+             ex.remote.empty() ? "-" : ex.remote, ex.method, ex.path, ex.status, ex.worker, ex.reason,
+             ex.bound > 0 ? fmt::format(" load={}/{}", ex.load + 1, ex.bound) : "", ex.attempts,
+             ex.ttft >= 0 ? fmt::format(" ttft={:.1f}ms gw={:.2f}ms", 1000 * ex.ttft, 1000 * ex.ttft_overhead) : "",
              ex.failure != Failure::kNone ? std::string(" failure=") + failure_name(ex.failure) : "", 1000 * total,
              ex.stream ? " stream" : "");
   }
@@ -501,6 +507,7 @@ struct GatewayServer::Impl {
       ex.attempts = attempt;
       ex.worker = w->label;
       ex.reason = attempt == 1 ? d.reason : "retry";
+      if (attempt == 1) ex.load = d.inflight, ex.bound = d.bound;
       if (attempt > 1) metrics.count("retries_total", labels("route", ex.route));
       metrics.count("routing_decisions_total", labels("worker", w->label, "reason", ex.reason));
       if (attempt == 1 && pkey && config.policy == "prefix" && !in.session_key) {
@@ -575,6 +582,7 @@ struct GatewayServer::Impl {
     out += "\r\n" + req.body();
     up.expires_after(secs(config.first_byte_timeout_s));
     co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
+    ex.upstream_sent = now_s();
     if (ec) ex.detail = "write: " + ec.message();
     if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
     beast::flat_buffer ubuf;
@@ -590,24 +598,36 @@ struct GatewayServer::Impl {
     if (auto ra = p.get()[http::field::retry_after]; !ra.empty()) headers.push_back({"Retry-After", std::string(ra)});
     std::string body;
     std::vector<char> chunk(16 << 10);
+    std::string head;  // the response head, sent with the first chunk
     bool head_sent = false;
     while (!p.is_done()) {
       p.get().body().data = chunk.data();
       p.get().body().size = chunk.size();
       up.expires_after(secs(config.stream_idle_timeout_s));
       co_await http::async_read_some(up, ubuf, p, net::redirect_error(use_awaitable, ec));
+      const double read_at = head_sent ? 0 : now_s();
       if (ec == http::error::need_buffer) ec = {};
       const size_t n = chunk.size() - p.get().body().size;
       if (!ec && n > 0 && sse) {
-        std::string frame;
+        // One gathered write per read: [response head] chunk-size line, the bytes as read, CRLF
+        // (no copy of the data, no allocation after the first chunk).
         if (!head_sent) {
           Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
           h.insert(h.end(), headers.begin(), headers.end());
-          frame = format_head(200, ctype, h, true, 0, ex.close_after);
+          head = format_head(200, ctype, h, true, 0, ex.close_after);
         }
-        append_chunk(std::string_view(chunk.data(), n), &frame);
-        if (!(co_await write_client(client, frame))) co_return Failure::kClientGone;
-        if (!head_sent) ex.ttft = now_s() - ex.start;
+        char size_line[24];
+        const int size_len = snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+        const std::array<net::const_buffer, 4> frame{net::buffer(head), net::buffer(size_line, static_cast<size_t>(size_len)),
+                                                     net::buffer(chunk.data(), n), net::buffer("\r\n", 2)};
+        const bool written = co_await write_client(client, frame);
+        head.clear();
+        if (!written) co_return Failure::kClientGone;
+        if (!head_sent) {
+          const double t = now_s();
+          ex.ttft = t - ex.start;
+          ex.ttft_overhead = (ex.upstream_sent - ex.start) + (t - read_at);
+        }
         head_sent = ex.sent_any = true;
         ex.status = 200;
       } else if (!ec && n > 0) {
@@ -661,9 +681,13 @@ struct GatewayServer::Impl {
   }
 
   awaitable<bool> write_client(beast::tcp_stream& client, const std::string& data) {
+    co_return co_await write_client(client, std::array<net::const_buffer, 1>{net::buffer(data)});
+  }
+  template <size_t N>
+  awaitable<bool> write_client(beast::tcp_stream& client, const std::array<net::const_buffer, N>& buffers) {
     beast::error_code ec;
     client.expires_after(secs(config.client_idle_timeout_s));
-    co_await net::async_write(client, net::buffer(data), net::redirect_error(use_awaitable, ec));
+    co_await net::async_write(client, buffers, net::redirect_error(use_awaitable, ec));
     co_return !ec;
   }
 

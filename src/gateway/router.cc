@@ -59,6 +59,7 @@ RouteDecision choose_worker(const std::vector<Candidate>& c, const RouteInput& i
     d.index = 0;
     d.reason = in.session_key ? "session" : in.prefix_key && in.policy == "prefix" ? "prefix" : "least-load";
     d.affinity_home = in.session_key || (in.prefix_key && in.policy == "prefix");
+    d.inflight = c[0].inflight;
     return d;
   }
   std::optional<uint64_t> key;
@@ -83,6 +84,8 @@ RouteDecision choose_worker(const std::vector<Candidate>& c, const RouteInput& i
         d.index = order[rank];
         d.reason = rank == 0 ? kind : kind + "-overflow";
         d.affinity_home = rank == 0;
+        d.inflight = x.inflight;
+        d.bound = static_cast<int64_t>(bound);
         return d;
       }
     }
@@ -95,10 +98,12 @@ RouteDecision choose_worker(const std::vector<Candidate>& c, const RouteInput& i
       for (int k = 0; k < std::max(1, static_cast<int>(std::lround(c[i].weight * 4))); ++k) slots.push_back(i);
     d.index = slots[in.rotation % slots.size()];
     d.reason = "round-robin";
+    d.inflight = c[d.index].inflight;
     return d;
   }
   d.index = least_load(c, in.tokens_per_request, in.rotation);
   d.reason = "least-load";
+  d.inflight = c[d.index].inflight;
   return d;
 }
 

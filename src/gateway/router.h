@@ -50,6 +50,8 @@ struct RouteDecision {
   size_t index = 0;             // into the candidates
   std::string reason;           // session | session-overflow | prefix | prefix-overflow | least-load | round-robin
   bool affinity_home = false;   // the key's first choice was taken
+  int64_t inflight = 0;         // the chosen worker's in-flight requests before this one
+  int64_t bound = 0;            // its load bound for a keyed (session/prefix) choice, else 0
 };
 
 // Candidates must be non-empty.

@@ -3,7 +3,12 @@ kubectl is installed (else the manifests are read directly and the render is ski
 output), then checked structurally: GPU workers request GPUs, every worker and the gateway have
 readiness probes on /health, headless Services select the worker pods, the gateway's JSON config
 is valid for `pagoda-gateway --check-config`, the dashboard ConfigMap holds valid JSON with the
-gateway's panels, and the Containerfile has the worker and gateway stages."""
+gateway's panels, every container runs hardened (no privilege escalation, read-only root, no
+capabilities, RuntimeDefault seccomp, no service-account token except Prometheus's), the
+NetworkPolicies let only the gateway and Prometheus reach the workers, and the Containerfile has
+the worker and gateway stages. Where checkov is installed (PAGODA_CHECKOV names it, or it is on
+PATH; docs/gateway.md says why it is not in the test venv) it runs over the rendered set, and only
+the findings docs/gateway.md accepts may remain."""
 import json
 import os
 import pathlib
@@ -66,6 +71,51 @@ class DeployTest(unittest.TestCase):
         self.assertEqual(str(gpu_res["limits"]["nvidia.com/gpu"]), "1")
         self.assertNotIn("nvidia.com/gpu", cpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"])
         self.assertIn("--device", gpu["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    def test_containers_are_hardened(self):
+        for kind, name in (("StatefulSet", "pagoda-worker-gpu"), ("Deployment", "pagoda-worker-cpu"),
+                           ("Deployment", "pagoda-gateway"), ("Deployment", "pagoda-prometheus")):
+            pod = self.named(kind, name)["spec"]["template"]["spec"]
+            self.assertTrue(pod["securityContext"]["runAsNonRoot"], name)
+            self.assertEqual(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault", name)
+            # Prometheus discovers pods through the API, so it keeps its token; nothing else does.
+            self.assertEqual(pod.get("automountServiceAccountToken", True), name == "pagoda-prometheus", name)
+            for c in pod["containers"]:
+                sc = c["securityContext"]
+                self.assertFalse(sc["allowPrivilegeEscalation"], name)
+                self.assertTrue(sc["readOnlyRootFilesystem"], name)
+                self.assertEqual(sc["capabilities"]["drop"], ["ALL"], name)
+                self.assertIn("livenessProbe", c, name)
+
+    def test_network_policies(self):
+        workers = self.named("NetworkPolicy", "pagoda-workers")
+        self.assertEqual(workers["spec"]["podSelector"]["matchLabels"], {"app.kubernetes.io/name": "pagoda-worker"})
+        sources = {p["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+                   for rule in workers["spec"]["ingress"] for p in rule["from"]}
+        self.assertEqual(sources, {"pagoda-gateway", "pagoda-prometheus"})
+        self.assertEqual([p["port"] for rule in workers["spec"]["ingress"] for p in rule["ports"]], [8000])
+        gw_pod = self.named("Deployment", "pagoda-gateway")["spec"]["template"]["metadata"]["labels"]
+        gw = self.named("NetworkPolicy", "pagoda-gateway")
+        self.assertTrue(all(gw_pod.get(k) == v for k, v in gw["spec"]["podSelector"]["matchLabels"].items()))
+
+    def test_checkov_finds_only_the_accepted_findings(self):
+        checkov = os.environ.get("PAGODA_CHECKOV") or shutil.which("checkov")
+        if not checkov or not self.rendered:
+            self.skipTest("checkov (or kubectl) not installed: the static check is skipped (docs/gateway.md)")
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(yaml.safe_dump_all(self.docs))
+            f.flush()
+            r = subprocess.run([checkov, "-f", f.name, "--framework", "kubernetes", "--quiet", "--compact", "-o", "json"],
+                               capture_output=True, text=True, timeout=600)
+        report = json.loads(r.stdout)
+        failed = {(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]}
+        # Accepted (docs/gateway.md): tags, not digests, and IfNotPresent (the images are built per
+        # release); no CPU limit on the GPU worker and Prometheus (CFS throttling adds latency);
+        # Prometheus's service-account token (pod discovery).
+        accepted = {"CKV_K8S_43", "CKV_K8S_15", "CKV_K8S_11"}
+        unexpected = {x for x in failed if x[0] not in accepted and x != ("CKV_K8S_38", "Deployment.pagoda.pagoda-prometheus")}
+        self.assertFalse(unexpected, sorted(unexpected))
 
     def test_headless_services_select_the_workers(self):
         for pool, kind in (("gpu", "StatefulSet"), ("cpu", "Deployment")):

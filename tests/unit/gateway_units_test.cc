@@ -169,9 +169,17 @@ TEST(GatewayRouter, HotPrefixOverflowsBeyondTheBound) {
   EXPECT_NE(d.index, home);
   EXPECT_EQ(d.reason, "prefix-overflow");
   EXPECT_FALSE(d.affinity_home);
+  EXPECT_EQ(d.bound, 3);  // the decision names the taker's load and bound (the request line's load=N/B)
+  EXPECT_EQ(d.inflight, 1);
   // Within the bound it stays home.
   c[home].inflight = 2;
-  EXPECT_EQ(choose_worker(c, in).index, home);
+  const auto h = choose_worker(c, in);
+  EXPECT_EQ(h.index, home);
+  EXPECT_EQ(h.inflight, 2);
+  EXPECT_EQ(h.bound, 3);  // ceil(1.25 * 5 / 3)
+  in.prefix_key.reset();  // no key: no bound
+  EXPECT_EQ(choose_worker(c, in).bound, 0);
+  in.prefix_key = fnv1a64("hot system prompt");
   // Below the floor a worker keeps its keys whatever the others hold.
   in.load_bound_floor = 8;
   c[home].inflight = 7;
