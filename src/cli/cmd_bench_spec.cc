@@ -3,8 +3,12 @@
 // the same process.
 //
 // Per batch size B: B requests of random prompts (--input-len tokens, greedy, ignore EOS,
-// --output-len tokens) run once plainly to record their greedy continuations (this is also the
-// warm-up). Then per acceptance a, --repeats times: a plain run and a speculative run of the same
+// --output-len tokens) run once to record their greedy continuations (this is also the warm-up):
+// by default through verification steps (`--record verify`: every step verifies k drafts that a
+// proposer makes up, so each recorded token comes from a row of a (1 + k)-row verification, the
+// shape the speculative runs compute it in; on a GPU outside --batch-invariant a plain decode step
+// can round a near-tie the other way, and the replay would lose its record there), or plainly
+// (`--record plain`). Then per acceptance a, --repeats times: a plain run and a speculative run of the same
 // prompts, the replay proposer drafting the record with each draft wrong with probability 1 - a.
 // Drafting is free (n-gram class) unless --spec-model names a draft model: then that model runs its
 // k passes per step as a real draft-model proposer would, and its drafts are discarded for the
@@ -30,6 +34,23 @@
 namespace pagoda::cli {
 namespace {
 
+// The record pass of `--record verify`: k made-up drafts per request per step (the last token's
+// successors in id order); whatever is accepted is the target's own greedy choice anyway.
+class MadeUpDraftsProposer final : public Proposer {
+ public:
+  explicit MadeUpDraftsProposer(int64_t vocab) : vocab_(vocab) {}
+  std::string name() const override { return "made-up"; }
+  void propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.assign(reqs.size(), {});
+    for (size_t i = 0; i < reqs.size(); ++i)
+      for (int32_t j = 0; j < reqs[i].max_drafts; ++j)
+        drafts[i].push_back(static_cast<int32_t>((reqs[i].tokens.back() + 1 + j) % vocab_));
+  }
+
+ private:
+  int64_t vocab_;
+};
+
 struct SpecBenchOptions {
   std::string model;
   std::string device = "auto";
@@ -50,6 +71,7 @@ struct SpecBenchOptions {
   int disable_batch_size = -1;
   bool no_adaptive = false;
   bool host_verify = false;
+  std::string record = "verify";
   bool json = false;
 };
 
@@ -156,18 +178,26 @@ int run_spec_bench(const SpecBenchOptions& o) {
   const std::string drafting = inner ? "draft model " + o.draft_model + " (its drafts replaced)" : "free (n-gram class)";
   if (!o.json)
     std::cout << core.executor().describe() << "\n" << core.memory_plan().to_string() << "\n"
-              << fmt::format("replay proposer: k={} {}, {} verification, drafting {}; {} in / {} out tokens per request\n",
-                             o.spec_tokens, sc.adaptive ? "adaptive" : "fixed",
+              << fmt::format("replay proposer: k={} {}, record {}, {} verification, drafting {}; {} in / {} out tokens per "
+                             "request\n",
+                             o.spec_tokens, sc.adaptive ? "adaptive" : "fixed", o.record,
                              sc.device_verify && core.executor().samples_on_device() ? "device" : "host",
                              drafting, o.input_len, o.output_len)
               << "| batch | accept | plain tok/s | spec tok/s | speedup | measured accept | vLLM accept | tokens/verif | "
-                 "steps plain/spec | identical | diverged |\n"
-              << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+                 "steps plain/spec | spec = record | plain = record | diverged |\n"
+              << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   nlohmann::json rows = nlohmann::json::array();
   int serial = 0;
   bool all_identical = true;
   for (int batch : o.batches) {
+    if (o.record == "verify") {
+      SpeculativeConfig rc = sc;
+      rc.method = "made-up";
+      rc.adaptive = false;  // k drafts every step, whatever is accepted
+      core.set_speculation(rc, std::make_unique<MadeUpDraftsProposer>(vocab));
+    }
     auto rec = run_once(core, o, batch, fmt::format("b{}-record", batch));
+    core.release_proposer();
     if (!rec.ok()) {
       std::cerr << "pagoda bench spec: " << rec.status().to_string() << "\n";
       return 1;
@@ -246,9 +276,9 @@ int run_spec_bench(const SpecBenchOptions& o) {
                             {"diverged_requests", diverged}};
       rows.push_back(row);
       if (!o.json)
-        std::cout << fmt::format("| {} | {:.2f} | {:.1f} | {:.1f} | {:.2f}x | {:.3f} | {:.3f} | {:.2f} | {}/{} | {}/{} | {} |\n",
+        std::cout << fmt::format("| {} | {:.2f} | {:.1f} | {:.1f} | {:.2f}x | {:.3f} | {:.3f} | {:.2f} | {}/{} | {}/{} | {}/{} | {} |\n",
                                  batch, a, out_tokens / plain_s, out_tokens / spec_s, plain_s / spec_s, measured, vllm,
-                                 per_verif, plain_steps, spec_steps, identical, n, diverged)
+                                 per_verif, plain_steps, spec_steps, identical, n, plain_identical, n, diverged)
                   << std::flush;
     }
   }
@@ -256,6 +286,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
     std::cout << nlohmann::json{{"model", o.model},
                                 {"device", core.executor().describe()},
                                 {"drafting", drafting},
+                                {"record", o.record},
                                 {"input_len", o.input_len},
                                 {"output_len", o.output_len},
                                 {"all_identical", all_identical},
@@ -263,7 +294,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
                      .dump(2)
               << "\n";
   else if (!all_identical)
-    std::cout << "note: some outputs differ from the plain record (a plain rerun or a speculative run): see identical\n";
+    std::cout << "note: some outputs differ from the record (a speculative or a plain run): see the '= record' columns\n";
   return 0;
 }
 
@@ -293,6 +324,9 @@ const BenchSubcommandRegistration kBenchSpec(
       app->add_flag("--spec-no-adaptive", o->no_adaptive, "Fixed draft length");
       app->add_flag("--spec-host-verify", o->host_verify,
                     "Verify on the host (logits copied back) also where the device could pick the greedy tokens");
+      app->add_option("--record", o->record,
+                      "How the greedy record is made: verify (through (1 + k)-row verification steps) or plain")
+          ->check(CLI::IsMember({"verify", "plain"}));
       app->add_flag("--json", o->json, "Print JSON");
       return [o] {
         if (!resolve_device_option(o->device, "bench spec", o->model)) return 2;
