@@ -122,6 +122,8 @@ bench_model() {  # SHAPE
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
+#   spec8b specdraft8b  speculative decoding speedup vs acceptance on the 8B shape (pagoda bench spec;
+#             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 stage_alltests() {
@@ -233,6 +235,25 @@ stage_trace() {
     )
   done
 }
+# Speculative decoding vs plain decoding on the 8B shape (`pagoda bench spec`, the replay proposer
+# of runtime/replay_proposer.h: acceptance set by construction; plain and speculative runs of the
+# same prompts in one process). spec8b: free drafting (n-gram class); specdraft8b: the 1B-shaped
+# model runs as the draft model on the same GPU, its own time included (its drafts replaced).
+# SPEC_ACCEPT, SPEC_B, SPEC_OUT, SPEC_ARGS (e.g. --spec-no-adaptive, --spec-disable-batch-size 0).
+stage_spec() {
+  local m draft=
+  ensure_model 8b
+  m=$(model_dir 8b)
+  if [ "${1:-}" = draft ]; then
+    ensure_model 1b
+    draft="--spec-model $(model_dir 1b)"
+  fi
+  # k = 4 fixed (the figure), then the adaptive draft length (the default) at batch 1.
+  TAILN=14 step spec${1:-}_fixed_8b ${SPEC_LIMIT:-200} $PAGODA bench spec -m $m --device cuda $draft -b ${SPEC_B:-1,64} \
+    --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --spec-no-adaptive --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
+  TAILN=10 step spec${1:-}_adaptive_8b ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b 1 \
+    --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
+}
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
@@ -336,6 +357,8 @@ for s in "$@"; do
     serve) stage_serve ;;
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
+    spec8b) stage_spec ;;
+    specdraft8b) stage_spec draft ;;
     *) log "unknown stage $s" ;;
   esac
 done

@@ -25,6 +25,10 @@ struct SpeculativeConfig {
   double verify_token_cost = 0.1;
   // No drafts in a step with more than this many decoding requests (0: never off).
   int32_t disable_by_batch_size = 32;
+  // Greedy verification on an executor that samples on its device (CUDA) picks each verified
+  // row's token there and copies back ids only; false: every verification step takes the logits
+  // to the host (benchmarks compare the two).
+  bool device_verify = true;
 
   bool enabled() const { return !method.empty(); }
   Status validate() const {
@@ -44,7 +48,7 @@ struct SpeculativeConfig {
     if (method.empty()) return "off";
     return method + (model.empty() ? "" : " " + model) + " k=" + std::to_string(num_speculative_tokens) +
            (method == "ngram" ? " n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram_max) : "") +
-           (adaptive ? " adaptive" : " fixed") +
+           (adaptive ? " adaptive" : " fixed") + (device_verify ? "" : " host-verify") +
            (disable_by_batch_size > 0 ? ", no drafts above batch " + std::to_string(disable_by_batch_size) : "");
   }
 };

@@ -7,11 +7,15 @@
 namespace pagoda {
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<ModelExecutor> executor, int32_t num_blocks, int32_t block_size,
-                                       double cost)
+                                       double cost, int32_t max_len, int32_t max_pass_tokens)
     : executor_(std::move(executor)),
       kv_(num_blocks, block_size, /*enable_prefix_caching=*/false),
       block_size_(block_size),
-      cost_(cost) {}
+      cost_(cost),
+      max_len_(max_len),
+      max_pass_tokens_(std::max(1, max_pass_tokens)) {
+  greedy_.temperature = 0;
+}
 
 void DraftModelProposer::forget(const std::string& id) {
   auto it = states_.find(id);
@@ -20,22 +24,37 @@ void DraftModelProposer::forget(const std::string& id) {
   states_.erase(it);
 }
 
-namespace {
-int32_t argmax_row(const Tensor& logits, int64_t row) {
+void DraftModelProposer::run_greedy(std::vector<int32_t>& out) {
+  const size_t rows = batch_.logits_rows.size();
+  out.clear();
+  if (executor_->samples_on_device()) {
+    specs_.assign(rows, SampleSpec{});
+    for (size_t r = 0; r < rows; ++r) {
+      specs_[r].logits_row = static_cast<int64_t>(r);
+      specs_[r].params = &greedy_;
+    }
+    executor_->forward_sample(batch_, specs_, sampled_);
+    for (const SampleResult& s : sampled_) out.push_back(s.token);
+    return;
+  }
+  const Tensor& logits = executor_->forward(batch_);
   const int64_t vocab = logits.dim(1);
-  const float* p = logits.data_as<float>() + row * vocab;
-  return static_cast<int32_t>(std::max_element(p, p + vocab) - p);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* p = logits.data_as<float>() + static_cast<int64_t>(r) * vocab;
+    out.push_back(static_cast<int32_t>(std::max_element(p, p + vocab) - p));
+  }
 }
-}  // namespace
 
 void DraftModelProposer::propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) {
   drafts.assign(reqs.size(), {});
   std::vector<size_t> active;
+  std::vector<int32_t> want(reqs.size(), 0);  // drafts per request: max_drafts, capped by max_len
   int32_t max_k = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const ProposeRequest& q = reqs[i];
     const int32_t n = static_cast<int32_t>(q.tokens.size());
-    if (q.max_drafts < 1 || n < 1) continue;
+    want[i] = std::min(q.max_drafts, max_len_ - n);
+    if (want[i] < 1 || n < 1) continue;
     auto [it, fresh] = states_.try_emplace(*q.id);
     State& st = it->second;
     if (fresh) st.shadow.id = *q.id;
@@ -47,35 +66,68 @@ void DraftModelProposer::propose(std::span<const ProposeRequest> reqs, std::vect
     st.shadow.num_computed_tokens = valid;
     kv_.trim(st.shadow, valid);
     // Slots for the tokens fed now and the drafts fed after them (the last draft is not fed).
-    if (!kv_.allocate_slots(st.shadow, n - valid + q.max_drafts - 1)) continue;
+    if (!kv_.allocate_slots(st.shadow, n - valid + want[i] - 1)) continue;
     active.push_back(i);
-    max_k = std::max(max_k, q.max_drafts);
+    max_k = std::max(max_k, want[i]);
   }
   if (active.empty()) return;
-  std::vector<int32_t> ids;
-  // Pass 0: the tokens since the cache's end; pass j: draft j-1.
-  for (int32_t j = 0; j < max_k; ++j) {
+  std::vector<int32_t> ids, greedy;
+  std::vector<size_t> in_pass;
+  auto add = [&](size_t i, int32_t count_ids, bool last) {
+    State& st = states_.at(*reqs[i].id);
+    const int32_t context = static_cast<int32_t>(st.cached.size()) + count_ids;
+    const auto table = kv_.block_table(*reqs[i].id);
+    batch_.add_sequence(ids, context, std::vector<int32_t>(table.begin(), table.end()), block_size_, last);
+    st.cached.insert(st.cached.end(), ids.begin(), ids.end());
+    if (last) in_pass.push_back(i);
+  };
+  // Pass 0: each request's tokens since its cache's end, in forward passes of at most
+  // max_pass_tokens_ tokens; the last chunk of a request gives its first draft.
+  {
+    size_t next = 0;
+    while (next < active.size()) {
+      batch_.clear();
+      in_pass.clear();
+      int32_t budget = max_pass_tokens_;
+      while (next < active.size() && budget > 0) {
+        const size_t i = active[next];
+        const ProposeRequest& q = reqs[i];
+        const int32_t from = static_cast<int32_t>(states_.at(*q.id).cached.size());
+        const int32_t take = std::min<int32_t>(budget, static_cast<int32_t>(q.tokens.size()) - from);
+        ids.assign(q.tokens.begin() + from, q.tokens.begin() + from + take);
+        const bool last = from + take == static_cast<int32_t>(q.tokens.size());
+        add(i, take, last);
+        budget -= take;
+        if (last) ++next;
+      }
+      if (in_pass.empty() && batch_.num_tokens() > 0) {
+        executor_->forward(batch_);  // a chunk of a long catch-up: K/V only
+        continue;
+      }
+      run_greedy(greedy);
+      for (size_t r = 0; r < in_pass.size(); ++r) drafts[in_pass[r]].push_back(greedy[r]);
+    }
+  }
+  // Pass j >= 1: draft j-1 in, draft j out.
+  for (int32_t j = 1; j < max_k; ++j) {
     batch_.clear();
-    std::vector<size_t> in_pass;
+    in_pass.clear();
     for (size_t i : active) {
-      const ProposeRequest& q = reqs[i];
-      if (q.max_drafts <= j) continue;
-      State& st = states_.at(*q.id);
-      const int32_t n = static_cast<int32_t>(q.tokens.size());
-      if (j == 0) ids.assign(q.tokens.begin() + static_cast<int32_t>(st.cached.size()), q.tokens.end());
-      else ids.assign(1, drafts[i].back());
-      const int32_t context = static_cast<int32_t>(st.cached.size() + ids.size());
-      PAGODA_CHECK(context == n + j, "draft proposer: context {} for token {} of request {}", context, n + j, *q.id);
-      const auto table = kv_.block_table(*q.id);
-      batch_.add_sequence(ids, context, std::vector<int32_t>(table.begin(), table.end()), block_size_);
-      st.cached.insert(st.cached.end(), ids.begin(), ids.end());
-      in_pass.push_back(i);
+      if (want[i] <= j) continue;
+      const int32_t n = static_cast<int32_t>(reqs[i].tokens.size());
+      ids.assign(1, drafts[i].back());
+      PAGODA_CHECK(static_cast<int32_t>(states_.at(*reqs[i].id).cached.size()) + 1 == n + j,
+                   "draft proposer: context for token {} of request {}", n + j, *reqs[i].id);
+      add(i, 1, true);
     }
     if (in_pass.empty()) break;
-    const Tensor& logits = executor_->forward(batch_);
-    for (size_t r = 0; r < in_pass.size(); ++r) drafts[in_pass[r]].push_back(argmax_row(logits, static_cast<int64_t>(r)));
+    run_greedy(greedy);
+    for (size_t r = 0; r < in_pass.size(); ++r) drafts[in_pass[r]].push_back(greedy[r]);
   }
-  for (size_t i : active) states_.at(*reqs[i].id).shadow.num_computed_tokens = static_cast<int32_t>(states_.at(*reqs[i].id).cached.size());
+  for (size_t i : active) {
+    State& st = states_.at(*reqs[i].id);
+    st.shadow.num_computed_tokens = static_cast<int32_t>(st.cached.size());
+  }
 }
 
 }  // namespace pagoda

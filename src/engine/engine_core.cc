@@ -85,6 +85,11 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   return in;
 }
 
+int64_t draft_lookahead_blocks(const EngineConfig& config) {
+  const int64_t bs = config.block_size;
+  return int64_t{config.scheduler.max_num_seqs} * ((config.speculative.num_speculative_tokens + bs - 1) / bs + 1);
+}
+
 int64_t kv_host_tier_blocks(const EngineConfig&, const MemoryPlan& plan) {
   return std::min<int64_t>(plan.host_tier_blocks, std::numeric_limits<int32_t>::max() - 1);
 }
@@ -132,11 +137,33 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   for (const auto& name : model.weights->names())
     if (const Tensor* t = model.weights->find(name)) weight_bytes += t->nbytes();
   MemoryPlanInput in = memory_plan_input(config, mc, weight_bytes);
+  // A draft model (speculative method "draft") is loaded first: on a GPU its share of the device
+  // memory comes out of the same plan.
+  if (config.speculative.enabled() && config.speculative.method == "draft") {
+    ModelLoadOptions lo;
+    lo.max_model_len = in.max_model_len;
+    lo.cpu_kernels = !cuda;
+    auto draft = load_model(config.speculative.model, lo);
+    if (!draft.ok()) return invalid_argument("cannot load the speculative draft model: {}", draft.status().to_string());
+    if (draft->config.vocab_size != mc.vocab_size)
+      return invalid_argument("the draft model {} has a vocabulary of {} tokens but the target model has {}: a draft model "
+                              "must share the target's tokenizer",
+                              config.speculative.model, draft->config.vocab_size, mc.vocab_size);
+    core->draft_model_ = std::move(*draft);
+  }
   if (cuda) {
     // Device memory: the CUDA executor's own terms (weights in its compute dtype, workspace,
     // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
     // is already in use there.
     PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms terms, cuda_memory_terms(*model.model, co));
+    if (core->draft_model_.model) {
+      // The draft's executor terms, its lookahead and null blocks, and a block per target block.
+      PAGODA_RETURN_IF_ERROR(cuda_supports_model(core->draft_model_.config));
+      PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms dt, cuda_memory_terms(*core->draft_model_.model, co));
+      in.draft_kv_bytes_per_token = core->draft_model_.config.kv_bytes_per_token(config.kv_dtype);
+      in.draft_fixed_bytes = dt.weights + dt.workspace + dt.logits + dt.overhead +
+                             (draft_lookahead_blocks(config) + 1) * in.draft_kv_bytes_per_token * config.block_size;
+    }
     PAGODA_ASSIGN_OR_RETURN(const CudaMemoryInfo info, cuda_memory_info(dev.index));
     in.weight_bytes = terms.weights;
     in.workspace_bytes = terms.workspace;
@@ -186,32 +213,20 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   }
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   if (config.speculative.enabled()) {
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(cuda));
+    co.max_model_len = core->max_model_len_;
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(co, cuda));
     core->runner_->set_speculation(config.speculative, std::move(proposer));
   }
   return core;
 }
 
-Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(bool cuda) {
+Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOptions& co, bool cuda) {
   const SpeculativeConfig& sc = config_.speculative;
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
-  // A draft model on the GPU would need its own share of the device memory plan.
-  if (cuda)
-    return invalid_argument("speculative method 'draft' runs on the CPU backend only (--device cpu); use method 'ngram' on "
-                            "CUDA");
-  ModelLoadOptions lo;
-  lo.max_model_len = max_model_len_;
-  lo.cpu_kernels = true;
-  auto draft = load_model(sc.model, lo);
-  if (!draft.ok()) return invalid_argument("cannot load the speculative draft model: {}", draft.status().to_string());
-  draft_model_ = std::move(*draft);
-  if (draft_model_.config.vocab_size != model_.config.vocab_size)
-    return invalid_argument("the draft model {} has a vocabulary of {} tokens but the target model has {}: a draft model "
-                            "must share the target's tokenizer",
-                            sc.model, draft_model_.config.vocab_size, model_.config.vocab_size);
+  PAGODA_CHECK(draft_model_.model != nullptr, "speculative method 'draft' without a loaded draft model");
   // The draft cache holds as many tokens as the target's, plus every sequence's lookahead.
   const int64_t bs = config_.block_size;
-  const int64_t blocks = plan_.num_blocks + config_.scheduler.max_num_seqs * ((sc.num_speculative_tokens + bs - 1) / bs + 1) + 1;
+  const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
   KvCacheSpec spec;
   spec.num_blocks = blocks;
   spec.block_size = bs;
@@ -224,9 +239,30 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(bool cuda) {
     return static_cast<double>(std::max<int64_t>(1, n));
   };
   const double cost = weight_bytes(draft_model_) / weight_bytes(model_);
-  return std::unique_ptr<Proposer>(std::make_unique<DraftModelProposer>(make_cpu_executor(*draft_model_.model, spec, *pool_),
-                                                                       static_cast<int32_t>(blocks), static_cast<int32_t>(bs),
-                                                                       cost));
+  std::unique_ptr<ModelExecutor> ex;
+  if (cuda) {
+    // On the target's device, in the share the memory plan set aside (plan_.draft_*).
+    auto r = make_cuda_executor(*draft_model_.model, spec, co);
+    if (!r.ok()) return invalid_argument("the speculative draft model on CUDA: {}", r.status().to_string());
+    ex = std::move(*r);
+  } else {
+    ex = make_cpu_executor(*draft_model_.model, spec, *pool_);
+  }
+  return std::unique_ptr<Proposer>(std::make_unique<DraftModelProposer>(
+      std::move(ex), static_cast<int32_t>(blocks), static_cast<int32_t>(bs), cost, static_cast<int32_t>(max_model_len_),
+      config_.scheduler.max_num_batched_tokens));
+}
+
+void EngineCore::set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer) {
+  PAGODA_CHECK(!has_unfinished(), "set_speculation with requests in flight");
+  runner_->forget_all();
+  runner_->set_speculation(config, std::move(proposer));
+}
+
+std::unique_ptr<Proposer> EngineCore::release_proposer() {
+  PAGODA_CHECK(!has_unfinished(), "release_proposer with requests in flight");
+  runner_->forget_all();
+  return runner_->release_proposer();
 }
 
 Status EngineCore::add_request(std::unique_ptr<Request> r) {
@@ -367,6 +403,7 @@ void EngineCore::step_into(std::vector<CoreOutput>& outputs) {
   stats_.spec_num_drafts += ran.spec.num_drafts;
   stats_.spec_num_draft_tokens += ran.spec.num_draft_tokens;
   stats_.spec_num_accepted_tokens += ran.spec.num_accepted_tokens;
+  stats_.spec_num_rejections += ran.spec.num_rejections;
   if (stats_.spec_accepted_per_position.size() < ran.spec.accepted_per_position.size())
     stats_.spec_accepted_per_position.resize(ran.spec.accepted_per_position.size());
   for (size_t j = 0; j < ran.spec.accepted_per_position.size(); ++j)

@@ -13,6 +13,7 @@
 #include "engine/executor_decorator.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model_loader.h"
+#include "runtime/cuda_executor.h"
 #include "runtime/memory_plan.h"
 #include "runtime/model_runner.h"
 #include "sched/scheduler.h"
@@ -43,6 +44,7 @@ struct CoreStats {
   // Speculative decoding (vLLM's spec-decode counters): requests verified with drafts, drafts
   // verified, drafts accepted, and accepted drafts per draft position.
   int64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  int64_t spec_num_rejections = 0;  // verifications that rejected a draft
   std::vector<int64_t> spec_accepted_per_position;
 };
 
@@ -52,6 +54,9 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
 // The memory plan's verdict before anything large is allocated (the RoPE table, packed weights,
 // the KV cache): the plan's own error (e.g. "max_model_len N needs ...") when it cannot fit.
 Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, int64_t weight_bytes);
+
+// Blocks a draft model's cache holds beyond one per target block: every sequence's lookahead.
+int64_t draft_lookahead_blocks(const EngineConfig& config);
 
 // Host-tier blocks of the KV cache for `config` (kv_tiers) under `plan` (its block bytes and
 // model length): the host bytes in blocks, or, with a disk tier, at least one sequence's blocks.
@@ -85,6 +90,11 @@ class EngineCore {
   const ModelConfig& model_config() const { return model_.config; }
   const LoadedModel& model() const { return model_; }
   bool speculative() const { return runner_->proposer() != nullptr; }
+  // Benchmarks (`pagoda bench spec`): replace the runner's proposer (null: speculation off) or
+  // take it back, between runs (no request in flight; checked). A draft-model proposer released
+  // here still runs on the core's draft model, which stays loaded.
+  void set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer);
+  std::unique_ptr<Proposer> release_proposer();
   int64_t max_model_len() const { return max_model_len_; }
   const CoreStats& stats() const { return stats_; }
   ModelRunner& runner() { return *runner_; }
@@ -100,7 +110,8 @@ class EngineCore {
   class HostBlockIo;
   CoreOutput snapshot(const Request& r) const;
   // The proposer of config_.speculative (a draft model is loaded into draft_model_).
-  Result<std::unique_ptr<Proposer>> make_proposer(bool cuda);
+  // `co`: the target's CUDA executor options (a draft model on CUDA takes the same).
+  Result<std::unique_ptr<Proposer>> make_proposer(const CudaExecutorOptions& co, bool cuda);
   // step() without its guard: appends to `outputs`; may throw.
   void step_into(std::vector<CoreOutput>& outputs);
 

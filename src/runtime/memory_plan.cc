@@ -50,7 +50,9 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   p.runtime_overhead = (in.overhead_bytes >= 0 ? in.overhead_bytes : kRuntimeOverhead) + in.device_reserved;
   p.kv_bytes_per_token = in.config.kv_bytes_per_token(in.kv_dtype);
   p.block_bytes = p.kv_bytes_per_token * in.block_size;
-  const int64_t fixed = p.weights + p.workspace + p.logits + p.runtime_overhead;
+  p.draft_fixed = in.draft_fixed_bytes;
+  const int64_t draft_block_bytes = in.draft_kv_bytes_per_token * in.block_size;
+  const int64_t fixed = p.weights + p.workspace + p.logits + p.runtime_overhead + p.draft_fixed;
   int64_t kv_budget;
   if (in.kv_cache_memory > 0) {
     kv_budget = in.kv_cache_memory;
@@ -72,17 +74,20 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
         advice = "the activation workspace is the largest term: lower --max-num-batched-tokens or --max-num-seqs";
       }
       return resource_exhausted(
-          "the model does not fit: weights {} + workspace {} + logits {} + overhead {} = {} exceed the budget {} "
+          "the model does not fit: weights {} + workspace {} + logits {} + overhead {}{} = {} exceed the budget {} "
           "({:.0f}% of {}); {}; or give more memory",
-          bytes_str(p.weights), bytes_str(p.workspace), bytes_str(p.logits), bytes_str(p.runtime_overhead), bytes_str(fixed),
+          bytes_str(p.weights), bytes_str(p.workspace), bytes_str(p.logits), bytes_str(p.runtime_overhead),
+          p.draft_fixed > 0 ? " + draft model " + bytes_str(p.draft_fixed) : std::string(), bytes_str(fixed),
           bytes_str(p.budget), 100 * in.memory_utilization, bytes_str(in.device_memory), advice);
     }
   }
   // One extra block is the null block (padding in block tables).
-  p.num_blocks = kv_budget / p.block_bytes - 1;
+  // A draft model's cache has a block for each of the target's.
+  p.num_blocks = kv_budget / (p.block_bytes + draft_block_bytes) - 1;
   p.kv_tokens = std::max<int64_t>(0, p.num_blocks) * in.block_size;
   p.kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * p.block_bytes;
-  p.total = fixed + p.kv_cache;
+  p.draft_kv_cache = std::max<int64_t>(0, p.num_blocks) * draft_block_bytes;
+  p.total = fixed + p.kv_cache + p.draft_kv_cache;
   p.kv_window = kv_eviction_window(in);
   p.kv_tokens_per_sequence =
       kv_window_blocks_held(p.kv_window, in.block_size, p.max_model_len, in.max_num_batched_tokens) * in.block_size;
@@ -116,6 +121,8 @@ std::string MemoryPlan::to_string() const {
   os << fmt::format("memory plan: weights {} + workspace {} + logits {} + overhead {} + KV cache {} = {} (budget {})\n",
                     bytes_str(weights), bytes_str(workspace), bytes_str(logits), bytes_str(runtime_overhead),
                     bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
+  if (draft_fixed > 0)
+    os << fmt::format("draft model (in the total): fixed {} + KV cache {}\n", bytes_str(draft_fixed), bytes_str(draft_kv_cache));
   os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
                     num_blocks, bytes_str(block_bytes), kv_tokens, kv_bytes_per_token, max_model_len, max_concurrency);
   if (kv_window > 0)
@@ -138,7 +145,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"num_blocks", num_blocks}, {"kv_tokens", kv_tokens},     {"max_model_len", max_model_len},
           {"max_concurrency", max_concurrency}, {"kv_window", kv_window}, {"kv_tokens_per_sequence", kv_tokens_per_sequence},
           {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
-          {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}};
+          {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}, {"draft_fixed", draft_fixed},
+          {"draft_kv_cache", draft_kv_cache}};
 }
 
 int64_t host_memory_bytes() {

@@ -44,6 +44,11 @@ struct MemoryPlanInput {
   // config.sliding_window > 0 with no per-layer flags): a sequence then holds at most
   // kv_window_blocks_held (core/kv_window.h) blocks, the bound the plan counts.
   bool kv_window_eviction = true;
+  // Speculative decoding's draft model on the same device: its fixed terms (weights, workspace,
+  // logits, overhead and the KV of its lookahead blocks) and its KV bytes per token. The KV budget
+  // then holds num_blocks blocks of the target's and as many of the draft's. 0: no draft model.
+  int64_t draft_fixed_bytes = 0;
+  int64_t draft_kv_bytes_per_token = 0;
 };
 
 struct MemoryPlan {
@@ -68,6 +73,10 @@ struct MemoryPlan {
   int64_t host_tier = 0;          // host_tier_blocks x block_bytes (+ the null block)
   int64_t disk_tier = 0;          // the disk tier's cap
   int64_t disk_tier_blocks = 0;   // blocks of files that fit the cap
+  // A draft model's share (inside the budget and total): its fixed terms and its KV of num_blocks
+  // blocks (the lookahead blocks are in draft_fixed).
+  int64_t draft_fixed = 0;
+  int64_t draft_kv_cache = 0;
 
   std::string to_string() const;  // the start-up printout
   nlohmann::json to_json() const;

@@ -49,10 +49,25 @@ std::span<const uint32_t> ModelRunner::constraint_mask(ReqState& s, int64_t voca
 }
 
 void ModelRunner::set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer) {
-  PAGODA_CHECK(config.enabled() && proposer != nullptr, "set_speculation without a method or proposer");
+  if (!proposer) {
+    release_proposer();
+    return;
+  }
+  PAGODA_CHECK(config.enabled(), "set_speculation with a proposer but no method");
   spec_ = config;
   proposer_ = std::move(proposer);
   verifiers_.resize(pool_.size());
+}
+
+void ModelRunner::forget_all() {
+  if (proposer_)
+    for (const auto& [id, s] : reqs_) proposer_->forget(id);
+  reqs_.clear();
+}
+
+std::unique_ptr<Proposer> ModelRunner::release_proposer() {
+  spec_ = SpeculativeConfig{};
+  return std::move(proposer_);
 }
 
 RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
@@ -134,24 +149,49 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   result.num_tokens = static_cast<int32_t>(batch_.num_tokens());
   const int64_t n_samples = static_cast<int64_t>(to_sample.size());
   std::vector<std::vector<SampleResult>> kept(to_sample.size());
-  if (executor_.samples_on_device() && !any_drafts) {
+  // Greedy verification on an executor that samples on its device: each verified row is sampled
+  // there as plain decoding would (penalties over the output extended by the drafts before it),
+  // only ids and logprobs come back, and a draft is kept while it equals its row's choice.
+  // Rejection sampling (temperature > 0) needs the distributions: logits to the host.
+  bool device_verify = spec_.device_verify;
+  for (int64_t i = 0; i < n_samples && device_verify; ++i)
+    if (!drafts[i].empty() && !to_sample[i]->sampling.greedy()) device_verify = false;
+  if (executor_.samples_on_device() && (!any_drafts || device_verify)) {
     // The forward pass and the sampling both on the device; only ids and logprobs come back.
-    std::vector<SampleSpec> specs(to_sample.size());
+    std::vector<SampleSpec> specs;
+    std::vector<size_t> first(to_sample.size());
+    std::vector<std::vector<int32_t>> extended(to_sample.size());  // output + drafts (requests with drafts)
     for (int64_t i = 0; i < n_samples; ++i) {
       ReqState& s = *to_sample[i];
       const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
-      SampleSpec& sp = specs[i];
-      sp.logits_row = rows[i];
-      sp.params = &s.sampling;
-      sp.uniform = s.sampling.greedy() ? 0.0 : token_rng(s.seed, n_out).uniform();
-      sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt),
-                    std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
-      if (n_out < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
-      if (s.constraint) sp.allowed_mask = constraint_mask(s, s.constraint->vocab_size());  // ids past it: disallowed on the device
+      const int32_t m = static_cast<int32_t>(drafts[i].size());
+      std::span<const int32_t> output(s.tokens.data() + s.num_prompt, n_out);
+      if (m > 0) {
+        extended[i].assign(output.begin(), output.end());
+        extended[i].insert(extended[i].end(), drafts[i].begin(), drafts[i].end());
+        output = extended[i];
+      }
+      first[i] = specs.size();
+      for (int32_t j = 0; j <= m; ++j) {
+        SampleSpec& sp = specs.emplace_back();
+        sp.logits_row = rows[i] + j;
+        sp.params = &s.sampling;
+        sp.uniform = s.sampling.greedy() ? 0.0 : token_rng(s.seed, n_out).uniform();
+        sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt), output.first(n_out + j)};
+        if (n_out + j < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
+        if (s.constraint) sp.allowed_mask = constraint_mask(s, s.constraint->vocab_size());  // ids past it: disallowed on the device
+      }
     }
     std::vector<SampleResult> sampled;
     executor_.forward_sample(batch_, specs, sampled);
-    for (int64_t i = 0; i < n_samples; ++i) kept[i].push_back(std::move(sampled[i]));
+    for (int64_t i = 0; i < n_samples; ++i) {
+      const size_t m = drafts[i].size();
+      for (size_t j = 0; j <= m; ++j) {
+        const bool accepted = j < m && sampled[first[i] + j].token == drafts[i][j];
+        kept[i].push_back(std::move(sampled[first[i] + j]));
+        if (!accepted) break;
+      }
+    }
   } else {
     const Tensor& logits = executor_.forward(batch_);
     const int64_t vocab = logits.dim(1);
@@ -202,6 +242,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       result.spec.num_drafts += 1;
       result.spec.num_draft_tokens += m;
       result.spec.num_accepted_tokens += accepted;
+      if (accepted < m) ++result.spec.num_rejections;
       if (result.spec.accepted_per_position.size() < static_cast<size_t>(spec_.num_speculative_tokens))
         result.spec.accepted_per_position.resize(spec_.num_speculative_tokens);
       for (int32_t j = 0; j < accepted && j < spec_.num_speculative_tokens; ++j) ++result.spec.accepted_per_position[j];

@@ -35,6 +35,8 @@ struct SpecStepStats {
   int64_t num_drafts = 0;           // requests verified with at least one draft
   int64_t num_draft_tokens = 0;     // drafts verified
   int64_t num_accepted_tokens = 0;  // drafts accepted
+  int64_t num_rejections = 0;       // verifications that rejected a draft (accepted < drafts): the
+                                    // per-token acceptance is accepted / (accepted + rejections)
   std::vector<int64_t> accepted_per_position;  // [num_speculative_tokens]: accepted at draft index i
 };
 
@@ -57,9 +59,16 @@ class ModelRunner {
   size_t num_tracked_requests() const { return reqs_.size(); }
 
   // Speculative decoding: after each step `proposer` drafts tokens for the requests that got new
-  // tokens (config.enabled() must hold). Steps verifying drafts take logits to the host (forward())
-  // and verify on the CPU, also on executors that sample on their device.
+  // tokens (config.enabled() must hold). On an executor that samples on its device, a step whose
+  // drafts are all greedy samples every verified row there (config.device_verify); otherwise the
+  // step takes logits to the host (forward()) and verifies on the CPU. A null proposer turns
+  // speculation off (config is then ignored).
   void set_speculation(const SpeculativeConfig& config, std::unique_ptr<Proposer> proposer);
+  // The proposer back (speculation off); null when there is none.
+  std::unique_ptr<Proposer> release_proposer();
+  // Drops every tracked request (and the proposer's state of it): only when all of them finished
+  // (between benchmark runs), before the scheduler reports them.
+  void forget_all();
   const Proposer* proposer() const { return proposer_.get(); }
 
   ModelExecutor& executor() { return executor_; }

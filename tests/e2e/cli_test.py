@@ -44,6 +44,8 @@ BAD_VALUES = [
     (["bench", "throughput", "--model", TINY_MODEL], "--max-num-seqs", "-1"),
     (["bench", "--model", TINY_MODEL], "--repeats", "0"),
     (["bench", "serve"], "--num-prompts", "0"),
+    (["bench", "spec", "--model", TINY_MODEL], "--acceptance", "1.5"),
+    (["bench", "spec", "--model", TINY_MODEL], "--spec-tokens", "0"),
     (["bench", "serve"], "--request-rate", "-3"),
     (["memplan", "--model", TINY_MODEL], "--memory-utilization", "2"),
 ]
@@ -188,3 +190,23 @@ def test_progress_while_loading_and_benchmarking():
     p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=TIMEOUT)  # bytes: keep \r
     assert p.returncode == 0, p.stdout
     assert b"\rbatched run [###" in p.stdout and b"100%" in p.stdout and b"\x1b[K" in p.stdout, p.stdout[-800:]
+
+
+def test_bench_spec_replays_the_record_at_the_constructed_acceptance():
+    """`pagoda bench spec` (docs/speculative_decoding.md): the speculative runs' tokens equal the
+    plain record, no request diverges, and the measured per-token acceptance is the constructed
+    one within sampling error (about 300 judged drafts per point)."""
+    import json
+    p = subprocess.run([BINARY, "bench", "spec", TINY_MODEL, "--device", "cpu", "-t", "1", "-b", "8", "--acceptance",
+                        "0.6,0.9", "--input-len", "16", "--output-len", "100", "--spec-no-adaptive", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["all_identical"] is True, res
+    assert [r["acceptance"] for r in res["runs"]] == [0.6, 0.9]
+    for r in res["runs"]:
+        assert r["identical_requests"] == r["requests"] == 8 and r["diverged_requests"] == 0, r
+        judged = r["spec_num_accepted_tokens"] + r["spec_num_rejections"]
+        assert judged > 200, r
+        assert abs(r["measured_acceptance"] - r["acceptance"]) < 4 * (0.25 / judged) ** 0.5, r
+        assert r["spec_steps"] < r["plain_steps"], r

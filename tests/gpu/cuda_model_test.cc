@@ -617,7 +617,7 @@ TEST(CudaKvTier, GreedyOutputsAreTheSameWithAndWithoutTiers) {
 
 // Speculative decoding on the GPU: verification steps take the logits to the host. Greedy output
 // equals plain decoding in batch-invariant mode (every row through the split-KV kernel); in the
-// default mode the count of equal requests is printed. A draft model on CUDA is refused.
+// default mode the count of equal requests is printed.
 TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {
@@ -658,12 +658,84 @@ TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
       EXPECT_GT(st.spec_num_draft_tokens, 0);
       EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
     }
-    EngineConfig d = cuda_config(model, tok);
-    d.speculative.method = "draft";
-    d.speculative.model = model;
-    auto refused = Engine::create(d);
-    ASSERT_FALSE(refused.ok());
-    EXPECT_NE(refused.status().message().find("CPU backend only"), std::string::npos) << refused.status().to_string();
+  }
+}
+
+// A draft model on the same GPU (its own CUDA executor; its weights and KV in the device memory
+// plan): greedy output equals plain decoding in batch-invariant mode (in the default mode the count
+// of equal requests is printed). The draft is the tiny model's q8_0 file, or the bf16 model
+// itself (high acceptance either way); the plan's draft share is what the draft executor holds.
+TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  for (const auto& [model, tok] : engine_models()) {
+    const std::string q8 = test::models_dir() + "/tiny/llama3/model-q8_0.gguf";
+    const std::string draft = tok.empty() && fs::exists(q8) ? q8 : model;
+    for (bool invariant : {true, false}) {
+      EngineConfig c = cuda_config(model, tok);
+      c.batch_invariant = invariant;
+      auto plain = Engine::create(c);
+      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+      EngineConfig cs = c;
+      cs.speculative.method = "draft";
+      cs.speculative.model = draft;
+      auto spec = Engine::create(cs);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      const int64_t vocab = (*plain)->model_config().vocab_size;
+      auto make = [&](int i) {
+        GenerateRequest g;
+        g.prompt_ids = mixed_prompt(i, vocab);
+        g.sampling.temperature = 0;
+        g.stop.max_tokens = 40;
+        g.stop.ignore_eos = true;
+        return g;
+      };
+      for (int batch : {1, 8}) {
+        std::vector<std::shared_ptr<RequestStream>> a, b;
+        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
+        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        int same = 0;
+        for (int i = 0; i < batch; ++i) {
+          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          same += x == y;
+          if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
+        }
+        std::printf("[cuda-spec-draft] %s draft %s batch-invariant %d batch %d: %d/%d equal to plain decoding\n",
+                    model.c_str(), draft.c_str(), invariant, batch, same, batch);
+      }
+      const EngineStats st = (*spec)->stats();
+      EXPECT_GT(st.spec_num_accepted_tokens, 0);
+      EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+      std::printf("[cuda-spec-draft] drafts %lld, draft tokens %lld, accepted %lld\n",
+                  static_cast<long long>(st.spec_num_drafts), static_cast<long long>(st.spec_num_draft_tokens),
+                  static_cast<long long>(st.spec_num_accepted_tokens));
+    }
+    // The plan holds the draft's share, and the target's cache is smaller by it.
+    EngineConfig c = cuda_config(model, tok);
+    EngineConfig cs = c;
+    cs.speculative.method = "draft";
+    cs.speculative.model = draft;
+    ThreadPool pool(2);
+    auto core_of = [&](const EngineConfig& cfg) {
+      ModelLoadOptions lo;
+      lo.max_model_len = cfg.max_model_len;
+      lo.cpu_kernels = false;
+      auto loaded = load_model(model, lo);
+      EXPECT_TRUE(loaded.ok());
+      return EngineCore::create(cfg, std::move(*loaded), pool);
+    };
+    MemoryPlan plain_plan;
+    {
+      auto core = core_of(c);
+      ASSERT_TRUE(core.ok()) << core.status().to_string();
+      plain_plan = (*core)->memory_plan();
+    }
+    auto core = core_of(cs);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    const MemoryPlan& plan = (*core)->memory_plan();
+    EXPECT_GT(plan.draft_fixed, 0);
+    EXPECT_GT(plan.draft_kv_cache, 0);
+    EXPECT_LT(plan.num_blocks, plain_plan.num_blocks);
+    std::printf("[cuda-spec-draft] plan with draft: %s\n", plan.to_string().c_str());
   }
 }
 

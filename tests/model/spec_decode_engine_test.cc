@@ -7,7 +7,9 @@
 // model of another vocabulary.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "engine/draft_model_proposer.h"
@@ -17,6 +19,7 @@
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
 #include "model/model_loader.h"
+#include "runtime/replay_proposer.h"
 #include "test_paths.h"
 
 namespace pagoda {
@@ -373,6 +376,252 @@ TEST(SpecDecode, ADraftModelOfAnotherVocabularyOrAnUnknownMethodIsAClearError) {
   auto g = Engine::create(c);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("draft model"), std::string::npos) << g.status().to_string();
+}
+
+// The benchmark proposer of `pagoda bench spec` (runtime/replay_proposer.h): replaying a plain
+// run's greedy record with wrong drafts at a constructed rate keeps the output equal to the record,
+// and the engine's accepted drafts and rejections are exactly those the construction predicts
+// (each position judged once, while the drafts before it were accepted): a simulation of the
+// draft/verify sequence from the proposer's own corrupted() gives the same counts, and their
+// ratio is the constructed acceptance within sampling error. A draft model run for its cost only
+// (its drafts replaced) changes none of this.
+struct ReplayCounts {
+  int64_t accepted = 0, rejections = 0;
+};
+
+TEST(SpecDecode, ReplayProposerHitsTheConstructedAcceptanceAndKeepsGreedyOutput) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  for (const bool with_draft : {false, true}) {
+    SCOPED_TRACE(with_draft ? "draft model for its cost" : "free drafting");
+    SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
+    EngineConfig c = config_for(model, with_draft ? &sc : nullptr);
+    ModelLoadOptions lo;
+    lo.max_model_len = c.max_model_len;
+    auto loaded = load_model(model, lo);
+    ASSERT_TRUE(loaded.ok());
+    ThreadPool pool(2);
+    auto core = EngineCore::create(c, std::move(*loaded), pool);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    EngineCore& e = **core;
+    std::unique_ptr<Proposer> inner = e.release_proposer();
+    EXPECT_EQ(inner != nullptr, with_draft);
+    const int64_t vocab = e.model_config().vocab_size;
+    const int kRequests = 8, kTokens = 80, k = 4;
+    auto run = [&](const std::string& tag) {
+      std::vector<std::vector<int32_t>> out(kRequests);
+      for (int i = 0; i < kRequests; ++i) {
+        auto r = std::make_unique<Request>();
+        r->id = tag + std::to_string(i);
+        r->prompt = mixed_prompt(i + 1, vocab);
+        r->sampling.temperature = 0;
+        r->stop.max_tokens = kTokens;
+        r->stop.ignore_eos = true;
+        EXPECT_TRUE(e.add_request(std::move(r)).ok());
+      }
+      while (e.has_unfinished())
+        for (const CoreOutput& o : e.step())
+          if (o.has_token) out[std::stoi(o.id.substr(tag.size()))].push_back(o.sample.token);
+      return out;
+    };
+    const auto record = run("plain-");
+    for (double alpha : {0.5, 0.8, 1.0}) {
+      SCOPED_TRACE("acceptance " + std::to_string(alpha));
+      const std::string tag = "replay" + std::to_string(static_cast<int>(alpha * 10)) + "-";
+      std::unordered_map<std::string, std::vector<int32_t>> records;
+      for (int i = 0; i < kRequests; ++i) {
+        std::vector<int32_t> t = mixed_prompt(i + 1, vocab);
+        t.insert(t.end(), record[i].begin(), record[i].end());
+        records[tag + std::to_string(i)] = t;
+      }
+      auto replay = std::make_unique<ReplayProposer>(records, alpha, vocab, 42, std::move(inner));
+      ReplayProposer* rp = replay.get();
+      SpeculativeConfig spec;
+      spec.method = "replay";
+      spec.num_speculative_tokens = k;
+      spec.adaptive = false;
+      e.set_speculation(spec, std::move(replay));
+      const CoreStats before = e.stats();
+      const auto got = run(tag);
+      const CoreStats after = e.stats();
+      for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[i], record[i]) << "request " << i;
+      EXPECT_EQ(rp->num_diverged(), 0);
+      // The draft/verify sequence the construction implies: after the prefill's token, drafts at
+      // the next positions (capped so that all of them fit max_tokens), the leading right ones kept
+      // plus the target's token.
+      ReplayCounts want;
+      for (int i = 0; i < kRequests; ++i) {
+        const std::string id = tag + std::to_string(i);
+        const int64_t prompt = static_cast<int64_t>(mixed_prompt(i + 1, vocab).size());
+        int32_t n_out = 1;
+        while (n_out < kTokens) {
+          const int32_t m = std::min(k, kTokens - n_out - 1);
+          if (m <= 0) {
+            ++n_out;
+            continue;
+          }
+          int32_t a = 0;
+          while (a < m && !rp->corrupted(id, prompt + n_out + a)) ++a;
+          want.accepted += a;
+          want.rejections += a < m;
+          n_out += a + 1;
+        }
+      }
+      const int64_t accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+      const int64_t rejections = after.spec_num_rejections - before.spec_num_rejections;
+      EXPECT_EQ(accepted, want.accepted);
+      EXPECT_EQ(rejections, want.rejections);
+      const double evaluated = static_cast<double>(accepted + rejections);
+      ASSERT_GT(evaluated, 100);
+      const double measured = accepted / evaluated;
+      EXPECT_NEAR(measured, alpha, 4 * std::sqrt(std::max(alpha * (1 - alpha), 0.01) / evaluated) + 1e-9);
+      std::printf("[spec-replay] %s acceptance %.2f: measured %.3f over %.0f judged drafts, %lld accepted\n",
+                  with_draft ? "draft" : "free", alpha, measured, evaluated, static_cast<long long>(accepted));
+      std::unique_ptr<Proposer> back = e.release_proposer();
+      inner = rp->release_inner();
+    }
+    if (with_draft) {
+      const auto* draft = dynamic_cast<const DraftModelProposer*>(inner.get());
+      ASSERT_NE(draft, nullptr);
+      for (int i = 0; i < 3; ++i) e.step();
+      EXPECT_EQ(draft->num_tracked_requests(), 0u);
+      EXPECT_EQ(draft->num_free_blocks(), draft->num_usable_blocks());
+    }
+    EXPECT_EQ(e.kv_manager().num_free_blocks(), e.kv_manager().pool().num_usable_blocks());
+  }
+}
+
+// The replay proposer alone: wrong drafts at the constructed rate over many positions, never the
+// recorded token; nothing for a request that left its record or that it has no record of.
+TEST(SpecDecode, ReplayProposerCorruptsAtTheConstructedRate) {
+  std::vector<int32_t> rec(20000);
+  for (size_t i = 0; i < rec.size(); ++i) rec[i] = static_cast<int32_t>((i * 37) % 1000);
+  ReplayProposer p({{"a", rec}}, 0.7, 1000, 9);
+  int64_t wrong = 0, total = 0;
+  for (size_t pos = 1; pos + 4 <= rec.size(); pos += 4) {
+    const std::string id = "a";
+    ProposeRequest q;
+    q.id = &id;
+    q.tokens = std::span<const int32_t>(rec.data(), pos);
+    q.max_drafts = 4;
+    std::vector<std::vector<int32_t>> d;
+    p.propose(std::span<const ProposeRequest>(&q, 1), d);
+    ASSERT_EQ(d[0].size(), 4u);
+    for (size_t j = 0; j < 4; ++j) {
+      const bool bad = d[0][j] != rec[pos + j];
+      EXPECT_EQ(bad, p.corrupted(id, static_cast<int64_t>(pos + j)));
+      EXPECT_GE(d[0][j], 0);
+      EXPECT_LT(d[0][j], 1000);
+      wrong += bad;
+      ++total;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(wrong) / total, 0.3, 4 * std::sqrt(0.21 / total));
+  const std::string a = "a", other = "b";
+  std::vector<int32_t> off(rec.begin(), rec.begin() + 10);
+  off[5] += 1;
+  ProposeRequest q[2];
+  q[0].id = &a;
+  q[0].tokens = off;
+  q[0].max_drafts = 4;
+  q[1].id = &other;
+  q[1].tokens = off;
+  q[1].max_drafts = 4;
+  std::vector<std::vector<int32_t>> d;
+  p.propose(std::span<const ProposeRequest>(q, 2), d);
+  EXPECT_TRUE(d[0].empty());
+  EXPECT_TRUE(d[1].empty());
+  EXPECT_EQ(p.num_diverged(), 1);
+}
+
+// Greedy verification "on the device" (ModelRunner's forward_sample path, what CUDA runs), here
+// through a CPU executor that samples each spec'd row itself: the same tokens and logprobs as the
+// host verifier and as plain decoding, penalties and min_tokens included; the verification steps
+// went through forward_sample with 1 + drafts rows per request.
+class SamplingCpuExecutor final : public ModelExecutor {
+ public:
+  explicit SamplingCpuExecutor(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
+  std::string device_name() const override { return inner_->device_name(); }
+  const Tensor& forward(const ForwardBatch& b) override { return inner_->forward(b); }
+  void swap_out(const std::vector<BlockCopy>& c) override { inner_->swap_out(c); }
+  void swap_in(const std::vector<BlockCopy>& c) override { inner_->swap_in(c); }
+  int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+  int64_t kv_cache_bytes() const override { return inner_->kv_cache_bytes(); }
+  bool samples_on_device() const override { return true; }
+  void forward_sample(const ForwardBatch& b, std::span<const SampleSpec> specs, std::vector<SampleResult>& out) override {
+    const Tensor& logits = inner_->forward(b);
+    const int64_t vocab = logits.dim(1);
+    if (specs.size() > b.seqs.size()) ++multi_row_steps;
+    out.clear();
+    for (const SampleSpec& sp : specs) {
+      std::vector<float> row(logits.data_as<float>() + sp.logits_row * vocab, logits.data_as<float>() + (sp.logits_row + 1) * vocab);
+      for (int32_t t : sp.blocked_ids) row[t] = -std::numeric_limits<float>::infinity();
+      Rng rng(1);
+      out.push_back(sampler_.sample(row, *sp.params, sp.history, rng));
+    }
+  }
+  static inline int multi_row_steps = 0;
+
+ private:
+  std::unique_ptr<ModelExecutor> inner_;
+  Sampler sampler_;
+};
+
+TEST(SpecDecode, DeviceSideGreedyVerificationMatchesTheHostVerifier) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  for (const std::string method : {"ngram", "draft"}) {
+    SCOPED_TRACE(method);
+    SpecCase sc{method, model, method, method == "draft" ? tiny("llama3/model-q8_0.gguf") : ""};
+    ThreadPool pool(2);
+    auto run = [&](const SpecCase* spec, bool sampling_executor) {
+      EngineConfig c = config_for(model, spec);
+      ModelLoadOptions lo;
+      lo.max_model_len = c.max_model_len;
+      auto loaded = load_model(model, lo);
+      EXPECT_TRUE(loaded.ok());
+      ExecutorDecorator wrap;
+      if (sampling_executor)
+        wrap = [](std::unique_ptr<ModelExecutor> ex) { return std::unique_ptr<ModelExecutor>(std::make_unique<SamplingCpuExecutor>(std::move(ex))); };
+      auto core = EngineCore::create(c, std::move(*loaded), pool, wrap);
+      EXPECT_TRUE(core.ok()) << core.status().to_string();
+      EngineCore& e = **core;
+      const int64_t vocab = e.model_config().vocab_size;
+      std::vector<std::vector<std::pair<int32_t, float>>> out(6);
+      for (int i = 0; i < 6; ++i) {
+        GenerateRequest g = greedy_request(i, vocab, 40);
+        auto r = std::make_unique<Request>();
+        r->id = std::to_string(i);
+        r->prompt = g.prompt_ids;
+        r->sampling = g.sampling;
+        r->sampling.logprobs = 1;
+        r->stop = g.stop;
+        if (i == 2) {  // min_tokens blocks the stop ids inside the first drafts
+          r->stop.min_tokens = 6;
+          r->stop.stop_token_ids = {5, 6, 7};
+        }
+        EXPECT_TRUE(e.add_request(std::move(r)).ok());
+      }
+      while (e.has_unfinished())
+        for (const CoreOutput& o : e.step())
+          if (o.has_token) out[std::stoi(o.id)].push_back({o.sample.token, o.sample.logprob});
+      return std::make_pair(out, e.stats().spec_num_accepted_tokens);
+    };
+    SamplingCpuExecutor::multi_row_steps = 0;
+    const auto plain = run(nullptr, false);
+    const auto host = run(&sc, false);
+    EXPECT_EQ(SamplingCpuExecutor::multi_row_steps, 0);
+    const auto device = run(&sc, true);
+    EXPECT_GT(SamplingCpuExecutor::multi_row_steps, 0);
+    EXPECT_GT(device.second, 0);
+    EXPECT_EQ(device.second, host.second);
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_EQ(device.first[i].size(), plain.first[i].size()) << "request " << i;
+      for (size_t j = 0; j < plain.first[i].size(); ++j) {
+        EXPECT_EQ(device.first[i][j].first, plain.first[i][j].first) << "request " << i << " token " << j;
+        EXPECT_EQ(device.first[i][j].first, host.first[i][j].first) << "request " << i << " token " << j;
+        EXPECT_NEAR(device.first[i][j].second, host.first[i][j].second, 2e-3) << "request " << i << " token " << j;
+      }
+    }
+  }
 }
 
 }  // namespace
