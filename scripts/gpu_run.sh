@@ -126,6 +126,8 @@ bench_model() {  # SHAPE
 #             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
+#   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
+#             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 stage_alltests() {
   step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 150 $TESTS
@@ -171,6 +173,26 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
   wait $pid 2>/dev/null
   tail -n 3 "$LOGS/serve_server.log" >>"$SUMMARY"
   TAILN=6 step enginetp 60 $PAGODA bench throughput -m $PG/shared/models/stories260K/stories260K.gguf --device cuda --num-prompts 256 --input-len 64 --output-len 64 --sequential 2
+}
+# Structured outputs and prompt logprobs on the device: the CUDA prompt-logprob kernel and engine
+# against the CPU; the JSON-schema / regex / grammar / choice corpora through `pagoda serve
+# --device cuda` (needs pytest, openai and jsonschema in the machine's python; skipped with a line
+# saying so otherwise); batch-64 decode with a JSON-schema constraint on every request against
+# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape (with
+# stories260K's tokenizer), with the corpus's compile times.
+stage_structured() {
+  step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu'
+  if python3 -c "import pytest, openai, jsonschema" 2>/dev/null; then
+    TAILN=8 step corpus_cuda 240 env PAGODA_E2E_DEVICE=cuda python3 -m pytest -q -x tests/e2e/structured_output_test.py -k "corpus or corpora"
+  else
+    log "=== corpus_cuda: skipped (no pytest / openai / jsonschema in python3 here)"
+  fi
+  local stories=$PG/shared/models/stories260K/stories260K.gguf
+  TAILN=10 step sbench_stories 120 $PAGODA bench throughput -m $stories --device cuda --json-schema bench/schemas/people.json \
+    --schema-dir bench/schemas/corpus --num-prompts 64 --input-len 64 --output-len 256 --rounds 4 --sequential 0
+  ensure_model 1b
+  TAILN=10 step sbench_1b 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $stories --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
 # at batch 1 and 64, prefill 8192, and one wave of 256 requests of 1000 in / 200 out.
@@ -355,6 +377,7 @@ for s in "$@"; do
     ncu8b) stage_ncu_model 8b ;;
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
+    structured) stage_structured ;;
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
     spec8b) stage_spec ;;

@@ -31,6 +31,26 @@ inline Collected collect(RequestStream& s) {
   return c;
 }
 
+// Prompt logprobs of every sample of a stream (RequestOutput::prompt_logprobs, by sample index),
+// and its generated tokens.
+struct CollectedPromptLogprobs {
+  std::map<int, std::vector<RowLogprobs>> prompt;
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, int32_t> cached;
+  int outputs_with_prompt_logprobs = 0;
+};
+inline CollectedPromptLogprobs collect_prompt_logprobs(RequestStream& s) {
+  CollectedPromptLogprobs c;
+  while (auto o = s.next()) {
+    for (const auto& t : o->tokens) c.tokens[o->index].push_back(t.token);
+    if (!o->prompt_logprobs.empty()) {
+      ++c.outputs_with_prompt_logprobs;
+      c.prompt[o->index] = o->prompt_logprobs;
+    }
+    if (o->finished) c.cached[o->index] = o->num_cached_tokens;
+  }
+  return c;
+}
 // 64 MiB of KV, 64 sequences, 512-token budget and context, 2 threads.
 inline EngineConfig base_engine_config(const std::string& model) {
   EngineConfig c;

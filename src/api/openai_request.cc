@@ -239,6 +239,10 @@ std::optional<ApiError> parse_options(const json& body, GenerationOptions* o, bo
   if (o->stream && o->best_of > o->n)
     return bad_request("'best_of' greater than 'n' cannot be streamed (the best are known only at the end)", "best_of");
   if (const json* lb = f.get("logit_bias")) PAGODA_API_TRY(parse_logit_bias(*lb, &o->logit_bias));
+  if (const json* pl = f.get("prompt_logprobs")) {
+    if (!Fields::is_integer(*pl)) return bad_request("'prompt_logprobs' must be an integer in [0, 20]", "prompt_logprobs");
+    PAGODA_API_TRY(f.int32("prompt_logprobs", &o->prompt_logprobs, 0, kMaxLogprobs));
+  }
   return std::nullopt;
 }
 
@@ -253,7 +257,6 @@ struct UnsupportedField {
   bool chat_only;
 };
 constexpr UnsupportedField kUnsupportedFields[] = {
-    {"prompt_logprobs", nullptr, "prompt logprobs are not computed", false},
     {"use_beam_search", nullptr, "beam search is not implemented", false},
     {"length_penalty", "1", "it applies to beam search, which is not implemented", false},
     {"allowed_token_ids", nullptr, "use 'logit_bias' or a structured-output constraint", false},
@@ -459,8 +462,8 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Completi
     if (!Fields::is_integer(*lp)) return bad_request("'logprobs' must be an integer in [0, 20]", "logprobs");
     PAGODA_API_TRY(f.int32("logprobs", &out->options.logprobs, 0, kMaxLogprobs));
   }
-  if (out->echo && out->options.logprobs >= 0)
-    return bad_request("'echo' together with 'logprobs' asks for the prompt's logprobs, which are not computed", "echo");
+  // OpenAI's legacy echo with logprobs: the prompt tokens' logprobs lead the logprobs object.
+  out->echo_logprobs = out->echo && out->options.logprobs >= 0;
   PAGODA_API_TRY(f.string("suffix", &out->suffix));
   PAGODA_API_TRY(reject_unsupported(j, /*chat=*/false));
   if (static_cast<int64_t>(out->prompts.size()) * out->options.best_of > 4096)

@@ -5,7 +5,7 @@
 //   - The body must be one JSON object of valid UTF-8, nested at most kMaxJsonDepth deep.
 //   - Unknown fields are accepted and ignored (as OpenAI does); a `null` value means "not given".
 //   - A known field of the wrong type or out of range is a 400 naming the field (`param`) and why.
-//   - Known fields we cannot honour (prompt_logprobs, use_beam_search, allowed_token_ids, non-text
+//   - Known fields we cannot honour (use_beam_search, allowed_token_ids, non-text
 //     content parts, ...: kUnsupportedFields in the .cc) are a 400 naming the field when given a
 //     value other than their default, never silently dropped.
 // Length checks that need the model (prompt + max_tokens against the context) happen later, in
@@ -96,6 +96,9 @@ struct GenerationOptions {
   bool include_usage = false;      // stream_options.include_usage
   bool continuous_usage = false;   // stream_options.continuous_usage_stats: usage on every chunk
   int32_t logprobs = -1;           // -1: none; 0: the chosen token's; N: also the top N
+  // vLLM's prompt_logprobs: -1 none; N: each prompt token's logprob, rank and the top N (the
+  // response's prompt_logprobs: per choice on completions, top level on chat).
+  int32_t prompt_logprobs = -1;
   StructuredOutput structured;
 };
 
@@ -110,6 +113,7 @@ struct CompletionRequest {
   std::string model;               // empty: not given
   std::vector<PromptInput> prompts;
   bool echo = false;
+  bool echo_logprobs = false;      // echo with logprobs: the prompt's logprobs lead choices[].logprobs
   // suffix (fill in the middle): the text after the completion; the server builds the FIM prompt
   // from the tokenizer's FIM tokens (server/fim_prompt.h) or answers 400. Empty: none.
   std::string suffix;

@@ -8,13 +8,20 @@
 // the KV blocks in use, summed over the run's engine steps (EngineStats).
 //
 // --json-schema FILE: every request of the batched and sequential runs is constrained to the
-// schema (structured outputs); an unconstrained batched run follows for the ratio. Also reported:
-// the schema's compile time (cold, and cached on reuse) and the mask time per request-step
+// schema (structured outputs). Then --rounds rounds of the same batch, unconstrained and
+// constrained, the order alternating per round (load drifts on a shared machine), each run
+// generating exactly num_prompts x output_len tokens (ignore_eos; a run that ends short is an
+// error: the ratio compares equal work); prefix caching is off so that no run reuses another's
+// prompt blocks. Reported per round and as the median ratio, with each run's engine steps.
+// Also: the schema's compile time (cold, and cached on reuse) and the mask time per request-step
 // (median, p99) replayed over the generated tokens, from the warm mask cache and cold.
-#include <time.h>
-
+// --schema-dir DIR: also the compile time of every *.json schema in DIR (a corpus), cold and on
+// reuse (the engine's constraint cache).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <iostream>
@@ -37,6 +44,7 @@ namespace {
 
 struct ThroughputOptions {
   std::string model;
+  std::string tokenizer;  // empty: the model's
   int num_prompts = 64;
   int input_len = 128;
   int output_len = 64;
@@ -54,6 +62,17 @@ struct ThroughputOptions {
   SpeculativeOptions spec;
   std::string prompt_file;  // text prompts separated by lines "---" (default: random ids)
   std::string json_schema;  // file; empty: unconstrained
+  int rounds = 3;           // --json-schema: interleaved unconstrained / constrained rounds
+  std::string schema_dir;   // a corpus of *.json schemas: compile times
+};
+
+// One batched run: every request submitted at once and read through offline::BatchRun.
+struct BatchFigures {
+  double seconds = 0;
+  double cpu_seconds = 0;  // this process's CPU time (all threads): steadier than wall time on a shared machine
+  int64_t tokens = 0;
+  int64_t steps = 0;
+  std::vector<std::vector<int32_t>> outputs;
 };
 
 // The prompts of --prompt-file: text blocks separated by lines holding only "---".
@@ -105,6 +124,28 @@ GenerateRequest make_request(const std::vector<int32_t>& prompt, int output_len,
   return g;
 }
 
+Result<BatchFigures> run_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int output_len,
+                               const std::shared_ptr<const TokenConstraintSpec>& constraint) {
+  BatchFigures f;
+  f.outputs.resize(prompts.size());
+  std::vector<GenerateRequest> reqs;
+  for (const auto& p : prompts) reqs.push_back(make_request(p, output_len, constraint));
+  const int64_t steps0 = e.stats().steps;
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  PAGODA_ASSIGN_OR_RETURN(auto run, offline::BatchRun::submit(e, std::move(reqs)));
+  while (!run->done()) {
+    auto out = run->next_for(std::chrono::milliseconds(200));
+    if (!out) continue;
+    f.tokens += static_cast<int64_t>(out->output.tokens.size());
+    for (const auto& t : out->output.tokens) f.outputs[out->request_index].push_back(t.token);
+  }
+  f.seconds = since(t0);
+  f.cpu_seconds = process_cpu_seconds() - cpu0;
+  f.steps = e.stats().steps - steps0;
+  return f;
+}
+
 int run_throughput(ThroughputOptions& o) {
   if (!resolve_device_option(o.device, "bench throughput", o.model)) return 2;
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
@@ -113,6 +154,7 @@ int run_throughput(ThroughputOptions& o) {
   }
   EngineConfig cfg;
   cfg.model = o.model;
+  cfg.tokenizer = o.tokenizer;
   cfg.threads = o.threads;
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
   cfg.max_model_len = o.input_len + o.output_len + 1;
@@ -131,6 +173,8 @@ int run_throughput(ThroughputOptions& o) {
   cfg.device = o.device;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
+  // Constrained vs unconstrained rounds run the same prompts: none may reuse another's blocks.
+  if (!o.json_schema.empty()) cfg.enable_prefix_caching = false;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
     std::cerr << "pagoda bench throughput: " << tuning.status().to_string() << "\n";
@@ -183,6 +227,51 @@ int run_throughput(ThroughputOptions& o) {
     (void)e.constraint(src);
     compile_cached_s = since(t);
     constraint = *c;
+  }
+
+  // Compile times of a schema corpus: each schema cold, then again (the engine's cache).
+  nlohmann::json corpus;
+  if (!o.schema_dir.empty()) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(o.schema_dir))
+      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    e.constraint_cache();
+    std::vector<double> cold, warm;
+    int failed = 0;
+    for (const auto& f : files) {
+      auto text = read_text_file(f.string());
+      if (!text.ok()) return 2;
+      grammar::ConstraintSource src{grammar::ConstraintKind::kJsonSchema, *text, {}, nullptr};
+      auto t = std::chrono::steady_clock::now();
+      auto c = e.constraint(src);
+      cold.push_back(since(t));
+      if (!c.ok()) {
+        ++failed;
+        std::cerr << "pagoda bench throughput: " << f.string() << ": " << c.status().to_string() << "\n";
+        continue;
+      }
+      t = std::chrono::steady_clock::now();
+      (void)e.constraint(src);
+      warm.push_back(since(t));
+    }
+    auto stat = [](std::vector<double> v, double q) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+    };
+    double cold_sum = 0, warm_sum = 0;
+    for (double x : cold) cold_sum += x;
+    for (double x : warm) warm_sum += x;
+    corpus = {{"dir", o.schema_dir},     {"schemas", files.size()},          {"failed", failed},
+              {"cold_total_s", cold_sum}, {"cold_median_s", stat(cold, 0.5)}, {"cold_p99_s", stat(cold, 0.99)},
+              {"cold_max_s", stat(cold, 1.0)}, {"cached_total_s", warm_sum}, {"cached_max_s", stat(warm, 1.0)}};
+    if (!o.json)
+      std::cout << fmt::format(
+          "schema corpus {}: {} schemas ({} refused) compiled in {:.1f} ms (median {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms); "
+          "on reuse {:.3f} ms in all (max {:.4f} ms)\n",
+          o.schema_dir, files.size(), failed, 1e3 * cold_sum, 1e3 * stat(cold, 0.5), 1e3 * stat(cold, 0.99),
+          1e3 * stat(cold, 1.0), 1e3 * warm_sum, 1e3 * stat(warm, 1.0));
   }
 
   // Batched run; the engine sums the KV utilisation of every step (EngineStats), read around it.
@@ -248,22 +337,80 @@ int run_throughput(ThroughputOptions& o) {
 
   nlohmann::json j;
   if (constraint) {
-    // The same batched run without the constraint, for the ratio.
-    std::vector<std::shared_ptr<RequestStream>> plain;
-    const auto t2 = std::chrono::steady_clock::now();
-    for (const auto& p : prompts) {
-      auto s = e.submit(make_request(p, o.output_len));
-      if (!s.ok()) return 1;
-      plain.push_back(*s);
+    // Interleaved rounds over the same prompts: unconstrained and constrained, the order
+    // alternating. Every run must generate exactly the same number of tokens.
+    const int64_t want_tokens = static_cast<int64_t>(prompts.size()) * o.output_len;
+    if (generated != want_tokens) {
+      std::cerr << fmt::format("pagoda bench throughput: the constrained run generated {} of {} tokens (a request ended "
+                               "early: the schema must admit outputs of --output-len tokens)\n",
+                               generated, want_tokens);
+      return 1;
     }
-    int64_t plain_generated = 0;
-    for (auto& s : plain)
-      while (auto out = s->next()) plain_generated += static_cast<int64_t>(out->tokens.size());
-    const double plain_s = since(t2);
+    nlohmann::json rounds = nlohmann::json::array();
+    std::vector<double> ratios, cpu_ratios;
+    double plain_tps_sum = 0;
+    for (int r = 0; r < o.rounds; ++r) {
+      BatchFigures runs[2];  // [0] unconstrained, [1] constrained
+      for (int k = 0; k < 2; ++k) {
+        const int which = (r % 2 == 0) ? k : 1 - k;  // even rounds: unconstrained first
+        auto f = run_batch(e, prompts, o.output_len, which == 1 ? constraint : nullptr);
+        if (!f.ok()) {
+          std::cerr << "pagoda bench throughput: " << f.status().to_string() << "\n";
+          return 1;
+        }
+        if (f->tokens != want_tokens) {
+          std::cerr << fmt::format("pagoda bench throughput: round {} {} run generated {} of {} tokens\n", r + 1,
+                                   which ? "constrained" : "unconstrained", f->tokens, want_tokens);
+          return 1;
+        }
+        runs[which] = std::move(*f);
+      }
+      const double plain_tps = runs[0].tokens / runs[0].seconds, cons_tps = runs[1].tokens / runs[1].seconds;
+      const double cpu_ratio = (runs[1].tokens / runs[1].cpu_seconds) / (runs[0].tokens / runs[0].cpu_seconds);
+      ratios.push_back(cons_tps / plain_tps);
+      cpu_ratios.push_back(cpu_ratio);
+      plain_tps_sum += plain_tps;
+      rounds.push_back({{"round", r + 1},
+                        {"first", r % 2 == 0 ? "unconstrained" : "constrained"},
+                        {"unconstrained_tokens", runs[0].tokens},
+                        {"unconstrained_steps", runs[0].steps},
+                        {"unconstrained_seconds", runs[0].seconds},
+                        {"unconstrained_output_tokens_per_s", plain_tps},
+                        {"unconstrained_cpu_seconds", runs[0].cpu_seconds},
+                        {"constrained_tokens", runs[1].tokens},
+                        {"constrained_steps", runs[1].steps},
+                        {"constrained_seconds", runs[1].seconds},
+                        {"constrained_output_tokens_per_s", cons_tps},
+                        {"constrained_cpu_seconds", runs[1].cpu_seconds},
+                        {"constrained_over_unconstrained", cons_tps / plain_tps},
+                        {"constrained_over_unconstrained_per_cpu_second", cpu_ratio}});
+      if (!o.json)
+        std::cout << fmt::format(
+            "round {} ({} first): unconstrained {} tokens in {} steps, {:.2f} s = {:.1f} tok/s ({:.2f} CPU s); constrained "
+            "{} tokens in {} steps, {:.2f} s = {:.1f} tok/s ({:.2f} CPU s); ratio x{:.3f} (per CPU second x{:.3f})\n",
+            r + 1, r % 2 == 0 ? "unconstrained" : "constrained", runs[0].tokens, runs[0].steps, runs[0].seconds, plain_tps,
+            runs[0].cpu_seconds, runs[1].tokens, runs[1].steps, runs[1].seconds, cons_tps, runs[1].cpu_seconds,
+            cons_tps / plain_tps, cpu_ratio) << std::flush;
+    }
+    std::vector<double> sorted = ratios;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_ratio = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    // Geometric means: with the order alternating, a load that drifts during the run moves
+    // the two kinds of round in opposite directions and cancels to first order (an even --rounds).
+    auto geomean = [](const std::vector<double>& v) {
+      double l = 0;
+      for (double x : v) l += std::log(x);
+      return v.empty() ? 0.0 : std::exp(l / static_cast<double>(v.size()));
+    };
+    const double geo_ratio = geomean(ratios), geo_cpu_ratio = geomean(cpu_ratios);
+    std::sort(cpu_ratios.begin(), cpu_ratios.end());
+    const double median_cpu_ratio = cpu_ratios.empty() ? 0.0 : cpu_ratios[cpu_ratios.size() / 2];
+    const double plain_generated = o.rounds > 0 ? plain_tps_sum / o.rounds : 0, plain_s = 1.0;
+    j["rounds"] = rounds;
     // Mask time per request-step, replayed over the generated tokens: warm (the run filled the
     // grammar's mask cache) and cold (the trie walk of every state).
     auto spec = std::dynamic_pointer_cast<const grammar::GrammarConstraintSpec>(constraint);
-    std::vector<double> warm, cold;
+    std::vector<double> warm, cold, adv;  // adv: advancing the matcher by the sampled token
     std::vector<uint32_t> mask(static_cast<size_t>(spec->compiled()->vocab().mask_words()));
     for (const auto& toks : outputs) {
       auto state = constraint->start();
@@ -277,7 +424,10 @@ int run_throughput(ThroughputOptions& o) {
           spec->compiled()->compute_mask(m.state(), mask);
           cold.push_back(since(a));
         }
-        if (!state->advance(t)) break;
+        a = std::chrono::steady_clock::now();
+        const bool ok = state->advance(t);
+        adv.push_back(since(a));
+        if (!ok) break;
         m.accept_token(t);
       }
     }
@@ -290,24 +440,31 @@ int run_throughput(ThroughputOptions& o) {
     j["json_schema"] = o.json_schema;
     j["schema_compile_seconds"] = compile_cold_s;
     j["schema_compile_cached_seconds"] = compile_cached_s;
-    j["unconstrained_output_tokens_per_s"] = plain_generated / plain_s;
-    j["constrained_over_unconstrained"] = (generated / batched_s) / (plain_generated / plain_s);
+    j["unconstrained_output_tokens_per_s"] = plain_generated / plain_s;  // mean over the rounds
+    j["constrained_over_unconstrained"] = median_ratio;                   // median over the rounds
+    j["constrained_over_unconstrained_per_cpu_second"] = median_cpu_ratio;
+    j["constrained_over_unconstrained_geomean"] = geo_ratio;
+    j["constrained_over_unconstrained_per_cpu_second_geomean"] = geo_cpu_ratio;
     j["mask_us_median"] = 1e6 * pct(warm, 0.5);
     j["mask_us_p99"] = 1e6 * pct(warm, 0.99);
     j["mask_cold_us_median"] = 1e6 * pct(cold, 0.5);
     j["mask_cold_us_p99"] = 1e6 * pct(cold, 0.99);
+    j["advance_us_median"] = 1e6 * pct(adv, 0.5);
+    j["advance_us_p99"] = 1e6 * pct(adv, 0.99);
     j["mask_steps"] = warm.size();
     j["mask_cache_entries"] = stats.entries;
     if (!o.json)
       std::cout << fmt::format(
-          "json schema {}: compiled in {:.2f} ms ({:.3f} ms cached); constrained {:.1f} vs unconstrained {:.1f} output tok/s "
-          "= x{:.3f}\nmask per request-step over {} steps: median {:.1f} us, p99 {:.1f} us (cold trie walk: median {:.1f} us, "
-          "p99 {:.1f} us; {} cached states)\n",
+          "json schema {}: compiled in {:.2f} ms ({:.3f} ms cached); first constrained run {:.1f} output tok/s, "
+          "unconstrained (mean of the rounds) {:.1f}; ratio of the rounds: median x{:.3f}, geometric mean x{:.3f} (per CPU "
+          "second: median x{:.3f}, geometric mean x{:.3f})\nmask per request-step over {} steps: median {:.1f} us, p99 {:.1f} us (cold trie walk: median {:.1f} us, "
+          "p99 {:.1f} us; {} cached states); advancing by the token: median {:.1f} us, p99 {:.1f} us\n",
           o.json_schema, 1e3 * compile_cold_s, 1e3 * compile_cached_s, generated / batched_s, plain_generated / plain_s,
-          j["constrained_over_unconstrained"].get<double>(), warm.size(), j["mask_us_median"].get<double>(),
+          j["constrained_over_unconstrained"].get<double>(), geo_ratio, median_cpu_ratio, geo_cpu_ratio, warm.size(), j["mask_us_median"].get<double>(),
           j["mask_us_p99"].get<double>(), j["mask_cold_us_median"].get<double>(), j["mask_cold_us_p99"].get<double>(),
-          stats.entries);
+          stats.entries, j["advance_us_median"].get<double>(), j["advance_us_p99"].get<double>());
   }
+  if (!corpus.is_null()) j["schema_corpus"] = corpus;
   j["model"] = o.model;
   j["num_prompts"] = o.num_prompts;
   j["input_len"] = o.input_len;
@@ -351,6 +508,7 @@ int run_throughput(ThroughputOptions& o) {
 const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline generation throughput through the Engine (batched vs one at a time)", [](CLI::App* app) {
   auto o = std::make_shared<ThroughputOptions>();
   app->add_option("model,--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("--tokenizer", o->tokenizer, "Tokenizer (default: the model's; --json-schema needs one)");
   app->add_option("--num-prompts", o->num_prompts, "Requests in the batched run")->check(CLI::Range(1, 16777216));
   app->add_option("--input-len", o->input_len, "Prompt tokens (random ids)")->check(CLI::Range(1, 1048576));
   app->add_option("--output-len", o->output_len, "Generated tokens per request (exact)")->check(CLI::Range(1, 1048576));
@@ -368,6 +526,10 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--json-schema", o->json_schema,
                   "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")
       ->check(CLI::ExistingFile);
+  app->add_option("--rounds", o->rounds, "With --json-schema: interleaved unconstrained / constrained rounds")
+      ->check(CLI::Range(1, 1000));
+  app->add_option("--schema-dir", o->schema_dir, "Also report the compile time of every *.json schema in this folder")
+      ->check(CLI::ExistingDirectory);
   return [o] { return run_throughput(*o); };
 });
 

@@ -26,6 +26,10 @@ struct SamplingParams {
   // constraint's mask), renormalised over the rest; before logit_bias, penalties, temperature and
   // truncation (docs/decisions.md#d37).
   int32_t logprobs = -1;
+  // Prompt logprobs (vLLM's prompt_logprobs; OpenAI's echo with logprobs): -1 none; N >= 0 the
+  // log-softmax of the raw model row at every prompt position, for the next prompt token (its
+  // logprob and rank) and the top N. The prompt is then computed in full (no prefix-cache hit).
+  int32_t prompt_logprobs = -1;
   // OpenAI logit_bias: (token id, bias) added to the logit after the masks, before penalties.
   // Ids outside the vocabulary are ignored here (the server refuses them with a 400).
   std::vector<std::pair<int32_t, float>> logit_bias;

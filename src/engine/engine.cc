@@ -302,6 +302,7 @@ void EngineLoop::emit(const CoreOutput& o) {
     tok.logprob = o.sample.logprob;
     tok.top = o.sample.top;
     out.tokens.push_back(std::move(tok));
+    out.prompt_logprobs = o.prompt_logprobs;
     try {
       StopMatcher::Step s = t.stop->push(t.detok->push(o.sample.token));
       out.text = std::move(s.emit);

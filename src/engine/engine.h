@@ -73,6 +73,10 @@ struct RequestOutput {
   std::string request_id;
   int32_t index = 0;                   // sample index (n > 1)
   std::vector<TokenOutput> tokens;     // tokens generated since the previous output
+  // GenerateRequest::sampling.prompt_logprobs >= 0: the raw model log-probabilities of prompt
+  // tokens 1..n-1 (prompt token 0 has none: OpenAI's null), with the token's rank and the top N,
+  // in the output of the first generated token (empty in every other output).
+  std::vector<RowLogprobs> prompt_logprobs;
   std::string text;                    // text since the previous output (UTF-8, never split)
   bool finished = false;
   std::string finish_reason;           // "stop", "length", "abort", "error"

@@ -321,6 +321,7 @@ void EngineCore::finish(const std::string& id, RequestStatus status, std::string
   o.error = std::move(error);
   pending_finished_.push_back(std::move(o));
   first_scheduled_.erase(id);
+  prompt_logprobs_.erase(id);
   requests_.erase(it);
 }
 
@@ -408,6 +409,18 @@ void EngineCore::step_into(std::vector<CoreOutput>& outputs) {
     stats_.spec_accepted_per_position.resize(ran.spec.accepted_per_position.size());
   for (size_t j = 0; j < ran.spec.accepted_per_position.size(); ++j)
     stats_.spec_accepted_per_position[j] += ran.spec.accepted_per_position[j];
+  for (auto& chunk : ran.prompt_logprobs) {
+    const Request* r = find(chunk.id);
+    if (r == nullptr) continue;
+    // Delivered already (a prompt recomputed after preemption, once tokens came out): dropped.
+    const auto b = before.find(chunk.id);
+    if ((b != before.end() ? b->second : static_cast<int32_t>(r->output.size())) > 0) continue;
+    // A prompt recomputed before its first token reports rows already gathered: kept once.
+    std::vector<RowLogprobs>& got = prompt_logprobs_[chunk.id];
+    const size_t first = static_cast<size_t>(chunk.first_token - 1);
+    for (size_t j = 0; j < chunk.rows.size(); ++j)
+      if (first + j == got.size()) got.push_back(std::move(chunk.rows[j]));
+  }
   // One output per kept token, as the request stood after it; tokens past a stop are dropped.
   std::unordered_map<std::string, int32_t> seen;
   for (size_t i = 0; i < ran.samples.size(); ++i) {
@@ -426,10 +439,18 @@ void EngineCore::step_into(std::vector<CoreOutput>& outputs) {
     }
     o.has_token = true;
     o.sample = std::move(ran.samples[i].result);
+    if (index == 0) {
+      auto lp = prompt_logprobs_.find(r.id);
+      if (lp != prompt_logprobs_.end()) {
+        o.prompt_logprobs = std::move(lp->second);
+        prompt_logprobs_.erase(lp);
+      }
+    }
     outputs.push_back(std::move(o));
   }
   for (Request* r : update.finished) {
     first_scheduled_.erase(r->id);
+    prompt_logprobs_.erase(r->id);
     requests_.erase(r->id);
   }
   stats_.update_s += now() - t_update;

@@ -24,6 +24,9 @@ struct CoreOutput {
   std::string id;
   bool has_token = false;
   SampleResult sample;              // the new token (if has_token)
+  // Prompt logprobs (SamplingParams::prompt_logprobs >= 0): prompt tokens 1..n-1, in the output
+  // of the first generated token.
+  std::vector<RowLogprobs> prompt_logprobs;
   bool finished = false;
   RequestStatus status = RequestStatus::kRunning;
   std::string error;
@@ -128,6 +131,8 @@ class EngineCore {
   std::unique_ptr<ModelRunner> runner_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<std::string, double> first_scheduled_;
+  // Prompt logprobs gathered across prefill chunks until the first token is emitted.
+  std::unordered_map<std::string, std::vector<RowLogprobs>> prompt_logprobs_;
   std::vector<CoreOutput> pending_finished_;  // finished outside step(), reported by the next step
   CoreStats stats_;
   double t0_ = 0;

@@ -39,6 +39,29 @@ class CpuExecutor final : public ModelExecutor {
     move_host_block(block, nullptr, src.data());
   }
 
+  void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override {
+    out.assign(rows.size(), RowLogprobs{});
+    if (rows.empty()) return;
+    const int64_t n_rows = logits_.dim(0), vocab = logits_.dim(1);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    for (const RowLogprobSpec& spec : rows)
+      PAGODA_CHECK(spec.logits_row >= 0 && spec.logits_row < n_rows && spec.token >= 0 && spec.token < vocab,
+                   "row_logprobs: row {} of {}, token {} of {}", spec.logits_row, n_rows, spec.token, vocab);
+    pool_.run([&](int ith, int nth) {
+      SampleResult r;
+      std::vector<int32_t> scratch;
+      for (int64_t i = n * ith / nth; i < n * (ith + 1) / nth; ++i) {
+        const RowLogprobSpec& spec = rows[i];
+        const std::span<const float> row(logits_.data_as<float>() + spec.logits_row * vocab, static_cast<size_t>(vocab));
+        r.token = spec.token;
+        fill_logprobs(row, spec.top_n, r, scratch);
+        out[i].logprob = r.logprob;
+        out[i].rank = token_rank(row, spec.token);
+        out[i].top = std::move(r.top);
+      }
+    });
+  }
+
   int64_t workspace_bytes() const override {
     return (logits_.defined() ? logits_.nbytes() : 0) + ws_.bytes();
   }
@@ -87,6 +110,10 @@ void ModelExecutor::read_host_block(BlockId, std::span<uint8_t>) {
 }
 void ModelExecutor::write_host_block(BlockId, std::span<const uint8_t>) {
   PAGODA_CHECK(false, "write_host_block() on an executor without host blocks ({})", device_name());
+}
+
+void ModelExecutor::row_logprobs(std::span<const RowLogprobSpec>, std::vector<RowLogprobs>&) {
+  PAGODA_CHECK(false, "row_logprobs() on an executor that does not compute prompt logprobs ({})", device_name());
 }
 
 void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&) {

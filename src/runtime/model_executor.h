@@ -48,6 +48,13 @@ struct SampleSpec {
   std::span<const uint32_t> allowed_mask;
 };
 
+// Prompt logprobs: one row of the last forward pass, scored against the token that follows it.
+struct RowLogprobSpec {
+  int64_t logits_row = 0;  // index into the last forward pass's logits_rows
+  int32_t token = 0;       // the next prompt token, in [0, vocab)
+  int32_t top_n = 0;       // also the n best tokens (0..20)
+};
+
 // Device memory as the executor sees it (NVML when present, else cudaMemGetInfo); 0 on the CPU.
 struct DeviceMemoryStats {
   int64_t used = 0;   // bytes in use on the device (all processes)
@@ -80,6 +87,12 @@ class ModelExecutor {
   // results[i] for specs[i]. Only called when samples_on_device().
   virtual void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                               std::vector<SampleResult>& results);
+  // The raw log-softmax (no masks, bias or penalties) of rows of the last forward() or
+  // forward_sample() call: out[i] for rows[i]. Rows that a forward_sample() sampled from are not
+  // asked for (their logits may carry the sampler's masks). Valid until the next forward call.
+  // The CPU executor reads its host logits; a device executor reduces on the device, so only
+  // these figures cross to the host.
+  virtual void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out);
   virtual DeviceMemoryStats device_memory() const { return {}; }
   // One line for start-up logs: device, compute path, graphs.
   virtual std::string describe() const { return device_name(); }

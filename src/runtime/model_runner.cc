@@ -114,6 +114,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   std::vector<int64_t> rows;  // first logits row of each sampled request
   std::vector<std::span<const int32_t>> drafts;  // drafts verified per sampled request
   std::vector<int32_t> known_end;                // tokens known before the step, per sampled request
+  std::vector<RowLogprobSpec> row_specs;         // prompt logprobs: rows of result.prompt_logprobs, in order
   bool any_drafts = false;
   const int64_t bs = block_size_;
   std::vector<int32_t> ids;
@@ -128,7 +129,23 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     ids.assign(s.tokens.begin() + begin, s.tokens.begin() + known);
     ids.insert(ids.end(), st.spec_tokens.begin(), st.spec_tokens.end());
     const bool sample = known == n_known;
-    if (m == 0) {
+    const int32_t last_scored = std::min(known, s.num_prompt - 1);  // positions before it score the next prompt token
+    // (A request resumed with output recomputes its prompt: its prompt logprobs went out already.)
+    if (m == 0 && s.sampling.prompt_logprobs >= 0 && begin < last_scored && n_known == s.num_prompt) {
+      // Prompt logprobs: logits at every prompt position of the chunk, then the sampled row.
+      batch_.add_sequence(ids, end, s.block_table, bs, false);
+      const int32_t tb = batch_.seqs.back().token_begin;
+      PromptLogprobChunk chunk;
+      chunk.id = st.id;
+      chunk.first_token = begin + 1;
+      for (int32_t p = begin; p < last_scored; ++p) {
+        row_specs.push_back({static_cast<int64_t>(batch_.logits_rows.size()), s.tokens[p + 1], s.sampling.prompt_logprobs});
+        batch_.logits_rows.push_back(tb + (p - begin));
+      }
+      chunk.rows.resize(static_cast<size_t>(last_scored - begin));  // filled after the forward pass
+      result.prompt_logprobs.push_back(std::move(chunk));
+      if (sample) batch_.logits_rows.push_back(tb + static_cast<int32_t>(ids.size()) - 1);
+    } else if (m == 0) {
       batch_.add_sequence(ids, end, s.block_table, bs, sample);
     } else {
       // Logits at the last known token and at every draft.
@@ -231,6 +248,14 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
         kept[i].push_back(sampler.sample(row, s.sampling, hist, rng, allowed));
       }
     });
+  }
+  if (!row_specs.empty()) {
+    std::vector<RowLogprobs> scored;
+    executor_.row_logprobs(row_specs, scored);
+    PAGODA_CHECK(scored.size() == row_specs.size(), "row_logprobs returned {} rows for {}", scored.size(), row_specs.size());
+    size_t at = 0;
+    for (auto& chunk : result.prompt_logprobs)
+      for (auto& r : chunk.rows) r = std::move(scored[at++]);
   }
   for (int64_t i = 0; i < n_samples; ++i) {
     ReqState& s = *to_sample[i];

@@ -40,6 +40,15 @@ struct SpecStepStats {
   std::vector<int64_t> accepted_per_position;  // [num_speculative_tokens]: accepted at draft index i
 };
 
+// Prompt logprobs of one request's prompt positions computed this step: rows[j] scores prompt
+// token first_token + j (>= 1; prompt token 0 has no logprob). A chunked prefill reports its
+// chunks in order; a request that recomputes its prompt (preemption) reports them again.
+struct PromptLogprobChunk {
+  std::string id;
+  int32_t first_token = 1;
+  std::vector<RowLogprobs> rows;
+};
+
 struct RunnerOutput {
   // One entry per new token, in order; a request verifying drafts has 1 + accepted drafts
   // consecutive entries.
@@ -48,6 +57,7 @@ struct RunnerOutput {
   // Speculative decoding: drafts for the next step, per request (requests without drafts absent).
   std::vector<std::pair<std::string, std::vector<int32_t>>> drafts;
   SpecStepStats spec;
+  std::vector<PromptLogprobChunk> prompt_logprobs;
 };
 
 class ModelRunner {

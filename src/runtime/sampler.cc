@@ -20,6 +20,8 @@ Status SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     return invalid_argument("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   if (logprobs < -1 || logprobs > 20) return invalid_argument("logprobs must be in [0, 20], got {}", logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > 20)
+    return invalid_argument("prompt_logprobs must be in [0, 20], got {}", prompt_logprobs);
   for (const auto& [token, bias] : logit_bias)
     if (token < 0 || !(bias >= -100.0f && bias <= 100.0f))
       return invalid_argument("logit_bias: token {} bias {} (ids >= 0, biases in [-100, 100])", token, bias);
@@ -202,6 +204,13 @@ void fill_logprobs(std::span<const float> row, int32_t n, SampleResult& r, std::
   auto by_logit = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
   std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(), by_logit);
   for (size_t i = 0; i < k; ++i) r.top.push_back({scratch[i], row[scratch[i]] - lse});
+}
+
+int32_t token_rank(std::span<const float> row, int32_t token) {
+  const float v = row[static_cast<size_t>(token)];
+  int32_t above = 0;
+  for (float x : row) above += x > v ? 1 : 0;
+  return above + 1;
 }
 
 void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {

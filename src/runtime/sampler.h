@@ -38,6 +38,13 @@ struct TokenHistory {
   std::span<const int32_t> output;
 };
 
+// One scored row (prompt logprobs): of a given token, not a sampled one.
+struct RowLogprobs {
+  float logprob = 0;               // log-softmax(row)[token]
+  int32_t rank = 0;                // token_rank(row, token): 1 + tokens with a greater logit
+  std::vector<TokenLogprob> top;   // the top_n best (logit desc, id asc), of the raw row
+};
+
 struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;               // of `token` under the masked distribution (if requested)
@@ -67,6 +74,9 @@ float log_sum_exp(std::span<const float> logits);
 // r.logprob = log-softmax(row)[r.token] and, n > 0, r.top = the n best (logit desc, id asc) of the
 // tokens with a finite logit. n < 0: nothing. scratch: reused index buffer.
 void fill_logprobs(std::span<const float> row, int32_t n, SampleResult& r, std::vector<int32_t>& scratch);
+// 1 + the number of tokens whose logit is greater than row[token] (vLLM's logprob rank; ties
+// share a rank).
+int32_t token_rank(std::span<const float> row, int32_t token);
 // logits[t] += bias for each (t, bias) with t inside the row.
 void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 

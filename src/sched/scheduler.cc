@@ -42,7 +42,8 @@ void Scheduler::finish_request(const std::string& id, RequestStatus status) {
 }
 
 bool Scheduler::admissible(const Request& r) const {
-  if (r.prefill_leader.empty() || !kv_.pool().prefix_caching()) return true;
+  // A sibling that computes its whole prompt (prompt logprobs) does not wait for its leader's.
+  if (r.prefill_leader.empty() || r.sampling.prompt_logprobs >= 0 || !kv_.pool().prefix_caching()) return true;
   auto it = by_id_.find(r.prefill_leader);
   if (it == by_id_.end()) return true;  // leader finished
   return it->second->num_computed_tokens >= it->second->num_prompt_tokens();
@@ -185,7 +186,8 @@ SchedulerOutput Scheduler::schedule() {
         }
       } else {
         ComputedBlocks hit;
-        if (r->num_computed_tokens == 0) hit = kv_.find_computed_blocks(*r);
+        // Prompt logprobs need every prompt position computed: no prefix-cache hit (vLLM's rule).
+        if (r->num_computed_tokens == 0 && r->sampling.prompt_logprobs < 0) hit = kv_.find_computed_blocks(*r);
         n = r->num_tokens() - r->num_computed_tokens - hit.num_tokens;
         if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
         if (!config_.chunked_prefill && n > budget) break;

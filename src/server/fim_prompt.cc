@@ -22,6 +22,14 @@ std::optional<FimTokens> find_fim_tokens(const std::function<std::optional<int32
   return std::nullopt;
 }
 
+std::optional<FimTokens> fim_tokens_of(const std::array<int32_t, 3>& named,
+                                       const std::function<std::string(int32_t)>& spelling,
+                                       const std::function<std::optional<int32_t>(std::string_view)>& token_id) {
+  if (named[0] >= 0 && named[1] >= 0 && named[2] >= 0)
+    return FimTokens{named[0], named[1], named[2], spelling(named[0]) + " " + spelling(named[1]) + " " + spelling(named[2])};
+  return find_fim_tokens(token_id);
+}
+
 std::vector<int32_t> fim_prompt(const FimTokens& fim, int32_t bos, std::span<const int32_t> prefix,
                                 std::span<const int32_t> suffix) {
   std::vector<int32_t> ids;

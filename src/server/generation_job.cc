@@ -1,6 +1,7 @@
 #include "server/generation_job.h"
 
 #include "api/sse.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <limits>
@@ -147,6 +148,71 @@ ojson GenerationJob::logprobs_json(const RequestOutput& out, Choice& c) const {
   return ojson{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+ojson GenerationJob::echo_logprobs_json(size_t prompt, const RequestOutput& out) const {
+  Engine& e = ctx_.engine();
+  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  const std::vector<int32_t>& ids = spec_.prompt_ids[prompt];
+  // Offsets into the echoed text: special tokens add nothing to it (it is decoded without them),
+  // the first text token without the leading space the decoder drops; never past the text.
+  const size_t echo_len = prompt < spec_.echo_texts.size() ? spec_.echo_texts[prompt].size() : 0;
+  const Tokenizer& tok = e.tokenizer();
+  size_t offset = 0;
+  bool first_text = true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string piece = printable(e.token_piece(ids[i]));
+    const std::string label = token_label(ids[i], piece);
+    size_t advance = 0;
+    if (!tok.is_special(ids[i])) {
+      advance = first_text ? e.detokenize(std::span<const int32_t>(&ids[i], 1), /*skip_special=*/true).size() : piece.size();
+      first_text = false;
+    }
+    tokens.push_back(label);
+    const RowLogprobs* r = i > 0 && i - 1 < out.prompt_logprobs.size() ? &out.prompt_logprobs[i - 1] : nullptr;
+    if (r == nullptr) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      lps.push_back(r->logprob);
+      ojson top = ojson::object();
+      top[label] = r->logprob;
+      for (size_t k = 0; k < r->top.size() && static_cast<int32_t>(k) < spec_.logprobs; ++k)
+        top[token_label(r->top[k].token, printable(e.token_piece(r->top[k].token)))] = r->top[k].logprob;
+      tops.push_back(std::move(top));
+    }
+    offsets.push_back(std::min(offset, echo_len));
+    offset += advance;
+  }
+  return ojson{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+ojson GenerationJob::vllm_prompt_logprobs(size_t prompt, const RequestOutput& out) const {
+  Engine& e = ctx_.engine();
+  const std::vector<int32_t>& ids = spec_.prompt_ids[prompt];
+  ojson list = ojson::array();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RowLogprobs* r = i > 0 && i - 1 < out.prompt_logprobs.size() ? &out.prompt_logprobs[i - 1] : nullptr;
+    if (r == nullptr) {
+      list.push_back(nullptr);
+      continue;
+    }
+    ojson entry = ojson::object();
+    auto add = [&](int32_t id, float logprob, int32_t rank) {
+      const std::string key = std::to_string(id);
+      if (entry.contains(key)) return;
+      entry[key] = ojson{{"logprob", logprob}, {"rank", rank}, {"decoded_token", printable(e.token_piece(id))}};
+    };
+    add(ids[i], r->logprob, r->rank);
+    // Ranks of the top N: tied logprobs share the better rank, as token_rank counts them.
+    for (size_t k = 0; k < r->top.size() && static_cast<int32_t>(k) < spec_.prompt_logprobs; ++k) {
+      size_t better = 0;
+      while (better < k && r->top[better].logprob > r->top[k].logprob) ++better;
+      add(r->top[k].token, r->top[k].logprob, static_cast<int32_t>(better) + 1);
+    }
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
 std::string GenerationJob::token_label(int32_t id, const std::string& piece) const {
   return spec_.tokens_as_ids ? "token_id:" + std::to_string(id) : printable(piece);
 }
@@ -208,6 +274,18 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
   ojson lp;
   const bool want_lp = spec_.logprobs >= 0 && !out.tokens.empty();
   if (want_lp) lp = logprobs_json(out, c);
+  // Prompt logprobs come with the first generated token.
+  const bool first_token = !out.tokens.empty() && !c.prompt_logprobs_done && prompt < spec_.prompt_ids.size();
+  if (first_token) {
+    c.prompt_logprobs_done = true;
+    if (spec_.echo_logprobs && want_lp) {
+      ojson head = echo_logprobs_json(prompt, out);
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (auto& e : lp[k]) head[k].push_back(std::move(e));
+      lp = std::move(head);
+    }
+    if (spec_.prompt_logprobs >= 0) c.prompt_logprobs = vllm_prompt_logprobs(prompt, out);
+  }
 
   if (spec_.stream) {
     if (spec_.chat && !c.started) {
@@ -245,8 +323,10 @@ void GenerationJob::handle(size_t prompt, RequestOutput& out, std::string* sse) 
       }
       choice["logprobs"] = want_lp ? lp : ojson(nullptr);
       choice["finish_reason"] = out.finished ? ojson(out.finish_reason) : ojson(nullptr);
+      if (first_token && spec_.prompt_logprobs >= 0 && !spec_.chat) choice["prompt_logprobs"] = c.prompt_logprobs;
       ojson j = chunk_head();
       j["choices"] = ojson::array({std::move(choice)});
+      if (first_token && spec_.prompt_logprobs >= 0 && spec_.chat) j["prompt_logprobs"] = c.prompt_logprobs;
       if (spec_.include_usage) j["usage"] = chunk_usage(prompt, c);
       api::append_sse_event(dump_json(j), sse);
     }
@@ -327,10 +407,13 @@ std::string GenerationJob::final_body() const {
     }
     ch["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : ojson(nullptr);
     ch["finish_reason"] = c.finish_reason;
+    if (!spec_.chat && spec_.prompt_logprobs >= 0) ch["prompt_logprobs"] = c.prompt_logprobs;
     choices.push_back(std::move(ch));
   }
   j["choices"] = std::move(choices);
   j["usage"] = usage_json();
+  // Chat: one prompt, so its prompt logprobs are the response's (vLLM puts them at the top level).
+  if (spec_.chat && spec_.prompt_logprobs >= 0) j["prompt_logprobs"] = choices_.empty() ? ojson(nullptr) : choices_[0].prompt_logprobs;
   return dump_json(j);
 }
 

@@ -41,6 +41,13 @@ struct JobSpec {
   std::string model;
   int64_t created = 0;
   std::vector<std::string> echo_texts;   // completions with echo: per prompt
+  // Prompt logprobs (the engine's RequestOutput::prompt_logprobs): echo_logprobs puts them ahead
+  // of the completion's own in choices[].logprobs (first token null, OpenAI's legacy echo);
+  // prompt_logprobs >= 0 adds vLLM's prompt_logprobs (per choice on completions, top level on
+  // chat: [null, {token_id: {logprob, rank, decoded_token}}, ...], the prompt token plus the top N).
+  bool echo_logprobs = false;
+  int32_t prompt_logprobs = -1;
+  std::vector<std::vector<int32_t>> prompt_ids;  // per prompt, when either is asked for
   AccessLogEntry access;                 // remote, method, path: the access line written at the end
   double start = 0;                      // ServingContext::now() when the request arrived
   // Chat with tools (tool_choice other than none): tool calls are parsed out of the text in this
@@ -72,6 +79,8 @@ class GenerationJob : public AsyncBody {
     SequenceTimings timings;
     std::unique_ptr<api::ToolCallParser> tools;  // spec_.tool_format set
     double logprob_sum = 0;              // of the sampled tokens (best_of ranking)
+    nlohmann::ordered_json prompt_logprobs;  // vLLM's, once the first output brought them (else null)
+    bool prompt_logprobs_done = false;
   };
   // The samples returned, in choice order: all of them, or per prompt the best n of best_of.
   std::vector<size_t> returned_samples() const;
@@ -80,6 +89,10 @@ class GenerationJob : public AsyncBody {
   void handle(size_t prompt, RequestOutput& out, std::string* sse);
   nlohmann::ordered_json chunk_head() const;
   nlohmann::ordered_json logprobs_json(const RequestOutput& out, Choice& c) const;
+  // The legacy logprobs object of prompt `prompt`'s tokens (token 0: null), offsets from 0.
+  nlohmann::ordered_json echo_logprobs_json(size_t prompt, const RequestOutput& out) const;
+  // vLLM's prompt_logprobs list of prompt `prompt` (entry 0: null).
+  nlohmann::ordered_json vllm_prompt_logprobs(size_t prompt, const RequestOutput& out) const;
   nlohmann::ordered_json usage_json() const;
   // Streaming: the chunks for a parsed delta (content, then one chunk per tool-call delta).
   void tool_chunks(size_t index, const api::ParsedDelta& d, const nlohmann::ordered_json& usage, std::string* sse) const;

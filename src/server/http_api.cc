@@ -319,7 +319,9 @@ HandlerResult HttpApi::completions(HttpRequest& req) {
   std::vector<int32_t> suffix_ids;
   if (!c.suffix.empty()) {
     const Tokenizer& tok = engine.tokenizer();
-    fim = find_fim_tokens([&](std::string_view t) { return tok.token_id(t); });
+    fim = fim_tokens_of({tok.fim_prefix_id(), tok.fim_suffix_id(), tok.fim_middle_id()},
+                        [&](int32_t id) { return std::string(tok.token_text(id)); },
+                        [&](std::string_view t) { return tok.token_id(t); });
     if (!fim) {
       res.response = error_response(api::bad_request(
           "'suffix' needs a model that can fill in the middle: the tokenizer of " + ctx_.model_name() +
@@ -346,6 +348,7 @@ HandlerResult HttpApi::completions(HttpRequest& req) {
     truncate_prompt(ids, c.options.truncate_prompt_tokens, engine.max_model_len());
     p.prompts.push_back(std::move(ids));
   }
+  p.echo_logprobs = c.echo_logprobs;
   return submit(req, false, c.model, std::move(p), c.options);
 }
 
@@ -483,6 +486,11 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
   spec.access.request_id = req.header("x-request-id").substr(0, 128);
   spec.start = t_request_start;
   spec.echo_texts = std::move(prepared.echo_texts);
+  spec.echo_logprobs = prepared.echo_logprobs;
+  spec.prompt_logprobs = o.prompt_logprobs;
+  // The prompt logprobs computed: vLLM's prompt_logprobs, or the legacy echo's top-N (logprobs).
+  const int32_t prompt_top = std::max(o.prompt_logprobs, prepared.echo_logprobs ? o.logprobs : -1);
+  if (prompt_top >= 0) spec.prompt_ids = prepared.prompts;
   spec.tool_format = prepared.tool_format;
   spec.parallel_tool_calls = prepared.parallel_tool_calls;
   (void)model;
@@ -505,6 +513,7 @@ HandlerResult HttpApi::submit(HttpRequest& req, bool chat, const std::string& mo
     // best_of > n ranks the samples by their logprobs: computed even when not returned.
     g.sampling.logprobs = o.best_of > o.n ? std::max(o.logprobs, 0) : o.logprobs;
     g.sampling.logit_bias = o.logit_bias;
+    g.sampling.prompt_logprobs = prompt_top;
     g.sampling.constraint = constraint;
     g.stop.max_tokens = o.max_tokens;
     g.stop.min_tokens = o.min_tokens;

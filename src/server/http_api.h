@@ -59,6 +59,7 @@ class HttpApi : public HttpHandler {
   struct Prepared {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo_texts;
+    bool echo_logprobs = false;  // completions echo + logprobs: the prompt's logprobs lead each choice's
     // Tool calling with tool_choice required / named: the constraint forcing a call (wins over
     // options.structured, which the parser rejects together with such a tool_choice).
     std::shared_ptr<const TokenConstraintSpec> constraint;

@@ -4,6 +4,7 @@
 //   tokenizer.ggml.pre     the pre-tokenizer family of byte-level vocabularies (table below)
 //   tokenizer.ggml.tokens / .scores / .token_type / .merges
 //   tokenizer.ggml.{bos,eos,eot,eom,unknown,padding}_token_id, .add_bos_token, .add_eos_token,
+//   tokenizer.ggml.fim_{pre,suf,mid}_token_id (older files: {prefix,suffix,middle}_token_id),
 //   .add_space_prefix
 //
 // Each `pre` family is built as the pre_tokenizer of the Hugging Face tokenizer.json it was
@@ -156,6 +157,11 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_gguf(const GgufFile& g)
   d->eot_id = id_key("tokenizer.ggml.eot_token_id", -1);
   d->eom_id = id_key("tokenizer.ggml.eom_token_id", -1);
   d->pad_id = id_key("tokenizer.ggml.padding_token_id", -1);
+  // FIM markers: today's keys, else the names llama.cpp wrote before them.
+  auto either = [&](const char* key, const char* older) { return g.get_int(key) ? id_key(key, -1) : id_key(older, -1); };
+  d->fim_prefix_id = either("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id");
+  d->fim_suffix_id = either("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id");
+  d->fim_middle_id = either("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id");
 
   if (*model == "llama" && !g.get_array("tokenizer.ggml.token_type")) {
     // No types: infer the ones the model and decoder rely on, as SentencePiece would have them.

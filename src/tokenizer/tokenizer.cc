@@ -261,6 +261,9 @@ int32_t Tokenizer::eot_id() const { return d_->eot_id; }
 int32_t Tokenizer::eom_id() const { return d_->eom_id; }
 int32_t Tokenizer::unk_id() const { return d_->unk_id; }
 int32_t Tokenizer::pad_id() const { return d_->pad_id; }
+int32_t Tokenizer::fim_prefix_id() const { return d_->fim_prefix_id; }
+int32_t Tokenizer::fim_suffix_id() const { return d_->fim_suffix_id; }
+int32_t Tokenizer::fim_middle_id() const { return d_->fim_middle_id; }
 std::vector<int32_t> Tokenizer::stop_ids() const { return d_->stop_ids; }
 bool Tokenizer::add_bos() const { return d_->add_bos && d_->bos_id >= 0; }
 bool Tokenizer::add_eos() const { return d_->add_eos && d_->eos_id >= 0; }

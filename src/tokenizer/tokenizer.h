@@ -98,6 +98,11 @@ class Tokenizer {
   int32_t eom_id() const;  // end of message (<|eom_id|>), -1 if none
   int32_t unk_id() const;  // -1 if none
   int32_t pad_id() const;  // -1 if none
+  // Fill-in-the-middle markers as the model file names them (GGUF fim_pre / fim_suf / fim_mid
+  // token ids, or llama.cpp's older prefix / suffix / middle keys); -1 where not named.
+  int32_t fim_prefix_id() const;
+  int32_t fim_suffix_id() const;
+  int32_t fim_middle_id() const;
   // Tokens that end generation: EOS, EOT, EOM and other end-of-generation control tokens of the
   // vocabulary, sorted, without duplicates.
   std::vector<int32_t> stop_ids() const;

@@ -56,6 +56,9 @@ struct TokenizerData {
   DecoderSpec decoder;
 
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1, pad_id = -1;
+  // Fill-in-the-middle markers the file names (GGUF tokenizer.ggml.fim_{pre,suf,mid}_token_id);
+  // -1: not named.
+  int32_t fim_prefix_id = -1, fim_suffix_id = -1, fim_middle_id = -1;
   bool add_bos = false, add_eos = false;
 
   // Filled by make_tokenizer() (text_to_id by the loader if it already built one).

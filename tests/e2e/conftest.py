@@ -51,6 +51,9 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="pagoda-serve-", suffix=".log", delete=False)
         self.cmd = [BINARY, "serve", "--model", str(model), "--port", str(self.port), *map(str, args)]
+        # PAGODA_E2E_DEVICE=cuda runs the servers on the GPU (scripts/gpu_run.sh structured).
+        if os.environ.get("PAGODA_E2E_DEVICE") and "--device" not in self.cmd:
+            self.cmd += ["--device", os.environ["PAGODA_E2E_DEVICE"]]
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + startup_timeout
         while time.time() < deadline:

@@ -150,9 +150,6 @@ def test_echo_streamed_and_with_n(tiny_server):
     assert streamed == full.choices[0].text
     many = c.completions.create(n=2, **kw)
     assert [ch.text for ch in many.choices] == [full.choices[0].text] * 2
-    with pytest.raises(openai.BadRequestError) as e:
-        c.completions.create(logprobs=1, **kw)
-    assert e.value.body["param"] == "echo" and "prompt's logprobs" in e.value.body["message"]
 
 
 def test_suffix_without_fim_tokens_is_a_400(tiny_server, chat_server):
@@ -199,6 +196,48 @@ def test_suffix_fills_in_the_middle(tmp_path):
         # Without the suffix the prompt (and so the continuation's context) is another one.
         plain = c.completions.create(model=name, prompt=prefix, max_tokens=8, temperature=0)
         assert plain.usage.prompt_tokens == len(bos) + len(tokenize(s, prefix, False))
+    finally:
+        s.kill()
+
+
+def fim_keys_gguf(dest, keys):
+    """stories260K with tokenizer.ggml FIM keys added (`keys`: key -> token id), its vocabulary
+    unchanged: no token is spelled as a known FIM marker, so only the keys name them."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+    reader = gguf.GGUFReader(str(TINY_MODEL), "r")
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dest), arch=arch, endianess=reader.endianess)
+    copy_with_new_metadata(reader, writer, {k: MetadataDetails(gguf.GGUFValueType.UINT32, v) for k, v in keys.items()}, [])
+
+
+@pytest.mark.parametrize("names", [("fim_pre", "fim_suf", "fim_mid"), ("prefix", "suffix", "middle")])
+def test_suffix_uses_the_gguf_fim_keys(tmp_path, names):
+    ids = {"pre": 300, "suf": 301, "mid": 302}  # ordinary pieces of the vocabulary
+    keys = {f"tokenizer.ggml.{n}_token_id": v for n, v in zip(names, ids.values())}
+    path = tmp_path / "stories260K-fim-keys.gguf"
+    fim_keys_gguf(path, keys)
+    partial = tmp_path / "stories260K-two-keys.gguf"
+    fim_keys_gguf(partial, dict(list(keys.items())[:2]))
+    s = Server(path, "--max-model-len", 256)
+    try:
+        c = client(s)
+        name = c.models.list().data[0].id
+        prefix, suffix = "Once upon a time", " and they lived happily."
+        r = c.completions.create(model=name, prompt=prefix, suffix=suffix, max_tokens=8, temperature=0)
+        bos = tokenize(s, "", add_special=True)
+        prompt = bos + [ids["pre"]] + tokenize(s, prefix, False) + [ids["suf"]] + tokenize(s, suffix, False) + [ids["mid"]]
+        by_ids = c.completions.create(model=name, prompt=prompt, max_tokens=8, temperature=0)
+        assert r.usage.prompt_tokens == len(prompt)
+        assert r.choices[0].text == by_ids.choices[0].text
+    finally:
+        s.kill()
+    # Two of the three keys (and no spelled FIM tokens): still a 400.
+    s = Server(partial, "--max-model-len", 256)
+    try:
+        with pytest.raises(openai.BadRequestError) as e:
+            client(s).completions.create(model=client(s).models.list().data[0].id, prompt="x", suffix="y", max_tokens=2)
+        assert e.value.body["param"] == "suffix"
     finally:
         s.kill()
 
@@ -269,14 +308,14 @@ def test_version_and_models(tiny_server):
     assert m.model_extra["max_model_len"] == 512
 
 
-@pytest.mark.parametrize("field,value", [("use_beam_search", True), ("prompt_logprobs", 1), ("allowed_token_ids", [1]),
+@pytest.mark.parametrize("field,value", [("use_beam_search", True), ("allowed_token_ids", [1]),
                                          ("bad_words", ["dog"]), ("length_penalty", 0.5), ("return_token_ids", True)])
 def test_known_fields_not_honoured_are_400s(tiny_server, field, value):
     with pytest.raises(openai.BadRequestError) as e:
         client(tiny_server).completions.create(model=TINY, prompt="Once", max_tokens=2, extra_body={field: value})
     assert e.value.body["param"] == field and e.value.body["code"] == "unsupported_parameter"
     # Its default value is accepted.
-    default = {"use_beam_search": False, "prompt_logprobs": None, "allowed_token_ids": [], "bad_words": [],
+    default = {"use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
                "length_penalty": 1.0, "return_token_ids": False}[field]
     client(tiny_server).completions.create(model=TINY, prompt="Once", max_tokens=2, extra_body={field: default})
 

@@ -2,7 +2,8 @@
 `openai` client. Every constrained output is checked with the `jsonschema` package (a generated
 corpus of 200 schemas covering every supported keyword, greedy and sampled, on stories260K whose
 random-ish text the grammar forces into shape), regex / choice / grammar outputs with Python's
-own matchers, tool calls streamed and not, and a tool-calling loop on SmolLM2-135M-Instruct."""
+own matchers (generated corpora of 100 patterns, as regexes and as GBNF grammars, and 60 choice lists),
+tool calls streamed and not, and a tool-calling loop on SmolLM2-135M-Instruct."""
 import concurrent.futures
 import json
 import random
@@ -211,6 +212,85 @@ def test_regex_choice_and_grammar(tiny_server):
             t = r.choices[0].text
             assert r.choices[0].finish_reason == "stop", (extra, t)
             assert ok(t), (extra, kw, t)
+
+
+# ---- generated corpora of regular expressions, grammars and choice lists ------------------------
+
+WORDS = ["cat", "dog", "a", "zz", "42", "x-y", "Ok", "no", "yes", "é"]
+CLASSES = ["[a-z]", "[0-9]", "[A-F0-9]", "[xyz]", "[a-c0-2]"]
+
+
+def rx_of(rng, depth):
+    """(python regex, GBNF expression, longest match in characters) of one random bounded pattern."""
+    r = rng.random()
+    if depth >= 2 or r < 0.35:
+        if rng.random() < 0.5:
+            w = rng.choice(WORDS)
+            return re.escape(w), json.dumps(w, ensure_ascii=False), len(w)
+        c = rng.choice(CLASSES)
+        return c, c, 1
+    if r < 0.6:
+        parts = [rx_of(rng, depth + 1) for _ in range(rng.randint(2, 3))]
+        return "".join(p[0] for p in parts), " ".join(p[1] for p in parts), sum(p[2] for p in parts)
+    if r < 0.8:
+        parts = [rx_of(rng, depth + 1) for _ in range(rng.randint(2, 3))]
+        return ("(" + "|".join(p[0] for p in parts) + ")", "(" + " | ".join(p[1] for p in parts) + ")",
+                max(p[2] for p in parts))
+    inner = rx_of(rng, depth + 1)
+    lo = rng.randint(0, 2)
+    hi = lo + rng.randint(0, 2)
+    if hi == 0:
+        hi = 1
+    return f"({inner[0]}){{{lo},{hi}}}", f"({inner[1]}){{{lo},{hi}}}", inner[2] * hi
+
+
+def pattern_corpus(n, seed):
+    out, rng = [], random.Random(seed)
+    while len(out) < n:
+        py, gbnf, longest = rx_of(rng, 0)
+        if 0 < longest <= 40:
+            out.append((py, gbnf))
+    return out
+
+
+PATTERNS = pattern_corpus(100, 1234)  # each as a regex and as the same language in GBNF
+CHOICES = [random.Random(i).sample(WORDS + ["cathedral", "dogma", "yesterday", "new york", "a b c"], random.Random(i).randint(2, 5))
+           for i in range(60)]
+
+
+def test_regex_grammar_and_choice_corpora_greedy_and_sampled(tiny_server):
+    """100 random bounded patterns as guided_regex and the same language as a GBNF grammar, and 60
+    choice lists (words sharing prefixes, spaces, UTF-8): greedy and sampled, each output matched
+    with Python's `re` (the grammar's too) or found in its list."""
+    c = client(tiny_server)
+
+    def one(kind, i, sampled):
+        kw = {"temperature": 1.0, "seed": 100 + i} if sampled else {"temperature": 0}
+        if kind == "choice":
+            extra, ok = {"guided_choice": CHOICES[i]}, lambda t: t in CHOICES[i]
+        else:
+            py, gbnf = PATTERNS[i]
+            extra = {"guided_regex": py} if kind == "regex" else {"structured_outputs": {"grammar": "root ::= " + gbnf}}
+            ok = lambda t: re.fullmatch(py, t) is not None  # noqa: E731
+        r = c.completions.create(model=TINY_NAME, prompt="The answer:", max_tokens=100, extra_body=extra, **kw)
+        t = r.choices[0].text
+        assert r.choices[0].finish_reason == "stop", (kind, i, extra, t)
+        assert ok(t), (kind, i, extra, kw, t)
+        return kind, t
+
+    cases = [(k, i) for k in ("regex", "grammar") for i in range(len(PATTERNS))] + [("choice", i) for i in range(len(CHOICES))]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        outs = [j.result() for j in [pool.submit(one, k, i, s) for k, i in cases for s in (False, True)]]
+    assert len(outs) == 2 * (2 * len(PATTERNS) + len(CHOICES))
+    assert len({t for k, t in outs if k == "regex"}) > 60  # the patterns are not all forced to one string
+
+
+def test_the_bench_schema_corpus_is_this_corpus():
+    """bench/schemas/corpus (`pagoda bench throughput --schema-dir`) holds SCHEMAS, one file each."""
+    import pathlib
+    d = pathlib.Path(__file__).resolve().parents[2] / "bench" / "schemas" / "corpus"
+    files = sorted(d.glob("*.json"))
+    assert [json.loads(f.read_text()) for f in files] == SCHEMAS
 
 
 def test_bad_constraints_are_400s_naming_the_field(tiny_server):

@@ -29,6 +29,7 @@
 #include "gpu_test_util.h"
 #include "model/model_loader.h"
 #include "engine_test_util.h"
+#include "prompt_logprobs_reference.h"
 #include "reference_data.h"
 #include "test_paths.h"
 
@@ -736,6 +737,60 @@ TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
     EXPECT_GT(plan.draft_kv_cache, 0);
     EXPECT_LT(plan.num_blocks, plain_plan.num_blocks);
     std::printf("[cuda-spec-draft] plan with draft: %s\n", plan.to_string().c_str());
+  }
+}
+
+// Prompt logprobs on CUDA (the executor's row_logprobs on the device logits) against the CPU
+// reference of one whole-prompt forward pass, f32 on both: under chunked prefill, after a
+// prefix-cache hit of the same prompt, and without changing the tokens.
+TEST(CudaEngine, PromptLogprobsMatchTheCpu) {
+  PAGODA_REQUIRE_GPU();
+  const std::string model = test::models_dir() + "/tiny/llama3/model-f32.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no " << model;
+  for (int32_t budget : {512, 24}) {
+    EngineConfig c = cuda_config(model, "");
+    c.kv_dtype = DType::kF32;
+    c.scheduler.max_num_batched_tokens = budget;
+    auto engine = Engine::create(c);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const int64_t vocab = (*engine)->model_config().vocab_size;
+    std::vector<int32_t> prompt;
+    for (int k = 0; k < 100; ++k) prompt.push_back(static_cast<int32_t>((k * 7919 + 13) % (vocab - 10) + 5));
+    const int32_t top_n = 5;
+    const auto want = test::reference_prompt_logprobs(model, prompt, top_n);
+    ASSERT_EQ(want.size(), prompt.size() - 1);
+    auto request = [&](int32_t plp) {
+      GenerateRequest g;
+      g.prompt_ids = prompt;
+      g.sampling.temperature = 0;
+      g.sampling.prompt_logprobs = plp;
+      g.stop.max_tokens = 6;
+      g.stop.ignore_eos = true;
+      return g;
+    };
+    auto plain = test::collect_prompt_logprobs(**(*engine)->submit(request(-1)));
+    auto with = test::collect_prompt_logprobs(**(*engine)->submit(request(top_n)));
+    EXPECT_EQ(with.cached[0], 0);
+    EXPECT_EQ(with.tokens[0], plain.tokens[0]);
+    ASSERT_EQ(with.prompt[0].size(), want.size());
+    double worst = 0;
+    int rank_equal = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const RowLogprobs& g = with.prompt[0][i];
+      worst = std::max(worst, std::abs(double(g.logprob) - want[i].logprob));
+      rank_equal += g.rank == want[i].rank;
+      ASSERT_EQ(g.top.size(), static_cast<size_t>(top_n));
+      for (int k = 0; k < top_n; ++k) {
+        EXPECT_NEAR(g.top[k].logprob, want[i].top[k].logprob, 1e-3) << "token " << i + 1 << " top " << k;
+        if (k == 0 && want[i].top[0].logprob - want[i].top[1].logprob > 1e-3) {
+          EXPECT_EQ(g.top[0].token, want[i].top[0].token) << "token " << i + 1;
+        }
+      }
+    }
+    EXPECT_LE(worst, 1e-3) << "budget " << budget;
+    EXPECT_GE(rank_equal, static_cast<int>(want.size() * 9 / 10)) << "budget " << budget;
+    std::printf("[cuda-prompt-logprobs] budget %d: max |logprob diff| vs CPU %.2e, ranks equal %d/%zu\n", budget, worst,
+                rank_equal, want.size());
   }
 }
 

@@ -423,6 +423,57 @@ TEST(CudaOps, SamplerMatchesCpuSemantics) {
   }
 }
 
+// Prompt logprobs (cuda::row_logprobs, the CUDA executor's row_logprobs) against the CPU
+// executor's (fill_logprobs + token_rank): logprob, rank and top N of rows picked out of a larger
+// logits buffer, on a small and on a 151,936-token vocabulary, with ties (rank shared, ids in
+// order), a row with -inf entries (never listed) and the row's best and worst token.
+TEST(CudaOps, RowLogprobsMatchTheCpu) {
+  PAGODA_REQUIRE_GPU();
+  for (const int64_t V : {int64_t{1000}, int64_t{151936}}) {
+    const int rows = 6;
+    std::vector<float> logits(rows * V);
+    for (int r = 0; r < rows; ++r) {
+      auto row = random_floats(V, 900 + r + V, -6, 6);
+      std::copy(row.begin(), row.end(), logits.begin() + r * V);
+    }
+    for (int64_t v = 0; v < 40; ++v) logits[1 * V + v * 7] = 7.5f;            // a 40-way tie at the top
+    for (int64_t v = 0; v < V; v += 3) logits[2 * V + v] = -INFINITY;          // masked-out entries
+    const int32_t best3 = static_cast<int32_t>(std::max_element(logits.begin() + 3 * V, logits.begin() + 4 * V) -
+                                               (logits.begin() + 3 * V));
+    const int32_t worst4 = static_cast<int32_t>(std::min_element(logits.begin() + 4 * V, logits.begin() + 5 * V) -
+                                                (logits.begin() + 4 * V));
+    // (row, token, top_n): rows out of order, one row asked twice.
+    const std::vector<cuda::RowLogprobRow> ask = {{5, 17, 20}, {1, 7 * 3, 5},  {2, 1, 3},  {3, best3, 0},
+                                                  {4, worst4, 1}, {0, static_cast<int32_t>(V - 1), 20}, {5, 17, 0}};
+    const int64_t n = static_cast<int64_t>(ask.size());
+    auto dl = to_device(logits), da = to_device(ask);
+    cuda::DeviceBuffer out(n * sizeof(cuda::SampleOutput)), ranks(n * 4);
+    cuda::row_logprobs(dl.as<float>(), V, da.as<cuda::RowLogprobRow>(), n, out.as<cuda::SampleOutput>(),
+                       ranks.as<int32_t>(), nullptr);
+    const auto got = to_host<cuda::SampleOutput>(out, n);
+    const auto got_rank = to_host<int32_t>(ranks, n);
+    std::vector<int32_t> scratch;
+    for (int64_t i = 0; i < n; ++i) {
+      std::span<const float> row(logits.data() + ask[i].logits_row * V, static_cast<size_t>(V));
+      SampleResult want;
+      want.token = ask[i].token;
+      fill_logprobs(row, ask[i].top_n, want, scratch);
+      EXPECT_NEAR(got[i].logprob, want.logprob, 1e-4) << "V " << V << " ask " << i;
+      EXPECT_EQ(got_rank[i], token_rank(row, ask[i].token)) << "V " << V << " ask " << i;
+      size_t listed = 0;
+      for (int k = 0; k < ask[i].top_n && got[i].top_ids[k] >= 0; ++k, ++listed) {
+        ASSERT_LT(static_cast<size_t>(k), want.top.size());
+        EXPECT_EQ(got[i].top_ids[k], want.top[k].token) << "V " << V << " ask " << i << " top " << k;
+        EXPECT_NEAR(got[i].top_logprobs[k], want.top[k].logprob, 1e-4);
+      }
+      EXPECT_EQ(listed, want.top.size()) << "V " << V << " ask " << i;
+    }
+    EXPECT_EQ(got_rank[1], 1) << "a token tied at the top has rank 1";
+    EXPECT_EQ(got_rank[3], 1);
+    EXPECT_EQ(got[1].top_ids[0], 0) << "ties listed in id order";
+  }
+}
+
 // logit_bias moves the choice exactly as on the CPU and leaves the logprobs alone; under a
 // token mask the logprobs are of the allowed tokens and masked tokens are never listed (CPU:
 // runtime/sampler.h, D37).

@@ -297,6 +297,9 @@ class FaultyExecutor final : public ModelExecutor {
   int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
   int64_t kv_cache_bytes() const override { return inner_->kv_cache_bytes(); }
   bool samples_on_device() const override { return inner_->samples_on_device(); }
+  void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override {
+    inner_->row_logprobs(rows, out);
+  }
   void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                       std::vector<SampleResult>& results) override {
     fail();

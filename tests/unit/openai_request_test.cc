@@ -140,10 +140,37 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
 }
 
+// OpenAI's legacy echo + logprobs asks for the prompt's logprobs; vLLM's prompt_logprobs on both
+// endpoints (null: not given).
+TEST(OpenAiRequest, PromptLogprobs) {
+  CompletionRequest r;
+  ASSERT_FALSE(completion(R"({"prompt":"x","echo":true,"logprobs":3})", &r));
+  EXPECT_TRUE(r.echo_logprobs);
+  EXPECT_EQ(r.options.logprobs, 3);
+  EXPECT_EQ(r.options.prompt_logprobs, -1);
+  r = {};
+  ASSERT_FALSE(completion(R"({"prompt":"x","echo":true})", &r));
+  EXPECT_FALSE(r.echo_logprobs);
+  r = {};
+  ASSERT_FALSE(completion(R"({"prompt":"x","prompt_logprobs":0})", &r));
+  EXPECT_EQ(r.options.prompt_logprobs, 0);
+  EXPECT_FALSE(r.echo_logprobs);
+  r = {};
+  ASSERT_FALSE(completion(R"({"prompt":"x","prompt_logprobs":null})", &r));
+  EXPECT_EQ(r.options.prompt_logprobs, -1);
+  ChatRequest c;
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":20})", &c));
+  EXPECT_EQ(c.options.prompt_logprobs, 20);
+  auto e = chat(R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":21})");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "prompt_logprobs");
+}
+
 TEST(OpenAiRequest, CompletionErrors) {
   for (const char* body : {R"({})", R"({"prompt":5})", R"({"prompt":[]})", R"({"prompt":[1,-2]})", R"({"prompt":[1,"a"]})",
                            R"({"prompt":[[1],[]]})", R"({"prompt":[1, 3000000000]})", R"({"prompt":"x","logprobs":true})",
-                           R"({"prompt":"x","logprobs":21})", R"({"prompt":"x","echo":true,"logprobs":1})",
+                           R"({"prompt":"x","logprobs":21})", R"({"prompt":"x","prompt_logprobs":21})",
+                           R"({"prompt":"x","prompt_logprobs":-1})", R"({"prompt":"x","prompt_logprobs":true})",
                            R"({"prompt":"x","best_of":1,"n":2})", R"({"prompt":"x","suffix":5})",
                            R"({"prompt":"x","best_of":3,"stream":true})"}) {
     auto e = completion(body);
@@ -188,7 +215,7 @@ TEST(OpenAiRequest, LogitBiasBestOfAndVllmExtras) {
 TEST(OpenAiRequest, KnownFieldsNotHonouredAre400s) {
   const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
   // Given a real value: a 400 naming the field (chat and completions alike where both have it).
-  for (const char* field : {R"("prompt_logprobs":0)", R"("use_beam_search":true)", R"("length_penalty":0.5)",
+  for (const char* field : {R"("use_beam_search":true)", R"("length_penalty":0.5)",
                             R"("allowed_token_ids":[1,2])", R"("bad_words":["x"])", R"("spaces_between_special_tokens":false)",
                             R"("logits_processors":["a.b"])", R"("vllm_xargs":{"k":1})", R"("return_token_ids":true)",
                             R"("kv_transfer_params":{"a":1})", R"("mm_processor_kwargs":{"a":1})",

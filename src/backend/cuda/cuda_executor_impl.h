@@ -124,6 +124,7 @@ class CudaExecutor final : public ModelExecutor {
   bool samples_on_device() const override { return true; }
   void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                       std::vector<SampleResult>& results) override;
+  void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override;
   void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
   void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
   int64_t host_block_bytes() const override {
@@ -245,6 +246,9 @@ class CudaExecutor final : public ModelExecutor {
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_, biases_dev_;
   DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
   PinnedBuffer token_masks_host_, token_mask_rows_host_;
+  // Prompt logprobs (row_logprobs): the rows asked for, their outputs and ranks; grown on demand.
+  DeviceBuffer row_lp_rows_dev_, row_lp_out_dev_;
+  PinnedBuffer row_lp_rows_host_, row_lp_out_host_;
   int64_t penalties_cap_ = 0, blocked_cap_ = 0;
   PinnedBuffer sample_params_host_, sample_out_host_, penalties_host_, blocked_host_, biases_host_, logits_host_;
   int64_t workspace_bytes_ = 0;

@@ -126,5 +126,47 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
   step_timer_.add_host(launch_s, sampling_s, wait_s);
 }
 
+void CudaExecutor::row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) {
+  out.assign(rows.size(), RowLogprobs{});
+  if (rows.empty()) return;
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  const size_t n = rows.size();
+  // Layout of one output slot: the SampleOutput, then the rank (both copied back in one transfer).
+  const size_t out_bytes = n * sizeof(cuda::SampleOutput) + n * sizeof(int32_t);
+  const size_t row_bytes = n * sizeof(cuda::RowLogprobRow);
+  if (row_lp_rows_host_.bytes() < row_bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    row_lp_rows_host_.reset(row_bytes * 2);
+    row_lp_rows_dev_.reset(row_bytes * 2);
+  }
+  if (row_lp_out_host_.bytes() < out_bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    row_lp_out_host_.reset(out_bytes * 2);
+    row_lp_out_dev_.reset(out_bytes * 2);
+  }
+  auto* rh = row_lp_rows_host_.as<cuda::RowLogprobRow>();
+  for (size_t i = 0; i < n; ++i) {
+    const RowLogprobSpec& r = rows[i];
+    PAGODA_CHECK(r.logits_row >= 0 && r.logits_row < last_logits_rows_ && r.token >= 0 && r.token < d_.V &&
+                     r.top_n >= 0 && r.top_n <= cuda::kMaxTopLogprobs,
+                 "row_logprobs: row {} of {}, token {} of {}, top {}", r.logits_row, last_logits_rows_, r.token, d_.V,
+                 r.top_n);
+    rh[i] = {static_cast<int32_t>(r.logits_row), r.token, r.top_n};
+  }
+  CUDA_CHECK(cudaMemcpyAsync(row_lp_rows_dev_.get(), rh, row_bytes, cudaMemcpyHostToDevice, stream_));
+  auto* outs_dev = row_lp_out_dev_.as<cuda::SampleOutput>();
+  auto* ranks_dev = reinterpret_cast<int32_t*>(row_lp_out_dev_.as<uint8_t>() + n * sizeof(cuda::SampleOutput));
+  cuda::row_logprobs(logits_.as<float>(), d_.V, row_lp_rows_dev_.as<cuda::RowLogprobRow>(), static_cast<int64_t>(n),
+                     outs_dev, ranks_dev, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(row_lp_out_host_.get(), row_lp_out_dev_.get(), out_bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto* so = row_lp_out_host_.as<cuda::SampleOutput>();
+  const auto* ranks = reinterpret_cast<const int32_t*>(row_lp_out_host_.as<uint8_t>() + n * sizeof(cuda::SampleOutput));
+  for (size_t i = 0; i < n; ++i) {
+    out[i].logprob = so[i].logprob;
+    out[i].rank = ranks[i];
+    for (int j = 0; j < rows[i].top_n && so[i].top_ids[j] >= 0; ++j) out[i].top.push_back({so[i].top_ids[j], so[i].top_logprobs[j]});
+  }
+}
 
 }  // namespace pagoda::cuda_impl

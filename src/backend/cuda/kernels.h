@@ -319,5 +319,16 @@ void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, con
 void sample_rows(float* logits, int64_t vocab, const SampleRowParams* rows, int64_t num_rows,
                  const PenaltyEntry* penalties, const int32_t* blocked, float* work, uint8_t* mask,
                  SampleOutput* out, cudaStream_t s, bool plain_greedy = false, const BiasEntry* biases = nullptr);
+// Prompt logprobs: for each of num_rows rows r, out[r].logprob = log-softmax(logits row
+// rows[r].logits_row)[rows[r].token], out[r].top_* the top rows[r].top_n (<= kMaxTopLogprobs;
+// ids -1 past the finite logits) and ranks[r] = 1 + the tokens with a greater logit. logits is
+// not modified.
+struct RowLogprobRow {
+  int32_t logits_row;
+  int32_t token;
+  int32_t top_n;
+};
+void row_logprobs(const float* logits, int64_t vocab, const RowLogprobRow* rows, int64_t num_rows, SampleOutput* out,
+                  int32_t* ranks, cudaStream_t s);
 
 }  // namespace pagoda::cuda

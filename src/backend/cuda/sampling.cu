@@ -164,6 +164,55 @@ __device__ void keep_first_ties(const float* p, uint8_t* mask, int V, float tau,
   __syncthreads();
 }
 
+// The logprob of `token` in the row lg (log-softmax over the row as it stands) into
+// out->logprob, the top n_logprobs (logit desc, id asc; tokens at -inf never listed) into
+// out->top_*, and, rank non-null, 1 + the number of tokens with a greater logit into *rank.
+// Every thread of the block calls it.
+__device__ void block_logprobs(const float* lg, int V, int token, int n_logprobs, SampleOutput* out, int32_t* rank,
+                               Scratch& s) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  float mx = -INFINITY;
+  for (int i = tid; i < V; i += nt) mx = fmaxf(mx, lg[i]);
+  mx = block_max_f(mx, s);
+  double se = 0.0;
+  for (int i = tid; i < V; i += nt) se += exp(static_cast<double>(lg[i] - mx));
+  se = block_sum_d(se, s);
+  const float lse = isfinite(mx) ? mx + static_cast<float>(log(se)) : mx;
+  if (tid == 0) out->logprob = lg[token] - lse;
+  if (rank != nullptr) {
+    const float v = lg[token];
+    int above = 0;
+    for (int i = tid; i < V; i += nt) above += lg[i] > v ? 1 : 0;
+    above = block_sum_i(above, s);
+    if (tid == 0) *rank = above + 1;
+  }
+  // Top-N by (logit desc, id asc): each round takes the best below the previous pick.
+  float pv = INFINITY;
+  int pi = -1;
+  const int n_top = min(n_logprobs, kMaxTopLogprobs);
+  for (int k = 0; k < n_top && k < V; ++k) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = tid; i < V; i += nt) {
+      const float v = lg[i];
+      const bool below = pi < 0 || before(pv, pi, v, i);
+      if (below && (bi < 0 || before(v, i, bv, bi))) {
+        bv = v;
+        bi = i;
+      }
+    }
+    float best;
+    const int id = block_argmax(bv, bi, s, &best);
+    if (tid == 0) {
+      const bool listed = best > -INFINITY;  // masked tokens are never listed
+      out->top_ids[k] = listed ? id : -1;
+      out->top_logprobs[k] = listed ? best - lse : -INFINITY;
+    }
+    pv = best;
+    pi = id;
+  }
+}
+
 __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, const SampleRowParams* rows,
                                                           const PenaltyEntry* pens, const int32_t* blocked,
                                                           const BiasEntry* biases, float* work_all, uint8_t* mask_all,
@@ -325,41 +374,16 @@ __global__ __launch_bounds__(kThreads) void sample_kernel(float* logits, int V, 
     out->token = token;
     out->logprob = 0.0f;
   }
-  if (P.logprobs >= 0) {
-    float mx = -INFINITY;
-    for (int i = tid; i < V; i += nt) mx = fmaxf(mx, lg[i]);
-    mx = block_max_f(mx, s);
-    double se = 0.0;
-    for (int i = tid; i < V; i += nt) se += exp(static_cast<double>(lg[i] - mx));
-    se = block_sum_d(se, s);
-    const float lse = isfinite(mx) ? mx + static_cast<float>(log(se)) : mx;
-    if (tid == 0) out->logprob = lg[token] - lse;
-    // Top-N by (logit desc, id asc): each round takes the best below the previous pick.
-    float pv = INFINITY;
-    int pi = -1;
-    const int n_top = min(P.logprobs, kMaxTopLogprobs);
-    for (int k = 0; k < n_top && k < V; ++k) {
-      float bv = -INFINITY;
-      int bi = -1;
-      for (int i = tid; i < V; i += nt) {
-        const float v = lg[i];
-        const bool below = pi < 0 || before(pv, pi, v, i);
-        if (below && (bi < 0 || before(v, i, bv, bi))) {
-          bv = v;
-          bi = i;
-        }
-      }
-      float best;
-      const int id = block_argmax(bv, bi, s, &best);
-      if (tid == 0) {
-        const bool listed = best > -INFINITY;  // masked tokens are never listed
-        out->top_ids[k] = listed ? id : -1;
-        out->top_logprobs[k] = listed ? best - lse : -INFINITY;
-      }
-      pv = best;
-      pi = id;
-    }
-  }
+  if (P.logprobs >= 0) block_logprobs(lg, V, token, P.logprobs, out, nullptr, s);
+}
+
+// Prompt logprobs: one block per row, of the raw row (no masks apply to prompt positions).
+__global__ __launch_bounds__(kThreads) void row_logprobs_kernel(const float* logits, int V, const RowLogprobRow* rows,
+                                                                SampleOutput* outs, int32_t* ranks) {
+  __shared__ Scratch s;
+  const RowLogprobRow R = rows[blockIdx.x];
+  const float* lg = logits + static_cast<int64_t>(R.logits_row) * V;
+  block_logprobs(lg, V, R.token, R.top_n, outs + blockIdx.x, ranks + blockIdx.x, s);
 }
 
 constexpr int kGreedySplits = 64;
@@ -430,6 +454,13 @@ void apply_token_masks(float* logits, int64_t vocab, const int32_t* row_ids, con
   constexpr int kMaskThreads = 256;
   const dim3 grid(static_cast<unsigned>((vocab + kMaskThreads - 1) / kMaskThreads), static_cast<unsigned>(num_rows));
   token_mask_kernel<<<grid, kMaskThreads, 0, s>>>(logits, static_cast<int>(vocab), row_ids, masks, static_cast<int>(mask_words));
+  CUDA_CHECK_LAUNCH();
+}
+
+void row_logprobs(const float* logits, int64_t vocab, const RowLogprobRow* rows, int64_t num_rows, SampleOutput* out,
+                  int32_t* ranks, cudaStream_t s) {
+  if (num_rows <= 0) return;
+  row_logprobs_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, s>>>(logits, static_cast<int>(vocab), rows, out, ranks);
   CUDA_CHECK_LAUNCH();
 }
 
