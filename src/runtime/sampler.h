@@ -38,13 +38,6 @@ struct TokenHistory {
   std::span<const int32_t> output;
 };
 
-// One scored row (prompt logprobs): of a given token, not a sampled one.
-struct RowLogprobs {
-  float logprob = 0;               // log-softmax(row)[token]
-  int32_t rank = 0;                // token_rank(row, token): 1 + tokens with a greater logit
-  std::vector<TokenLogprob> top;   // the top_n best (logit desc, id asc), of the raw row
-};
-
 struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;               // of `token` under the masked distribution (if requested)
