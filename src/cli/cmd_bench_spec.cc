@@ -28,7 +28,7 @@
 #include "cli/options.h"
 #include "engine/engine_core.h"
 #include "model/model_loader.h"
-#include "runtime/device_spec.h"
+#include "engine/device_spec.h"
 #include "runtime/replay_proposer.h"
 
 namespace pagoda::cli {
