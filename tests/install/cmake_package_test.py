@@ -32,7 +32,12 @@ def test_find_package_from_an_install_prefix(tmp_path):
     shutil.move(first, prefix)
     cfg = prefix / "lib" / "cmake" / "Pagoda"
     assert (cfg / "PagodaConfig.cmake").is_file() and (cfg / "PagodaTargets.cmake").is_file()
-    assert (prefix / "lib" / "libpagoda.a").is_file() and (prefix / "include" / "pagoda" / "offline" / "llm.h").is_file()
+    # One archive per layer of src/layers.txt (Pagoda::pagoda links them all).
+    for layer in ("common", "core", "engine", "offline", "server", "backend_cpu", "backend_cuda"):
+        assert (prefix / "lib" / f"libpagoda_{layer}.a").is_file(), layer
+    assert not (prefix / "lib" / "libpagoda_gateway.a").exists()  # the gateway is not part of the library
+    assert (prefix / "include" / "pagoda" / "offline" / "llm.h").is_file()
+    assert (prefix / "include" / "pagoda" / "engine" / "engine.h").is_file()
     assert (prefix / "bin" / "pagoda").is_file()
     assert not (prefix / "pagoda").exists()  # the Python module is the python component's alone
     for f in cfg.glob("*.cmake"):
