@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/gguf.h"
+#include "model/families/dense_decoder.h"
 #include "model/families/families.h"
 #include "model/weight_table_reader.h"
 #include "ops/elementwise.h"
@@ -75,47 +76,6 @@ std::vector<TensorDecl> tensor_table(const ModelConfig& c) {
   return t;
 }
 
-struct LlamaLayer {
-  VectorId attn_norm;           // [D]
-  LinearId wqkv;                // [Q + KV + KV, D]: q, k, v rows fused (they share their input)
-  VectorId qkv_bias;            // optional [Q + KV + KV] (Qwen2)
-  VectorId q_norm, k_norm;      // optional [head_dim] (Qwen3)
-  LinearId wo;                  // [D, Q]
-  VectorId ffn_norm;            // [D]
-  LinearId gate_up;             // [F + F, D]: gate rows, then up rows
-  LinearId down;                // [D, F]
-};
-
-class LlamaModel final : public Model {
- public:
-  LlamaModel(ModelConfig config, ModelWeights weights, RopeTable rope, std::vector<LlamaLayer> layers,
-             VectorId output_norm, LinearId output)
-      : Model(llama_family(), std::move(config), std::move(weights), std::move(rope)),
-        layers_(std::move(layers)),
-        output_norm_(output_norm),
-        output_(output) {}
-
-  void forward(LayerOps& ops) const override {
-    const ModelConfig& c = config();
-    const double eps = c.rms_norm_eps;
-    ops.embed();
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const LlamaLayer& ly = layers_[static_cast<size_t>(l)];
-      ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
-      ops.rope_kv_attention({l, ly.qkv_bias, ly.q_norm, ly.k_norm, eps});
-      ops.linear_residual(ly.wo);
-      ops.gated_mlp({ly.ffn_norm, eps}, ly.gate_up, ly.down);
-      ops.end_layer(l);
-    }
-    ops.final_logits({output_norm_, eps}, output_);
-  }
-
- private:
-  std::vector<LlamaLayer> layers_;
-  VectorId output_norm_;
-  LinearId output_;
-};
-
 Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming naming, const TensorLookup& lookup,
                                     const ModelLoadParams& params) {
   PAGODA_RETURN_IF_ERROR(config.validate());
@@ -149,10 +109,10 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   if (Tensor rf = f32_of({"rope_freqs.weight"}); rf.defined())
     rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());
 
-  std::vector<LlamaLayer> layers;
+  std::vector<DenseDecoderLayer> layers;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
-    LlamaLayer ly;
+    DenseDecoderLayer ly;
     ly.attn_norm = w.add_vector(f32_of({p + "attn_norm.weight"}));
     PAGODA_ASSIGN_OR_RETURN(ly.wqkv, reader.add_linear(w, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
     if (config.attention_bias) ly.qkv_bias = w.add_vector(f32_of({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
@@ -169,7 +129,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
   RopeTable rope(config.rope_spec(), params.max_positions, rope_freqs);
   return std::unique_ptr<Model>(
-      new LlamaModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
+      new DenseDecoderModel(llama_family(), config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
 }
 
 }  // namespace

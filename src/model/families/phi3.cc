@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/gguf.h"
+#include "model/families/dense_decoder.h"
 #include "model/families/families.h"
 #include "model/weight_table_reader.h"
 #include "ops/elementwise.h"
@@ -111,48 +112,6 @@ std::vector<TensorDecl> tensor_table(const ModelConfig& c) {
   return t;
 }
 
-struct Phi3Layer {
-  VectorId attn_norm;  // [D]
-  LinearId wqkv;       // [Q + KV + KV, D]
-  LinearId wo;         // [D, Q]
-  VectorId ffn_norm;   // [D]
-  LinearId gate_up;    // [F + F, D]: gate rows, then up rows
-  LinearId down;       // [D, F]
-};
-
-class Phi3Model final : public Model {
- public:
-  Phi3Model(ModelConfig config, ModelWeights weights, RopeTable rope, std::vector<Phi3Layer> layers, VectorId output_norm,
-            LinearId output)
-      : Model(phi3_family(), std::move(config), std::move(weights), std::move(rope)),
-        layers_(std::move(layers)),
-        output_norm_(output_norm),
-        output_(output) {}
-
-  void forward(LayerOps& ops) const override {
-    const ModelConfig& c = config();
-    const double eps = c.rms_norm_eps;
-    ops.embed();
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const Phi3Layer& ly = layers_[static_cast<size_t>(l)];
-      ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
-      AttentionArgs att;
-      att.layer = l;
-      att.norm_eps = eps;
-      ops.rope_kv_attention(att);
-      ops.linear_residual(ly.wo);
-      ops.gated_mlp({ly.ffn_norm, eps}, ly.gate_up, ly.down);
-      ops.end_layer(l);
-    }
-    ops.final_logits({output_norm_, eps}, output_);
-  }
-
- private:
-  std::vector<Phi3Layer> layers_;
-  VectorId output_norm_;
-  LinearId output_;
-};
-
 // LongRoPE's list for an engine of `max_positions` (see the top of this file), as f32.
 std::vector<float> longrope_factors(const ModelConfig& c, const WeightTableReader& reader, int64_t max_positions) {
   const bool use_long = max_positions > c.rope_scaling.original_max_position;
@@ -176,10 +135,10 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   std::vector<float> factors;
   if (config.rope_scaling.kind == RopeScaling::Kind::kLongRope) factors = longrope_factors(config, reader, params.max_positions);
 
-  std::vector<Phi3Layer> layers;
+  std::vector<DenseDecoderLayer> layers;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
-    Phi3Layer ly;
+    DenseDecoderLayer ly;
     ly.attn_norm = w.add_vector(to_f32(*reader.find(p + "attn_norm.weight")));
     PAGODA_ASSIGN_OR_RETURN(ly.wqkv, reader.add_linear(w, p + "attn_qkv.weight"));
     PAGODA_ASSIGN_OR_RETURN(ly.wo, reader.add_linear(w, p + "attn_output.weight"));
@@ -190,7 +149,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   }
   PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
   RopeTable rope(config.rope_spec(), params.max_positions, factors);
-  return std::unique_ptr<Model>(new Phi3Model(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
+  return std::unique_ptr<Model>(new DenseDecoderModel(phi3_family(), config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
 }
 
 }  // namespace
