@@ -54,6 +54,18 @@ class Gateway:
             time.sleep(0.05)
         raise AssertionError(f"gateway /health never {want}:\n{self.output()}")
 
+    def wait_models(self, workers, timeout=30):
+        """/v1/models once `workers` workers serve its first model: /health is 200 as soon as one
+        worker answers its probe, and the others join on their first probe after that."""
+        deadline = time.time() + timeout
+        while True:
+            models = json.loads(http("GET", self.url + "/v1/models")[2])
+            if models["data"] and models["data"][0]["workers"] == workers:
+                return models
+            if time.time() > deadline:
+                raise AssertionError(f"gateway never saw {workers} workers: {models}\n{self.output()}")
+            time.sleep(0.05)
+
     def output(self):
         self.log.flush()
         return pathlib.Path(self.log.name).read_text(errors="replace")
@@ -148,9 +160,10 @@ def test_streams_and_answers_match_direct(cleanup):
     w1, w2 = worker(cleanup), worker(cleanup)
     gw = Gateway([w1.url, w2.url], "--policy", "least-load")
     cleanup.append(gw)
+    gw.wait_models(2)  # both workers admitted before the first request
     model = json.loads(http("GET", w1.url + "/v1/models")[2])["data"][0]["id"]
     models = json.loads(http("GET", gw.url + "/v1/models")[2])
-    assert [m["id"] for m in models["data"]] == [model] and models["data"][0]["workers"] == 2
+    assert [m["id"] for m in models["data"]] == [model]
     seen_workers = set()
 
     def one(p):
@@ -194,6 +207,7 @@ def test_kill9_mid_stream_and_retry_before_first_byte(cleanup):
     w1, w2 = worker(cleanup, CHAT_MODEL), worker(cleanup, CHAT_MODEL)
     gw = Gateway([w1.url, w2.url], "--policy", "least-load", "--health-interval", "5", "--eject-time", "30")
     cleanup.append(gw)
+    gw.wait_models(2)  # both workers admitted before the first request
     body = {"prompt": "Write a very long story about a cat.", "max_tokens": 400, "ignore_eos": True,
             "temperature": 0, "stream": True}
     host, port = gw.url.split("//")[1].split(":")
@@ -236,6 +250,7 @@ def test_sigstop_timeout_ejection_and_readmission(cleanup):
     gw = Gateway([w1.url, w2.url], "--policy", "round-robin", "--first-byte-timeout", "1", "--health-timeout", "0.5",
                  "--eject-time", "1")
     cleanup.append(gw)
+    gw.wait_models(2)  # both workers admitted before the first request
     w1.proc.send_signal(signal.SIGSTOP)
     try:
         t0 = time.time()
@@ -515,6 +530,7 @@ def test_kill9_under_load_every_stream_ends_cleanly(cleanup):
     w1, w2 = worker(cleanup), worker(cleanup)
     gw = Gateway([w1.url, w2.url], "--policy", "least-load", "--health-interval", "5", "--stream-idle-timeout", "5")
     cleanup.append(gw)
+    gw.wait_models(2)  # both workers admitted before the first request
 
     async def one(session, i, delay=0.0):
         await asyncio.sleep(delay)
