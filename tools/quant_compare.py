@@ -2,7 +2,7 @@
 """Pagoda vs llama.cpp on every llama.cpp quantization type and mix of one model.
 
   .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc \
-      [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench]
+      [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench] [--imatrix M.npz]
   .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name gemma3 --out /tmp/qc [--tokens 512]
       (one already quantized file as it was shipped, reported as type "given"; nothing is quantized)
 
@@ -17,6 +17,8 @@ tokens of real text (this repository's README.md and docs/*.md: English prose an
   greedy      tokens of a 32-token greedy continuation of README.md's first 400 characters that are
               identical in both engines before the first difference (`pagoda generate`, llama.cpp eval)
   kl          mean over positions of KL(reference || engine) of the next-token distributions
+  kl_diff     mean over positions of KL_pagoda - KL_llama.cpp, with its standard error from 64-position
+              runs: a difference inside two standard errors is not shown by this text
   pp512/tg128 CPU tok/s of `pagoda bench -p 512 -n 128` and scripts/peer_bench.py, same threads
 Both engines keep an f32 KV cache (the reference's), so the KL measures the weights and kernels.
 Writes OUT/NAME-results.json and prints a markdown table.
@@ -51,11 +53,22 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def quantize(src: str, dst: str, ftype: int, threads: int) -> None:
+def quantize(src: str, dst: str, ftype: int, threads: int, imatrix: str = None) -> None:
+    """llama_model_quantize, with an importance matrix (tools/imatrix.py's .npz) when given."""
     import llama_cpp
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
     p.nthread = threads
+    keep = []
+    if imatrix:
+        data = np.load(imatrix)
+        entries = (llama_cpp.llama_model_imatrix_data * (len(data.files) + 1))()
+        for e, name in zip(entries, data.files):
+            v = np.ascontiguousarray(data[name], dtype=np.float32)
+            keep.append(v)
+            e.name, e.data, e.size = name.encode(), v.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), v.size
+        keep.append(entries)  # the last entry stays zeroed: the list's terminator (name == NULL)
+        p.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize rc={rc}")
@@ -101,13 +114,28 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
-def kl_and_top1(ref: np.ndarray, eng: np.ndarray) -> tuple:
-    kls, top = [], 0
+def position_kl(ref: np.ndarray, eng: np.ndarray) -> np.ndarray:
+    """KL(ref || eng) of the next-token distribution at each position: [positions] float64."""
+    kls = []
     for i in range(0, ref.shape[0], 128):
         lr, le = log_softmax(ref[i:i + 128]), log_softmax(eng[i:i + 128])
         kls.append((np.exp(lr) * (lr - le)).sum(axis=-1))
-        top += int((ref[i:i + 128].argmax(-1) == eng[i:i + 128].argmax(-1)).sum())
-    return float(np.concatenate(kls).mean()), top / ref.shape[0]
+    return np.concatenate(kls)
+
+
+def top1(ref: np.ndarray, eng: np.ndarray) -> float:
+    return float((ref.argmax(-1) == eng.argmax(-1)).mean())
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, block: int = 64) -> tuple:
+    """Mean of a - b over positions and its standard error from the means of `block`-position runs
+    (neighbouring positions share a context, so their differences are not independent)."""
+    d = a - b
+    n = len(d) // block
+    if n < 2:
+        return float(d.mean()), float("nan")
+    means = d[:n * block].reshape(n, block).mean(axis=1)
+    return float(d.mean()), float(means.std(ddof=1) / np.sqrt(n))
 
 
 def greedy_llama(model: str, prompt: str, n: int, threads: int) -> list:
@@ -177,6 +205,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
+    ap.add_argument("--imatrix", help="tools/imatrix.py's .npz, given to the quantizer (Q2_K_S and IQ1-IQ3 need one)")
     a = ap.parse_args()
     if bool(a.f16) == bool(a.given):
         ap.error("give exactly one of --f16 and --given")
@@ -192,11 +221,14 @@ def main() -> None:
             continue
         row = {"type": ty}
         qpath = a.given or os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        if a.f16 and os.path.abspath(qpath) == os.path.abspath(a.f16):
+            ap.error(f"--f16 {a.f16} is where type {ty}'s file would be written (and then deleted): "
+                     "move it or change --name/--out")
         fpath = os.path.join(a.out, f"{a.name}-{ty}.f32.gguf")
         t0 = time.time()
         try:
             if not os.path.exists(qpath):
-                quantize(a.f16, qpath, FTYPES[ty], a.threads)
+                quantize(a.f16, qpath, FTYPES[ty], a.threads, a.imatrix)
             row["mix"] = dtype_mix(qpath)
             row["size_mb"] = round(os.path.getsize(qpath) / 1e6, 1)
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gguf_convert.py"), qpath, fpath, "--to", "f32"],
@@ -204,11 +236,14 @@ def main() -> None:
             ref = pagoda_logits(fpath, ids, a.out)
             os.remove(fpath) if not a.keep else None
             lla = llama_logits(qpath, ids, a.threads)
-            row["llama_kl"], row["llama_top1"] = kl_and_top1(ref, lla)
+            lla_kl = position_kl(ref, lla)
+            row["llama_kl"], row["llama_top1"] = float(lla_kl.mean()), top1(ref, lla)
             try:
                 pag = pagoda_logits(qpath, ids, a.out)
                 row["loads"] = True
-                row["pagoda_kl"], row["pagoda_top1"] = kl_and_top1(ref, pag)
+                pag_kl = position_kl(ref, pag)
+                row["pagoda_kl"], row["pagoda_top1"] = float(pag_kl.mean()), top1(ref, pag)
+                row["kl_diff"], row["kl_diff_se"] = paired_difference(pag_kl, lla_kl)
                 row["agree"] = float((pag.argmax(-1) == lla.argmax(-1)).mean())
                 del pag
             except RuntimeError as e:
@@ -243,12 +278,13 @@ def fmt(v, spec):
 
 
 def print_table(results: dict, a) -> None:
-    print(f"| {a.name} type | tensors (2-d) | loads | KL Pagoda | KL llama.cpp | top-1 P / L | agree | greedy 32 "
-          f"| pp512 P / L | tg128 P / L |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| {a.name} type | tensors (2-d) | loads | KL Pagoda | KL llama.cpp | KL P - L (2 s.e.) | top-1 P / L "
+          f"| agree | greedy 32 | pp512 P / L | tg128 P / L |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for ty, r in results.items():
         print(f"| {ty} | {r.get('mix', '-')} | {'yes' if r.get('loads') else 'no: ' + r.get('error', '')[:60]} "
               f"| {fmt(r.get('pagoda_kl'), '.5f')} | {fmt(r.get('llama_kl'), '.5f')} "
+              f"| {fmt(r.get('kl_diff'), '+.5f')} ({fmt(2 * r['kl_diff_se'] if 'kl_diff_se' in r else None, '.5f')}) "
               f"| {fmt(r.get('pagoda_top1'), '.3f')} / {fmt(r.get('llama_top1'), '.3f')} | {fmt(r.get('agree'), '.3f')} "
               f"| {r.get('greedy', '-')} | {fmt(r.get('pagoda_pp'), '.0f')} / {fmt(r.get('llama_pp'), '.0f')} "
               f"| {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} |")
