@@ -152,6 +152,16 @@ class CudaExecutor final : public ModelExecutor {
     return opt_.cuda_graphs;
   }
   std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
+  int64_t expert_weight_bytes() const override {
+    int64_t total = 0;
+    for (const ExpertSet& set : model_.weights().expert_sets)
+      for (const auto* ids : {&set.gate_up, &set.down})
+        for (LinearId id : *ids) {
+          const cuda::DeviceWeight& w = weight(id);
+          for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+        }
+    return total;
+  }
   int64_t linear_weight_bytes() const override {
     int64_t total = 0;
     for (const auto& w : linears_)
