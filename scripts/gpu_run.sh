@@ -133,7 +133,7 @@ bench_model() {  # SHAPE
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 stage_alltests() {
-  step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 150 $TESTS
 }
 model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bf16 parity references for the CUDA backend, made on the GPU machine (torch + transformers there).
 
-Random-weight models of the Llama-3, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-4-mini shapes, larger than the CPU tier's tiny ones
+Random-weight models of the Llama-3, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-4-mini, Qwen3-MoE and Qwen2-MoE shapes, larger than the CPU tier's tiny ones
 so the GPU's fast paths run (head_dim 64 / 128: tensor-core prefill attention and the vectorised
 decode kernel; GQA groups 4, 7 and 2; Qwen2 biases; Qwen3 q/k norms; llama3 RoPE scaling; Gemma 3's sliding windows, post-norms and GeGLU; Gemma 2's soft-caps; Phi's
 fused projections and partial rotary), vocab
@@ -179,8 +179,9 @@ def main():
                 print(f"[gpu-ref] {name}: skipped ({type(e).__name__}: {e})", flush=True)
         else:
             make_set(args, index, name, cfg, AutoModelForCausalLM, transformers)
-    with open(os.path.join(args.out, "index.json"), "w") as f:
-        json.dump(index, f, indent=1)
+        # After every set: a run stopped by its deadline keeps the sets made so far.
+        with open(os.path.join(args.out, "index.json"), "w") as f:
+            json.dump(index, f, indent=1)
 
 
 def make_set(args, index, name, cfg, AutoModelForCausalLM, transformers):

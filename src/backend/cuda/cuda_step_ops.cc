@@ -96,9 +96,15 @@ class CudaExecutor::StepOps final : public LayerOps {
     rp.num_heads = e.d_.H;
     rp.head_dim = e.d_.Dh;
     rp.bias = e.vec(a.qkv_bias);
-    rp.q_norm = e.vec(a.q_norm);
-    rp.k_norm = e.vec(a.k_norm);
+    rp.q_norm = a.qk_norm_full ? nullptr : e.vec(a.q_norm);
+    rp.k_norm = a.qk_norm_full ? nullptr : e.vec(a.k_norm);
     rp.norm_eps = static_cast<float>(a.norm_eps);
+    if (a.qk_norm_full) {  // OLMoE: q and k normalised over their whole projections, before RoPE
+      PAGODA_CHECK(!a.qkv_bias.defined(), "whole-projection q/k norms with a qkv bias are not supported on CUDA");
+      cuda::qk_rms_norm(e.qkv_.as<float>(), T_, e.d_.Nqkv, e.d_.Q, e.d_.KVH * e.d_.Dh, e.vec(a.q_norm), e.vec(a.k_norm),
+                        static_cast<float>(a.norm_eps), e.stream_);
+      e.profiler_.mark("q/k norm", e.stream_);
+    }
     const DeviceRope& rope = e.device_rope(a.rope);
     rp.rope_dim = rope.rope_dim;
     rp.cos = rope.cos.as<float>();

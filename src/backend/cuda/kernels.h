@@ -47,6 +47,12 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
 // sub-block). x, residual: f32 [n, D]; w: f32 [D].
 void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float eps, float* residual, cudaStream_t s);
 
+// In place over T rows of qkv (f32, stride ld): columns [0, nq) = rms_norm(them) * wq and
+// [nq, nq + nk) = rms_norm(them) * wk, each over its whole width (OLMoE's q and k norms, before
+// RoPE; model/layer_ops.h AttentionArgs::qk_norm_full).
+void qk_rms_norm(float* qkv, int64_t T, int64_t ld, int64_t nq, int64_t nk, const float* wq, const float* wk, float eps,
+                 cudaStream_t s);
+
 // x[i] *= scale for i < n (f32; Gemma's sqrt(hidden) embedding scale).
 void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
 
