@@ -129,7 +129,7 @@ bench_model() {  # SHAPE
 #   moe       mixture of experts (backend/cuda/moe.cu): a random OLMoE-1B-7B-shaped BF16 model
 #             (tools/make_random_moe.py; MOE_SHAPE, MOE_LAYERS), pagoda bench prefill 512 and tg128
 #             at batch 1 and 8; "bw %" counts the bytes a step reads (the selected experts only);
-#             then the per-op profile of batch-1 decode (MOE_PROFILE=0 skips it)
+#             MOE_PROFILE=1: then the per-op profile of batch-1 decode (~30 s more)
 #   moetests  GPU references + the MoE GPU tests (CudaMoe.*, CudaParity.*, the MoE engine test)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
@@ -290,7 +290,7 @@ stage_moe() {
   m=$SHM/$shape${MOE_LAYERS:+-l$MOE_LAYERS}
   [ -f $m/config.json ] || step make_moe 90 env ${MOE_LAYERS:+MOE_LAYERS=$MOE_LAYERS} python3 tools/make_random_moe.py $shape $m
   TAILN=12 step bench_moe 90 $PAGODA bench -m $m --device cuda -p 512 -n 128 -b 1,8 -r 3
-  [ "${MOE_PROFILE:-1}" = 1 ] && TAILN=30 step prof_moe 45 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
+  [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step prof_moe 45 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
 }
 stage_moetests() {
   [ -f /tmp/gpuref/index.json ] || step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
