@@ -126,11 +126,16 @@ bench_model() {  # SHAPE
 #             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
+#   moe       mixture of experts (backend/cuda/moe.cu): a random OLMoE-1B-7B-shaped BF16 model
+#             (tools/make_random_moe.py; MOE_SHAPE, MOE_LAYERS), pagoda bench prefill 512 and tg128
+#             at batch 1 and 8; "bw %" counts the bytes a step reads (the selected experts only);
+#             MOE_PROFILE=1: then the per-op profile of batch-1 decode (~30 s more)
+#   moetests  GPU references + the MoE GPU tests (CudaMoe.*, CudaParity.*, the MoE engine test)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 stage_alltests() {
-  step gpuref 100 python3 tools/make_gpu_references.py --out /tmp/gpuref
-  TAILN=3 step tests 150 $TESTS
+  step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  TAILN=3 step tests 170 $TESTS
 }
 model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }
 model_shape() { case $1 in 8b) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
@@ -276,6 +281,21 @@ stage_spec() {
   TAILN=10 step spec${1:-}_adaptive_8b ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b 1 \
     --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
 }
+# Mixture of experts on the device: batch-1 decode reads the attention, router and output weights,
+# the KV cache and the k selected experts of each layer (2.4 of 13.8 GB at the OLMoE-1B-7B shape);
+# pagoda bench's "bw %" is that byte count per step over the measured copy bandwidth (an upper
+# bound of the bytes read above batch 1: min(E, batch x k) experts a layer). Model ~20-40 s, bench ~30 s.
+stage_moe() {
+  local shape=${MOE_SHAPE:-olmoe-1b-7b} m
+  m=$SHM/$shape${MOE_LAYERS:+-l$MOE_LAYERS}
+  [ -f $m/config.json ] || step make_moe 90 env ${MOE_LAYERS:+MOE_LAYERS=$MOE_LAYERS} python3 tools/make_random_moe.py $shape $m
+  TAILN=12 step bench_moe 90 $PAGODA bench -m $m --device cuda -p 512 -n 128 -b 1,8 -r 3
+  [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step prof_moe 45 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
+}
+stage_moetests() {
+  [ -f /tmp/gpuref/index.json ] || step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  step moetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaParity.*:CudaEngine.MixtureOfExperts*'
+}
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
@@ -378,6 +398,8 @@ for s in "$@"; do
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
     structured) stage_structured ;;
+    moe) stage_moe ;;
+    moetests) stage_moetests ;;
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
     spec8b) stage_spec ;;

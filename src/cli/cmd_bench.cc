@@ -367,15 +367,31 @@ int run_bench(const BenchOptions& o) {
     }
 
     // Bytes of every matmul weight (read once per forward step: in the executor's own layout, e.g.
-    // a GPU's device formats, else the host tensors') and the linear-parameter count.
+    // a GPU's device formats, else the host tensors') and the linear-parameter count. Of a mixture
+    // of experts' expert matrices a step reads only the selected experts': at most min(E, tokens x
+    // k) of the E experts of a layer (exactly k at batch 1), and a token multiplies by k of them.
     const ModelWeights& w = loaded->model->weights();
-    int64_t weight_bytes = 0, linear_params = 0;
+    std::vector<bool> is_expert(w.linears.size(), false);
+    for (const ExpertSet& set : w.expert_sets)
+      for (const auto* ids : {&set.gate_up, &set.down})
+        for (LinearId id : *ids) is_expert[static_cast<size_t>(id.index)] = true;
+    int64_t weight_bytes = 0, expert_bytes = 0;
+    double linear_params = 0;  // multiplied by one token
+    const double expert_share = cfg.is_moe() ? double(cfg.num_experts_per_tok) / cfg.num_experts : 1.0;
     for (size_t i = 0; i < w.linears.size(); ++i)
       for (const Tensor& part : w.linears[i].parts) {
         weight_bytes += part.nbytes();
-        if (static_cast<int32_t>(i) != w.output.index) linear_params += part.numel();
+        if (is_expert[i]) expert_bytes += part.nbytes();
+        if (static_cast<int32_t>(i) != w.output.index) linear_params += part.numel() * (is_expert[i] ? expert_share : 1.0);
       }
     if (ex->linear_weight_bytes() >= 0) weight_bytes = ex->linear_weight_bytes();
+    if (ex->expert_weight_bytes() >= 0) expert_bytes = ex->expert_weight_bytes();
+    // The matmul weight bytes a step of `tokens` tokens reads (an upper bound for MoE above batch 1).
+    auto weights_read = [&](int64_t tokens) {
+      if (!cfg.is_moe()) return double(weight_bytes);
+      const double experts = std::min<double>(cfg.num_experts, double(tokens) * cfg.num_experts_per_tok);
+      return double(weight_bytes - expert_bytes) + double(expert_bytes) * experts / cfg.num_experts;
+    };
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
     for (int64_t s = 0; s < seqs; ++s)
@@ -431,7 +447,7 @@ int run_bench(const BenchOptions& o) {
       }
       const double attn_flops = 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * (double(o.prompt) * (o.prompt + 1) / 2);
       const double flops = 2.0 * linear_params * o.prompt + attn_flops + 2.0 * cfg.vocab_size * cfg.hidden_size;
-      const double bytes = weight_bytes + double(kv_token_bytes) * o.prompt;
+      const double bytes = weights_read(o.prompt) + double(kv_token_bytes) * o.prompt;
       report(fmt::format("pp{}", o.prompt), o.prompt, times, bytes, flops);
     }
     std::vector<bool> graph_modes = {true};
@@ -450,7 +466,7 @@ int run_bench(const BenchOptions& o) {
             const auto t0 = std::chrono::steady_clock::now();
             step(b);
             t += seconds_since(t0);
-            run_bytes += weight_bytes + double(kv_token_bytes) * (st + 1) * batch;
+            run_bytes += weights_read(batch) + double(kv_token_bytes) * (st + 1) * batch;
           }
           if (r >= 0) times.push_back(t);
           bytes = run_bytes;
@@ -467,6 +483,10 @@ int run_bench(const BenchOptions& o) {
     out["threads"] = pool.size();
     out["isa"] = isa_level_name(active_isa_level());
     out["weight_bytes"] = weight_bytes;
+    if (cfg.is_moe()) {
+      out["expert_weight_bytes"] = expert_bytes;
+      out["batch1_weight_bytes_read"] = weights_read(1);
+    }
     out["machine_bandwidth_gb_s"] = bandwidth / 1e9;
     out["machine_bandwidth_kind"] = bw_name;
     out["machine_compute_peak_gflop_s"] = compute_peak / 1e9;
@@ -475,6 +495,12 @@ int run_bench(const BenchOptions& o) {
     if (dm.total > 0) out["device_memory_used_gib"] = static_cast<double>(dm.used) / (1 << 30);
     if (!o.json) {
       std::cout << fmt::format("model {}  device {}  kv {}\n", o.model, ex->describe(), o.kv_dtype);
+      if (cfg.is_moe())
+        std::cout << fmt::format("mixture of experts: {} of {} experts a token; weights {:.1f} MiB, of them experts {:.1f} "
+                                 "MiB; a batch-1 step reads {:.1f} MiB (bandwidth figures count the selected experts' "
+                                 "bytes: min(E, tokens x k) of E, an upper bound above batch 1)\n",
+                                 cfg.num_experts_per_tok, cfg.num_experts, weight_bytes / 1048576.0,
+                                 expert_bytes / 1048576.0, weights_read(1) / 1048576.0);
       std::cout << "tuning: " << o.tuning.to_string() << "\n";
       std::cout << fmt::format("machine {}: bandwidth {:.1f} GB/s ({}), compute peak {:.1f} GFLOP/s ({})\n", machine,
                                bandwidth / 1e9, bw_name, compute_peak / 1e9, peak_name);

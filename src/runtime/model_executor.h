@@ -99,6 +99,9 @@ class ModelExecutor {
   // Bytes of the matmul weights one forward step reads, in the layout the executor keeps them in
   // (device formats on a GPU); -1: the host tensors' bytes (the CPU reads the file's blocks).
   virtual int64_t linear_weight_bytes() const { return -1; }
+  // Of those, the bytes of MoE experts' matrices (a step reads only its selected experts'), in
+  // the same layout; -1: the host tensors' bytes.
+  virtual int64_t expert_weight_bytes() const { return -1; }
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }

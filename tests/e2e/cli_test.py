@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BINARY, TINY_MODEL, free_port, http
+from conftest import BINARY, MODELS_DIR, TINY_MODEL, free_port, http
 
 TIMEOUT = 60
 
@@ -190,6 +190,30 @@ def test_progress_while_loading_and_benchmarking():
     p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=TIMEOUT)  # bytes: keep \r
     assert p.returncode == 0, p.stdout
     assert b"\rbatched run [###" in p.stdout and b"100%" in p.stdout and b"\x1b[K" in p.stdout, p.stdout[-800:]
+
+
+def test_bench_counts_only_the_selected_experts_bytes():
+    """`pagoda bench` on a mixture of experts: a decode step reads the dense weights and k of the E
+    experts of each layer (at batch 1 exactly k; above it at most min(E, batch x k)), so the
+    bandwidth records count those bytes, not every expert's (tiny OLMoE: 8 experts, top-2)."""
+    import json
+    model = MODELS_DIR / "tiny" / "olmoe" / "model-f32.gguf"
+    if not model.exists():
+        pytest.skip(f"no {model}")
+    p = subprocess.run([BINARY, "bench", "-m", str(model), "--device", "cpu", "-t", "1", "-p", "16", "-n", "4", "-b", "1,2,8",
+                        "-r", "1", "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    w, ex = res["weight_bytes"], res["expert_weight_bytes"]
+    assert 0 < ex < w, res
+    assert res["batch1_weight_bytes_read"] == pytest.approx(w - ex + ex * 2 / 8), res
+    kv = {r["test"]: r for r in res["results"]}
+    # bytes of a tg run = steps x weights read + the KV cache read (the same at every batch per sequence)
+    b1, b2, b8 = kv["tg4"]["bytes_read"], kv["tg4 b2"]["bytes_read"], kv["tg4 b8"]["bytes_read"]
+    kv_b1 = b1 - 4 * (w - ex + ex * 2 / 8)
+    assert kv_b1 > 0, res
+    assert b2 - 2 * kv_b1 == pytest.approx(4 * (w - ex + ex * 4 / 8)), res
+    assert b8 - 8 * kv_b1 == pytest.approx(4 * w), res   # 8 tokens x 2 >= 8 experts: all of them
 
 
 def test_bench_spec_replays_the_record_at_the_constructed_acceptance():

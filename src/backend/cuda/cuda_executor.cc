@@ -88,6 +88,7 @@ void CudaExecutor::upload_weights() {
   up.upload(w.token_embd, act_, embed_.get());
   linears_.resize(w.linears.size());
   const bool native = cuda::native_quant(opt_);
+  const std::vector<bool> dense_only = cuda::dense_only_linears(model_);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
@@ -98,7 +99,7 @@ void CudaExecutor::upload_weights() {
       continue;
     }
     int64_t bytes = 0;
-    dw.segments = cuda::plan_device_weight(e, act_, native, &bytes);
+    dw.segments = cuda::plan_device_weight(e, act_, native && !dense_only[i], &bytes);
     dw.storage.reset(static_cast<size_t>(bytes));
     for (auto& seg : dw.segments) seg.data = dw.storage.as<uint8_t>() + seg.offset;
     int64_t row = 0;  // parts stacked along N, each copied, converted or dequantized on the way
@@ -110,6 +111,24 @@ void CudaExecutor::upload_weights() {
                 dw.storage.as<uint8_t>() + seg->offset + cuda::device_weight_bytes(seg->format, row - seg->row0, dw.k));
       row += part.dim(0);
     }
+  }
+  // The experts' device pointers (dense_only_linears: one segment in the compute dtype each).
+  expert_sets_.resize(w.expert_sets.size());
+  for (size_t i = 0; i < w.expert_sets.size(); ++i) {
+    const ExpertSet& set = w.expert_sets[i];
+    DeviceExpertSet& ds = expert_sets_[i];
+    ds.E = set.num_experts();
+    std::vector<const void*> ptrs;
+    for (const auto* ids : {&set.gate_up, &set.down})
+      for (LinearId id : *ids) {
+        const cuda::DeviceWeight& dw = weight(id);
+        PAGODA_CHECK(dw.uniform() && dw.format() == act_, "expert weight {} is not in the compute dtype",
+                     w.linear(id).name);
+        ptrs.push_back(dw.data());
+      }
+    ds.F = weight(set.down.front()).k;
+    ds.ptrs.reset(ptrs.size() * sizeof(void*));
+    CUDA_CHECK(cudaMemcpy(ds.ptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
   }
   vectors_.resize(w.vectors.size());
   for (size_t i = 0; i < w.vectors.size(); ++i) {
@@ -143,6 +162,18 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   attn_.reset(static_cast<size_t>(tokens * d_.Q * e));
   gu_.reset(static_cast<size_t>(tokens * 2 * d_.F * e));
   act_buf_.reset(static_cast<size_t>(tokens * d_.F * e));
+  if (d_.E > 0) {
+    const int64_t P = tokens * d_.topk;
+    moe_logits_.reset(static_cast<size_t>(tokens * d_.E * 4));
+    moe_ids_.reset(static_cast<size_t>(P * 4));
+    moe_weights_.reset(static_cast<size_t>(P * 4));
+    moe_order_.reset(static_cast<size_t>(P * 4));
+    moe_seg_.reset(static_cast<size_t>((3 * d_.E + 3) * 4));
+    moe_gu_.reset(static_cast<size_t>(P * 2 * d_.Fe * e));
+    moe_act_.reset(static_cast<size_t>(P * d_.Fe * e));
+    moe_out_.reset(static_cast<size_t>(P * d_.D * 4));
+    if (model_.config().shared_expert_intermediate_size > 0) moe_shared_.reset(static_cast<size_t>(tokens * d_.D * 4));
+  }
   const int64_t rows = caps_.att_rows;
   part_o_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * d_.Dh * 4));
   part_ml_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * 2 * 4));
@@ -166,7 +197,9 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     dequant_ = quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256) +
                cuda::align_up(cuda::kQuantGemvMaxM * (qs.max_k / 32) * 8, 256);
   }
-  workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) + qs.bytes(act_) +
+  workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
+                     cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
+                     qs.bytes(act_) +
                      cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }
 

@@ -87,6 +87,16 @@ struct DeviceRope {
   bool interleaved = false;
 };
 
+// One MoE layer's experts on the device (model/model_weights.h ExpertSet): the device pointers of
+// each expert's gate/up [2F, D] and down [D, F] weights (compute dtype), gate_up[0..E) then
+// down[0..E), for moe_matmul.
+struct DeviceExpertSet {
+  DeviceBuffer ptrs;
+  int64_t E = 0, F = 0;
+  const void* const* gate_up() const { return ptrs.as<const void* const>(); }
+  const void* const* down() const { return ptrs.as<const void* const>() + E; }
+};
+
 struct StepShape {
   int64_t tokens = 0;    // T
   int64_t rows = 0;      // split-KV attention rows
@@ -142,6 +152,16 @@ class CudaExecutor final : public ModelExecutor {
     return opt_.cuda_graphs;
   }
   std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
+  int64_t expert_weight_bytes() const override {
+    int64_t total = 0;
+    for (const ExpertSet& set : model_.weights().expert_sets)
+      for (const auto* ids : {&set.gate_up, &set.down})
+        for (LinearId id : *ids) {
+          const cuda::DeviceWeight& w = weight(id);
+          for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+        }
+    return total;
+  }
   int64_t linear_weight_bytes() const override {
     int64_t total = 0;
     for (const auto& w : linears_)
@@ -230,6 +250,7 @@ class CudaExecutor final : public ModelExecutor {
   std::unordered_map<const RopeTable*, size_t> rope_index_;
   std::vector<cuda::DeviceWeight> linears_;                 // by LinearId (model/model_weights.h)
   std::vector<DeviceBuffer> vectors_;                       // by VectorId: [n] f32
+  std::vector<DeviceExpertSet> expert_sets_;                // by ExpertSetId
   DeviceBuffer kv_;
   int64_t kv_layer_bytes_ = 0;
   PinnedBuffer host_kv_;
@@ -237,6 +258,10 @@ class CudaExecutor final : public ModelExecutor {
   // Workspace.
   int64_t tok_cap_ = 0, logits_cap_ = 0;
   DeviceBuffer residual_, hidden_, qkv_, q_, attn_, gu_, act_buf_, last_, logits_, part_o_, part_ml_, att_counters_;
+  // MoE layers (cuda_sizing.h moe_workspace_bytes_for; P = tok_cap_ x topk pairs): router logits
+  // [T, E] f32, pair experts / weights / sorted order [P], the segments, gate/up [P, 2Fe] act
+  // (SIMT path), SwiGLU [P, Fe] act, expert outputs [P, D] f32, shared expert output [T, D] f32.
+  DeviceBuffer moe_logits_, moe_ids_, moe_weights_, moe_order_, moe_seg_, moe_gu_, moe_act_, moe_out_, moe_shared_;
   // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
   // the dequantized weight; views into quant_scratch_.
   DeviceBuffer quant_scratch_;

@@ -25,7 +25,10 @@ Dims::Dims(const Model& m) {
   H = c.num_heads;
   KVH = c.num_kv_heads;
   Dh = c.head_dim;
-  F = c.intermediate_size;
+  F = c.is_moe() ? c.shared_expert_intermediate_size : c.intermediate_size;
+  E = c.num_experts;
+  topk = c.num_experts_per_tok;
+  Fe = c.expert_intermediate_size;
   V = c.vocab_size;
   L = c.num_layers;
   Q = H * Dh;
@@ -61,8 +64,26 @@ int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t at
   const int64_t split = att_rows * d.H * kRowMaxSplits * (d.Dh + 2) * 4;
   return tokens * per_token + split;
 }
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert) {
+  if (d.E <= 0) return 0;
+  const int64_t e = elem_bytes(act), P = tokens * d.topk;
+  const int64_t routing = tokens * d.E * 4 + 3 * P * 4 + (3 * d.E + 3) * 4;  // logits; ids, weights, order; segments
+  const int64_t experts = P * (2 * d.Fe * e + d.Fe * e + d.D * 4);           // gate/up, SwiGLU, outputs
+  return routing + experts + (shared_expert ? tokens * d.D * 4 : 0);
+}
+
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
   return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(SampleOutput)});
+}
+
+std::vector<bool> dense_only_linears(const Model& m) {
+  const ModelWeights& w = m.weights();
+  std::vector<bool> dense(w.linears.size(), false);
+  for (const ExpertSet& set : w.expert_sets) {
+    for (LinearId id : set.gate_up) dense.at(static_cast<size_t>(id.index)) = true;
+    for (LinearId id : set.down) dense.at(static_cast<size_t>(id.index)) = true;
+  }
+  return dense;
 }
 
 bool tied_output(const Model& m) { return m.weights().tied_output; }
@@ -74,10 +95,11 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   const ModelWeights& w = m.weights();
   int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1));  // embedding
   for (const RopeTable* rope : m.rope_tables()) total += 2 * rope->max_positions() * (rope->rope_dim() / 2) * 4;  // cos, sin
+  const std::vector<bool> dense = dense_only_linears(m);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;  // reads the embedding
     int64_t bytes = 0;
-    plan_device_weight(w.linears[i], act, native, &bytes);
+    plan_device_weight(w.linears[i], act, native && !dense[i], &bytes);
     total += bytes;
   }
   for (const Tensor& v : w.vectors) total += v.numel() * 4;
@@ -86,8 +108,10 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
 
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   QuantScratch q;
-  for (const LinearEntry& e : m.weights().linears) {
-    const auto segs = plan_device_weight(e, act, native, nullptr);
+  const std::vector<bool> dense = dense_only_linears(m);
+  for (size_t i = 0; i < m.weights().linears.size(); ++i) {
+    const LinearEntry& e = m.weights().linears[i];
+    const auto segs = plan_device_weight(e, act, native && !dense[i], nullptr);
     if (!is_quantized(segs.front().format)) continue;
     q.dequant_elems = std::max(q.dequant_elems, e.n() * e.k());
     q.max_k = std::max(q.max_k, e.k());
@@ -110,6 +134,7 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   CudaMemoryTerms t;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
+                cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act);
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;

@@ -21,11 +21,18 @@ inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 // --dtype auto | f32 | bf16 -> the compute dtype (auto: f32 when every matmul weight is f32, else bf16).
 Result<DType> resolve_compute_dtype(const Model& m, const std::string& opt);
 
-// Model dimensions the executor uses.
+// Model dimensions the executor uses. F sizes the dense gated-MLP buffers: the intermediate size,
+// or for a mixture of experts the shared expert's (0: none). E, topk, Fe: experts, experts a
+// token, an expert's width (0 for dense models).
 struct Dims {
   int64_t D, H, KVH, Dh, F, V, L, Q, Nqkv, half, max_pos;
+  int64_t E, topk, Fe;
   explicit Dims(const Model& m);
 };
+
+// The linear entries (by index) that stay in the compute dtype whatever their checkpoint format:
+// the experts' matrices, which the grouped MoE kernels (kernels.h moe_matmul) read as f32 / bf16.
+std::vector<bool> dense_only_linears(const Model& m);
 
 // Batch sizes captured as decode graphs (ascending; the last is the largest).
 std::vector<int64_t> graph_buckets(int64_t max_seqs);
@@ -41,6 +48,9 @@ struct Capacities {
 };
 
 int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows);
+// The MoE layers' part of it (0 for dense models): router logits, pairs, segments, expert
+// activations and outputs for T * topk pairs, the shared expert's output.
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert);
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
 // The output projection is the token embedding.
 bool tied_output(const Model& m);

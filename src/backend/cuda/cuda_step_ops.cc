@@ -96,9 +96,15 @@ class CudaExecutor::StepOps final : public LayerOps {
     rp.num_heads = e.d_.H;
     rp.head_dim = e.d_.Dh;
     rp.bias = e.vec(a.qkv_bias);
-    rp.q_norm = e.vec(a.q_norm);
-    rp.k_norm = e.vec(a.k_norm);
+    rp.q_norm = a.qk_norm_full ? nullptr : e.vec(a.q_norm);
+    rp.k_norm = a.qk_norm_full ? nullptr : e.vec(a.k_norm);
     rp.norm_eps = static_cast<float>(a.norm_eps);
+    if (a.qk_norm_full) {  // OLMoE: q and k normalised over their whole projections, before RoPE
+      PAGODA_CHECK(!a.qkv_bias.defined(), "whole-projection q/k norms with a qkv bias are not supported on CUDA");
+      cuda::qk_rms_norm(e.qkv_.as<float>(), T_, e.d_.Nqkv, e.d_.Q, e.d_.KVH * e.d_.Dh, e.vec(a.q_norm), e.vec(a.k_norm),
+                        static_cast<float>(a.norm_eps), e.stream_);
+      e.profiler_.mark("q/k norm", e.stream_);
+    }
     const DeviceRope& rope = e.device_rope(a.rope);
     rp.rope_dim = rope.rope_dim;
     rp.cos = rope.cos.as<float>();
@@ -182,6 +188,104 @@ class CudaExecutor::StepOps final : public LayerOps {
     }
     e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
     e.profiler_.mark("down", e.stream_);
+  }
+
+  // Mixture of experts (model/families/moe.cc; kernels.h moe.cu): rms_norm -> hidden; the router
+  // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device; the
+  // experts over their pairs' rows (the grouped GEMV for small steps: only the selected experts'
+  // weights are read, once per 4 of their rows; else the grouped SIMT GEMM and a SwiGLU kernel);
+  // the shared expert through the dense matmuls; the weighted combine adds into the residual.
+  void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
+    CudaExecutor& e = ex_;
+    const DeviceExpertSet& set = e.expert_sets_.at(static_cast<size_t>(a.experts.index));
+    const int64_t D = e.d_.D, E = set.E, F = set.F, k = a.top_k, P = T_ * k;
+    cudaStream_t s = e.stream_;
+    cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, D, e.vec(norm.weight), static_cast<float>(norm.eps),
+                   e.hidden_.get(), e.act_, s);
+    e.profiler_.mark("rms_norm", s);
+    e.linear(e.hidden_.get(), e.weight(a.router), T_, e.moe_logits_.get(), GemmOut::kStoreF32);
+    e.profiler_.mark("moe router", s);
+    cuda::moe_route(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
+                    e.moe_weights_.as<float>(), s);
+    cuda::MoeSegments seg;
+    int32_t* sb = e.moe_seg_.as<int32_t>();
+    seg.expert = sb;
+    seg.begin = sb + E;
+    seg.tile = sb + 2 * E + 1;
+    seg.count = sb + 3 * E + 2;
+    cuda::moe_sort(e.moe_ids_.as<int32_t>(), P, E, e.moe_order_.as<int32_t>(), seg, s);
+    e.profiler_.mark("moe route+sort", s);
+
+    const bool gemv = !e.opt_.batch_invariant && T_ <= cuda::kMoeGemvMaxTokens;
+    cuda::MoeMatmulParams up;
+    up.x = e.hidden_.get();
+    up.ldx = D;
+    up.gather = e.moe_order_.as<int32_t>();
+    up.gather_div = static_cast<int>(k);
+    up.w = set.gate_up();
+    up.N = static_cast<int>(2 * F);
+    up.K = static_cast<int>(D);
+    up.seg = seg;
+    up.P = P;
+    up.E = E;
+    if (gemv) {  // gate/up + SwiGLU in one grouped GEMV
+      up.y = e.moe_act_.get();
+      up.ldy = F;
+      up.mode = GemmOut::kSwiGlu;
+      cuda::moe_matmul(up, e.act_, true, s);
+      e.profiler_.mark("moe gate/up+swiglu gemv", s);
+    } else {
+      up.y = e.moe_gu_.get();
+      up.ldy = 2 * F;
+      up.mode = GemmOut::kStoreAct;
+      cuda::moe_matmul(up, e.act_, false, s);
+      e.profiler_.mark("moe gate/up gemm", s);
+      cuda::swiglu(e.moe_gu_.get(), P, F, e.moe_act_.get(), e.act_, s);
+      e.profiler_.mark("moe swiglu", s);
+    }
+    cuda::MoeMatmulParams down;
+    down.x = e.moe_act_.get();
+    down.ldx = F;
+    down.w = set.down();
+    down.N = static_cast<int>(D);
+    down.K = static_cast<int>(F);
+    down.y = e.moe_out_.get();
+    down.ldy = D;
+    down.scatter = e.moe_order_.as<int32_t>();
+    down.seg = seg;
+    down.P = P;
+    down.E = E;
+    down.mode = GemmOut::kStoreF32;
+    cuda::moe_matmul(down, e.act_, gemv, s);
+    e.profiler_.mark(gemv ? "moe down gemv" : "moe down gemm", s);
+
+    cuda::MoeCombineParams cp;
+    cp.expert_out = e.moe_out_.as<float>();
+    cp.weights = e.moe_weights_.as<float>();
+    cp.ids = e.moe_ids_.as<int32_t>();
+    cp.T = T_;
+    cp.top_k = static_cast<int>(k);
+    cp.D = static_cast<int>(D);
+    cp.residual = e.residual_.as<float>();
+    if (a.shared_gate_up.defined()) {
+      const cuda::DeviceWeight& sgu = e.weight(a.shared_gate_up);
+      const int64_t Fs = sgu.n / 2;
+      e.linear(e.hidden_.get(), sgu, T_, e.gu_.get(), GemmOut::kStoreAct);
+      cuda::swiglu(e.gu_.get(), T_, Fs, e.act_buf_.get(), e.act_, s);
+      e.linear(e.act_buf_.get(), e.weight(a.shared_down), T_, e.moe_shared_.get(), GemmOut::kStoreF32);
+      cp.shared_out = e.moe_shared_.as<float>();
+      const cuda::DeviceWeight& g = e.weight(a.shared_gate);
+      if (g.uniform() && g.format() == e.act_) {  // the gate's dot product inside the combine
+        cp.hidden = e.hidden_.get();
+        cp.shared_gate = g.data();
+      } else {  // a quantized gate: its matmul into the router's logits buffer (read by now)
+        e.linear(e.hidden_.get(), g, T_, e.moe_logits_.get(), GemmOut::kStoreF32);
+        cp.shared_gate_logits = e.moe_logits_.as<float>();
+      }
+      e.profiler_.mark("moe shared expert", s);
+    }
+    cuda::moe_combine(cp, e.act_, s);
+    e.profiler_.mark("moe combine", s);
   }
 
   void final_logits(const NormArgs& norm, LinearId wid) override {

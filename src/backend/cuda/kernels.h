@@ -47,6 +47,12 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
 // sub-block). x, residual: f32 [n, D]; w: f32 [D].
 void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float eps, float* residual, cudaStream_t s);
 
+// In place over T rows of qkv (f32, stride ld): columns [0, nq) = rms_norm(them) * wq and
+// [nq, nq + nk) = rms_norm(them) * wk, each over its whole width (OLMoE's q and k norms, before
+// RoPE; model/layer_ops.h AttentionArgs::qk_norm_full).
+void qk_rms_norm(float* qkv, int64_t T, int64_t ld, int64_t nq, int64_t nk, const float* wq, const float* wk, float eps,
+                 cudaStream_t s);
+
 // x[i] *= scale for i < n (f32; Gemma's sqrt(hidden) embedding scale).
 void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
 
@@ -270,6 +276,80 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
 // out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
 // quant::dequantize_row computes it on the host (f32; bf16 rounds that).
 void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
+
+// ---- moe.cu: mixture-of-experts layers (model/layer_ops.h moe_mlp) ---------------------------
+//
+// A step of T tokens routes P = T * k (token, slot) pairs; pair p = t * k + j is token t's j-th
+// choice. moe_route picks them, moe_sort orders them by expert, moe_matmul runs the experts over
+// their pairs' rows (the pair order of moe_sort: "sorted positions"), moe_combine adds the
+// weighted outputs into the residual. Routing-dependent counts live in device memory only
+// (MoeSegments), so the sequence is graph-capturable and never synchronises with the host.
+constexpr int kMoeMaxExperts = 256, kMoeMaxTopK = 16;
+constexpr int kMoeTile = 64;  // rows (and columns) of a SIMT GEMM tile
+// Steps of at most this many tokens take the grouped GEMV (weights read once per 4 rows of an
+// expert: decode); larger ones the grouped SIMT GEMM. Not in --batch-invariant mode (the GEMM only).
+constexpr int64_t kMoeGemvMaxTokens = 32;
+
+// The active experts of a step, in ascending expert order: segment s < *count is expert
+// expert[s], its pairs at sorted positions [begin[s], begin[s + 1]), its SIMT tiles
+// [tile[s], tile[s + 1]) (ceil(pairs / kMoeTile) each). begin[*count] = P.
+struct MoeSegments {
+  int32_t* expert = nullptr;  // [E]
+  int32_t* begin = nullptr;   // [E + 1]
+  int32_t* tile = nullptr;    // [E + 1]
+  int32_t* count = nullptr;   // [1]
+};
+
+// logits [T, E] f32 (router outputs) -> ids [T, k] (experts, descending probability; ties: the
+// lower expert) and weights [T, k] f32: softmax over E, the k largest kept, divided by their sum
+// when normalize (ops/moe.h's moe_route). 1 <= k <= E <= kMoeMaxExperts, k <= kMoeMaxTopK.
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
+               cudaStream_t s);
+// ids [P] -> order [P]: the pairs sorted by expert, ascending pair index within an expert
+// (stable), and seg. One block per expert.
+void moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* order, const MoeSegments& seg, cudaStream_t s);
+// Upper bound of the SIMT GEMM's tiles for P pairs over E experts (its grid).
+int64_t moe_max_tiles(int64_t P, int64_t E);
+
+// y = x_e W_e^T for every sorted position of every active segment e, W_e = w[e] [N, K] in the
+// compute dtype (f32 | bf16), x, y as follows:
+//   input row of sorted position i:  x + (gather ? gather[i] / gather_div : i) * ldx  (dtype)
+//   kSwiGlu (GEMV only): y[i, n] = silu(g) * u, g = row n, u = row N/2 + n; y [P, N/2] dtype
+//   kStoreAct: y[i, n] dtype;  kStoreF32: y[scatter ? scatter[i] : i, n] f32.
+// gemv: the grouped GEMV (K and ldx multiples of 16 bytes, x 16-byte aligned); else the SIMT GEMM
+// (every output one f32 FMA chain over k in order: batch-invariant).
+struct MoeMatmulParams {
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  const int32_t* gather = nullptr;
+  int gather_div = 1;
+  const void* const* w = nullptr;  // [E] device pointers
+  int N = 0, K = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  const int32_t* scatter = nullptr;
+  MoeSegments seg;
+  int64_t P = 0, E = 0;            // pairs and experts (grid bounds)
+  GemmOut mode = GemmOut::kStoreF32;
+};
+void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s);
+
+// residual[t, :] += sigmoid(g[t]) * shared_out[t, :] (when shared_out) + the sum over the token's k
+// pairs in ascending expert order of weights[p] * expert_out[p, :], the shared expert's gate logit
+// g[t] = shared_gate_logits[t] when given, else hidden[t] . shared_gate.
+struct MoeCombineParams {
+  const float* expert_out = nullptr;  // [T * k, D] f32, by pair
+  const float* weights = nullptr;     // [T * k]
+  const int32_t* ids = nullptr;       // [T * k]
+  int64_t T = 0;
+  int top_k = 0, D = 0;
+  const float* shared_out = nullptr;  // optional [T, D] f32
+  const float* shared_gate_logits = nullptr;  // optional [T] f32
+  const void* hidden = nullptr;       // [T, D] dtype: the normalised input (without shared_gate_logits)
+  const void* shared_gate = nullptr;  // [D] dtype (without shared_gate_logits)
+  float* residual = nullptr;          // [T, D] f32
+};
+void moe_combine(const MoeCombineParams& p, DType dtype, cudaStream_t s);
 
 // ---- sampling.cu -----------------------------------------------------------------------------
 

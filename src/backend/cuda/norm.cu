@@ -70,6 +70,25 @@ __global__ void rms_norm_add_kernel(const float* __restrict__ x, int D, const fl
   for (int j = threadIdx.x; j < D; j += blockDim.x) r[j] += xr[j] * inv * w[j];
 }
 
+// Block (t, part): part 0 the q columns [0, nq) of row t, part 1 the k columns [nq, nq + nk),
+// each normalised over its whole width in place (OLMoE's q/k norms); rows of stride ld. A thread
+// writes only the elements it read.
+__global__ void qk_rms_norm_kernel(float* __restrict__ x, int ld, int nq, int nk, const float* __restrict__ wq,
+                                   const float* __restrict__ wk, float eps) {
+  __shared__ float scratch[33];
+  pdl_trigger();
+  pdl_wait();
+  const bool is_k = blockIdx.y == 1;
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * ld + (is_k ? nq : 0);
+  const int n = is_k ? nk : nq;
+  const float* w = is_k ? wk : wq;
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) xr[j] = xr[j] * inv * w[j];
+}
+
 __global__ void scale_kernel(float* __restrict__ x, int64_t n, float scale) {
   pdl_trigger();
   pdl_wait();
@@ -84,6 +103,15 @@ void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float ep
   if (n <= 0) return;
   const int threads = D >= 2048 ? 512 : (D >= 256 ? 256 : 64);
   launch_pdl(rms_norm_add_kernel, dim3(n), dim3(threads), 0, s, x, static_cast<int>(D), w, eps, residual);
+  CUDA_CHECK_LAUNCH();
+}
+
+void qk_rms_norm(float* qkv, int64_t T, int64_t ld, int64_t nq, int64_t nk, const float* wq, const float* wk, float eps,
+                 cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(nq + nk <= ld && wq != nullptr && wk != nullptr, "qk_rms_norm: q and k columns within the row");
+  if (T <= 0) return;
+  launch_pdl(qk_rms_norm_kernel, dim3(static_cast<unsigned>(T), 2), dim3(256), 0, s, qkv, static_cast<int>(ld),
+             static_cast<int>(nq), static_cast<int>(nk), wq, wk, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,313 @@
+// The mixture-of-experts kernels (backend/cuda/moe.cu) against plain references: routing against
+// the CPU's moe_route (ops/moe.h), the sort against a stable host sort, and a whole MoE layer
+// (route, sort, grouped gate/up + SwiGLU, grouped down, combine with and without a shared expert)
+// against a double-precision host computation that rounds where the f32 / bf16 device path
+// rounds, through both expert paths (grouped GEMV and grouped SIMT GEMM), for decode-sized and
+// prefill-sized steps, steps whose tokens reach every expert and steps whose tokens all go to one
+// expert (segments of many SIMT tiles). Every case skips with a message when no GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "cuda_fixtures.h"
+#include "gpu_test_util.h"
+#include "ops/moe.h"
+#include "test_util.h"
+
+#if PAGODA_HAVE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
+
+namespace pagoda {
+namespace {
+
+#if !PAGODA_HAVE_CUDA
+TEST(CudaMoe, Skipped) { PAGODA_REQUIRE_GPU(); }
+#else
+
+using test::download_as;
+using test::random_floats;
+using test::round_to;
+using test::to_device;
+using test::to_host;
+using test::upload_as;
+
+struct MoeCase {
+  int64_t T, E, k, D, F;
+  bool normalize;
+  bool shared;      // a shared expert's output and gate (Qwen2-MoE)
+  bool one_expert;  // every token's top choice is expert 1 (k == 1: one segment of T rows)
+};
+
+// The host side of a random MoE layer and its device copy in `dtype`.
+struct MoeLayer {
+  MoeCase c;
+  DType dtype;
+  std::vector<float> x, logits, shared_out, shared_gate;         // x, gate rounded to dtype
+  std::vector<std::vector<float>> gate_up, down;                 // per expert, rounded to dtype
+  cuda::DeviceBuffer d_x, d_logits, d_shared_out, d_shared_gate, d_ptrs;
+  std::vector<cuda::DeviceBuffer> d_experts;
+
+  MoeLayer(const MoeCase& mc, DType dt, uint64_t seed) : c(mc), dtype(dt) {
+    const int64_t T = c.T, E = c.E, D = c.D, F = c.F;
+    x = round_to(random_floats(T * D, seed, -1, 1), dt);
+    // Router logits without near-ties (a permuted grid of spacing 6 / E, jittered by a quarter of
+    // it), so the device and the host pick the same experts in the same order.
+    logits.resize(T * E);
+    std::mt19937_64 rng(seed + 1);
+    const auto jitter = random_floats(T * E, seed + 4, -0.25f, 0.25f);
+    std::vector<int> perm(E);
+    for (int64_t t = 0; t < T; ++t) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t e = 0; e < E; ++e) logits[t * E + e] = -3.0f + 6.0f * (perm[e] + 0.5f + jitter[t * E + e]) / E;
+    }
+    if (c.one_expert)
+      for (int64_t t = 0; t < T; ++t) logits[t * E + 1] = 20.0f;
+    const float su = 1.0f / std::sqrt(static_cast<float>(D)), sd = 1.0f / std::sqrt(static_cast<float>(F));
+    std::vector<const void*> ptrs;
+    for (int64_t e = 0; e < E; ++e) {
+      gate_up.push_back(round_to(random_floats(2 * F * D, seed + 10 + 2 * e, -2 * su, 2 * su), dt));
+      down.push_back(round_to(random_floats(D * F, seed + 11 + 2 * e, -2 * sd, 2 * sd), dt));
+    }
+    for (int64_t e = 0; e < E; ++e) ptrs.push_back(d_experts.emplace_back(upload_as(gate_up[e], dt)).get());
+    for (int64_t e = 0; e < E; ++e) ptrs.push_back(d_experts.emplace_back(upload_as(down[e], dt)).get());
+    d_ptrs = to_device(ptrs);
+    d_x = upload_as(x, dt);
+    d_logits = to_device(logits);
+    if (c.shared) {
+      shared_out = random_floats(T * D, seed + 2, -1, 1);
+      shared_gate = round_to(random_floats(D, seed + 3, -0.2f, 0.2f), dt);
+      d_shared_out = to_device(shared_out);
+      d_shared_gate = upload_as(shared_gate, dt);
+    }
+  }
+  const void* const* gate_up_ptrs() const { return d_ptrs.as<const void* const>(); }
+  const void* const* down_ptrs() const { return d_ptrs.as<const void* const>() + c.E; }
+
+  // The layer's output per token (what the combine adds to the residual) for routing (ids,
+  // weights), in double, with the device path's roundings: gate/up and SwiGLU outputs in dtype.
+  std::vector<double> reference(const std::vector<int32_t>& ids, const std::vector<float>& w) const {
+    const int64_t T = c.T, D = c.D, F = c.F, k = c.k;
+    auto rnd = [&](double v) { return dtype == DType::kF32 ? v : static_cast<double>(round_to({static_cast<float>(v)}, dtype)[0]); };
+    std::vector<double> out(T * D, 0.0);
+    std::vector<double> act(F);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x.data() + t * D;
+      if (c.shared) {
+        double g = 0;
+        for (int64_t d = 0; d < D; ++d) g += double(xt[d]) * shared_gate[d];
+        const double sg = 1.0 / (1.0 + std::exp(-g));
+        for (int64_t d = 0; d < D; ++d) out[t * D + d] = shared_out[t * D + d] * sg;
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        const std::vector<float>& gu = gate_up[e];
+        for (int64_t f = 0; f < F; ++f) {
+          double g = 0, u = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            g += double(gu[f * D + d]) * xt[d];
+            u += double(gu[(F + f) * D + d]) * xt[d];
+          }
+          g = rnd(g);
+          u = rnd(u);
+          act[f] = rnd(g / (1.0 + std::exp(-g)) * u);
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          double y = 0;
+          for (int64_t f = 0; f < F; ++f) y += double(down[e][d * F + f]) * act[f];
+          out[t * D + d] += w[t * k + j] * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+// Device buffers of one run of the layer.
+struct MoeRun {
+  cuda::DeviceBuffer ids, weights, order, seg, gu, act, out, residual;
+  cuda::MoeSegments segments;
+  MoeRun(const MoeCase& c, DType dt)
+      : ids(c.T * c.k * 4), weights(c.T * c.k * 4), order(c.T * c.k * 4), seg((3 * c.E + 3) * 4),
+        gu(c.T * c.k * 2 * c.F * 4), act(c.T * c.k * c.F * 4), out(c.T * c.k * c.D * 4), residual(c.T * c.D * 4) {
+    int32_t* s = seg.as<int32_t>();
+    segments = {s, s + c.E, s + 2 * c.E + 1, s + 3 * c.E + 2};
+    CUDA_CHECK(cudaMemset(residual.get(), 0, residual.bytes()));
+    (void)dt;
+  }
+};
+
+// Route, sort, experts (gemv or SIMT), combine into a zero residual; returns the residual.
+std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
+  const MoeCase& c = L.c;
+  const int64_t P = c.T * c.k;
+  cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
+  cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  cuda::MoeMatmulParams up;
+  up.x = L.d_x.get();
+  up.ldx = c.D;
+  up.gather = r.order.as<int32_t>();
+  up.gather_div = static_cast<int>(c.k);
+  up.w = L.gate_up_ptrs();
+  up.N = static_cast<int>(2 * c.F);
+  up.K = static_cast<int>(c.D);
+  up.seg = r.segments;
+  up.P = P;
+  up.E = c.E;
+  if (gemv) {
+    up.y = r.act.get();
+    up.ldy = c.F;
+    up.mode = cuda::GemmOut::kSwiGlu;
+    cuda::moe_matmul(up, L.dtype, true, nullptr);
+  } else {
+    up.y = r.gu.get();
+    up.ldy = 2 * c.F;
+    up.mode = cuda::GemmOut::kStoreAct;
+    cuda::moe_matmul(up, L.dtype, false, nullptr);
+    cuda::swiglu(r.gu.get(), P, c.F, r.act.get(), L.dtype, nullptr);
+  }
+  cuda::MoeMatmulParams dn;
+  dn.x = r.act.get();
+  dn.ldx = c.F;
+  dn.w = L.down_ptrs();
+  dn.N = static_cast<int>(c.D);
+  dn.K = static_cast<int>(c.F);
+  dn.y = r.out.get();
+  dn.ldy = c.D;
+  dn.scatter = r.order.as<int32_t>();
+  dn.seg = r.segments;
+  dn.P = P;
+  dn.E = c.E;
+  dn.mode = cuda::GemmOut::kStoreF32;
+  cuda::moe_matmul(dn, L.dtype, gemv, nullptr);
+  cuda::MoeCombineParams cp;
+  cp.expert_out = r.out.as<float>();
+  cp.weights = r.weights.as<float>();
+  cp.ids = r.ids.as<int32_t>();
+  cp.T = c.T;
+  cp.top_k = static_cast<int>(c.k);
+  cp.D = static_cast<int>(c.D);
+  cp.residual = r.residual.as<float>();
+  if (c.shared) {
+    cp.shared_out = L.d_shared_out.as<float>();
+    cp.hidden = L.d_x.get();
+    cp.shared_gate = L.d_shared_gate.get();
+  }
+  cuda::moe_combine(cp, L.dtype, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host<float>(r.residual, c.T * c.D);
+}
+
+const MoeCase kCases[] = {
+    {1, 8, 2, 64, 96, true, false, false},      // Mixtral-like decode
+    {3, 64, 8, 256, 128, false, true, false},   // OLMoE / Qwen2-MoE-like decode batch, shared expert
+    {40, 16, 4, 128, 64, true, false, false},   // every expert reached
+    {200, 4, 1, 64, 32, false, false, true},    // one expert: a segment of 200 rows (4 SIMT tiles)
+    {300, 128, 8, 64, 32, true, true, false},   // 2400 pairs over 128 experts
+};
+
+TEST(CudaMoe, RoutingMatchesTheCpuAndTheSortIsStable) {
+  PAGODA_REQUIRE_GPU();
+  for (const MoeCase& c : kCases) {
+    MoeLayer L(c, DType::kF32, 100 + c.T);
+    MoeRun r(c, DType::kF32);
+    run_layer(L, r, true);
+    const int64_t P = c.T * c.k;
+    std::vector<int32_t> want_ids(P);
+    std::vector<float> want_w(P);
+    moe_route(L.logits.data(), c.T, c.E, c.k, c.normalize, want_ids.data(), want_w.data());
+    const auto ids = to_host<int32_t>(r.ids, P);
+    const auto w = to_host<float>(r.weights, P);
+    ASSERT_EQ(ids, want_ids) << "T " << c.T << " E " << c.E;
+    for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6 * std::max(1.0f, want_w[i])) << "pair " << i;
+    // order: the pairs stably sorted by expert; segments: the active experts ascending.
+    std::vector<int32_t> want_order(P);
+    std::iota(want_order.begin(), want_order.end(), 0);
+    std::stable_sort(want_order.begin(), want_order.end(), [&](int32_t a, int32_t b) { return want_ids[a] < want_ids[b]; });
+    EXPECT_EQ(to_host<int32_t>(r.order, P), want_order) << "T " << c.T;
+    const auto seg = to_host<int32_t>(r.seg, 3 * c.E + 3);
+    std::vector<int32_t> count(c.E, 0);
+    for (int32_t e : want_ids) ++count[e];
+    int32_t s = 0, begin = 0, tile = 0;
+    for (int64_t e = 0; e < c.E; ++e) {
+      if (count[e] == 0) continue;
+      EXPECT_EQ(seg[s], e);                   // expert
+      EXPECT_EQ(seg[c.E + s], begin);         // begin
+      EXPECT_EQ(seg[2 * c.E + 1 + s], tile);  // tile
+      begin += count[e];
+      tile += (count[e] + cuda::kMoeTile - 1) / cuda::kMoeTile;
+      ++s;
+    }
+    EXPECT_EQ(seg[3 * c.E + 2], s) << "active experts";
+    EXPECT_EQ(seg[c.E + s], P);
+    EXPECT_EQ(seg[2 * c.E + 1 + s], tile);
+    if (c.one_expert) {
+      EXPECT_EQ(s, 1);
+    }
+    if (c.T == 40) {
+      EXPECT_EQ(s, c.E) << "the case meant to reach every expert";
+    }
+  }
+}
+
+TEST(CudaMoe, LayerMatchesTheReferenceOnBothExpertPaths) {
+  PAGODA_REQUIRE_GPU();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (const MoeCase& c : kCases) {
+      MoeLayer L(c, dt, 7 + c.T);
+      for (bool gemv : {true, false}) {
+        MoeRun r(c, dt);
+        const auto got = run_layer(L, r, gemv);
+        const auto ref = L.reference(to_host<int32_t>(r.ids, c.T * c.k), to_host<float>(r.weights, c.T * c.k));
+        double worst = 0, peak = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          worst = std::max(worst, std::abs(got[i] - ref[i]));
+          peak = std::max(peak, std::abs(ref[i]));
+        }
+        // f32: f32 accumulation over D + F inputs; bf16: the same operands rounded as the device
+        // rounds them, so only accumulation order and an occasional one-ulp rounding flip differ.
+        const double bound = (dt == DType::kF32 ? 2e-5 : 4e-3) * peak;
+        EXPECT_LE(worst, bound) << dtype_name(dt) << (gemv ? " gemv" : " simt") << " T " << c.T << " E " << c.E;
+        std::printf("[cuda-moe] %s %s T %lld E %lld k %lld: max|diff| %.2e = %.2e x max|out|\n", std::string(dtype_name(dt)).c_str(),
+                    gemv ? "gemv" : "simt", static_cast<long long>(c.T), static_cast<long long>(c.E),
+                    static_cast<long long>(c.k), worst, worst / peak);
+      }
+    }
+  }
+}
+
+// The SIMT expert path (the --batch-invariant mode's) gives a token the same bits alone and in a
+// batch whose other tokens change the segments it lands in.
+TEST(CudaMoe, SimtPathIsBatchInvariant) {
+  PAGODA_REQUIRE_GPU();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const MoeCase batch{40, 16, 4, 128, 64, true, true, false};
+    MoeLayer L(batch, dt, 5);
+    MoeRun r(batch, dt);
+    const auto all = run_layer(L, r, false);
+    for (int64_t t : {0, 17, 39}) {
+      MoeCase one = batch;
+      one.T = 1;
+      MoeLayer S(one, dt, 5);  // the same weights (same seeds), then token t's inputs
+      S.x.assign(L.x.begin() + t * batch.D, L.x.begin() + (t + 1) * batch.D);
+      S.logits.assign(L.logits.begin() + t * batch.E, L.logits.begin() + (t + 1) * batch.E);
+      S.shared_out.assign(L.shared_out.begin() + t * batch.D, L.shared_out.begin() + (t + 1) * batch.D);
+      S.d_x = upload_as(S.x, dt);
+      S.d_logits = to_device(S.logits);
+      S.d_shared_out = to_device(S.shared_out);
+      MoeRun rs(one, dt);
+      const auto solo = run_layer(S, rs, false);
+      for (int64_t d = 0; d < batch.D; ++d)
+        ASSERT_EQ(solo[d], all[t * batch.D + d]) << dtype_name(dt) << " token " << t << " column " << d;
+    }
+  }
+}
+
+#endif  // PAGODA_HAVE_CUDA
+
+}  // namespace
+}  // namespace pagoda
