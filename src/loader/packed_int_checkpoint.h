@@ -1,0 +1,54 @@
+// The quantized linear weights of packed-integer Hugging Face checkpoints, decoded at load into the
+// engine's native block rows (Q4_0 / Q4_1 / Q8_0, exactly or to the fp16 rounding that
+// quant/grouped_int.h states) under the weight's own name "<module>.weight", so that every
+// consumer (the tensor tables, the CPU repacking, the CUDA upload, the memory planner's byte
+// count) sees an ordinary quantized weight.
+//
+// Which checkpoints (config.json's quantization_config, or AutoGPTQ's quantize_config.json):
+//   quant_method "gptq"   <m>.qweight I32 [K * bits / 32, N] (codes packed along K, the lowest bits
+//                         first), <m>.qzeros I32 [G, N * bits / 32] (packed along N), <m>.scales
+//                         F16 [G, N], <m>.g_idx I32 [K] (optional). bits 4 or 8; group_size
+//                         32, 64, 128, ... or -1 (one group: per-channel). checkpoint_format
+//                         "gptq" (v1: the stored zero is zero - 1) or "gptq_v2" (the zero itself).
+//                         g_idx must be k / group_size (desc_act=False, or desc_act with
+//                         static_groups): act-order weights are refused, naming the file.
+//   quant_method "awq"    version "gemm": <m>.qweight I32 [K, N / 8] (codes packed along N in the
+//                         nibble order 0 2 4 6 1 3 5 7), <m>.qzeros I32 [G, N / 8] (same order),
+//                         <m>.scales F16 [G, N]. 4 bits, zero_point true.
+//   quant_method          format "pack-quantized": <m>.weight_packed I32 [N, K * bits / 32]
+//     "compressed-tensors" (codes + 2^(bits-1) packed along K), <m>.weight_scale [N, G] (F16, BF16
+//                         or F32), <m>.weight_zero_point (asymmetric only; int8 codes packed along N
+//                         as the weights are: I32 [ceil(N * bits / 32), G]), <m>.weight_shape I64
+//                         [2] = [N, K]. num_bits 4 or 8, type int, strategy group or channel.
+//                         actorder "group" (a <m>.weight_g_idx that is not k / group) is refused.
+// Scales in BF16 or F32 are rounded to fp16 (exact for BF16 values in fp16's normal range).
+// Anything else (another quant_method, bits, format or layout, a missing or misshapen tensor)
+// is a load error naming the tensor and the file, never a silently different weight.
+//
+// Thread-safety: decode_packed_int_checkpoint is a pure function of the directory; it decodes the
+// weights on several threads.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace pagoda {
+
+class HfModelDir;
+
+struct PackedIntCheckpoint {
+  std::string method;                   // "gptq", "awq", "compressed-tensors"
+  std::map<std::string, Tensor> weights;  // "<m>.weight" -> [N, K] native rows (owned host memory)
+  std::set<std::string> consumed;       // the checkpoint's tensors they replace (qweight, scales, ...)
+};
+
+// nullopt when the directory has no quantization_config (and no quantize_config.json) and no
+// packed tensors; an error for an unsupported or malformed quantized checkpoint.
+Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const HfModelDir& dir, int threads = 0);
+
+}  // namespace pagoda
