@@ -35,6 +35,7 @@ sys.modules["awq"] = pkg
 
 
 def same(name, ours, theirs):
+    assert ours.flags["C_CONTIGUOUS"] or ours.ndim < 2, f"{name}: our array is not C-contiguous"
     a = np.ascontiguousarray(ours).view(np.uint8)
     b = np.ascontiguousarray(theirs).view(np.uint8)
     ok = a.shape == b.shape and np.array_equal(a, b)

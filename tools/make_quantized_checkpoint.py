@@ -281,6 +281,10 @@ def write_variant(name, src_root, out_root):
     qcfg = dict(cfg)
     qcfg["quantization_config"] = quantization_config(method, s)
     json.dump(qcfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    # safetensors writes an array's buffer as it lies: every array C-contiguous (a transposed
+    # scales view would otherwise be written column-major)
+    packed = {k: np.ascontiguousarray(v) for k, v in packed.items()}
+    ref = {k: np.ascontiguousarray(v) for k, v in ref.items()}
     save_with_bf16(packed, os.path.join(d, "model.safetensors"))
     save_file(ref, os.path.join(d, "reference.safetensors"), metadata={"format": "pt"})
     return d
