@@ -142,6 +142,8 @@ Result<PackedConfig> parse_compressed_tensors(const json& q, const std::string& 
   return c;
 }
 
+Result<std::optional<PackedConfig>> parse_config(const json& q, const std::string& where);
+
 // quantization_config (config.json) or AutoGPTQ's quantize_config.json; nullopt when neither.
 Result<std::optional<PackedConfig>> find_config(const HfModelDir& dir) {
   const json& cfg = dir.config();
@@ -158,6 +160,10 @@ Result<std::optional<PackedConfig>> find_config(const HfModelDir& dir) {
     where = alt;
     if (!q.contains("quant_method")) q["quant_method"] = "gptq";  // AutoGPTQ's file names none
   }
+  return parse_config(q, where);
+}
+
+Result<std::optional<PackedConfig>> parse_config(const json& q, const std::string& where) {
   if (!q.is_object()) return invalid_argument("{}: not a JSON object", where);
   const std::string method = q.value("quant_method", std::string());
   auto some = [](Result<PackedConfig> c) -> Result<std::optional<PackedConfig>> {
@@ -393,6 +399,18 @@ Suffixes suffixes_of(Method m) {
 }
 
 }  // namespace
+
+Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& config) {
+  auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return std::optional<DType>();
+  PAGODA_ASSIGN_OR_RETURN(std::optional<PackedConfig> c, parse_config(*it, "config.json quantization_config"));
+  const bool sym = c->method == Method::kGptq ? it->value("sym", true)
+                   : c->method == Method::kAwq ? false
+                                               : c->ct_symmetric;
+  const int bits = c->method == Method::kCompressedTensors ? *std::max_element(c->ct_bits.begin(), c->ct_bits.end()) : c->bits;
+  if (bits == 8 && !sym) return unimplemented("config.json quantization_config: asymmetric 8-bit weights have no exact native layout");
+  return std::optional<DType>(bits == 8 ? DType::kQ8_0 : sym ? DType::kQ4_0 : DType::kQ4_1);
+}
 
 Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const HfModelDir& dir, int threads) {
   PAGODA_ASSIGN_OR_RETURN(std::optional<PackedConfig> config, find_config(dir));

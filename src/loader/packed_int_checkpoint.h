@@ -34,6 +34,9 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/dtype.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -50,5 +53,10 @@ struct PackedIntCheckpoint {
 // nullopt when the directory has no quantization_config (and no quantize_config.json) and no
 // packed tensors; an error for an unsupported or malformed quantized checkpoint.
 Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const HfModelDir& dir, int threads = 0);
+
+// The native format the packed linears of a checkpoint with this config.json decode to (Q4_0:
+// symmetric 4-bit, Q4_1: asymmetric 4-bit, AWQ; Q8_0: symmetric 8-bit), for memory plans made from
+// config.json alone; nullopt without quantization_config; an error for a config that would not load.
+Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& config);
 
 }  // namespace pagoda

@@ -20,6 +20,8 @@
 
 #include "common/half.h"
 #include "cpu_greedy_run.h"
+#include "loader/hf_model_dir.h"
+#include "loader/packed_int_checkpoint.h"
 #include "loader/safetensors.h"
 #include "loader/weight_source.h"
 #include "model/family.h"
@@ -230,6 +232,22 @@ TEST(PackedIntCheckpoint, MemoryPlanCountsTheNativeBytes) {
     want += t->dtype() == DType::kQ4_0 ? orig->numel() / 32 * 18 : orig->nbytes();
   }
   EXPECT_EQ(bytes, want);
+  // `pagoda memplan` on config.json alone takes the same format for the linears.
+  auto dir_src = HfModelDir::open(dir);
+  ASSERT_TRUE(dir_src.ok());
+  auto planned = packed_int_linear_format((*dir_src)->config());
+  ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+  ASSERT_TRUE(planned->has_value());
+  EXPECT_EQ(**planned, DType::kQ4_0);
+  for (const char* v : {"llama3-awq-w4g128", "llama3-ct-w8a16-channel", "llama3-gptq-w4g32-asym"}) {
+    auto d = HfModelDir::open(variant_dir(v));
+    ASSERT_TRUE(d.ok());
+    auto f = packed_int_linear_format((*d)->config());
+    ASSERT_TRUE(f.ok() && f->has_value()) << v;
+    auto s = load_weight_source(variant_dir(v));
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(**f, (*s)->find("model.layers.0.mlp.down_proj.weight")->dtype()) << v;
+  }
   int64_t f32_bytes = 0;
   for (const std::string& name : (*f32)->names()) f32_bytes += (*f32)->find(name)->nbytes();
   EXPECT_LT(bytes, f32_bytes);
