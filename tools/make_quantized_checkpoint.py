@@ -33,6 +33,11 @@ correction changes which codes are chosen, not how they are stored):
          (BF16, the dtype of a bf16 model, or F16), weight_zero_point I32 [ceil(N*b/32), G] (asym: zp +
          2^(b-1) packed along N), weight_shape I64 [2].
 
+  fp8    float8_e4m3 weights (round to nearest even, saturating): compressed-tensors float-quantized
+         channel (weight_scale F32 [N, 1] = max|row| / 448, input_scale), or quant_method "fp8"
+         (weight_scale_inv F32 per 128 x 128 block = max|block| / 448). reference.safetensors holds
+         <m>.fp8 (the codes) and <m>.scales (the scale grid).
+
 tools/cross_check_quantized_packers.py runs the reference packers themselves (GPTQModel, AutoAWQ,
 compressed-tensors; they need torch) on this script's codes and compares the bytes.
 
@@ -66,6 +71,8 @@ VARIANTS = {
     "llama3-ct-w4a16-g128": ("llama3", "ct", dict(bits=4, group=128, sym=True, scale_dtype="bf16")),
     "llama3-ct-w4a16-g64-asym": ("llama3", "ct", dict(bits=4, group=64, sym=False, scale_dtype="f16")),
     "llama3-ct-w8a16-channel": ("llama3", "ct", dict(bits=8, group=-1, sym=True, scale_dtype="bf16")),
+    "llama3-ct-fp8-channel": ("llama3", "fp8", dict(block=None)),
+    "llama3-fp8-block128": ("llama3", "fp8", dict(block=128)),
 }
 
 
@@ -163,6 +170,23 @@ def quantize_ct(w, bits, group, sym, scale_round):
     return q.astype(np.int64), zp.astype(np.int64), scale.astype(np.float32), g
 
 
+# FP8 E4M3 (bias 7, no infinities, max 448): every finite code's value, for round-to-nearest-even.
+_E4M3 = np.array([(-1) ** (c >> 7) * (((c >> 3) & 15) and (1 + (c & 7) / 8) * 2.0 ** (((c >> 3) & 15) - 7)
+                   or (c & 7) / 8 * 2.0 ** -6) for c in range(256)], dtype=np.float64)
+
+
+def fp8_e4m3_codes(x):
+    """x (float) -> E4M3 codes, round to nearest (ties to the even code), saturating at +-448."""
+    pos = np.arange(0, 127)  # 0x00 .. 0x7e (0x7f is NaN)
+    vals = _E4M3[pos]
+    a = np.minimum(np.abs(x.astype(np.float64)), 448.0)
+    hi = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)
+    lo = hi - 1
+    dlo, dhi = a - vals[lo], vals[hi] - a
+    pick = np.where((dhi < dlo) | ((dhi == dlo) & (hi % 2 == 0)), hi, lo)
+    return (pos[pick] | np.where(x < 0, 128, 0)).astype(np.uint8)
+
+
 def pack_module(method, s, w, rng):
     """Tensors of one packed module (suffix -> array) and its reference values (suffix -> array)."""
     N, K = w.shape
@@ -198,6 +222,26 @@ def pack_module(method, s, w, rng):
         t["qzeros"] = pack_along_cols(zero.T, 4, order).view(np.int32)
         t["scales"] = scale.T.astype(np.float16)
         ref = dict(codes=q, zeros=zero, scales=scale)
+    elif method == "fp8":
+        # compressed-tensors float-quantized channel (scale [N, 1] = max|row| / 448), or quant_method
+        # fp8 (weight_scale_inv per 128 x 128 block): weight = fp8 codes, value = fp8 * scale.
+        b = s["block"]
+        if b is None:
+            scale = (np.abs(w).max(axis=1, keepdims=True) / 448.0).astype(np.float32)
+            cell = scale
+        else:
+            SR, SC = -(-N // b), -(-K // b)
+            cell = np.zeros((SR, SC), dtype=np.float32)
+            for i in range(SR):
+                for j in range(SC):
+                    cell[i, j] = np.abs(w[i * b:(i + 1) * b, j * b:(j + 1) * b]).max() / 448.0
+            scale = np.repeat(np.repeat(cell, b, 0), b, 1)[:N, :K]
+        codes = fp8_e4m3_codes(w / scale)
+        t["weight"] = codes  # written as F8_E4M3
+        t["weight_scale" if b is None else "weight_scale_inv"] = cell
+        if b is None:
+            t["input_scale"] = np.array([0.02], dtype=np.float32)  # static activation scale (not applied)
+        ref = dict(fp8=codes, scales=cell)
     else:
         bits = s["bits"]
         rnd = bf16_round if s["scale_dtype"] == "bf16" else fp16_round
@@ -217,6 +261,18 @@ def quantization_config(method, s):
         return {"quant_method": "gptq", "bits": s["bits"], "group_size": s["group"], "sym": s["sym"],
                 "desc_act": bool(s.get("act_order")), "static_groups": False, "true_sequential": True,
                 "damp_percent": 0.01, "checkpoint_format": s["fmt"], "lm_head": False}
+    if method == "fp8" and s["block"] is None:
+        return {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+                "config_groups": {"group_0": {
+                    "targets": ["Linear"], "format": "float-quantized",
+                    "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel",
+                                "dynamic": False, "observer": "minmax"},
+                    "input_activations": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor",
+                                          "dynamic": False}}},
+                "ignore": ["lm_head"], "kv_cache_scheme": None}
+    if method == "fp8":
+        return {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                "weight_block_size": [s["block"], s["block"]]}
     if method == "awq":
         return {"quant_method": "awq", "bits": 4, "group_size": s["group"], "zero_point": True,
                 "version": "gemm", "modules_to_not_convert": None}
@@ -232,11 +288,12 @@ def quantization_config(method, s):
 
 
 def save_with_bf16(tensors, path):
-    """safetensors.numpy has no bfloat16: write uint16 arrays named in `bf16` as BF16 by patching
-    the header (same byte layout)."""
+    """safetensors.numpy has no bfloat16 or float8: write the uint16 weight_scale arrays as BF16 and
+    the uint8 .weight arrays as F8_E4M3 by patching the header (same byte layout)."""
     bf16 = [k for k, v in tensors.items() if k.endswith("weight_scale") and v.dtype == np.uint16]
+    fp8 = [k for k, v in tensors.items() if k.endswith(".weight") and v.dtype == np.uint8]
     save_file(tensors, path, metadata={"format": "pt"})
-    if not bf16:
+    if not bf16 and not fp8:
         return
     with open(path, "rb") as f:
         data = f.read()
@@ -245,6 +302,9 @@ def save_with_bf16(tensors, path):
     for k in bf16:
         assert header[k]["dtype"] == "U16"
         header[k]["dtype"] = "BF16"
+    for k in fp8:
+        assert header[k]["dtype"] == "U8"
+        header[k]["dtype"] = "F8_E4M3"
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * ((-len(h)) % 8)  # the data section stays 8-byte aligned; its offsets are relative
     with open(path, "wb") as f:
@@ -270,6 +330,10 @@ def write_variant(name, src_root, out_root):
         t, r = pack_module(method, s, w.astype(np.float32), rng)
         for suffix, a in t.items():
             packed[f"{module}.{suffix}"] = a
+        if "fp8" in r:
+            ref[f"{module}.fp8"] = r["fp8"]
+            ref[f"{module}.scales"] = r["scales"].astype(np.float32)
+            continue
         ref[f"{module}.codes"] = r["codes"].astype(np.uint8)
         ref[f"{module}.zeros"] = r["zeros"].astype(np.int32)
         ref[f"{module}.scales"] = r["scales"].astype(np.float32)

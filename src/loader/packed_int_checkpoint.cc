@@ -18,7 +18,8 @@ namespace {
 using nlohmann::json;
 using quant::GroupedIntWeight;
 
-enum class Method { kGptq, kAwq, kCompressedTensors };
+// kFp8: float8_e4m3 weights with scales (compressed-tensors float-quantized, quant_method "fp8").
+enum class Method { kGptq, kAwq, kCompressedTensors, kFp8 };
 
 // What quantization_config says, once checked.
 struct PackedConfig {
@@ -30,6 +31,8 @@ struct PackedConfig {
   bool gptq_v1 = true;     // the stored zero is zero - 1
   std::vector<int> ct_bits;       // compressed-tensors: the num_bits its config groups allow
   bool ct_symmetric = true;
+  std::string fp8_scale = "weight_scale";  // kFp8: the scale tensor's suffix (quant_method fp8: weight_scale_inv)
+  int64_t fp8_block[2] = {0, 0};           // kFp8: [rows, cols] a scale covers; 0: a scale per tensor or row
 };
 
 // The tensors of one quantized module, by their suffix.
@@ -102,15 +105,66 @@ Result<PackedConfig> parse_gptq_awq(const json& q, Method method, const std::str
   return c;
 }
 
+// [rows, cols] of a block-scaled FP8 weight's blocks from `key` (two positive integers).
+Status read_block(const json& j, const char* key, const std::string& where, int64_t out[2]) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_number_integer() ||
+      !(*it)[1].is_number_integer() || (*it)[0].get<int64_t>() <= 0 || (*it)[1].get<int64_t>() <= 0)
+    return invalid_argument("{}: '{}' must be two positive integers, got {}", where, key,
+                            it == j.end() ? std::string("nothing") : it->dump());
+  out[0] = (*it)[0].get<int64_t>();
+  out[1] = (*it)[1].get<int64_t>();
+  return {};
+}
+
+// compressed-tensors float-quantized: FP8 E4M3 weights; the activation scheme (static or dynamic
+// FP8) is not applied: activations stay in the compute dtype.
+Result<PackedConfig> parse_ct_float(const json& q, const std::string& where) {
+  PackedConfig c;
+  c.method = Method::kFp8;
+  c.name = "compressed-tensors float-quantized (FP8)";
+  c.source = where;
+  auto groups = q.find("config_groups");
+  if (groups == q.end() || !groups->is_object() || groups->empty())
+    return invalid_argument("{}: compressed-tensors needs config_groups", where);
+  for (const auto& [gname, g] : groups->items()) {
+    const std::string gw = fmt::format("{} config_groups.{}", where, gname);
+    auto w = g.find("weights");
+    if (w == g.end() || !w->is_object()) return invalid_argument("{}: missing 'weights'", gw);
+    if (w->value("type", std::string()) != "float" || w->value("num_bits", 0) != 8)
+      return unimplemented("{}: float-quantized weights must be 8-bit floats (type float, num_bits 8)", gw);
+    const std::string strategy = w->value("strategy", std::string("tensor"));
+    if (strategy != "tensor" && strategy != "channel" && strategy != "block")
+      return unimplemented("{}: FP8 weight strategy '{}' is not supported (tensor, channel and block are)", gw, strategy);
+    if (strategy == "block") PAGODA_RETURN_IF_ERROR(read_block(*w, "block_structure", gw, c.fp8_block));
+  }
+  return c;
+}
+
+// quant_method "fp8" (transformers' FineGrainedFP8: weight F8_E4M3 and weight_scale_inv per block).
+Result<PackedConfig> parse_fp8(const json& q, const std::string& where) {
+  PackedConfig c;
+  c.method = Method::kFp8;
+  c.name = "fp8";
+  c.source = where;
+  c.fp8_scale = "weight_scale_inv";
+  const std::string fmt_name = q.value("fmt", std::string("e4m3"));
+  if (fmt_name != "e4m3") return unimplemented("{}: FP8 format '{}' is not supported (e4m3 is)", where, fmt_name);
+  if (q.contains("weight_block_size") && !q["weight_block_size"].is_null())
+    PAGODA_RETURN_IF_ERROR(read_block(q, "weight_block_size", where, c.fp8_block));
+  return c;
+}
+
 Result<PackedConfig> parse_compressed_tensors(const json& q, const std::string& where) {
   PackedConfig c;
   c.method = Method::kCompressedTensors;
   c.name = "compressed-tensors";
   c.source = where;
   const std::string format = q.value("format", std::string());
+  if (format == "float-quantized") return parse_ct_float(q, where);
   if (format != "pack-quantized")
-    return unimplemented("{}: compressed-tensors format '{}' is not supported (pack-quantized is: int4 / int8 "
-                         "weights packed in int32)", where, format);
+    return unimplemented("{}: compressed-tensors format '{}' is not supported (pack-quantized: int4 / int8 "
+                         "weights packed in int32, and float-quantized: FP8 E4M3 weights, are)", where, format);
   auto groups = q.find("config_groups");
   if (groups == q.end() || !groups->is_object() || groups->empty())
     return invalid_argument("{}: compressed-tensors needs config_groups", where);
@@ -173,7 +227,9 @@ Result<std::optional<PackedConfig>> parse_config(const json& q, const std::strin
   if (method == "gptq") return some(parse_gptq_awq(q, Method::kGptq, where));
   if (method == "awq") return some(parse_gptq_awq(q, Method::kAwq, where));
   if (method == "compressed-tensors") return some(parse_compressed_tensors(q, where));
-  return unimplemented("{}: quant_method '{}' is not supported (gptq, awq and compressed-tensors pack-quantized are)",
+  if (method == "fp8") return some(parse_fp8(q, where));
+  return unimplemented("{}: quant_method '{}' is not supported (gptq, awq, fp8 and compressed-tensors pack-quantized and "
+                       "float-quantized are)",
                        where, method);
 }
 
@@ -382,6 +438,58 @@ Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const Packed
   return w;
 }
 
+// FP8 E4M3 weight [N, K] times its scale (one, per row [N, 1], or per block [ceil(N / bn),
+// ceil(K / bk)]), rounded to bf16: exact products in f32, then |error| <= 2^-9 of the value.
+Result<Tensor> decode_fp8(const Module& m, const PackedConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(Raw w, raw(m, "weight", "F8_E4M3", 2));
+  const int64_t N = w.dim(0), K = w.dim(1);
+  auto it = m.parts.find(c.fp8_scale);
+  if (it == m.parts.end()) return not_found("FP8 weight '{}' has no tensor '{}.{}'", w.name, m.prefix, c.fp8_scale);
+  PAGODA_ASSIGN_OR_RETURN(Raw sc, raw(m, c.fp8_scale, it->second->info->dtype_name, it->second->info->shape.size()));
+  const std::string& dt = sc.info->dtype_name;
+  if (dt != "F32" && dt != "BF16" && dt != "F16")
+    return invalid_argument("tensor '{}' has dtype {}, expected F32, BF16 or F16", sc.name, dt);
+  // Scale grid [SR, SC]; a cell covers br x bc weights: one scale ([], [1], [1, 1]), one per row
+  // ([N], [N, 1]), or the configured blocks ([ceil(N / rows), ceil(K / cols)]).
+  const auto& ss = sc.info->shape;
+  int64_t numel = 1;
+  for (int64_t d : ss) numel *= d;
+  int64_t br = N, bc = K, SR = 1, SC = 1;
+  if (c.fp8_block[0] > 0) {
+    br = c.fp8_block[0];
+    bc = c.fp8_block[1];
+    SR = (N + br - 1) / br;
+    SC = (K + bc - 1) / bc;
+    if (ss != std::vector<int64_t>{SR, SC})
+      return invalid_argument("tensor '{}' has shape {}, expected [{}, {}] (blocks of {} x {} over [{}, {}])", sc.name,
+                              shape_str(ss), SR, SC, br, bc, N, K);
+  } else if (numel == N && ss.size() >= 1 && ss[0] == N && (ss.size() == 1 || ss[1] == 1)) {
+    br = 1;
+    SR = N;
+  } else if (numel != 1) {
+    return invalid_argument("tensor '{}' has shape {}: not one scale or one per row of [{}, {}] (block scales need "
+                            "weight_block_size / block_structure in the config)", sc.name, shape_str(ss), N, K);
+  }
+  auto scale_at = [&](int64_t i) -> float {
+    if (dt == "F32") {
+      float f;
+      std::memcpy(&f, sc.data + 4 * i, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, sc.data + 2 * i, 2);
+    return dt == "BF16" ? bf16_to_f32(h) : fp16_to_f32(h);
+  };
+  Tensor out = Tensor::empty(DType::kBF16, {N, K});
+  uint16_t* o = out.data_as<uint16_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const float s = scale_at(SR == 1 && SC == 1 ? 0 : (n / br) * SC + k / bc);
+      o[n * K + k] = f32_to_bf16(fp8_e4m3_to_f32(w.data[n * K + k]) * s);
+    }
+  return out;
+}
+
 // The checkpoint tensor suffixes that mark a quantized module, and every suffix it may have.
 struct Suffixes {
   const char* marker;
@@ -394,6 +502,7 @@ Suffixes suffixes_of(Method m) {
     case Method::kAwq: return {"qweight", {"qweight", "qzeros", "scales"}};
     case Method::kCompressedTensors:
       return {"weight_packed", {"weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx"}};
+    case Method::kFp8: return {"weight", {"weight", "weight_scale", "weight_scale_inv", "input_scale"}};
   }
   return {"", {}};
 }
@@ -404,6 +513,7 @@ Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& conf
   auto it = config.find("quantization_config");
   if (it == config.end() || it->is_null()) return std::optional<DType>();
   PAGODA_ASSIGN_OR_RETURN(std::optional<PackedConfig> c, parse_config(*it, "config.json quantization_config"));
+  if (c->method == Method::kFp8) return std::optional<DType>(DType::kBF16);
   const bool sym = c->method == Method::kGptq ? it->value("sym", true)
                    : c->method == Method::kAwq ? false
                                                : c->ct_symmetric;
@@ -422,6 +532,7 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
     return std::optional<PackedIntCheckpoint>();
   }
   const Suffixes sfx = suffixes_of(config->method);
+  const bool fp8 = config->method == Method::kFp8;
   std::map<std::string, Module> modules;
   for (const auto& [name, e] : dir.tensors()) {
     for (const std::string& s : sfx.all) {
@@ -433,6 +544,18 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
   }
   std::vector<const Module*> jobs;
   for (const auto& [prefix, m] : modules) {
+    if (fp8) {
+      // Only the modules whose weight is FP8; the others (norms, embeddings, lm_head) stay.
+      auto w = m.parts.find("weight");
+      if (w == m.parts.end() || w->second->info->dtype_name != "F8_E4M3") {
+        if (m.parts.count(config->fp8_scale) && w != m.parts.end())
+          return invalid_argument("{}: '{}.weight' has dtype {} beside a '{}' (FP8 weights are F8_E4M3)", dir.dir(), prefix,
+                                  w->second->info->dtype_name, config->fp8_scale);
+        continue;
+      }
+      jobs.push_back(&m);
+      continue;
+    }
     if (!m.parts.count(sfx.marker))
       return invalid_argument("{}: tensor '{}.{}' has no '{}.{}' beside it", dir.dir(), prefix, m.parts.begin()->first,
                               prefix, sfx.marker);
@@ -448,6 +571,10 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
   auto work = [&] {
     for (size_t i = next++; i < jobs.size(); i = next++) {
       const Module& m = *jobs[i];
+      if (fp8) {
+        out[i] = decode_fp8(m, *config);
+        continue;
+      }
       Result<GroupedIntWeight> w = config->method == Method::kGptq  ? decode_gptq(m, *config)
                                    : config->method == Method::kAwq ? decode_awq(m, *config)
                                                                     : decode_compressed_tensors(m, *config);

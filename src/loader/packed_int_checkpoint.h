@@ -1,6 +1,6 @@
-// The quantized linear weights of packed-integer Hugging Face checkpoints, decoded at load into the
-// engine's native block rows (Q4_0 / Q4_1 / Q8_0, exactly or to the fp16 rounding that
-// quant/grouped_int.h states) under the weight's own name "<module>.weight", so that every
+// The quantized linear weights of packed-integer (and FP8) Hugging Face checkpoints, decoded at load
+// into the engine's native rows (Q4_0 / Q4_1 / Q8_0, exactly or to the fp16 rounding that
+// quant/grouped_int.h states; FP8: BF16) under the weight's own name "<module>.weight", so that every
 // consumer (the tensor tables, the CPU repacking, the CUDA upload, the memory planner's byte
 // count) sees an ordinary quantized weight.
 //
@@ -21,6 +21,13 @@
 //                         as the weights are: I32 [ceil(N * bits / 32), G]), <m>.weight_shape I64
 //                         [2] = [N, K]. num_bits 4 or 8, type int, strategy group or channel.
 //                         actorder "group" (a <m>.weight_g_idx that is not k / group) is refused.
+//   FP8 E4M3              compressed-tensors format "float-quantized" (weights type float, 8 bits,
+//                         strategy tensor / channel / block: <m>.weight F8_E4M3 [N, K] and
+//                         <m>.weight_scale [], [1], [N, 1] or a block grid; <m>.input_scale is
+//                         dropped: activations stay in the compute dtype), or quant_method "fp8"
+//                         (<m>.weight_scale_inv per weight_block_size block). Decoded to BF16:
+//                         bf16(fp8 * scale), the product exact in f32, so |error| <= 2^-9 relative.
+//                         The CUDA backend uploads these bf16 rows as any bf16 weight (no FP8 GEMM).
 // Scales in BF16 or F32 are rounded to fp16 (exact for BF16 values in fp16's normal range).
 // Anything else (another quant_method, bits, format or layout, a missing or misshapen tensor)
 // is a load error naming the tensor and the file, never a silently different weight.
@@ -45,7 +52,7 @@ namespace pagoda {
 class HfModelDir;
 
 struct PackedIntCheckpoint {
-  std::string method;                   // "gptq", "awq", "compressed-tensors"
+  std::string method;                   // "gptq", "awq", "compressed-tensors", "fp8", ...
   std::map<std::string, Tensor> weights;  // "<m>.weight" -> [N, K] native rows (owned host memory)
   std::set<std::string> consumed;       // the checkpoint's tensors they replace (qweight, scales, ...)
 };
@@ -55,7 +62,7 @@ struct PackedIntCheckpoint {
 Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const HfModelDir& dir, int threads = 0);
 
 // The native format the packed linears of a checkpoint with this config.json decode to (Q4_0:
-// symmetric 4-bit, Q4_1: asymmetric 4-bit, AWQ; Q8_0: symmetric 8-bit), for memory plans made from
+// symmetric 4-bit, Q4_1: asymmetric 4-bit, AWQ; Q8_0: symmetric 8-bit; BF16: FP8), for memory plans made from
 // config.json alone; nullopt without quantization_config; an error for a config that would not load.
 Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& config);
 

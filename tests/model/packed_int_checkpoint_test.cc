@@ -1,9 +1,10 @@
-// GPTQ, AWQ and compressed-tensors checkpoints (models/tiny/quant, written by
+// GPTQ, AWQ, compressed-tensors and FP8 checkpoints (models/tiny/quant, written by
 // tools/make_quantized_checkpoint.py exactly as the reference packers lay them out) against the
 // packer's own unpacked values (reference.safetensors beside each: codes, zeros, scales):
 //   1. decode: each packed linear becomes "<m>.weight" in the expected native format, and its
 //      rows dequantized equal scale * (code - zero) exactly (Q4_0, Q8_0) or within the fp16
-//      rounding of Q4_1's m (|error| <= 2^-11 * 16 * scale, quant/grouped_int.h);
+//      rounding of Q4_1's m (|error| <= 2^-11 * 16 * scale, quant/grouped_int.h); FP8 weights
+//      equal bf16(fp8 * scale);
 //   2. the model on the CPU kernels (integer dot products over q8 activations) against the same
 //      model with those f32 weights through the f32 kernels: logits within kQuantLogitBound of
 //      the range, top-1 and the greedy continuation equal except at near-ties (the reference's gap
@@ -39,9 +40,10 @@ namespace fs = std::filesystem;
 // fraction of the range, and the most near-ties a checkpoint may have.
 constexpr double kQuantLogitBound = 0.08;
 constexpr double kQuantMaxTieFraction = 0.08;
-// Mean KL(f32 || quantized) over the prompt's positions, in nats: the q8 activations' share (the
-// weights are the same). Measured on these random tiny models: 3.7e-4 to 2.0e-3 (the 8-bit sets
-// too, so it is the activations); the bound is 5x the largest. A wrong group's scale gives 0.1 to 8.
+// Mean KL(f32 || quantized) over the prompt's positions, in nats: the activations' share (the
+// weights are the same). Measured on these random tiny models: 3.7e-4 to 2.0e-3 for the integer sets
+// (q8 activations; the 8-bit sets as much as the 4-bit ones), 9e-5 for FP8 (bf16 weights); the bound
+// is 5x the largest. A wrong group's scale gives 0.1 to 8.
 constexpr double kMaxMeanKl = 1e-2;
 
 struct Variant {
@@ -56,6 +58,8 @@ const Variant kVariants[] = {
     {"llama3-awq-w4g128", DType::kQ4_1},          {"llama3-awq-w4g32", DType::kQ4_1},
     {"llama3-ct-w4a16-g128", DType::kQ4_0},       {"llama3-ct-w4a16-g64-asym", DType::kQ4_1},
     {"llama3-ct-w8a16-channel", DType::kQ8_0},
+    // FP8 E4M3 weights x scale, rounded to bf16 at load (exact f32 products; |error| <= 2^-9 relative).
+    {"llama3-ct-fp8-channel", DType::kBF16},      {"llama3-fp8-block128", DType::kBF16},
 };
 
 std::string variant_dir(const std::string& name) { return test::models_dir() + "/tiny/quant/" + name; }
@@ -66,6 +70,23 @@ std::map<std::string, Tensor> reference_weights(const std::string& dir) {
   PAGODA_CHECK(file.ok(), "{}", file.status().to_string());
   std::map<std::string, Tensor> out;
   for (const auto& info : (*file)->tensors()) {
+    if (info.name.ends_with(".fp8")) {
+      // FP8 codes [N, K] and the scale grid [SR, SC] (one cell per row, or per block).
+      const std::string m = info.name.substr(0, info.name.size() - 4);
+      const auto* si = (*file)->find_tensor(m + ".scales");
+      PAGODA_CHECK(si && si->dtype_name == "F32" && si->shape.size() == 2, "{}", m);
+      const int64_t N = info.shape[0], K = info.shape[1], SR = si->shape[0], SC = si->shape[1];
+      const int64_t br = (N + SR - 1) / SR, bc = (K + SC - 1) / SC;
+      std::vector<float> s(static_cast<size_t>(SR * SC));
+      std::memcpy(s.data(), (*file)->tensor_bytes(*si).data(), s.size() * 4);
+      const uint8_t* q = (*file)->tensor_bytes(info).data();
+      Tensor w = Tensor::empty(DType::kF32, {N, K});
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          w.data_as<float>()[n * K + k] = fp8_e4m3_to_f32(q[n * K + k]) * s[static_cast<size_t>((n / br) * SC + k / bc)];
+      out.emplace(m + ".weight", std::move(w));
+      continue;
+    }
     if (!info.name.ends_with(".codes")) continue;
     const std::string m = info.name.substr(0, info.name.size() - 6);
     const auto* zi = (*file)->find_tensor(m + ".zeros");
@@ -98,7 +119,8 @@ TEST(PackedIntCheckpoint, DecodesToThePackersValues) {
     auto src = load_weight_source(dir);
     ASSERT_TRUE(src.ok()) << src.status().to_string();
     for (const std::string& name : (*src)->names())
-      for (const char* packed : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale", ".weight_shape"})
+      for (const char* packed : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale",
+                                 ".weight_shape", ".weight_scale_inv", ".input_scale"})
         EXPECT_FALSE(name.ends_with(packed)) << name << " is listed: the packed parts must be replaced by <m>.weight";
     const auto ref = reference_weights(dir);
     ASSERT_FALSE(ref.empty());
@@ -114,6 +136,10 @@ TEST(PackedIntCheckpoint, DecodesToThePackersValues) {
         quant::dequantize_row(t->dtype(), t->row_ptr(r), row.data(), K);
         const float* w = want.data_as<float>() + r * K;
         for (int64_t k = 0; k < K; ++k) {
+          if (v.format == DType::kBF16) {
+            ASSERT_EQ(row[k], bf16_to_f32(f32_to_bf16(w[k]))) << name << " [" << r << ", " << k << "]";
+            continue;
+          }
           if (v.format != DType::kQ4_1) {
             ASSERT_EQ(row[k], w[k]) << name << " [" << r << ", " << k << "]";
             continue;
@@ -128,7 +154,9 @@ TEST(PackedIntCheckpoint, DecodesToThePackersValues) {
     }
     std::printf("[packed-int] %-28s -> %s, %zu linears, max |error| %.3g x scale (bound %s)\n", v.name,
                 std::string(dtype_name(v.format)).c_str(), ref.size(), worst_in_scales,
-                v.format == DType::kQ4_1 ? "16 x 2^-11 = 7.8e-3" : "0, exact");
+                v.format == DType::kQ4_1   ? "16 x 2^-11 = 7.8e-3"
+                : v.format == DType::kBF16 ? "bf16 rounding of the exact product"
+                                           : "0, exact");
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(std::size(kVariants)));

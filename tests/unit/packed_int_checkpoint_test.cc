@@ -165,8 +165,10 @@ TEST(PackedIntCheckpoint, MalformedConfigsAndTensorsAreClearErrors) {
       {"packed and plain weight", gptq_config(), with_weight, "both a packed weight and 'm.weight'"},
       {"AWQ gemv", {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"version", "gemv"}}, gptq_module(),
        "AWQ version 'gemv' is not supported"},
-      {"compressed-tensors fp8", {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"}}, {},
-       "compressed-tensors format 'float-quantized' is not supported"},
+      {"compressed-tensors nvfp4", {{"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}}, {},
+       "compressed-tensors format 'nvfp4-pack-quantized' is not supported"},
+      {"compressed-tensors fp8 without groups", {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"}}, {},
+       "compressed-tensors needs config_groups"},
       {"compressed-tensors w8a8",
        {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"},
         {"config_groups", {{"g", {{"weights", {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}}},
@@ -174,6 +176,17 @@ TEST(PackedIntCheckpoint, MalformedConfigsAndTensorsAreClearErrors) {
        {}, "activation quantization (input_activations) is not supported"},
       {"config with no packed tensor", gptq_config(), {tensor("x.weight", "F32", {1}, std::vector<float>{0})},
        "no tensor ends in '.qweight'"},
+      {"fp8 without its scale", {{"quant_method", "fp8"}, {"weight_block_size", {32, 32}}},
+       {tensor("m.weight", "F8_E4M3", {N, K}, std::vector<uint8_t>(N * K, 0x38))}, "no tensor 'm.weight_scale_inv'"},
+      {"fp8 scale grid that tiles nothing", {{"quant_method", "fp8"}, {"weight_block_size", {32, 32}}},
+       {tensor("m.weight", "F8_E4M3", {N, K}, std::vector<uint8_t>(N * K, 0x38)),
+        tensor("m.weight_scale_inv", "F32", {3, 5}, std::vector<float>(15, 1.0f))},
+       "has shape [3, 5], expected [1, 2] (blocks of 32 x 32 over [16, 64])"},
+      {"fp8 per-tensor scale of the wrong size", {{"quant_method", "fp8"}},
+       {tensor("m.weight", "F8_E4M3", {N, K}, std::vector<uint8_t>(N * K, 0x38)),
+        tensor("m.weight_scale_inv", "F32", {3}, std::vector<float>(3, 1.0f))},
+       "not one scale or one per row"},
+      {"fp8 e5m2", {{"quant_method", "fp8"}, {"fmt", "e5m2"}}, {}, "FP8 format 'e5m2' is not supported"},
   };
   for (const Case& c : cases) {
     TempDir d;
@@ -181,6 +194,23 @@ TEST(PackedIntCheckpoint, MalformedConfigsAndTensorsAreClearErrors) {
     EXPECT_FALSE(r.ok()) << c.what;
     EXPECT_NE(error_of(r).find(c.expect), std::string::npos) << c.what << ": " << error_of(r);
   }
+}
+
+TEST(PackedIntCheckpoint, Fp8BlockScalesDecodeToBf16) {
+  TempDir d;
+  // 1.5 (0x3c) everywhere; the 16 x 64 weight in blocks of 8 x 32: scale 2^(row block + col block).
+  std::vector<float> sc = {1, 2, 2, 4};
+  auto src = open_dir(d, {{"quant_method", "fp8"}, {"weight_block_size", {8, 32}}},
+                      {tensor("m.weight", "F8_E4M3", {N, K}, std::vector<uint8_t>(N * K, 0x3c)),
+                       tensor("m.weight_scale_inv", "F32", {2, 2}, sc), tensor("norm.weight", "F32", {2}, std::vector<float>{1, 1})});
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  const Tensor* w = (*src)->find("m.weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype(), DType::kBF16);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      ASSERT_EQ(bf16_to_f32(w->data_as<uint16_t>()[n * K + k]), 1.5f * sc[(n / 8) * 2 + k / 32]) << n << ", " << k;
+  EXPECT_NE((*src)->find("norm.weight"), nullptr) << "tensors that are not FP8 stay";
 }
 
 TEST(GroupedInt, Q4_1ErrorStaysWithinTheFp16RoundingOfM) {
