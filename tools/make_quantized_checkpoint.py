@@ -23,7 +23,8 @@ correction changes which codes are chosen, not how they are stored):
          qweight I32 [K*b/32, N]: qweight[r][n] |= q[n][r*(32/b) + j] << (b*j); qzeros I32
          [G, N*b/32] packed along N the same way, holding zero - 1 for checkpoint_format "gptq"
          (v1; masked to b bits) or zero for "gptq_v2"; scales F16 [G, N]; g_idx I32 [K].
-         act-order: columns quantized in a random order, g_idx[k] = rank(k) / group.
+         act-order: columns quantized in a random order (one per input: q/k/v share one, gate/up one),
+         g_idx[k] = rank(k) / group.
   awq    per row and group: scale = (max - min) / 15 (>= 1e-5), zero = clamp(-round(min / scale), 0, 15)
          (AutoAWQ's pseudo_quantize_tensor), scale rounded to fp16; qweight I32 [K, N/8] with column
          8c + [0, 2, 4, 6, 1, 3, 5, 7][i] in nibble i of word c; qzeros I32 [G, N/8] likewise; scales F16 [G, N].
@@ -66,6 +67,9 @@ VARIANTS = {
     "llama3-gptq-w8g128": ("llama3", "gptq", dict(bits=8, group=128, sym=True, fmt="gptq")),
     "qwen2-gptq-w4g32": ("qwen2", "gptq", dict(bits=4, group=32, sym=True, fmt="gptq")),
     "llama3-gptq-w4g32-actorder": ("llama3", "gptq", dict(bits=4, group=32, sym=True, fmt="gptq", act_order=True)),
+    # q and k quantized in different orders (GPTQ gives modules of one input one order): must not load
+    "llama3-gptq-w4g32-actorder-mismatch": ("llama3", "gptq", dict(bits=4, group=32, sym=False, fmt="gptq",
+                                                                   act_order=True, mismatch=True)),
     "llama3-awq-w4g128": ("llama3", "awq", dict(bits=4, group=128)),
     "llama3-awq-w4g32": ("llama3", "awq", dict(bits=4, group=32)),
     "llama3-ct-w4a16-g128": ("llama3", "ct", dict(bits=4, group=128, sym=True, scale_dtype="bf16")),
@@ -187,13 +191,13 @@ def fp8_e4m3_codes(x):
     return (pos[pick] | np.where(x < 0, 128, 0)).astype(np.uint8)
 
 
-def pack_module(method, s, w, rng):
-    """Tensors of one packed module (suffix -> array) and its reference values (suffix -> array)."""
+def pack_module(method, s, w, rng, perm=None):
+    """Tensors of one packed module (suffix -> array) and its reference values (suffix -> array).
+    perm: the act-order column order (GPTQ: the order of decreasing Hessian diagonal, one per input)."""
     N, K = w.shape
     t = {}
     if method == "gptq":
         bits, group = s["bits"], s["group"]
-        perm = rng.permutation(K) if s.get("act_order") else None
         q, zero, scale, g = quantize_gptq(w, bits, group, s["sym"], perm)
         per = 32 // bits
         qzeros = pack_along_cols(zero.T, bits)
@@ -321,13 +325,22 @@ def write_variant(name, src_root, out_root):
         for shard in sorted(set(index["weight_map"].values())):
             weights.update(load_file(os.path.join(src, shard)))
     rng = np.random.default_rng(SEED + sum(map(ord, name)))
-    packed, ref = {}, {}
+    packed, ref, orders = {}, {}, {}
     for key, w in sorted(weights.items()):
         module = key[: -len(".weight")] if key.endswith(".weight") else None
         if module is None or not any(module.endswith(l) for l in LINEARS):
             packed[key] = w
             continue
-        t, r = pack_module(method, s, w.astype(np.float32), rng)
+        perm = None
+        if s.get("act_order"):
+            # modules reading one input (q/k/v, gate/up) share its order, as GPTQ's per-input Hessian gives
+            layer = module.split(".self_attn.")[0].split(".mlp.")[0]
+            shared = "qkv" if module.endswith(("q_proj", "k_proj", "v_proj")) else "gu" if module.endswith(("gate_proj", "up_proj")) else module
+            key = (layer, module if s.get("mismatch") else shared, w.shape[1])
+            if key not in orders:
+                orders[key] = rng.permutation(w.shape[1])
+            perm = orders[key]
+        t, r = pack_module(method, s, w.astype(np.float32), rng, perm)
         for suffix, a in t.items():
             packed[f"{module}.{suffix}"] = a
         if "fp8" in r:

@@ -291,19 +291,48 @@ Result<std::vector<uint16_t>> read_scales(const Module& m, const std::string& su
   return out;
 }
 
-// g_idx must be k / group: anything else is act-order, which has no native layout here.
-Status check_g_idx(const Module& m, const std::string& suffix, int64_t K, int64_t group, const std::string& file) {
+// The act-order permutation of g_idx: empty when g_idx is absent or k / group (the groups are runs
+// of inputs); else `order` with the inputs of group 0 first, then group 1's, ... (each in input
+// order), so that the weight's columns taken in that order form contiguous groups. Every group must
+// hold exactly `group` inputs (GPTQ's g_idx = rank / group_size).
+Result<std::vector<int32_t>> act_order(const Module& m, const std::string& suffix, int64_t K, int64_t group,
+                                       const std::string& file) {
   auto it = m.parts.find(suffix);
-  if (it == m.parts.end()) return {};
+  if (it == m.parts.end()) return std::vector<int32_t>();
   PAGODA_ASSIGN_OR_RETURN(Raw r, raw(m, suffix, "I32", 1));
   PAGODA_RETURN_IF_ERROR(expect_shape(r, {K}, "one group index per input feature"));
-  for (int64_t k = 0; k < K; ++k)
-    if (static_cast<int64_t>(static_cast<int32_t>(r.u32(k))) != k / group)
-      return unimplemented("tensor '{}' in {}: act-order weights (desc_act / actorder: g_idx[{}] = {}, not {} = k / "
-                           "group_size) are not supported: their groups are not contiguous runs of inputs; use a "
-                           "checkpoint quantized without act-order (desc_act=False, or static_groups=True)",
-                           r.name, file, k, static_cast<int32_t>(r.u32(k)), k / group);
-  return {};
+  bool trivial = true;
+  for (int64_t k = 0; k < K && trivial; ++k) trivial = static_cast<int64_t>(static_cast<int32_t>(r.u32(k))) == k / group;
+  if (trivial) return std::vector<int32_t>();
+  const int64_t G = K / group;
+  std::vector<std::vector<int32_t>> members(static_cast<size_t>(G));
+  for (int64_t k = 0; k < K; ++k) {
+    const int32_t g = static_cast<int32_t>(r.u32(k));
+    if (g < 0 || g >= G)
+      return invalid_argument("tensor '{}' in {}: g_idx[{}] = {} is not a group index (0 to {})", r.name, file, k, g, G - 1);
+    members[static_cast<size_t>(g)].push_back(static_cast<int32_t>(k));
+  }
+  std::vector<int32_t> order;
+  order.reserve(static_cast<size_t>(K));
+  for (int64_t g = 0; g < G; ++g) {
+    if (static_cast<int64_t>(members[static_cast<size_t>(g)].size()) != group)
+      return unimplemented("tensor '{}' in {}: act-order group {} holds {} inputs, not group_size {}: only g_idx of the "
+                           "GPTQ form (rank / group_size) can be reordered into contiguous groups", r.name, file, g,
+                           members[static_cast<size_t>(g)].size(), group);
+    order.insert(order.end(), members[static_cast<size_t>(g)].begin(), members[static_cast<size_t>(g)].end());
+  }
+  return order;
+}
+
+// Columns of w (codes only: the groups are already the reordered runs) taken in `order`.
+void reorder_columns(GroupedIntWeight& w, const std::vector<int32_t>& order) {
+  if (order.empty()) return;
+  std::vector<uint8_t> row(static_cast<size_t>(w.k));
+  for (int64_t n = 0; n < w.n; ++n) {
+    uint8_t* c = w.codes.data() + n * w.k;
+    for (int64_t j = 0; j < w.k; ++j) row[static_cast<size_t>(j)] = c[order[static_cast<size_t>(j)]];
+    std::memcpy(c, row.data(), row.size());
+  }
 }
 
 std::string file_of(const Module& m, const std::string& suffix) {
@@ -311,7 +340,8 @@ std::string file_of(const Module& m, const std::string& suffix) {
   return it == m.parts.end() ? std::string("?") : it->second->file->path();
 }
 
-Result<GroupedIntWeight> decode_gptq(const Module& m, const PackedConfig& c) {
+// `order`: the act-order permutation the weight's columns were reordered by (empty: none).
+Result<GroupedIntWeight> decode_gptq(const Module& m, const PackedConfig& c, std::vector<int32_t>* order) {
   PAGODA_ASSIGN_OR_RETURN(Raw qw, raw(m, "qweight", "I32", 2));
   PAGODA_ASSIGN_OR_RETURN(Raw qz, raw(m, "qzeros", "I32", 2));
   const int b = c.bits, per = 32 / b;
@@ -322,7 +352,7 @@ Result<GroupedIntWeight> decode_gptq(const Module& m, const PackedConfig& c) {
   const int64_t G = K / group;
   if (N % per != 0) return invalid_argument("'{}': N = {} is not a multiple of {} (qzeros packs {} per int32)", m.prefix, N, per, per);
   PAGODA_RETURN_IF_ERROR(expect_shape(qz, {G, N / per}, fmt::format("{}-bit zero points of {} groups packed along N", b, G)));
-  PAGODA_RETURN_IF_ERROR(check_g_idx(m, "g_idx", K, group, file_of(m, "g_idx")));
+  PAGODA_ASSIGN_OR_RETURN(*order, act_order(m, "g_idx", K, group, file_of(m, "g_idx")));
   GroupedIntWeight w;
   w.n = N;
   w.k = K;
@@ -341,6 +371,7 @@ Result<GroupedIntWeight> decode_gptq(const Module& m, const PackedConfig& c) {
       const uint32_t word = qz.u32(g * (N / per) + n / per);
       w.zeros[static_cast<size_t>(n * G + g)] = static_cast<int32_t>((word >> (b * (n % per))) & mask) + (c.gptq_v1 ? 1 : 0);
     }
+  reorder_columns(w, *order);
   return w;
 }
 
@@ -381,7 +412,7 @@ uint32_t dense_code(const Raw& r, int64_t row_words, int64_t row, int64_t i, int
   return (r.u32(row * row_words + bit / 32) >> (bit % 32)) & ((1u << bits) - 1);
 }
 
-Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const PackedConfig& c) {
+Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const PackedConfig& c, std::vector<int32_t>* order) {
   PAGODA_ASSIGN_OR_RETURN(Raw shape, raw(m, "weight_shape", "I64", 1));
   PAGODA_RETURN_IF_ERROR(expect_shape(shape, {2}, "the weight's [N, K]"));
   int64_t NK[2];
@@ -405,7 +436,7 @@ Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const Packed
     return invalid_argument("tensor '{}.weight_scale' has shape {}, expected [{}, G] with G dividing K = {}", m.prefix,
                             shape_str(sshape), N, K);
   const int64_t G = sshape[1], group = K / G;
-  PAGODA_RETURN_IF_ERROR(check_g_idx(m, "weight_g_idx", K, group, file_of(m, "weight_g_idx")));
+  PAGODA_ASSIGN_OR_RETURN(*order, act_order(m, "weight_g_idx", K, group, file_of(m, "weight_g_idx")));
   GroupedIntWeight w;
   w.n = N;
   w.k = K;
@@ -435,6 +466,7 @@ Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const Packed
   } else if (!c.ct_symmetric) {
     return not_found("quantized module '{}' has no tensor '{}.weight_zero_point' (the scheme is asymmetric)", m.prefix, m.prefix);
   }
+  reorder_columns(w, *order);
   return w;
 }
 
@@ -567,6 +599,7 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
     return invalid_argument("{}: {} says {}, but no tensor ends in '.{}'", dir.dir(), config->source, config->name, sfx.marker);
 
   std::vector<Result<Tensor>> out(jobs.size(), Status(StatusCode::kInternal, "not decoded"));
+  std::vector<std::vector<int32_t>> orders(jobs.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < jobs.size(); i = next++) {
@@ -575,9 +608,9 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
         out[i] = decode_fp8(m, *config);
         continue;
       }
-      Result<GroupedIntWeight> w = config->method == Method::kGptq  ? decode_gptq(m, *config)
+      Result<GroupedIntWeight> w = config->method == Method::kGptq  ? decode_gptq(m, *config, &orders[i])
                                    : config->method == Method::kAwq ? decode_awq(m, *config)
-                                                                    : decode_compressed_tensors(m, *config);
+                                                                    : decode_compressed_tensors(m, *config, &orders[i]);
       if (!w.ok()) {
         out[i] = w.status();
         continue;
@@ -605,6 +638,11 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
     if (!out[i].ok())
       return Status(out[i].status().code(), fmt::format("{} ({} checkpoint): {}", dir.dir(), config->name, out[i].status().message()));
     ckpt.weights.emplace(jobs[i]->prefix + ".weight", std::move(out[i]).value());
+    if (!orders[i].empty()) {
+      Tensor o = Tensor::empty(DType::kI32, {static_cast<int64_t>(orders[i].size())});
+      std::memcpy(o.data(), orders[i].data(), orders[i].size() * 4);
+      ckpt.weights.emplace(jobs[i]->prefix + ".input_order", std::move(o));
+    }
     for (const auto& [s, e] : jobs[i]->parts) ckpt.consumed.insert(jobs[i]->prefix + "." + s);
   }
   return std::optional<PackedIntCheckpoint>(std::move(ckpt));

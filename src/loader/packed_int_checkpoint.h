@@ -10,8 +10,11 @@
 //                         F16 [G, N], <m>.g_idx I32 [K] (optional). bits 4 or 8; group_size
 //                         32, 64, 128, ... or -1 (one group: per-channel). checkpoint_format
 //                         "gptq" (v1: the stored zero is zero - 1) or "gptq_v2" (the zero itself).
-//                         g_idx must be k / group_size (desc_act=False, or desc_act with
-//                         static_groups): act-order weights are refused, naming the file.
+//                         A g_idx that is not k / group_size (act-order, desc_act=True) is taken
+//                         as GPTQ writes it (rank / group_size): the weight's columns are reordered
+//                         so that each group is a run, and "<m>.input_order" I32 [K] says which
+//                         input each column reads (y = W' x[order]); the executors gather the
+//                         activations before the matmul. Other g_idx are refused.
 //   quant_method "awq"    version "gemm": <m>.qweight I32 [K, N / 8] (codes packed along N in the
 //                         nibble order 0 2 4 6 1 3 5 7), <m>.qzeros I32 [G, N / 8] (same order),
 //                         <m>.scales F16 [G, N]. 4 bits, zero_point true.
@@ -20,7 +23,7 @@
 //                         or F32), <m>.weight_zero_point (asymmetric only; int8 codes packed along N
 //                         as the weights are: I32 [ceil(N * bits / 32), G]), <m>.weight_shape I64
 //                         [2] = [N, K]. num_bits 4 or 8, type int, strategy group or channel.
-//                         actorder "group" (a <m>.weight_g_idx that is not k / group) is refused.
+//                         actorder "group": <m>.weight_g_idx as GPTQ's g_idx.
 //   FP8 E4M3              compressed-tensors format "float-quantized" (weights type float, 8 bits,
 //                         strategy tensor / channel / block: <m>.weight F8_E4M3 [N, K] and
 //                         <m>.weight_scale [], [1], [N, 1] or a block grid; <m>.input_scale is
@@ -53,7 +56,9 @@ class HfModelDir;
 
 struct PackedIntCheckpoint {
   std::string method;                   // "gptq", "awq", "compressed-tensors", "fp8", ...
-  std::map<std::string, Tensor> weights;  // "<m>.weight" -> [N, K] native rows (owned host memory)
+  // "<m>.weight" -> [N, K] native rows (owned host memory); "<m>.input_order" -> [K] I32 for an
+  // act-order weight (column j reads input order[j]).
+  std::map<std::string, Tensor> weights;
   std::set<std::string> consumed;       // the checkpoint's tensors they replace (qweight, scales, ...)
 };
 

@@ -1,5 +1,6 @@
 // GPTQ, AWQ, compressed-tensors and FP8 checkpoints (models/tiny/quant, tools/make_quantized_checkpoint.py)
-// on CUDA (FP8: bf16 weights, (b) only): the loader's native rows (Q4_0 / Q4_1 / Q8_0) are uploaded as the device's planar blocks
+// on CUDA (act-order: the activations gathered into the weight's column order on the device; FP8:
+// bf16 weights, (b) only): the loader's native rows (Q4_0 / Q4_1 / Q8_0) are uploaded as the device's planar blocks
 // and run by the int8 GEMV (6-token prompt and every decode step) and the dequantize + cuBLASLt
 // path (41-token prompt), against
 //   (a) the same checkpoint on CUDA with its weights dequantized to bf16 at upload (the kernels), and
@@ -98,6 +99,7 @@ TEST(CudaPackedInt, GptqAwqAndCompressedTensorsRunNativeAndAgreeWithTheCpu) {
                   {"llama3-gptq-w4g32-asym", DType::kQ4_1},
                   {"llama3-awq-w4g128", DType::kQ4_1},
                   {"llama3-ct-w8a16-channel", DType::kQ8_0},
+                  {"llama3-gptq-w4g32-actorder", DType::kQ4_0},  // the device gathers the inputs first
                   {"llama3-fp8-block128", DType::kBF16}};  // FP8 dequantized to bf16 at load: (b) only
   ThreadPool pool(2);
   for (const auto& v : variants) {

@@ -11,7 +11,9 @@
 //      below twice the logit error there, as reference_parity_test's quantized sets), and the
 //      KL divergence per position reported and bounded;
 //   3. the weight bytes the memory planner counts are the native rows';
-//   4. act-order GPTQ is refused with an error naming the tensor, its file and the option.
+//   4. act-order GPTQ: the decoded columns are the packer's in the order "<m>.input_order" names, the
+//      model (which gathers its activations) agrees with the f32 forward of the packer's weights in
+//      their own order, and fused modules whose orders differ are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +60,8 @@ const Variant kVariants[] = {
     {"llama3-awq-w4g128", DType::kQ4_1},          {"llama3-awq-w4g32", DType::kQ4_1},
     {"llama3-ct-w4a16-g128", DType::kQ4_0},       {"llama3-ct-w4a16-g64-asym", DType::kQ4_1},
     {"llama3-ct-w8a16-channel", DType::kQ8_0},
+    // act-order: columns reordered into contiguous groups, the activations gathered (input_order)
+    {"llama3-gptq-w4g32-actorder", DType::kQ4_0},
     // FP8 E4M3 weights x scale, rounded to bf16 at load (exact f32 products; |error| <= 2^-9 relative).
     {"llama3-ct-fp8-channel", DType::kBF16},      {"llama3-fp8-block128", DType::kBF16},
 };
@@ -94,6 +98,9 @@ std::map<std::string, Tensor> reference_weights(const std::string& dir) {
     PAGODA_CHECK(zi && si && info.dtype_name == "U8" && zi->dtype_name == "I32" && si->dtype_name == "F32", "{}", m);
     const int64_t N = info.shape[0], K = info.shape[1], G = si->shape[1];
     const uint8_t* q = (*file)->tensor_bytes(info).data();
+    std::vector<int32_t> gi(static_cast<size_t>(K));  // the group of input k: g_idx (act-order) or k / (K / G)
+    for (int64_t k = 0; k < K; ++k) gi[static_cast<size_t>(k)] = static_cast<int32_t>(k / (K / G));
+    if (const auto* ii = (*file)->find_tensor(m + ".g_idx")) std::memcpy(gi.data(), (*file)->tensor_bytes(*ii).data(), gi.size() * 4);
     std::vector<int32_t> z(static_cast<size_t>(N * G));
     std::vector<float> s(static_cast<size_t>(N * G));
     std::memcpy(z.data(), (*file)->tensor_bytes(*zi).data(), z.size() * 4);
@@ -102,7 +109,7 @@ std::map<std::string, Tensor> reference_weights(const std::string& dir) {
     float* wp = w.data_as<float>();
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) {
-        const int64_t g = n * G + k / (K / G);
+        const int64_t g = n * G + gi[static_cast<size_t>(k)];
         wp[n * K + k] = s[static_cast<size_t>(g)] * static_cast<float>(static_cast<int32_t>(q[n * K + k]) - z[static_cast<size_t>(g)]);
       }
     out.emplace(m + ".weight", std::move(w));
@@ -131,10 +138,20 @@ TEST(PackedIntCheckpoint, DecodesToThePackersValues) {
       ASSERT_EQ(t->dtype(), v.format) << name << " " << t->shape_string();
       ASSERT_EQ(t->shape(), want.shape()) << name;
       const int64_t K = t->dim(1);
-      std::vector<float> row(static_cast<size_t>(K));
+      // Act-order: column j of the decoded weight is input order[j] of the packer's.
+      std::vector<int32_t> order(static_cast<size_t>(K));
+      for (int64_t k = 0; k < K; ++k) order[static_cast<size_t>(k)] = static_cast<int32_t>(k);
+      const std::string order_name = name.substr(0, name.size() - 7) + ".input_order";
+      if (const Tensor* o = (*src)->find(order_name)) {
+        ASSERT_EQ(o->numel(), K);
+        std::memcpy(order.data(), o->data(), order.size() * 4);
+      }
+      EXPECT_EQ(std::string(v.name).find("actorder") != std::string::npos, (*src)->find(order_name) != nullptr) << name;
+      std::vector<float> row(static_cast<size_t>(K)), wrow(static_cast<size_t>(K));
       for (int64_t r = 0; r < t->dim(0); ++r) {
         quant::dequantize_row(t->dtype(), t->row_ptr(r), row.data(), K);
-        const float* w = want.data_as<float>() + r * K;
+        for (int64_t k = 0; k < K; ++k) wrow[static_cast<size_t>(k)] = want.data_as<float>()[r * K + order[static_cast<size_t>(k)]];
+        const float* w = wrow.data();
         for (int64_t k = 0; k < K; ++k) {
           if (v.format == DType::kBF16) {
             ASSERT_EQ(row[k], bf16_to_f32(f32_to_bf16(w[k]))) << name << " [" << r << ", " << k << "]";
@@ -174,6 +191,8 @@ TEST(PackedIntCheckpoint, ModelAgreesWithItsDequantizedForward) {
     const auto ref = reference_weights(dir);
     auto lookup = [&](const std::string& name) -> Result<const Tensor*> {
       if (auto it = ref.find(name); it != ref.end()) return &it->second;
+      // the packer's weights are in input order: no gather
+      if (name.ends_with(".input_order")) return not_found("{}", name);
       return loaded->weights->get(name);
     };
     ModelLoadParams params;
@@ -282,15 +301,13 @@ TEST(PackedIntCheckpoint, MemoryPlanCountsTheNativeBytes) {
   std::printf("[packed-int] weight bytes %lld (f32 source %lld)\n", static_cast<long long>(bytes), static_cast<long long>(f32_bytes));
 }
 
-TEST(PackedIntCheckpoint, ActOrderIsRefusedNamingTheFileAndTheOption) {
-  const std::string dir = variant_dir("llama3-gptq-w4g32-actorder");
-  auto m = load_model(dir);
+TEST(PackedIntCheckpoint, ActOrderModulesOfOneInputMustShareTheirOrder) {
+  // q and k quantized in different orders cannot be one fused matmul over one gathered input.
+  auto m = load_model(variant_dir("llama3-gptq-w4g32-actorder-mismatch"));
   ASSERT_FALSE(m.ok());
   const std::string msg = m.status().message();
-  EXPECT_NE(msg.find("act-order"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(".g_idx"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("desc_act=False"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different act-order input orders"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("attn_q.weight"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -125,6 +125,31 @@ TEST(PackedIntCheckpoint, GptqModuleDecodesToQ4_0) {
   }
 }
 
+TEST(PackedIntCheckpoint, ActOrderColumnsAreReorderedIntoContiguousGroups) {
+  TempDir d;
+  auto ts = gptq_module();
+  // Inputs alternate between the groups: even k in group 1, odd k in group 0.
+  std::vector<int32_t> gi(K);
+  for (int64_t k = 0; k < K; ++k) gi[static_cast<size_t>(k)] = static_cast<int32_t>(1 - k % 2);
+  ts.push_back(tensor("m.g_idx", "I32", {K}, gi));
+  auto src = open_dir(d, gptq_config(), ts);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  const Tensor* w = (*src)->find("m.weight");
+  const Tensor* o = (*src)->find("m.input_order");
+  ASSERT_TRUE(w && o);
+  ASSERT_EQ(o->dtype(), DType::kI32);
+  const int32_t* order = o->data_as<const int32_t>();
+  for (int64_t j = 0; j < K; ++j) EXPECT_EQ(order[j], j < 32 ? 2 * j + 1 : 2 * (j - 32)) << j;
+  std::vector<float> row(K);
+  for (int64_t n = 0; n < N; ++n) {
+    quant::dequantize_row(w->dtype(), w->row_ptr(n), row.data(), K);
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t k = order[j];  // the input column j reads; its code and its group's scale
+      ASSERT_EQ(row[j], fp16_to_f32(f32_to_fp16((1.0f + n) / 64)) * static_cast<float>((n + k) % 16 - 8)) << n << ", " << j;
+    }
+  }
+}
+
 TEST(PackedIntCheckpoint, AutoGptqQuantizeConfigFileIsRead) {
   TempDir d;
   std::ofstream(d.path() / "quantize_config.json") << gptq_config().dump();
@@ -148,6 +173,12 @@ TEST(PackedIntCheckpoint, MalformedConfigsAndTensorsAreClearErrors) {
   auto scales_i32 = gptq_module();
   scales_i32[2].dtype = "I32";
   scales_i32[2].shape = {2, N / 2};
+  auto lopsided_g_idx = gptq_module();
+  lopsided_g_idx.push_back(tensor("m.g_idx", "I32", {K}, std::vector<int32_t>(K, 0)));
+  auto bad_g_idx = gptq_module();
+  std::vector<int32_t> gi(K, 1);
+  gi[3] = 5;
+  bad_g_idx.push_back(tensor("m.g_idx", "I32", {K}, gi));
   auto with_weight = gptq_module();
   with_weight.push_back(tensor("m.weight", "F32", {1}, std::vector<float>{0}));
   const std::vector<Case> cases = {
@@ -157,6 +188,8 @@ TEST(PackedIntCheckpoint, MalformedConfigsAndTensorsAreClearErrors) {
       {"wrong qzeros shape", gptq_config(), bad_zeros, "'m.qzeros' has shape [2, 16], expected [2, 2]"},
       {"scales of an integer dtype", gptq_config(), scales_i32, "'m.scales' has dtype I32"},
       {"group 16", gptq_config(4, 16), gptq_module(4, 16), "group size 16 is not a multiple of 32"},
+      {"act-order groups of unequal size", gptq_config(), lopsided_g_idx, "act-order group 0 holds 64 inputs, not group_size 32"},
+      {"g_idx out of range", gptq_config(), bad_g_idx, "g_idx[3] = 5 is not a group index (0 to 1)"},
       {"group not dividing K", gptq_config(4, 48), gptq_module(), "group_size 48 does not divide K = 64"},
       {"asymmetric 8-bit", gptq_config(8), gptq_module(8, 32, 0x05050505u), "asymmetric 8-bit"},
       {"marlin layout", [] { json c = gptq_config(); c["checkpoint_format"] = "marlin"; return c; }(), gptq_module(),
