@@ -210,7 +210,7 @@ def pack_module(method, s, w, rng, perm=None):
         read_zero = read_zero.reshape(qzeros.shape[0], -1)[:, :N].T.astype(np.int64) + (1 if s["fmt"] == "gptq" else 0)
         t["qweight"] = pack_along_rows(q.T, bits).view(np.int32)
         t["qzeros"] = qzeros.view(np.int32)
-        t["scales"] = scale.T.astype(np.float16)
+        t["scales"] = np.ascontiguousarray(scale.T.astype(np.float16))
         ref = dict(codes=q, zeros=read_zero, scales=scale)
         if perm is None:
             t["g_idx"] = (np.arange(K) // g).astype(np.int32)
@@ -224,7 +224,7 @@ def pack_module(method, s, w, rng, perm=None):
         order = [0, 2, 4, 6, 1, 3, 5, 7]
         t["qweight"] = pack_along_cols(q.T, 4, order).view(np.int32)
         t["qzeros"] = pack_along_cols(zero.T, 4, order).view(np.int32)
-        t["scales"] = scale.T.astype(np.float16)
+        t["scales"] = np.ascontiguousarray(scale.T.astype(np.float16))
         ref = dict(codes=q, zeros=zero, scales=scale)
     elif method == "fp8":
         # compressed-tensors float-quantized channel (scale [N, 1] = max|row| / 448), or quant_method
