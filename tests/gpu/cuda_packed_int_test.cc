@@ -125,7 +125,9 @@ TEST(CudaPackedInt, GptqAwqAndCompressedTensorsRunNativeAndAgreeWithTheCpu) {
       EXPECT_NE(native->describe.find(std::string(dtype_name(v.format)) + " "), std::string::npos)
           << "the packed linears stay " << dtype_name(v.format) << " on the device: " << native->describe;
       const bool blocks = v.format != DType::kBF16;
-      if (blocks) EXPECT_LT(native->weight_bytes, deq->weight_bytes) << "native blocks take fewer bytes than bf16";
+      if (blocks) {
+        EXPECT_LT(native->weight_bytes, deq->weight_bytes) << "native blocks take fewer bytes than bf16";
+      }
       const auto cpu_run = test::cpu_greedy_run(cpu->config, *cpu->model, prompt, steps, pool);
       // (a) the kernels: native vs dequantized-to-bf16 on the device
       const Agreement a = compare(deq->logits, deq->greedy, native->logits, native->greedy, T, V);

@@ -14,6 +14,7 @@
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
+#include "backend/cuda/gather_columns.h"
 
 namespace pagoda::cuda_impl {
 

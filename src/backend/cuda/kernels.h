@@ -47,10 +47,6 @@ void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const f
 // sub-block). x, residual: f32 [n, D]; w: f32 [D].
 void rms_norm_add(const float* x, int64_t n, int64_t D, const float* w, float eps, float* residual, cudaStream_t s);
 
-// out[r, j] = x[r, order[j]] for r < M, j < K (f32, bf16 or f16 rows of K; act-order weights'
-// inputs). out must not alias x.
-void gather_columns(const void* x, DType dtype, int64_t M, int64_t K, const int32_t* order, void* out, cudaStream_t s);
-
 // x[i] *= scale for i < n (f32; Gemma's sqrt(hidden) embedding scale).
 void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gather_columns.h"
 #include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
@@ -112,10 +113,11 @@ void gather_columns(const void* x, DType dtype, int64_t M, int64_t K, const int3
     launch_pdl(gather_columns_kernel<float>, dim3(M), dim3(threads), 0, s, static_cast<const float*>(x), order,
                static_cast<int>(K), static_cast<float*>(out));
   } else {
-    PAGODA_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "gather_columns: dtype {}", dtype_name(dtype));
+    PAGODA_CUDA_REQUIRE(dtype == DType::kBF16 || dtype == DType::kF16, "gather_columns: dtype must be f32, f16 or bf16");
     launch_pdl(gather_columns_kernel<uint16_t>, dim3(M), dim3(threads), 0, s, static_cast<const uint16_t*>(x), order,
                static_cast<int>(K), static_cast<uint16_t*>(out));
   }
+  CUDA_CHECK_LAUNCH();
 }
 
 void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
