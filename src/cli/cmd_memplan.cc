@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/options.h"
 #include "loader/gguf.h"
+#include "loader/packed_int_checkpoint.h"
 #include "model/model_loader.h"
 #include "model/family.h"
 #include "runtime/memory_plan.h"
@@ -107,6 +108,20 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     return n / tr.block_size * tr.block_bytes;
   });
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
+  // GPTQ / AWQ / compressed-tensors: the decoder's linears in the native rows they load as.
+  PAGODA_ASSIGN_OR_RETURN(std::optional<DType> packed, packed_int_linear_format(j));
+  if (packed && o.weight_dtype.empty()) {
+    const auto& qt = dtype_traits(*packed);
+    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+      if (!d.required) return -1;
+      int64_t n = 1;
+      for (int64_t x : d.shape) n *= x;
+      return d.linear && d.layer >= 0 ? n / qt.block_size * qt.block_bytes : n / tr.block_size * tr.block_bytes;
+    });
+    f.weight_bytes = f.footprint.total_bytes;
+    f.weight_source = fmt::format("{} parameters from config.json: the layers' linears as {} (quantization_config), "
+                                  "the rest {}", params, qt.name, tr.name);
+  }
   return f;
 }
 

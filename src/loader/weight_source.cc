@@ -6,6 +6,7 @@
 
 #include "loader/gguf.h"
 #include "loader/hf_model_dir.h"
+#include "loader/packed_int_checkpoint.h"
 #include "loader/safetensors.h"
 
 namespace pagoda {
@@ -96,7 +97,12 @@ Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const G
 
 Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const HfModelDir> dir) {
   auto src = std::make_unique<TableWeightSource>(WeightFormat::kHfDir, dir->dir());
-  for (const auto& [name, entry] : dir->tensors()) add_safetensors(src.get(), *entry.file, *entry.info);
+  // GPTQ / AWQ / compressed-tensors: the packed modules become native "<m>.weight" rows.
+  PAGODA_ASSIGN_OR_RETURN(auto packed, decode_packed_int_checkpoint(*dir));
+  for (const auto& [name, entry] : dir->tensors())
+    if (!packed || !packed->consumed.count(name)) add_safetensors(src.get(), *entry.file, *entry.info);
+  if (packed)
+    for (auto& [name, t] : packed->weights) src->table_[name] = TableWeightSource::Entry{std::move(t), {}};
   src->hf_ = std::move(dir);
   return std::unique_ptr<WeightSource>(std::move(src));
 }

@@ -50,6 +50,9 @@ struct ExpertSet {
 struct LinearEntry {
   std::string name;
   std::vector<Tensor> parts;
+  // Act-order checkpoints (loader/packed_int_checkpoint.h): [K] i32, column j of every part reads
+  // input order[j], so y = W x[:, order]; undefined: column j reads input j.
+  Tensor input_order;
   std::shared_ptr<const LinearWeight> cpu;  // prepared for the CPU kernels; null when loaded for a device
 
   int64_t n() const {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 namespace pagoda {
@@ -30,13 +31,20 @@ const Tensor* WeightTableReader::find(const std::string& gguf_name) const {
 
 Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer_list<std::string> gguf_names,
                                                const std::string& label) {
-  std::vector<Tensor> parts;
+  std::vector<Tensor> parts, orders;
   std::vector<std::string> names;
   for (const std::string& g : gguf_names) {
     parts.push_back(*find(g));
     names.push_back(g);
+    orders.push_back(input_order_of(name_of(g)));
   }
-  return add_parts(w, std::move(parts), names, label);
+  return add_parts(w, std::move(parts), names, label, orders);
+}
+
+Tensor WeightTableReader::input_order_of(const std::string& checkpoint_name) const {
+  if (naming_ != WeightNaming::kHuggingFace || !checkpoint_name.ends_with(".weight")) return {};
+  auto r = lookup_(checkpoint_name.substr(0, checkpoint_name.size() - 7) + ".input_order");
+  return r.ok() ? **r : Tensor();
 }
 
 Tensor WeightTableReader::expert_matrix(const std::string& gguf_name, int64_t e) const {
@@ -47,12 +55,20 @@ Tensor WeightTableReader::expert_matrix(const std::string& gguf_name, int64_t e)
   }
   auto r = lookup_(expert_tensor_name(d, e));
   PAGODA_CHECK(r.ok(), "expert tensor {} vanished after validation", expert_tensor_name(d, e));
+  PAGODA_CHECK(!input_order_of(expert_tensor_name(d, e)).defined(), "act-order expert {} reached the reader",
+               expert_tensor_name(d, e));
   return **r;
 }
 
 Result<ExpertSetId> WeightTableReader::add_experts(ModelWeights& w, const std::string& gate, const std::string& up,
                                                    const std::string& down, const std::string& label) {
   const int64_t E = decl_of(gate).experts;
+  if (naming_ == WeightNaming::kHuggingFace)
+    for (const std::string* g : {&gate, &up, &down})
+      for (int64_t e = 0; e < E; ++e)
+        if (input_order_of(expert_tensor_name(decl_of(*g), e)).defined())
+          return unimplemented("expert tensor '{}' is an act-order weight (g_idx): not supported for experts",
+                               expert_tensor_name(decl_of(*g), e));
   PAGODA_CHECK(E > 0 && decl_of(up).experts == E && decl_of(down).experts == E, "{}: not stacked expert declarations", label);
   ExpertSet set;
   set.name = label;
@@ -70,9 +86,23 @@ Result<ExpertSetId> WeightTableReader::add_experts(ModelWeights& w, const std::s
 }
 
 Result<LinearId> WeightTableReader::add_parts(ModelWeights& w, std::vector<Tensor> parts,
-                                              const std::vector<std::string>& names, const std::string& label) {
+                                              const std::vector<std::string>& names, const std::string& label,
+                                              const std::vector<Tensor>& orders) {
   LinearEntry e;
   e.name = label;
+  // Fused parts read one input: their act-order permutations must be one (GPTQ gives q/k/v the
+  // same one when they were quantized from the same inputs; gate/up likewise).
+  for (size_t i = 0; i < orders.size(); ++i) {
+    const Tensor& o = orders[i];
+    const Tensor& first = orders[0];
+    if (o.defined() != first.defined() ||
+        (o.defined() && (o.numel() != first.numel() || std::memcmp(o.data(), first.data(), static_cast<size_t>(o.nbytes())) != 0)))
+      return unimplemented("'{}': the fused weights '{}' and '{}' have different act-order input orders (g_idx), so "
+                           "they cannot share one input", label, names[0], names[i]);
+    if (o.defined() && (o.dtype() != DType::kI32 || o.ndim() != 1 || o.dim(0) != parts[i].dim(1)))
+      return invalid_argument("'{}': input order {} for a weight of K = {}", names[i], o.shape_string(), parts[i].dim(1));
+  }
+  if (!orders.empty()) e.input_order = orders[0];
   for (size_t i = 0; i < parts.size(); ++i) {
     const Tensor& t = parts[i];
     const std::string& g = names[i];
@@ -111,6 +141,7 @@ Status WeightTableReader::finish(ModelWeights& w, int threads) {
     if (!prepared[i].ok()) return prepared[i].status();
     LinearEntry& e = w.linears.at(static_cast<size_t>(pending_[i].id.index));
     e.cpu = std::move(prepared[i]).value();
+    if (e.input_order.defined()) e.cpu = with_input_order(e.cpu, e.input_order);
     // A fused weight owns a concatenated copy or a repacked one: the mapped originals are not
     // read again by the CPU kernels (a device executor reads the parts once, at upload).
     if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))

@@ -1,7 +1,8 @@
 // What a family's load() does with its tensor table: finds the declared tensors by their GGUF
 // names whatever the checkpoint's naming, and builds the matmul weights of ModelWeights from them
 // (parts stacked along N; prepared for the CPU kernels when asked, all at once by finish(), on
-// several threads). Tensors whose mapped pages the CPU kernels will not read again (they read a
+// several threads; an act-order weight with the input order beside it, equal across fused parts).
+// Tensors whose mapped pages the CPU kernels will not read again (they read a
 // fused or repacked copy) are released by finish(). One reader per load; not thread-safe.
 #pragma once
 
@@ -56,7 +57,10 @@ class WeightTableReader {
   // A matmul weight of `parts` stacked along N, added to `w` (prepared by finish()); `names` label
   // the parts in errors.
   Result<LinearId> add_parts(ModelWeights& w, std::vector<Tensor> parts, const std::vector<std::string>& names,
-                             const std::string& label);
+                             const std::string& label, const std::vector<Tensor>& orders = {});
+  // The checkpoint's "<m>.input_order" beside the declared weight `gguf_name` (act-order), or an
+  // undefined tensor.
+  Tensor input_order_of(const std::string& checkpoint_name) const;
 
   struct Pending {
     LinearId id;

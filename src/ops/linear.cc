@@ -115,8 +115,32 @@ void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool)
   linear(w, x.data_as<const float>(), x.rows(), y.data_as<float>(), pool);
 }
 
+std::shared_ptr<const LinearWeight> with_input_order(std::shared_ptr<const LinearWeight> w, const Tensor& order) {
+  PAGODA_CHECK(order.dtype() == DType::kI32 && order.ndim() == 1 && order.dim(0) == w->k, "linear '{}': input order {} for K = {}",
+               w->name, order.shape_string(), w->k);
+  auto out = std::make_shared<LinearWeight>(*w);  // shares the packed bytes
+  const int32_t* o = order.data_as<const int32_t>();
+  out->input_order.assign(o, o + w->k);
+  std::vector<bool> seen(static_cast<size_t>(w->k), false);
+  for (int32_t j : out->input_order) {
+    PAGODA_CHECK(j >= 0 && j < w->k && !seen[static_cast<size_t>(j)], "linear '{}': input order is not a permutation", w->name);
+    seen[static_cast<size_t>(j)] = true;
+  }
+  return out;
+}
+
 void linear(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  cpu::linear_cpu(w, x, m, y, pool);
+  if (w.input_order.empty()) return cpu::linear_cpu(w, x, m, y, pool);
+  // Act-order: the rows of x gathered into the weight's column order (one copy per call).
+  thread_local std::vector<float> gathered;
+  gathered.resize(static_cast<size_t>(m * w.k));
+  const int32_t* order = w.input_order.data();
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = x + r * w.k;
+    float* dst = gathered.data() + r * w.k;
+    for (int64_t j = 0; j < w.k; ++j) dst[j] = src[order[j]];
+  }
+  cpu::linear_cpu(w, gathered.data(), m, y, pool);
 }
 
 }  // namespace pagoda

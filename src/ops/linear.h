@@ -61,6 +61,10 @@ bool linear_weight_mixed(const LinearWeight& w);
 bool linear_weight_repacked(const LinearWeight& w);
 IsaLevel linear_weight_isa(const LinearWeight& w);          // level its kernels were chosen for
 
+// The same weight reading its inputs in `order` ([K] i32, a permutation; act-order checkpoints):
+// linear() computes y = W x[:, order], gathering each row of x first.
+std::shared_ptr<const LinearWeight> with_input_order(std::shared_ptr<const LinearWeight> w, const Tensor& order);
+
 void linear(const LinearWeight& w, const Tensor& x, Tensor& y, ThreadPool& pool);
 
 // Raw form for callers that manage their own buffers: x [m, K] f32, y [m, N] f32, contiguous.

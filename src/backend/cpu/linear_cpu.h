@@ -29,6 +29,7 @@ struct LinearWeight {
   const cpu::KernelTable* kernels = nullptr;  // null: generic path
   std::vector<std::shared_ptr<const LinearWeight>> parts;  // mixed fused weight only
   std::vector<int64_t> part_col;
+  std::vector<int32_t> input_order;  // [k]: column j reads input input_order[j]; empty: identity
 };
 
 namespace cpu {

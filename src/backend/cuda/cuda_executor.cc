@@ -98,6 +98,11 @@ void CudaExecutor::upload_weights() {
       dw.segments = {{act_, 0, dw.n, 0, embed_.get()}};  // the tied output projection reads the embedding's copy
       continue;
     }
+    if (e.input_order.defined()) {
+      dw.input_order.reset(static_cast<size_t>(e.input_order.nbytes()));
+      CUDA_CHECK(cudaMemcpy(dw.input_order.get(), e.input_order.data(), static_cast<size_t>(e.input_order.nbytes()),
+                            cudaMemcpyHostToDevice));
+    }
     int64_t bytes = 0;
     dw.segments = cuda::plan_device_weight(e, act_, native && !dense_only[i], &bytes);
     dw.storage.reset(static_cast<size_t>(bytes));
@@ -197,9 +202,11 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     dequant_ = quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256) +
                cuda::align_up(cuda::kQuantGemvMaxM * (qs.max_k / 32) * 8, 256);
   }
+  const int64_t gather_bytes = cuda::input_order_scratch_bytes(model_, act_, tokens);
+  if (gather_bytes > 0) gather_scratch_.reset(static_cast<size_t>(gather_bytes));
   workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
                      cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
-                     qs.bytes(act_) +
+                     qs.bytes(act_) + gather_bytes +
                      cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }
 

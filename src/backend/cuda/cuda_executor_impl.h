@@ -265,6 +265,8 @@ class CudaExecutor final : public ModelExecutor {
   // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
   // the dequantized weight; views into quant_scratch_.
   DeviceBuffer quant_scratch_;
+  // Act-order weights' inputs gathered into their column order: [tokens, max K] act (or empty).
+  DeviceBuffer gather_scratch_;
   int8_t* xq_ = nullptr;
   float2* xds_ = nullptr;
   uint8_t* dequant_ = nullptr;

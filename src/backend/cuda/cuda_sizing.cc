@@ -103,7 +103,16 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
     total += bytes;
   }
   for (const Tensor& v : w.vectors) total += v.numel() * 4;
+  for (const LinearEntry& e : w.linears)
+    if (e.input_order.defined()) total += e.input_order.nbytes();
   return total;
+}
+
+int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens) {
+  int64_t k = 0;
+  for (const LinearEntry& e : m.weights().linears)
+    if (e.input_order.defined()) k = std::max(k, e.k());
+  return k == 0 ? 0 : align_up(tokens * k * elem_bytes(act), 256);
 }
 
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
@@ -135,7 +144,8 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
                 cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
-                cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act);
+                cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
+                cuda::input_order_scratch_bytes(model, act, caps.tokens);
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;
   return t;

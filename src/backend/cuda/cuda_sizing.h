@@ -57,6 +57,8 @@ bool tied_output(const Model& m);
 // Whether GGUF quantized weights stay in their blocks (TuningConfig::quant_weights "native").
 bool native_quant(const CudaExecutorOptions& o);
 int64_t weight_bytes_for(const Model& m, DType act, bool native_quant);
+// The act-order gather's scratch: tokens x the largest K of a weight with an input order, in act.
+int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens);
 // Scratch of the native quantized matmuls: the largest quantized weight dequantized to `act` (the
 // cuBLASLt and SIMT paths) and the int8 activations of the GEMV (kQuantGemvMaxM rows of max_k).
 struct QuantScratch {

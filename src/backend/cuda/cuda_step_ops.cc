@@ -14,11 +14,19 @@
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
+#include "backend/cuda/gather_columns.h"
 
 namespace pagoda::cuda_impl {
 
 void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   if (M <= 0) return;
+  if (w.input_order.get() != nullptr) {
+    // Act-order: the inputs in the weight's column order (gather_scratch_ holds the step's tokens).
+    PAGODA_CHECK(gather_scratch_.bytes() >= static_cast<size_t>(M * w.k * elem_bytes(act_)), "act-order gather of {} x {} "
+                 "exceeds its scratch", M, w.k);
+    cuda::gather_columns(x, act_, M, w.k, w.input_order.as<int32_t>(), gather_scratch_.get(), stream_);
+    x = gather_scratch_.get();
+  }
   if (w.quantized()) return quant_linear(x, w, M, y, mode);
   PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
                dtype_name(w.format()), dtype_name(act_));

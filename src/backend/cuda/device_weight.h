@@ -31,6 +31,9 @@ struct DeviceWeight {
   int64_t n = 0, k = 0;         // [N, K] row-major: row i holds the K inputs of output i
   DeviceBuffer storage;         // owned bytes; empty when the segment views another weight (tied output)
   std::vector<DeviceWeightSegment> segments;  // row0 ascending, covering [0, n)
+  // Act-order weights (LinearEntry::input_order): [k] i32, column j reads input order[j]; empty:
+  // identity. The executor gathers the activations into that order before the matmul.
+  DeviceBuffer input_order;
 
   bool uniform() const { return segments.size() == 1; }
   DType format() const { return segments.front().format; }  // the first segment's

@@ -1,4 +1,4 @@
-// Row kernels around the matmuls: embedding gather (and its scale), RMSNorm (optionally over a
+// Row kernels around the matmuls: embedding gather (and its scale), the act-order column gather, RMSNorm (optionally over a
 // gathered row subset: the final norm before the logits runs on the last token of each sequence
 // only) and the post-norm added into the residual.
 //
@@ -9,10 +9,22 @@
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gather_columns.h"
 #include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
 namespace {
+
+template <class T>
+__global__ void gather_columns_kernel(const T* __restrict__ x, const int32_t* __restrict__ order, int K,
+                                      T* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * K;
+  T* o = out + r * K;
+  for (int j = threadIdx.x; j < K; j += blockDim.x) o[j] = xr[order[j]];
+}
 
 template <class T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int D,
@@ -119,6 +131,20 @@ void scale_f32(float* x, int64_t n, float scale, cudaStream_t s) {
   if (n <= 0) return;
   const int64_t blocks = std::min<int64_t>(ceil_div(n, 256), 65535);
   launch_pdl(scale_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, s, x, n, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gather_columns(const void* x, DType dtype, int64_t M, int64_t K, const int32_t* order, void* out, cudaStream_t s) {
+  if (M <= 0) return;
+  const int threads = K >= 1024 ? 256 : 128;
+  if (dtype == DType::kF32) {
+    launch_pdl(gather_columns_kernel<float>, dim3(M), dim3(threads), 0, s, static_cast<const float*>(x), order,
+               static_cast<int>(K), static_cast<float*>(out));
+  } else {
+    PAGODA_CUDA_REQUIRE(dtype == DType::kBF16 || dtype == DType::kF16, "gather_columns: dtype must be f32, f16 or bf16");
+    launch_pdl(gather_columns_kernel<uint16_t>, dim3(M), dim3(threads), 0, s, static_cast<const uint16_t*>(x), order,
+               static_cast<int>(K), static_cast<uint16_t*>(out));
+  }
   CUDA_CHECK_LAUNCH();
 }
 
