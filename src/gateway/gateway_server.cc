@@ -22,6 +22,7 @@
 #include "gateway/request_summary.h"
 #include "gateway/router.h"
 #include "gateway/slot_queue.h"
+#include "gateway/stream_relay.h"
 #include "gateway/upstream_pool.h"
 #include "gateway/worker_probe.h"
 #include "gateway/worker_set.h"
@@ -100,6 +101,7 @@ struct GatewayServer::Impl {
   WorkerProbes probes;
   UpstreamPool pool{config.upstream_keepalive_s, static_cast<size_t>(std::max<int64_t>(1, config.max_inflight))};
   static constexpr size_t kReadBytes = 16 << 10;  // upstream read size (the chunk buffer's)
+  static constexpr size_t kMaxChunkBytes = 8 << 20;  // a relayed chunk is held whole up to this size
 
   // ---- client side ----
 
@@ -477,6 +479,7 @@ struct GatewayServer::Impl {
         beast::error_code ignored;
         up.socket().set_option(tcp::no_delay(true), ignored);
       }
+      metrics.count("upstream_connections_total", labels("worker", w.label, "kind", reused ? "reused" : "new"));
       up.expires_after(secs(config.first_byte_timeout_s));
       co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
       ex.upstream_sent = now_s();
@@ -503,6 +506,7 @@ struct GatewayServer::Impl {
     const bool sse = status == 200 && ctype.rfind("text/event-stream", 0) == 0;
     Headers headers = labels("x-request-id", ex.id, "x-pagoda-worker", w.label, "x-pagoda-route-reason", ex.reason);
     if (auto ra = p.get()[http::field::retry_after]; !ra.empty()) headers.push_back({"Retry-After", std::string(ra)});
+    if (sse && p.chunked()) co_return co_await relay_stream(client, up, ubuf, p, ex, w, ctype, headers);
     std::string body;
     std::vector<char> chunk(kReadBytes);
     std::string head;  // the response head, sent with the first chunk
@@ -544,19 +548,7 @@ struct GatewayServer::Impl {
       if (ec) {
         ex.detail = "body: " + ec.message();
         const Failure f = ec == beast::error::timeout ? Failure::kTimeout : Failure::kStreamCut;
-        if (head_sent) {
-          // Cut mid-stream: an OpenAI-style error event, then the end of the chunked body (no
-          // [DONE]: the stream did not complete), then close the connection.
-          std::string frame;
-          append_chunk("data: " + error_json("server_error",
-                                             std::string("the worker serving this request failed mid-stream (") +
-                                                 (f == Failure::kTimeout ? "timed out" : "connection lost") + ")",
-                                             "upstream_stream_cut") + "\n\n",
-                       &frame);
-          frame += "0\r\n\r\n";
-          ex.close_after = true;
-          co_await write_client(client, frame);
-        }
+        if (head_sent) co_await end_cut_stream(client, ex, f);
         co_return f;
       }
     }
@@ -590,6 +582,58 @@ struct GatewayServer::Impl {
     const bool ok = co_await write_client(client, full);
     ex.sent_any = true;
     co_return ok ? Failure::kNone : Failure::kClientGone;
+  }
+
+  // A stream the worker framed in chunks (every SSE response of `pagoda serve`): relayed chunk for
+  // chunk (stream_relay.h), the connection kept when it ends cleanly.
+  awaitable<Failure> relay_stream(beast::tcp_stream& client, beast::tcp_stream& up, beast::flat_buffer& ubuf,
+                                  http::response_parser<http::buffer_body>& p, Exchange& ex, Worker& w,
+                                  const std::string& ctype, const Headers& headers) {
+    Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
+    h.insert(h.end(), headers.begin(), headers.end());
+    const RelayResult r = co_await relay_chunked_stream(up.socket(), client.socket(), ubuf,
+                                                        format_head(200, ctype, h, true, 0, ex.close_after),
+                                                        config.stream_idle_timeout_s, config.client_idle_timeout_s,
+                                                        kReadBytes, kMaxChunkBytes);
+    if (r.sent_any) {
+      ex.sent_any = true;
+      ex.status = 200;
+      ex.ttft = r.first_write_at - ex.start;
+      ex.ttft_overhead = (ex.upstream_sent - ex.start) + (r.first_write_at - r.first_read_at);
+    }
+    ex.detail = r.detail;
+    switch (r.outcome) {
+      case RelayResult::kComplete:
+        if (pool.enabled() && r.reusable && p.get().keep_alive()) {
+          beast::error_code ec;
+          const int fd = up.socket().release(ec);
+          if (!ec) pool.put(w.label, fd, now_s());
+        }
+        co_return Failure::kNone;
+      case RelayResult::kClientGone:
+        co_return Failure::kClientGone;
+      default: {
+        const Failure f = r.outcome == RelayResult::kUpstreamTimeout ? Failure::kTimeout
+                          : r.outcome == RelayResult::kProtocol      ? Failure::kProtocol
+                                                                      : Failure::kStreamCut;
+        if (r.sent_any) co_await end_cut_stream(client, ex, f);
+        co_return f;
+      }
+    }
+  }
+
+  // Cut mid-stream (after the first byte, at a chunk boundary): an OpenAI-style error event, then
+  // the end of the chunked body (no [DONE]: the stream did not complete); the connection closes.
+  awaitable<void> end_cut_stream(beast::tcp_stream& client, Exchange& ex, Failure f) {
+    std::string frame;
+    append_chunk("data: " + error_json("server_error",
+                                       std::string("the worker serving this request failed mid-stream (") +
+                                           (f == Failure::kTimeout ? "timed out" : "connection lost") + ")",
+                                       "upstream_stream_cut") + "\n\n",
+                 &frame);
+    frame += "0\r\n\r\n";
+    ex.close_after = true;
+    co_await write_client(client, frame);
   }
 
   awaitable<bool> write_client(beast::tcp_stream& client, const std::string& data) {
