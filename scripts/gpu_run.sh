@@ -336,10 +336,14 @@ stage_quant8b() {
 stage_gateway() {
   local m=$PG/shared/models/stories260K/stories260K.gguf
   [ -x $PG/bin/pagoda-gateway ] || { log "gateway: no pagoda-gateway in the pack (ninja -C build-cuda pagoda_gateway_cli, then gpu_pack.sh)"; return; }
-  TAILN=12 step gateway_cpu 200 env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
-    WORKER_ARGS="--device cpu" scripts/bench_gateway.sh $m 8
-  TAILN=12 step gateway_cuda 200 env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
-    WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m 8
+  # With bin/pagoda-gateway-baseline in the pack (gpu_pack.sh PAGODA_PACK_BASELINE_GATEWAY), a third
+  # arm in the same rounds: new / baseline ratios of TTFT and CPU per token.
+  local base= n=${GATEWAY_ROUNDS:-8} lim=200
+  [ -x $PG/bin/pagoda-gateway-baseline ] && base=$PG/bin/pagoda-gateway-baseline && lim=280
+  TAILN=18 step gateway_cpu $lim env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
+    BASELINE_GATEWAY=$base WORKER_ARGS="--device cpu" scripts/bench_gateway.sh $m $n
+  TAILN=18 step gateway_cuda $lim env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
+    BASELINE_GATEWAY=$base WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
 }
 
 stage_bench() {
