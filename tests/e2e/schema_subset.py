@@ -29,10 +29,17 @@ class Unsupported(ValueError):
 
 
 def parse_json(text):
-    """One strict JSON value: no NaN / Infinity, no duplicate object keys, nothing after it but
-    whitespace. Raises ValueError."""
+    """One strict JSON value: no NaN / Infinity, no number beyond a double's range (RFC 8259
+    section 6: clients read it as infinity or fail), no duplicate object keys, nothing after it
+    but whitespace. Raises ValueError."""
     def no_constant(name):
         raise ValueError(f"{name} is not JSON")
+
+    def finite(s):
+        v = float(s)
+        if math.isinf(v):
+            raise ValueError(f"the number {s} is beyond a double's range")
+        return v
 
     def pairs(items):
         out = {}
@@ -42,7 +49,7 @@ def parse_json(text):
             out[k] = v
         return out
 
-    return json.loads(text, parse_constant=no_constant, object_pairs_hook=pairs)
+    return json.loads(text, parse_constant=no_constant, parse_float=finite, object_pairs_hook=pairs)
 
 
 def is_number(v):

@@ -5,7 +5,12 @@ sends every corpus request (200 JSON schemas, 100 regexes, the same 100 language
 60 choice lists; each greedy and sampled: 920 requests) over HTTP, and checks every answer:
 finish_reason "stop", the text one strict JSON value valid against its schema
 (tests/e2e/schema_subset.py), a full match of its regex (Python's `re`; the grammar's too), or a
-member of its choice list. Prints a summary and the first failures; exit status 0 only when every
+member of its choice list. The tool-call corpus (200 chat requests, greedy and sampled, a quarter
+streamed) offers two functions whose parameters wrap corpus schemas, with tool_choice "required" or
+a named function; the model gets a Hermes-style chat template (`<tool_call>` tags) written into a
+copy of its GGUF (tests/e2e/gguf_metadata.py), and each answer must be exactly one call of an
+offered function (id, type, name; streamed: id and name in the call's first delta, then argument
+fragments), finish_reason "tool_calls", its arguments valid against that function's parameters. Prints a summary and the first failures; exit status 0 only when every
 answer is valid and the answers vary (the constraint did not force one string everywhere).
 
     python3 tests/e2e/structured_corpus_check.py --binary build/pagoda \\
@@ -31,20 +36,97 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gguf_metadata import with_string_key  # noqa: E402
 from schema_subset import validate_text  # noqa: E402
 from structured_corpus import CHOICES, PATTERNS, SCHEMAS  # noqa: E402
+
+# A Hermes-style template: `<tool_call>` in its source selects that tool-call format; the tools are
+# not rendered (stories260K's context is 512 tokens and its text random-ish: the grammar makes the call).
+TOOL_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                 "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                 "{#- a call: <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> -#}")
+
+
+def tool_of(i, schema):
+    """Function fn_i whose parameters hold the corpus schema as its one property ($defs moved to
+    the root, where the schema's "#/$defs/..." references point)."""
+    inner = {k: v for k, v in schema.items() if k != "$defs"} if isinstance(schema, dict) else schema
+    params = {"type": "object", "properties": {"value": inner}, "required": ["value"], "additionalProperties": False}
+    if isinstance(schema, dict) and "$defs" in schema:
+        params["$defs"] = schema["$defs"]
+    return {"type": "function", "function": {"name": f"fn_{i}", "description": f"corpus schema {i}", "parameters": params}}
 
 MODEL_NAME = "corpus"  # --served-model-name
 VARIETY = {"json": 150 / 400, "regex": 60 / 200}  # least share of distinct answers
 
 
 def post(url, body, timeout):
+    """(status, the JSON answer, or the list of streamed chunks when body["stream"]; or the error text)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
+            if not body.get("stream"):
+                return r.status, json.loads(r.read())
+            chunks = []
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[6:]))
+            return r.status, chunks
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
+
+
+def text_check(check):
+    """A checker of a completion's text as a checker of the whole answer: (error or None, text)."""
+    def answer_check(r):
+        ch = r["choices"][0]
+        if ch["finish_reason"] != "stop":
+            return f"finish_reason {ch['finish_reason']!r}", ch["text"]
+        return check(ch["text"]), ch["text"]
+    return answer_check
+
+
+def tool_check(tools, streamed):
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+
+    def calls_of(r):
+        if not streamed:
+            ch = r["choices"][0]
+            return ch["finish_reason"], (ch["message"].get("tool_calls") or []), None
+        calls, finish = {}, None
+        for chunk in r:
+            for ch in chunk.get("choices", []):
+                finish = ch.get("finish_reason") or finish
+                for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                    fn = tc.get("function") or {}
+                    if tc["index"] not in calls:  # the first delta: id, type and the name
+                        if not (tc.get("id") and tc.get("type") == "function" and fn.get("name")):
+                            return finish, [], f"first delta of call {tc['index']} lacks id/type/name: {tc}"
+                        calls[tc["index"]] = {"id": tc["id"], "type": "function",
+                                              "function": {"name": fn["name"], "arguments": fn.get("arguments") or ""}}
+                    else:
+                        if tc.get("id") or fn.get("name"):
+                            return finish, [], f"a later delta of call {tc['index']} repeats id/name: {tc}"
+                        calls[tc["index"]]["function"]["arguments"] += fn.get("arguments") or ""
+        return finish, [calls[k] for k in sorted(calls)], None
+
+    def answer_check(r):
+        finish, calls, err = calls_of(r)
+        text = json.dumps(calls)
+        if err:
+            return err, text
+        if finish != "tool_calls":
+            return f"finish_reason {finish!r}", text
+        if len(calls) != 1:
+            return f"{len(calls)} calls (parallel_tool_calls is false)", text
+        c = calls[0]
+        name = c["function"]["name"]
+        if not c.get("id") or c.get("type") != "function" or name not in params:
+            return f"bad call {c}", text
+        errors = validate_text(params[name], c["function"]["arguments"])
+        return ("; ".join(errors[:3]) or None), text
+    return answer_check
 
 
 def cases(kinds, shift=0):
@@ -58,19 +140,30 @@ def cases(kinds, shift=0):
             # Half through vLLM's structured_outputs, half through guided_json (as the pytest does).
             extra = {"structured_outputs": {"json": sent}} if i % 2 else {"guided_json": sent}
             out.append(("json", i, "Once upon a time", 300, extra,
-                        lambda t, s=schema: "; ".join(validate_text(s, t)[:3]) or None))
+                        text_check(lambda t, s=schema: "; ".join(validate_text(s, t)[:3]) or None)))
     for kind in ("regex", "grammar"):
         if kind in kinds:
             for i, (py, _) in enumerate(PATTERNS):
                 sent_py, sent_gbnf = PATTERNS[(i + shift) % len(PATTERNS)]
                 extra = {"guided_regex": sent_py} if kind == "regex" else {"structured_outputs": {"grammar": "root ::= " + sent_gbnf}}
                 out.append((kind, i, "The answer:", 100, extra,
-                            lambda t, p=py: None if re.fullmatch(p, t) else f"no full match of {p!r}"))
+                            text_check(lambda t, p=py: None if re.fullmatch(p, t) else f"no full match of {p!r}")))
     if "choice" in kinds:
         for i, choices in enumerate(CHOICES):
             sent = CHOICES[(i + shift) % len(CHOICES)]
             out.append(("choice", i, "The answer:", 100, {"guided_choice": sent},
-                        lambda t, c=choices: None if t in c else f"not one of {c}"))
+                        text_check(lambda t, c=choices: None if t in c else f"not one of {c}")))
+    if "tools" in kinds:
+        n = len(SCHEMAS)
+        for i in range(n):
+            # Checked against fn_i and fn_(i+1) as offered; sent with those of i + shift.
+            offered = [tool_of(i, SCHEMAS[i]), tool_of(i + 1, SCHEMAS[(i + 1) % n])]
+            sent = [tool_of(i, SCHEMAS[(i + shift) % n]), tool_of(i + 1, SCHEMAS[(i + 1 + shift) % n])]
+            choice = "required" if i % 2 else {"type": "function", "function": {"name": f"fn_{i}"}}
+            streamed = i % 4 == 3
+            extra = {"tools": sent, "tool_choice": choice, "parallel_tool_calls": False, "stream": streamed}
+            allowed = offered if i % 2 else offered[:1]
+            out.append(("tools", i, None, 300, extra, tool_check(allowed, streamed)))
     return out
 
 
@@ -119,25 +212,37 @@ def run(args):
     todo = cases(kinds, args.shift)
     if args.limit:
         todo = [c for c in todo if c[1] < args.limit]
-    server = Server(args.binary, args.model, args.device, args.server_log, args.server_arg)
+    model = args.model
+    if "tools" in kinds:
+        # The same weights and tokenizer with a chat template (completions answer as before).
+        tmp = tempfile.mkdtemp(prefix="pagoda-corpus-")
+        model = os.path.join(tmp, "corpus-tools.gguf")
+        with_string_key(args.model, model, "tokenizer.chat_template", TOOL_TEMPLATE)
+    server = Server(args.binary, model, args.device, args.server_log, args.server_arg)
     try:
         server.wait_healthy(args.startup_timeout)
         t0 = time.time()
 
         def one(case, sampled):
             kind, i, prompt, max_tokens, extra, check = case
-            body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens,
+            body = {"model": MODEL_NAME, "max_tokens": max_tokens,
                     **({"temperature": 1.0, "seed": (100 if kind != "json" else 0) + i} if sampled else {"temperature": 0})}
-            if not args.no_constraints:
-                body.update(extra)
-            status, r = post(server.url + "/v1/completions", body, args.request_timeout)
+            if kind == "tools":
+                path = "/v1/chat/completions"
+                body["messages"] = [{"role": "user", "content": f"Call a function ({i})."}]
+                body["stream"] = extra["stream"]
+                if not args.no_constraints:
+                    body.update(extra)
+            else:
+                path = "/v1/completions"
+                body["prompt"] = prompt
+                if not args.no_constraints:
+                    body.update(extra)
+            status, r = post(server.url + path, body, args.request_timeout)
             if status != 200:
                 return kind, i, sampled, None, f"HTTP {status}: {str(r)[:300]}"
-            ch = r["choices"][0]
-            text = ch["text"]
-            if ch["finish_reason"] != "stop":
-                return kind, i, sampled, text, f"finish_reason {ch['finish_reason']!r}"
-            return kind, i, sampled, text, check(text)
+            err, text = check(r)
+            return kind, i, sampled, text, err
 
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda cs: one(*cs), [(c, s) for c in todo for s in (False, True)]))
@@ -172,7 +277,7 @@ def main():
     ap.add_argument("--binary", default=os.environ.get("PAGODA_BINARY", "build/pagoda"))
     ap.add_argument("--model", required=True, help="stories260K.gguf (the corpora's model: its text is random-ish)")
     ap.add_argument("--device", default="", help="e.g. cuda, cpu (default: the server's own choice)")
-    ap.add_argument("--kinds", default="json,regex,grammar,choice")
+    ap.add_argument("--kinds", default="json,regex,grammar,choice,tools")
     ap.add_argument("--limit", type=int, default=0, help="only the first N of each corpus (0: all)")
     ap.add_argument("--jobs", type=int, default=32, help="requests in flight")
     ap.add_argument("--no-constraints", action="store_true", help="drop every constraint (the check must then fail)")

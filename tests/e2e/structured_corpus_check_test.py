@@ -1,8 +1,8 @@
 """The stdlib-only corpus check of the GPU machine (tests/e2e/structured_corpus_check.py, run there by
 `scripts/gpu_run.sh corpus`) run here on the CPU, in a Python without site-packages (`-I -S`: the
 standard library only, as on the GPU machine): it passes on the real server, and it fails when the
-answers are wrong (no constraint; or well-formed answers to the wrong schema, pattern or choice
-list). Its JSON Schema validator (tests/e2e/schema_subset.py) is checked against the `jsonschema`
+answers are wrong (no constraint; or well-formed answers to the wrong schema, pattern, choice list
+or tool parameters). Its JSON Schema validator (tests/e2e/schema_subset.py) is checked against the `jsonschema`
 package on instances generated from every corpus schema, valid and broken, and on format strings."""
 import json
 import random
@@ -30,18 +30,20 @@ def driver(*args):
 def test_every_corpus_answer_is_valid_on_the_cpu():
     rc, out = driver()
     assert rc == 0 and "PASS" in out, out
-    assert re.search(r"920 requests in [\d.]+ s, 0 invalid", out), out
-    for kind, n in (("json", 400), ("regex", 200), ("grammar", 200), ("choice", 120)):
+    assert re.search(r"1320 requests in [\d.]+ s, 0 invalid", out), out
+    for kind, n in (("json", 400), ("regex", 200), ("grammar", 200), ("choice", 120), ("tools", 400)):
         assert re.search(rf"{kind}\s+{n}/{n} valid", out), (kind, out)
 
 
 def test_the_check_fails_on_wrong_answers():
-    # Well-formed answers to the neighbouring schema / pattern / list: most must be caught.
+    # Well-formed answers to the neighbouring schema / pattern / list / tools: most must be caught.
     rc, out = driver("--shift", "1")
     assert rc == 1 and "FAIL" in out, out
     invalid = int(re.search(r"(\d+) invalid", out)[1])
-    assert invalid >= 600, out
+    assert invalid >= 900, out
     assert re.search(r"INVALID json #\d+ \w+: \$", out), out  # caught by the schema validator itself
+    tools_valid = int(re.search(r"tools\s+(\d+)/400 valid", out)[1])
+    assert tools_valid <= 200, out  # tool calls with the neighbour's parameters
     # The model's free text.
     rc, out = driver("--no-constraints", "--limit", "3", "--kinds", "json,regex")
     assert rc == 1 and re.search(r"12 requests in [\d.]+ s, 12 invalid", out), out
@@ -159,7 +161,7 @@ def test_strict_json_and_unsupported_keywords():
     assert validate_text({"type": "integer"}, "true")
     assert validate_text({"const": 1}, "true") and validate_text({"enum": [False]}, "0")
     assert validate_text({"const": {"k": [1, 2]}}, '{"k": [1.0, 2]}') == []
-    for text in ("NaN", "Infinity", '{"a": 1, "a": 2}', "1 2", "", "[1,]", "{'a': 1}"):
+    for text in ("NaN", "Infinity", '{"a": 1, "a": 2}', "1 2", "", "[1,]", "{'a': 1}", "-0.1e+800"):
         assert validate_text({}, text), text
     with pytest.raises(ValueError):
         parse_json('{"a": 1, "a": 1}')
