@@ -6,7 +6,7 @@
 //   LLM.generate(prompts, params)           Llm::generate: the whole batch submitted at once
 //   LLM.stream / stream_chat                GenerationRun::next_delta, as a Python iterator
 //   LLM.chat(messages, params)              Llm::chat_prompt + generate
-//   SamplingParams, RequestOutput, CompletionOutput   vLLM's names and fields
+//   SamplingParams, RequestOutput, CompletionOutput, Logprob   vLLM's names and fields
 //
 // Errors: ValueError (bad parameter, prompt too long, no chat template), FileNotFoundError (no
 // model file), RuntimeError (others); Ctrl-C cancels the requests in flight and raises
@@ -117,8 +117,8 @@ GenerationParams make_sampling_params(int32_t n, float temperature, float top_p,
                                       std::optional<uint64_t> seed, const py::object& stop,
                                       std::vector<int32_t> stop_token_ids, bool ignore_eos,
                                       std::optional<int32_t> max_tokens, int32_t min_tokens,
-                                      std::optional<int32_t> logprobs, bool include_stop_str_in_output,
-                                      bool skip_special_tokens) {
+                                      std::optional<int32_t> logprobs, std::optional<int32_t> prompt_logprobs,
+                                      bool include_stop_str_in_output, bool skip_special_tokens) {
   GenerationParams p;
   p.n = n;
   p.sampling.temperature = temperature;
@@ -131,6 +131,8 @@ GenerationParams make_sampling_params(int32_t n, float temperature, float top_p,
   p.sampling.seed = seed;
   p.sampling.logprobs = logprobs ? *logprobs : -1;
   if (logprobs && *logprobs < 0) throw py::value_error("logprobs must be >= 0 (or None)");
+  p.sampling.prompt_logprobs = prompt_logprobs ? *prompt_logprobs : -1;
+  if (prompt_logprobs && *prompt_logprobs < 0) throw py::value_error("prompt_logprobs must be >= 0 (or None)");
   if (py::isinstance<py::str>(stop)) p.stop.stop = {stop.cast<std::string>()};
   else if (!stop.is_none()) p.stop.stop = stop.cast<std::vector<std::string>>();
   p.stop.stop_token_ids = std::move(stop_token_ids);
@@ -147,6 +149,31 @@ GenerationParams make_sampling_params(int32_t n, float temperature, float top_p,
 }
 
 py::object none_if_empty(const std::string& s) { return s.empty() ? py::object(py::none()) : py::object(py::str(s)); }
+
+// Bytes as a str, invalid UTF-8 (a token holding part of a character) replaced.
+py::str utf8_replaced(const std::string& bytes) {
+  PyObject* o = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+// RequestOutput.prompt_logprobs as vLLM gives it: None when not asked (and in streamed deltas
+// after the first); else one entry per prompt token, None for token 0, then {token_id: Logprob}
+// with the prompt token and the row's top N (dict order: the prompt token first).
+py::object prompt_logprobs_py(const Completion& c) {
+  if (!c.prompt_logprobs) return py::none();
+  py::list out;
+  for (size_t i = 0; i < c.prompt_logprobs->size(); ++i) {
+    if (i == 0) {
+      out.append(py::none());
+      continue;
+    }
+    py::dict d;
+    for (const PromptLogprob& l : (*c.prompt_logprobs)[i]) d[py::int_(l.token)] = l;
+    out.append(std::move(d));
+  }
+  return out;
+}
 
 // The iterator of LLM.stream / LLM.stream_chat: RequestOutput deltas until every request finished.
 class Stream {
@@ -265,7 +292,8 @@ PYBIND11_MODULE(_pagoda, m) {
            py::arg("frequency_penalty") = 0.0f, py::arg("repetition_penalty") = 1.0f, py::arg("seed") = py::none(),
            py::arg("stop") = py::none(), py::arg("stop_token_ids") = std::vector<int32_t>{},
            py::arg("ignore_eos") = false, py::arg("max_tokens") = 16, py::arg("min_tokens") = 0,
-           py::arg("logprobs") = py::none(), py::arg("include_stop_str_in_output") = false,
+           py::arg("logprobs") = py::none(), py::arg("prompt_logprobs") = py::none(),
+           py::arg("include_stop_str_in_output") = false,
            py::arg("skip_special_tokens") = true)
       .def_readonly("n", &GenerationParams::n)
       .def_property_readonly("temperature", [](const GenerationParams& p) { return p.sampling.temperature; })
@@ -282,13 +310,27 @@ PYBIND11_MODULE(_pagoda, m) {
       .def_property_readonly("logprobs", [](const GenerationParams& p) {
         return p.sampling.logprobs < 0 ? std::optional<int32_t>() : std::optional<int32_t>(p.sampling.logprobs);
       })
+      .def_property_readonly("prompt_logprobs", [](const GenerationParams& p) {
+        return p.sampling.prompt_logprobs < 0 ? std::optional<int32_t>() : std::optional<int32_t>(p.sampling.prompt_logprobs);
+      })
       .def("__repr__", [](const GenerationParams& p) {
         return fmt::format("SamplingParams(n={}, temperature={}, top_p={}, top_k={}, min_p={}, seed={}, max_tokens={}, "
-                           "stop={}, ignore_eos={}, logprobs={})", p.n, p.sampling.temperature, p.sampling.top_p,
+                           "stop={}, ignore_eos={}, logprobs={}, prompt_logprobs={})", p.n, p.sampling.temperature, p.sampling.top_p,
                            p.sampling.top_k, p.sampling.min_p, p.sampling.seed ? std::to_string(*p.sampling.seed) : "None",
                            p.stop.max_tokens < 0 ? "None" : std::to_string(p.stop.max_tokens),
                            py::repr(py::cast(p.stop.stop)).cast<std::string>(), p.stop.ignore_eos ? "True" : "False",
-                           p.sampling.logprobs < 0 ? "None" : std::to_string(p.sampling.logprobs));
+                           p.sampling.logprobs < 0 ? "None" : std::to_string(p.sampling.logprobs),
+                           p.sampling.prompt_logprobs < 0 ? "None" : std::to_string(p.sampling.prompt_logprobs));
+      });
+
+  py::class_<PromptLogprob>(m, "Logprob", "One token's log-probability at one prompt position (vLLM's Logprob)")
+      .def_readonly("logprob", &PromptLogprob::logprob, "log-softmax of the model's row (no sampling transform)")
+      .def_readonly("rank", &PromptLogprob::rank, "1 + the tokens with a greater logprob (1: the model's best)")
+      .def_property_readonly("decoded_token", [](const PromptLogprob& l) { return utf8_replaced(l.text); },
+                             "the token's text (invalid UTF-8 of a partial character replaced)")
+      .def("__repr__", [](const PromptLogprob& l) {
+        return fmt::format("Logprob(logprob={}, rank={}, decoded_token={})", l.logprob, l.rank,
+                           py::repr(utf8_replaced(l.text)).cast<std::string>());
       });
 
   py::class_<Sample>(m, "CompletionOutput", "One sample of a request (vLLM's CompletionOutput)")
@@ -326,6 +368,9 @@ PYBIND11_MODULE(_pagoda, m) {
       .def_readonly("outputs", &Completion::outputs)
       .def_readonly("finished", &Completion::finished)
       .def_readonly("num_cached_tokens", &Completion::num_cached_tokens)
+      .def_property_readonly("prompt_logprobs", &prompt_logprobs_py,
+                             "SamplingParams(prompt_logprobs=N): per prompt token None (the first) or {token_id: Logprob} "
+                             "of the prompt token and the top N; None when not asked or in later streamed deltas")
       .def_property_readonly("text", [](const Completion& c) { return c.outputs.at(0).text; },
                              "outputs[0].text (the first sample's text)")
       .def_property_readonly("metrics", [](const Completion& c) {

@@ -21,6 +21,12 @@ bins=("$build/pagoda" "$build/tests/pagoda_gpu_tests")
 # The gateway (gpu_run.sh's `gateway` stage) where it was built (ninja -C build-cuda pagoda_gateway_cli).
 [ -x "$build/pagoda-gateway" ] && bins+=("$build/pagoda-gateway")
 cp "${bins[@]}" "$stage/bin/"
+# PAGODA_PACK_BASELINE_GATEWAY=PATH: another pagoda-gateway (e.g. the previous commit's), packed as
+# bin/pagoda-gateway-baseline; the gateway stage then measures it in the same rounds.
+if [ -n "${PAGODA_PACK_BASELINE_GATEWAY:-}" ]; then
+  cp "$PAGODA_PACK_BASELINE_GATEWAY" "$stage/bin/pagoda-gateway-baseline"
+  bins+=("$PAGODA_PACK_BASELINE_GATEWAY")
+fi
 strip --strip-debug "$stage/bin/"*
 ldd "${bins[@]}" | awk '/=> \/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|librt|libpthread|libdl|libz|libssl|libcrypto|ld-linux[^/]*)\.so' |

@@ -14,11 +14,12 @@ from ._pagoda import (
     LLM,
     CompletionOutput,
     GenerationStream,
+    Logprob,
     RequestOutput,
     SamplingParams,
     __version__,
     set_log_level,
 )
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "GenerationStream", "set_log_level",
-           "__version__"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "GenerationStream", "Logprob",
+           "set_log_level", "__version__"]

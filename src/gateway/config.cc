@@ -90,7 +90,7 @@ Status load_config_file(const std::string& path, GatewayConfig* c) {
                                  "prefix_chunk_chars", "prefix_chunks", "load_bound", "load_bound_floor", "api_keys", "global_limit",
                                  "max_inflight", "max_queue", "queue_timeout_s", "body_limit", "default_max_tokens",
                                  "connect_timeout_s", "first_byte_timeout_s", "stream_idle_timeout_s",
-                                 "client_idle_timeout_s", "max_attempts", "health_interval_s", "health_timeout_s", "unhealthy_after_checks",
+                                 "upstream_keepalive_s", "client_idle_timeout_s", "max_attempts", "health_interval_s", "health_timeout_s", "unhealthy_after_checks",
                                  "eject_s", "eject_after_failures", "dns_interval_s", "drain_timeout_s",
                                  "worker_api_key"};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -115,6 +115,7 @@ Status load_config_file(const std::string& path, GatewayConfig* c) {
   PAGODA_RETURN_IF_ERROR(read_key(j, "connect_timeout_s", &c->connect_timeout_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "first_byte_timeout_s", &c->first_byte_timeout_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "stream_idle_timeout_s", &c->stream_idle_timeout_s));
+  PAGODA_RETURN_IF_ERROR(read_key(j, "upstream_keepalive_s", &c->upstream_keepalive_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "client_idle_timeout_s", &c->client_idle_timeout_s));
   PAGODA_RETURN_IF_ERROR(read_key(j, "max_attempts", &c->max_attempts));
   PAGODA_RETURN_IF_ERROR(read_key(j, "health_interval_s", &c->health_interval_s));
@@ -187,6 +188,8 @@ Status validate(const GatewayConfig& c) {
                    c.health_interval_s, c.health_timeout_s, c.queue_timeout_s, c.dns_interval_s})
     if (!(t > 0)) return invalid_argument("gateway: every timeout and interval must be > 0 seconds");
   if (c.body_limit < 1) return invalid_argument("gateway: body_limit must be >= 1");
+  if (!(c.upstream_keepalive_s >= 0))
+    return invalid_argument("gateway: upstream_keepalive_s must be >= 0 seconds (0: a new connection per request)");
   for (const auto& k : c.api_keys)
     if (k.key.empty()) return invalid_argument("gateway: an api key is empty");
   return Status();

@@ -56,6 +56,9 @@ struct GatewayConfig {
   double connect_timeout_s = 2;
   double first_byte_timeout_s = 60;     // from the request written to the response head
   double stream_idle_timeout_s = 30;    // between two body reads from a worker
+  // Connections to workers are kept alive and reused for this long after a response (below the
+  // workers' own idle timeout, 30 s by default); 0: a new connection per request.
+  double upstream_keepalive_s = 4;
   double client_idle_timeout_s = 30;    // waiting for a client's request
   int max_attempts = 3;                 // workers tried for one request (first byte not yet sent)
   double health_interval_s = 1;

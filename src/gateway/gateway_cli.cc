@@ -41,6 +41,8 @@ void add_gateway_options(CLI::App* app, GatewayCli& cli) {
   PAGODA_GW_FLAG("--connect-timeout", connect_timeout_s, "seconds to connect to a worker");
   PAGODA_GW_FLAG("--first-byte-timeout", first_byte_timeout_s, "seconds from sending a request to a worker's response head");
   PAGODA_GW_FLAG("--stream-idle-timeout", stream_idle_timeout_s, "seconds between two reads of a worker's response");
+  PAGODA_GW_FLAG("--upstream-keepalive", upstream_keepalive_s,
+                 "seconds a connection to a worker is kept for the next request (0: a new connection per request)");
   PAGODA_GW_FLAG("--client-idle-timeout", client_idle_timeout_s, "seconds to wait for a client's request");
   PAGODA_GW_FLAG("--max-attempts", max_attempts, "workers tried for one request before its first byte is sent");
   PAGODA_GW_FLAG("--health-interval", health_interval_s, "seconds between active health checks");

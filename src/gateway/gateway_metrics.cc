@@ -32,6 +32,7 @@ GatewayMetrics::GatewayMetrics()
       {"prefix_affinity_lookups_total", "Requests that had a prefix-affinity key"},
       {"prefix_affinity_hits_total", "Keyed requests routed to the worker that served the key last"},
       {"rate_limited_total", "Requests refused with 429 or 503 by admission, by scope"},
+      {"upstream_connections_total", "Connections that carried a request to a worker: new, or reused (kept alive)"},
   };
   for (const auto& [name, help] : counters) families_[name] = Family{help, "counter", {}, {}};
   families_["request_duration_seconds"] = Family{"Arrival to last byte", "histogram", {}, {}};

@@ -7,18 +7,24 @@
 
 #include <array>
 #include <chrono>
-#include <deque>
-#include <list>
 #include <random>
+#include <optional>
 #include <thread>
-#include <unordered_map>
+
+#include <unistd.h>
 
 #include "common/log.h"
 #include "gateway/admission.h"
+#include "gateway/affinity_memory.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/http_frames.h"
 #include "gateway/prefix_key.h"
 #include "gateway/request_summary.h"
 #include "gateway/router.h"
+#include "gateway/slot_queue.h"
+#include "gateway/stream_relay.h"
+#include "gateway/upstream_pool.h"
+#include "gateway/worker_probe.h"
 #include "gateway/worker_set.h"
 
 namespace pagoda::gateway {
@@ -30,31 +36,7 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using net::awaitable;
 using net::use_awaitable;
-using Headers = std::vector<std::pair<std::string, std::string>>;
 using json = nlohmann::json;
-
-// Built outside the coroutines: g++ 12 miscompiles brace-initialised lists inside them.
-Headers header1(const std::string& k, const std::string& v) {
-  Headers h;
-  h.emplace_back(k, v);
-  return h;
-}
-std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v) {
-  return header1(k, v);
-}
-std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v,
-                                                        const std::string& k2, const std::string& v2) {
-  auto l = header1(k, v);
-  l.emplace_back(k2, v2);
-  return l;
-}
-std::vector<std::pair<std::string, std::string>> labels(const std::string& k, const std::string& v,
-                                                        const std::string& k2, const std::string& v2,
-                                                        const std::string& k3, const std::string& v3) {
-  auto l = labels(k, v, k2, v2);
-  l.emplace_back(k3, v3);
-  return l;
-}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -63,113 +45,6 @@ double now_s() {
 std::chrono::steady_clock::duration secs(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
 }
-
-std::string error_json(const std::string& type, const std::string& message, const std::string& code) {
-  json e{{"message", message}, {"type", type}, {"param", nullptr}, {"code", code.empty() ? json(nullptr) : json(code)}};
-  return json{{"error", e}}.dump();
-}
-
-std::string format_head(int status, const std::string& content_type, const Headers& headers, bool chunked,
-                        size_t length, bool close) {
-  std::string reason(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status))));
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\n";
-  if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
-  for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
-  h += chunked ? std::string("Transfer-Encoding: chunked\r\n") : "Content-Length: " + std::to_string(length) + "\r\n";
-  if (close) h += "Connection: close\r\n";
-  return h + "\r\n";
-}
-
-void append_chunk(std::string_view data, std::string* out) {
-  char size[32];
-  snprintf(size, sizeof size, "%zx\r\n", data.size());
-  *out += size;
-  out->append(data.data(), data.size());
-  *out += "\r\n";
-}
-
-// Slots for requests being proxied: at most `max` at once, `max_queue` waiting (FIFO) for
-// `timeout_s`. Thread-safe; a waiter is woken on its own executor.
-class SlotQueue {
- public:
-  SlotQueue(int64_t max, int64_t max_queue) : max_(max), max_queue_(max_queue) {}
-  enum Outcome { kGranted, kFull, kTimeout };
-
-  awaitable<Outcome> acquire(double timeout_s) {
-    auto ex = co_await net::this_coro::executor;
-    auto waiter = std::make_shared<Waiter>(ex);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (active_ < max_) {
-        ++active_;
-        co_return kGranted;
-      }
-      if (static_cast<int64_t>(queue_.size()) >= max_queue_) co_return kFull;
-      queue_.push_back(waiter);
-    }
-    waiter->timer.expires_after(secs(timeout_s));
-    beast::error_code ec;
-    co_await waiter->timer.async_wait(net::redirect_error(use_awaitable, ec));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (waiter->granted) co_return kGranted;
-    queue_.remove(waiter);
-    co_return kTimeout;
-  }
-
-  void release() {
-    std::shared_ptr<Waiter> next;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) {
-        --active_;
-        return;
-      }
-      next = queue_.front();
-      queue_.pop_front();
-      next->granted = true;  // the slot passes to it
-    }
-    net::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
-  }
-
-  int64_t active() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return active_;
-  }
-  int64_t queued() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int64_t>(queue_.size());
-  }
-
- private:
-  struct Waiter {
-    explicit Waiter(net::any_io_executor ex) : timer(ex) {}
-    net::steady_timer timer;
-    bool granted = false;
-  };
-  std::mutex mu_;
-  int64_t max_, max_queue_, active_ = 0;
-  std::list<std::shared_ptr<Waiter>> queue_;
-};
-
-// The worker that served a prefix key last (bounded: cleared when it grows past kMax).
-class AffinityMemory {
- public:
-  // Records `worker` for `key`; true when it was the same worker as last time.
-  bool record(uint64_t key, const std::string& worker) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (last_.size() >= kMax) last_.clear();
-    auto [it, inserted] = last_.try_emplace(key, worker);
-    if (inserted) return false;
-    const bool hit = it->second == worker;
-    it->second = worker;
-    return hit;
-  }
-
- private:
-  static constexpr size_t kMax = 1 << 16;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::string> last_;
-};
 
 enum class Failure { kNone, kConnect, kTimeout, k5xx, kStreamCut, kProtocol, kClientGone };
 
@@ -204,7 +79,7 @@ struct Exchange {
 
 struct GatewayServer::Impl {
   explicit Impl(GatewayConfig c) : config(std::move(c)), workers(config), admission(config),
-                                   slots(config.max_inflight, config.max_queue) {}
+                                   slots(config.max_inflight, config.max_queue), probes(ioc, config, workers, stopping) {}
 
   GatewayConfig config;
   WorkerSet workers;
@@ -223,6 +98,10 @@ struct GatewayServer::Impl {
   int port = 0;
   std::mt19937_64 rng{std::random_device{}()};
   std::mutex rng_mu;
+  WorkerProbes probes;
+  UpstreamPool pool{config.upstream_keepalive_s, static_cast<size_t>(std::max<int64_t>(1, config.max_inflight))};
+  static constexpr size_t kReadBytes = 16 << 10;  // upstream read size (the chunk buffer's)
+  static constexpr size_t kMaxChunkBytes = 8 << 20;  // a relayed chunk is held whole up to this size
 
   // ---- client side ----
 
@@ -235,6 +114,7 @@ struct GatewayServer::Impl {
       if (!ec) remote = ep.address().to_string();
     }
     beast::flat_buffer buffer;
+    buffer.reserve(kReadBytes);  // a request head and body in one read, mostly
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(config.body_limit);
@@ -539,6 +419,7 @@ struct GatewayServer::Impl {
       if (f == Failure::kClientGone) co_return;
       metrics.count("upstream_errors_total", labels("worker", w->label, "kind", failure_name(f)));
       workers.record_failure(*w, now_s());
+      pool.drop(w->label);
       log_warn("gateway", "{} attempt {} on {} failed: {} ({}){}", ex.id, attempt, w->label, failure_name(f), ex.detail,
                ex.sent_any ? " (after the first byte: not retried)" : "");
       if (ex.sent_any) co_return;
@@ -564,40 +445,70 @@ struct GatewayServer::Impl {
       ex.detail = "bad address " + w.address;
       co_return Failure::kConnect;
     }
-    up.expires_after(secs(config.connect_timeout_s));
-    co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
-    if (ec) ex.detail = "connect: " + ec.message();
-    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
-    beast::error_code ignored;
-    up.socket().set_option(tcp::no_delay(true), ignored);
     std::string out = ex.method + " " + ex.path + " HTTP/1.1\r\nHost: " + w.label +
                       "\r\nContent-Type: application/json\r\nX-Request-Id: " + ex.id + "\r\nX-Forwarded-For: " +
-                      (ex.remote.empty() ? "-" : ex.remote) + "\r\nConnection: close\r\nContent-Length: " +
-                      std::to_string(req.body().size()) + "\r\n";
+                      (ex.remote.empty() ? "-" : ex.remote) + (pool.enabled() ? "" : "\r\nConnection: close") +
+                      "\r\nContent-Length: " + std::to_string(req.body().size()) + "\r\n";
     if (!config.worker_api_key.empty()) {
       out += "Authorization: Bearer " + config.worker_api_key + "\r\n";
     } else if (!admission.auth_enabled() && !req[http::field::authorization].empty()) {
       out += "Authorization: " + std::string(req[http::field::authorization]) + "\r\n";
     }
     out += "\r\n" + req.body();
-    up.expires_after(secs(config.first_byte_timeout_s));
-    co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
-    ex.upstream_sent = now_s();
-    if (ec) ex.detail = "write: " + ec.message();
-    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+    // Whole SSE events per read (a 512-byte default would split each event over two reads and
+    // two writes to the client).
     beast::flat_buffer ubuf;
-    http::response_parser<http::buffer_body> p;
-    p.body_limit(std::uint64_t{1} << 50);  // boost::none compares wrongly in Beast 1.74 (len > none)
-    co_await http::async_read_header(up, ubuf, p, net::redirect_error(use_awaitable, ec));
-    if (ec) ex.detail = "response head: " + ec.message();
-    if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+    ubuf.reserve(kReadBytes);
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    // A kept-alive connection first (upstream_pool.h); one the worker closed meanwhile fails
+    // before any byte of the response, and then a new connection carries the request.
+    for (bool fresh = !pool.enabled();; fresh = true) {
+      bool reused = false;
+      if (!fresh) {
+        if (const int fd = pool.take(w.label, now_s()); fd >= 0) {
+          up.socket().assign(ep.protocol(), fd, ec);
+          reused = !ec;
+          if (ec) ::close(fd);
+        }
+      }
+      if (!reused) {
+        up.expires_after(secs(config.connect_timeout_s));
+        co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
+        if (ec) ex.detail = "connect: " + ec.message();
+        if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+        beast::error_code ignored;
+        up.socket().set_option(tcp::no_delay(true), ignored);
+      }
+      metrics.count("upstream_connections_total", labels("worker", w.label, "kind", reused ? "reused" : "new"));
+      up.expires_after(secs(config.first_byte_timeout_s));
+      co_await net::async_write(up, net::buffer(out), net::redirect_error(use_awaitable, ec));
+      ex.upstream_sent = now_s();
+      if (ec && reused && ec != beast::error::timeout) {
+        up.close();
+        continue;
+      }
+      if (ec) ex.detail = "write: " + ec.message();
+      if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+      parser.emplace();
+      parser->body_limit(std::uint64_t{1} << 50);  // boost::none compares wrongly in Beast 1.74 (len > none)
+      co_await http::async_read_header(up, ubuf, *parser, net::redirect_error(use_awaitable, ec));
+      if (ec && reused && ec != beast::error::timeout && ubuf.size() == 0) {
+        up.close();
+        continue;
+      }
+      if (ec) ex.detail = "response head: " + ec.message();
+      if (ec) co_return ec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+      break;
+    }
+    auto& p = *parser;
     const int status = static_cast<int>(p.get().result_int());
     const std::string ctype(p.get()[http::field::content_type]);
     const bool sse = status == 200 && ctype.rfind("text/event-stream", 0) == 0;
     Headers headers = labels("x-request-id", ex.id, "x-pagoda-worker", w.label, "x-pagoda-route-reason", ex.reason);
     if (auto ra = p.get()[http::field::retry_after]; !ra.empty()) headers.push_back({"Retry-After", std::string(ra)});
+    if (sse && p.chunked()) co_return co_await relay_stream(client, up, ubuf, p, ex, w, ctype, headers);
     std::string body;
-    std::vector<char> chunk(16 << 10);
+    std::vector<char> chunk(kReadBytes);
     std::string head;  // the response head, sent with the first chunk
     bool head_sent = false;
     while (!p.is_done()) {
@@ -637,21 +548,14 @@ struct GatewayServer::Impl {
       if (ec) {
         ex.detail = "body: " + ec.message();
         const Failure f = ec == beast::error::timeout ? Failure::kTimeout : Failure::kStreamCut;
-        if (head_sent) {
-          // Cut mid-stream: an OpenAI-style error event, then the end of the chunked body (no
-          // [DONE]: the stream did not complete), then close the connection.
-          std::string frame;
-          append_chunk("data: " + error_json("server_error",
-                                             std::string("the worker serving this request failed mid-stream (") +
-                                                 (f == Failure::kTimeout ? "timed out" : "connection lost") + ")",
-                                             "upstream_stream_cut") + "\n\n",
-                       &frame);
-          frame += "0\r\n\r\n";
-          ex.close_after = true;
-          co_await write_client(client, frame);
-        }
+        if (head_sent) co_await end_cut_stream(client, ex, f);
         co_return f;
       }
+    }
+    // Read to its end: the connection serves the next request to this worker if it stays open.
+    if (pool.enabled() && p.get().keep_alive() && ubuf.size() == 0) {
+      const int fd = up.socket().release(ec);
+      if (!ec) pool.put(w.label, fd, now_s());
     }
     if (sse) {
       if (!head_sent) {
@@ -680,6 +584,58 @@ struct GatewayServer::Impl {
     co_return ok ? Failure::kNone : Failure::kClientGone;
   }
 
+  // A stream the worker framed in chunks (every SSE response of `pagoda serve`): relayed chunk for
+  // chunk (stream_relay.h), the connection kept when it ends cleanly.
+  awaitable<Failure> relay_stream(beast::tcp_stream& client, beast::tcp_stream& up, beast::flat_buffer& ubuf,
+                                  http::response_parser<http::buffer_body>& p, Exchange& ex, Worker& w,
+                                  const std::string& ctype, const Headers& headers) {
+    Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
+    h.insert(h.end(), headers.begin(), headers.end());
+    const RelayResult r = co_await relay_chunked_stream(up.socket(), client.socket(), ubuf,
+                                                        format_head(200, ctype, h, true, 0, ex.close_after),
+                                                        config.stream_idle_timeout_s, config.client_idle_timeout_s,
+                                                        kReadBytes, kMaxChunkBytes);
+    if (r.sent_any) {
+      ex.sent_any = true;
+      ex.status = 200;
+      ex.ttft = r.first_write_at - ex.start;
+      ex.ttft_overhead = (ex.upstream_sent - ex.start) + (r.first_write_at - r.first_read_at);
+    }
+    ex.detail = r.detail;
+    switch (r.outcome) {
+      case RelayResult::kComplete:
+        if (pool.enabled() && r.reusable && p.get().keep_alive()) {
+          beast::error_code ec;
+          const int fd = up.socket().release(ec);
+          if (!ec) pool.put(w.label, fd, now_s());
+        }
+        co_return Failure::kNone;
+      case RelayResult::kClientGone:
+        co_return Failure::kClientGone;
+      default: {
+        const Failure f = r.outcome == RelayResult::kUpstreamTimeout ? Failure::kTimeout
+                          : r.outcome == RelayResult::kProtocol      ? Failure::kProtocol
+                                                                      : Failure::kStreamCut;
+        if (r.sent_any) co_await end_cut_stream(client, ex, f);
+        co_return f;
+      }
+    }
+  }
+
+  // Cut mid-stream (after the first byte, at a chunk boundary): an OpenAI-style error event, then
+  // the end of the chunked body (no [DONE]: the stream did not complete); the connection closes.
+  awaitable<void> end_cut_stream(beast::tcp_stream& client, Exchange& ex, Failure f) {
+    std::string frame;
+    append_chunk("data: " + error_json("server_error",
+                                       std::string("the worker serving this request failed mid-stream (") +
+                                           (f == Failure::kTimeout ? "timed out" : "connection lost") + ")",
+                                       "upstream_stream_cut") + "\n\n",
+                 &frame);
+    frame += "0\r\n\r\n";
+    ex.close_after = true;
+    co_await write_client(client, frame);
+  }
+
   awaitable<bool> write_client(beast::tcp_stream& client, const std::string& data) {
     co_return co_await write_client(client, std::array<net::const_buffer, 1>{net::buffer(data)});
   }
@@ -689,89 +645,6 @@ struct GatewayServer::Impl {
     client.expires_after(secs(config.client_idle_timeout_s));
     co_await net::async_write(client, buffers, net::redirect_error(use_awaitable, ec));
     co_return !ec;
-  }
-
-  // ---- health checks and DNS ----
-
-  awaitable<void> health_loop() {
-    net::steady_timer timer(co_await net::this_coro::executor);
-    while (!stopping.load()) {
-      for (auto& w : workers.all()) net::co_spawn(net::make_strand(ioc), check_worker(w), net::detached);
-      timer.expires_after(secs(config.health_interval_s));
-      beast::error_code ec;
-      co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
-    }
-  }
-
-  // GET /load (or /health where the worker has none) with health_timeout_s.
-  awaitable<void> check_worker(std::shared_ptr<Worker> w) {
-    WorkerLoad load;
-    beast::error_code ec;
-    auto ex_ = co_await net::this_coro::executor;
-    beast::tcp_stream up(ex_);
-    tcp::endpoint ep(net::ip::make_address(w->address, ec), static_cast<unsigned short>(w->spec.port));
-    if (!ec) {
-      up.expires_after(secs(config.health_timeout_s));
-      co_await up.async_connect(ep, net::redirect_error(use_awaitable, ec));
-    }
-    const bool has_load = w->has_load_endpoint.load();
-    if (!ec) {
-      http::request<http::empty_body> req(http::verb::get, has_load ? "/load" : "/health", 11);
-      req.set(http::field::host, w->label);
-      req.set(http::field::connection, "close");
-      co_await http::async_write(up, req, net::redirect_error(use_awaitable, ec));
-    }
-    http::response<http::string_body> res;
-    if (!ec) {
-      beast::flat_buffer b;
-      co_await http::async_read(up, b, res, net::redirect_error(use_awaitable, ec));
-    }
-    if (!ec) {
-      const int status = static_cast<int>(res.result_int());
-      if (status == 404 && has_load) {
-        w->has_load_endpoint = false;
-        co_return;  // the next round asks /health
-      }
-      load.ok = status == 200;
-      load.draining = status == 503;
-      if (has_load && status == 200) {
-        json j = json::parse(res.body(), nullptr, false);
-        if (j.is_object()) {
-          load.model = j.value("model", std::string());
-          load.running = j.value("running", int64_t{0});
-          load.waiting = j.value("waiting", int64_t{0});
-          load.kv_usage = j.value("kv_cache_usage", 0.0);
-          load.draining = j.value("status", std::string("ok")) == "draining";
-          if (load.draining) load.ok = false;
-        }
-      }
-    }
-    workers.health_result(*w, load, now_s());
-  }
-
-  awaitable<void> dns_loop() {
-    net::steady_timer timer(co_await net::this_coro::executor);
-    tcp::resolver resolver(co_await net::this_coro::executor);
-    while (!stopping.load()) {
-      for (const auto& spec : config.workers) {
-        if (!spec.dns) continue;
-        beast::error_code ec;
-        auto results = co_await resolver.async_resolve(spec.host, std::to_string(spec.port), net::redirect_error(use_awaitable, ec));
-        if (ec) {
-          log_warn("gateway", "cannot resolve {}: {} (keeping its workers)", spec.label(), ec.message());
-          continue;
-        }
-        std::vector<std::string> addrs;
-        for (const auto& r : results) {
-          const std::string a = r.endpoint().address().to_string();
-          if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
-        }
-        workers.set_resolved(spec, addrs);
-      }
-      timer.expires_after(secs(config.dns_interval_s));
-      beast::error_code ec;
-      co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
-    }
   }
 
   awaitable<void> accept_loop() {
@@ -818,8 +691,8 @@ void GatewayServer::start() {
   auto& i = *impl_;
   i.work.emplace(i.ioc.get_executor());
   net::co_spawn(i.accept_strand, i.accept_loop(), net::detached);
-  net::co_spawn(net::make_strand(i.ioc), i.health_loop(), net::detached);
-  net::co_spawn(net::make_strand(i.ioc), i.dns_loop(), net::detached);
+  net::co_spawn(net::make_strand(i.ioc), i.probes.health_loop(), net::detached);
+  net::co_spawn(net::make_strand(i.ioc), i.probes.dns_loop(), net::detached);
   for (int t = 0; t < std::max(1, i.config.threads); ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
 }
 

@@ -512,8 +512,10 @@ class SchemaCompiler {
     b_->define("json-string", ex::seq({ex::lit("\""), ex::star(ex::ref("json-char")), ex::lit("\"")}));
     const ExprPtr digit = ex::cls({{'0', '9'}});
     b_->define("json-int", ex::seq({ex::opt(ex::lit("-")), ex::alt({ex::lit("0"), ex::seq({ex::cls({{'1', '9'}}), ex::repeat(digit, 0, 17)})})}));
+    // At most 18 + 15 significant digits and a two-digit exponent: every number it allows is a
+    // finite double (|x| < 1e117), as JSON parsers of clients read numbers (RFC 8259 section 6).
     b_->define("json-number", ex::seq({ex::ref("json-int"), ex::opt(ex::seq({ex::lit("."), ex::repeat(digit, 1, 15)})),
-                                       ex::opt(ex::seq({ex::cls({{'e', 'e'}, {'E', 'E'}}), ex::opt(ex::cls({{'+', '+'}, {'-', '-'}})), ex::repeat(digit, 1, 3)}))}));
+                                       ex::opt(ex::seq({ex::cls({{'e', 'e'}, {'E', 'E'}}), ex::opt(ex::cls({{'+', '+'}, {'-', '-'}})), ex::repeat(digit, 1, 2)}))}));
     b_->define("json-value", ex::alt({ex::ref("json-object"), ex::ref("json-array"), ex::ref("json-string"), ex::ref("json-number"),
                                       ex::lit("true"), ex::lit("false"), ex::lit("null")}));
     const ExprPtr comma = ex::seq({ex::lit(","), ex::ref("sp")});

@@ -28,9 +28,40 @@ void append_output(Sample& s, const RequestOutput& out, bool with_logprobs) {
 
 }  // namespace
 
-GenerationRun::GenerationRun(std::unique_ptr<BatchRun> batch, std::vector<Completion> heads, std::vector<int32_t> n,
-                             std::vector<bool> logprobs)
-    : batch_(std::move(batch)), heads_(std::move(heads)), n_(n), unfinished_(std::move(n)), logprobs_(std::move(logprobs)) {}
+GenerationRun::GenerationRun(const Engine& engine, std::unique_ptr<BatchRun> batch, std::vector<Completion> heads,
+                             std::vector<int32_t> n, std::vector<bool> logprobs, std::vector<bool> prompt_logprobs)
+    : engine_(engine),
+      batch_(std::move(batch)),
+      heads_(std::move(heads)),
+      n_(n),
+      unfinished_(std::move(n)),
+      logprobs_(std::move(logprobs)),
+      prompt_logprobs_pending_(std::move(prompt_logprobs)) {}
+
+bool GenerationRun::carries_prompt_logprobs(size_t i, const RequestOutput& out) const {
+  // The engine sends them with the first generated token of one of the request's samples; a
+  // one-token prompt has nothing to score.
+  return prompt_logprobs_pending_[i] && !out.tokens.empty() &&
+         (!out.prompt_logprobs.empty() || heads_[i].prompt_token_ids.size() <= 1);
+}
+
+std::vector<std::vector<PromptLogprob>> GenerationRun::prompt_logprobs_of(size_t i, const RequestOutput& out) const {
+  const std::vector<int32_t>& ids = heads_[i].prompt_token_ids;
+  std::vector<std::vector<PromptLogprob>> lists(ids.size());
+  for (size_t p = 1; p < ids.size() && p - 1 < out.prompt_logprobs.size(); ++p) {
+    const RowLogprobs& r = out.prompt_logprobs[p - 1];
+    std::vector<PromptLogprob>& list = lists[p];
+    list.push_back({ids[p], r.logprob, r.rank, engine_.token_piece(ids[p])});
+    for (size_t k = 0; k < r.top.size(); ++k) {
+      if (r.top[k].token == ids[p]) continue;
+      size_t better = 0;  // the top is sorted by logprob: ties share the better rank
+      while (better < k && r.top[better].logprob > r.top[k].logprob) ++better;
+      list.push_back({r.top[k].token, r.top[k].logprob, static_cast<int32_t>(better) + 1,
+                      engine_.token_piece(r.top[k].token)});
+    }
+  }
+  return lists;
+}
 
 std::optional<Completion> GenerationRun::next_delta(std::chrono::milliseconds timeout) {
   auto o = batch_->next_for(timeout);
@@ -41,6 +72,10 @@ std::optional<Completion> GenerationRun::next_delta(std::chrono::milliseconds ti
   Completion c = heads_[i];
   c.finished = unfinished_[i] == 0;
   c.num_cached_tokens = out.num_cached_tokens;
+  if (carries_prompt_logprobs(i, out)) {
+    c.prompt_logprobs = prompt_logprobs_of(i, out);
+    prompt_logprobs_pending_[i] = false;
+  }
   c.arrival_time = out.arrival_time;
   c.first_token_time = out.first_token_time;
   c.last_token_time = out.time;
@@ -77,6 +112,10 @@ Result<std::vector<Completion>> GenerationRun::collect(const std::function<bool(
       if (--unfinished_[i] == 0) c.finished = true;
     }
     c.num_cached_tokens = out.num_cached_tokens;
+    if (carries_prompt_logprobs(i, out)) {
+      c.prompt_logprobs = prompt_logprobs_of(i, out);
+      prompt_logprobs_pending_[i] = false;
+    }
     c.arrival_time = out.arrival_time;
     c.first_token_time = out.first_token_time;
     c.last_token_time = out.time;
@@ -111,7 +150,7 @@ Result<std::unique_ptr<GenerationRun>> Llm::start(const std::vector<Prompt>& pro
   std::vector<GenerateRequest> requests;
   std::vector<Completion> heads;
   std::vector<int32_t> n;
-  std::vector<bool> logprobs;
+  std::vector<bool> logprobs, prompt_logprobs;
   requests.reserve(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Prompt& p = prompts[i];
@@ -133,11 +172,13 @@ Result<std::unique_ptr<GenerationRun>> Llm::start(const std::vector<Prompt>& pro
     heads.push_back(head);
     n.push_back(gp.n);
     logprobs.push_back(gp.sampling.logprobs >= 0);
+    prompt_logprobs.push_back(gp.sampling.prompt_logprobs >= 0);
     requests.push_back(std::move(g));
   }
   PAGODA_ASSIGN_OR_RETURN(auto batch, BatchRun::submit(*engine_, std::move(requests)));
   return std::unique_ptr<GenerationRun>(
-      new GenerationRun(std::move(batch), std::move(heads), std::move(n), std::move(logprobs)));
+      new GenerationRun(*engine_, std::move(batch), std::move(heads), std::move(n), std::move(logprobs),
+                        std::move(prompt_logprobs)));
 }
 
 Result<std::vector<Completion>> Llm::generate(const std::vector<Prompt>& prompts,

@@ -64,6 +64,14 @@ struct Sample {
   std::string error;                  // finish_reason "error": the engine's message
 };
 
+// vLLM's Logprob, for one token of one prompt position (SamplingParams::prompt_logprobs).
+struct PromptLogprob {
+  int32_t token = 0;
+  float logprob = 0;     // log-softmax of the raw model row (before any sampling transform)
+  int32_t rank = 0;      // 1 + the tokens of the row with a greater logprob (ties share the better rank)
+  std::string text;      // the token's bytes (Engine::token_piece; may be part of a UTF-8 character)
+};
+
 // vLLM's RequestOutput: one prompt's result (generate), or one delta of it (streaming).
 struct Completion {
   std::string request_id;
@@ -72,6 +80,11 @@ struct Completion {
   std::vector<Sample> outputs;          // generate: all n samples by index; streaming: the one that advanced
   bool finished = false;                // every sample of the request has finished
   int32_t num_cached_tokens = 0;        // prompt tokens served by the prefix cache
+  // vLLM's prompt_logprobs, when SamplingParams::prompt_logprobs = N >= 0 (else nullopt): one list
+  // per prompt token; list 0 is empty (the first token has no context), list i holds prompt token
+  // i (as scored at position i - 1) first, then the row's top N that are not it. Streaming: in
+  // the request's first delta only (nullopt in later ones).
+  std::optional<std::vector<std::vector<PromptLogprob>>> prompt_logprobs;
   // Engine-clock timestamps (seconds): arrival, first token, last output.
   double arrival_time = 0, first_token_time = 0, last_token_time = 0;
 };
@@ -95,13 +108,19 @@ class GenerationRun {
 
  private:
   friend class Llm;
-  GenerationRun(std::unique_ptr<BatchRun> batch, std::vector<Completion> heads, std::vector<int32_t> n,
-                std::vector<bool> logprobs);
+  GenerationRun(const Engine& engine, std::unique_ptr<BatchRun> batch, std::vector<Completion> heads,
+                std::vector<int32_t> n, std::vector<bool> logprobs, std::vector<bool> prompt_logprobs);
+  // Whether `out` (of request i) brings the prompt logprobs still to be delivered.
+  bool carries_prompt_logprobs(size_t i, const RequestOutput& out) const;
+  // Completion::prompt_logprobs of request i from the engine output that carries them.
+  std::vector<std::vector<PromptLogprob>> prompt_logprobs_of(size_t i, const RequestOutput& out) const;
+  const Engine& engine_;  // token texts of the prompt logprobs
   std::unique_ptr<BatchRun> batch_;
-  // Per request: id, prompt and prompt ids (no outputs); samples; samples not finished; logprobs asked.
+  // Per request: id, prompt and prompt ids (no outputs); samples; samples not finished; logprobs
+  // asked; prompt logprobs asked and not yet delivered by next_delta.
   std::vector<Completion> heads_;
   std::vector<int32_t> n_, unfinished_;
-  std::vector<bool> logprobs_;
+  std::vector<bool> logprobs_, prompt_logprobs_pending_;
 };
 
 class Llm {

@@ -203,6 +203,43 @@ def test_streams_and_answers_match_direct(cleanup):
     assert lines and "reason=least-load" in lines[0] and "worker=127.0.0.1:" in lines[0]
 
 
+def test_worker_connections_are_kept_alive_and_a_closed_one_replaced(cleanup):
+    """Requests after the first reuse the kept-alive connection to the worker (no connect, no accept
+    there); one the worker closed while it was idle (its --idle-timeout) is replaced before the
+    request is sent, with no error and no ejection; --upstream-keepalive 0 connects per request."""
+    w = worker(cleanup, TINY_MODEL, "--idle-timeout", 1)
+    gw = Gateway([w.url], "--upstream-keepalive", 30, "--health-interval", 5)
+    cleanup.append(gw)
+    model = json.loads(http("GET", w.url + "/v1/models")[2])["data"][0]["id"]
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+    direct = json.loads(http("POST", w.url + "/v1/completions", body)[2])["choices"][0]["text"]
+    for i in range(10):
+        if i % 2:
+            st, _, events, _ = stream(gw.url, dict(body, stream=True))
+            assert st == 200 and events[-1] == "[DONE]" and text_of(events) == direct
+        else:
+            st, _, raw = http("POST", gw.url + "/v1/completions", body)
+            assert st == 200 and json.loads(raw)["choices"][0]["text"] == direct
+    assert gw.metric("pagoda_gateway_upstream_connections_total", kind="new") == 1
+    assert gw.metric("pagoda_gateway_upstream_connections_total", kind="reused") == 9
+    # The worker closes the idle connection after 1 s: the gateway sees it closed and connects anew.
+    time.sleep(2)
+    for _ in range(2):
+        st, _, raw = http("POST", gw.url + "/v1/completions", body)
+        assert st == 200 and json.loads(raw)["choices"][0]["text"] == direct
+    assert gw.metric("pagoda_gateway_upstream_connections_total", kind="new") == 2
+    assert gw.metric("pagoda_gateway_upstream_connections_total", kind="reused") == 10
+    assert gw.metric("pagoda_gateway_upstream_errors_total") == 0
+    assert gw.metric("pagoda_gateway_worker_up", worker=f"127.0.0.1:{w.port}") == 1
+    # No keep-alive: a connection per request.
+    gw0 = Gateway([w.url], "--upstream-keepalive", 0)
+    cleanup.append(gw0)
+    for _ in range(3):
+        assert http("POST", gw0.url + "/v1/completions", body)[0] == 200
+    assert gw0.metric("pagoda_gateway_upstream_connections_total", kind="new") == 3
+    assert gw0.metric("pagoda_gateway_upstream_connections_total", kind="reused") == 0
+
+
 def test_kill9_mid_stream_and_retry_before_first_byte(cleanup):
     w1, w2 = worker(cleanup, CHAT_MODEL), worker(cleanup, CHAT_MODEL)
     gw = Gateway([w1.url, w2.url], "--policy", "least-load", "--health-interval", "5", "--eject-time", "30")

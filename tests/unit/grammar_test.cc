@@ -137,6 +137,8 @@ TEST(JsonSchema, AdditionalPropertiesArraysEnumsConstRefs) {
   Grammar ap = schema(R"({"type":"object","additionalProperties":{"type":"number"}})");
   EXPECT_TRUE(matches(ap, R"({})"));
   EXPECT_TRUE(matches(ap, R"({"x":1.5e+3, "y":0})"));
+  EXPECT_TRUE(matches(ap, R"({"x":-0.25E-99})"));
+  EXPECT_FALSE(matches(ap, R"({"x":-0.1e+800})"));  // beyond a double's range: clients read -inf or fail
   EXPECT_FALSE(matches(ap, R"({"x":"s"})"));
   Grammar arr = schema(R"({"type":"array","items":{"enum":["red",2,null]},"minItems":1,"maxItems":3})");
   EXPECT_TRUE(matches(arr, R"(["red"])"));
