@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_spec_prompts.h"
 #include "cli/command.h"
 #include "cli/options.h"
 #include "engine/engine_core.h"
@@ -67,12 +68,19 @@ struct SpecBenchOptions {
   double memory_utilization = 0.9;
   uint64_t seed = 1;
   std::string draft_model;
-  int spec_tokens = 4;
+  std::vector<int> spec_tokens = {4};  // the replay takes one k; a real proposer a list
   int disable_batch_size = -1;
   bool no_adaptive = false;
   bool host_verify = false;
   std::string record = "verify";
   bool json = false;
+  // A real proposer on text prompts instead of the replay (cli/bench_spec_prompts.h).
+  std::vector<std::string> methods;
+  std::string prompt_file;
+  bool chat = false;
+  bool adaptive = false;
+  int rounds = 3;
+  int ngram_min = 1, ngram_max = 4;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -126,6 +134,11 @@ Result<RunResult> run_once(EngineCore& core, const SpecBenchOptions& o, int batc
 }
 
 int run_spec_bench(const SpecBenchOptions& o) {
+  if (o.spec_tokens.size() != 1) {
+    std::cerr << "pagoda bench spec: the replay proposer takes one --spec-tokens value (a list needs --spec-method)\n";
+    return 2;
+  }
+  const int k = o.spec_tokens.front();
   auto dev = parse_device(o.device);
   if (!dev.ok()) {
     std::cerr << "pagoda bench spec: " << dev.status().to_string() << "\n";
@@ -134,7 +147,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   const bool cuda = dev->type == Device::kCuda;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   ModelLoadOptions lo;
-  lo.max_model_len = o.input_len + o.output_len + o.spec_tokens + 1;
+  lo.max_model_len = o.input_len + o.output_len + k + 1;
   lo.cpu_kernels = !cuda;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
@@ -157,7 +170,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   // off-switch); the method names the replay. A draft model is loaded by the core (its memory
   // share planned with the target's) and handed to the replay proposer.
   SpeculativeConfig sc;
-  sc.num_speculative_tokens = o.spec_tokens;
+  sc.num_speculative_tokens = k;
   sc.adaptive = !o.no_adaptive;
   sc.device_verify = !o.host_verify;
   if (o.disable_batch_size >= 0) sc.disable_by_batch_size = o.disable_batch_size;
@@ -180,7 +193,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
     std::cout << core.executor().describe() << "\n" << core.memory_plan().to_string() << "\n"
               << fmt::format("replay proposer: k={} {}, record {}, {} verification, drafting {}; {} in / {} out tokens per "
                              "request\n",
-                             o.spec_tokens, sc.adaptive ? "adaptive" : "fixed", o.record,
+                             k, sc.adaptive ? "adaptive" : "fixed", o.record,
                              sc.device_verify && core.executor().samples_on_device() ? "device" : "host",
                              drafting, o.input_len, o.output_len)
               << "| batch | accept | plain tok/s | spec tok/s | speedup | measured accept | vLLM accept | tokens/verif | "
@@ -251,7 +264,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
       const double per_verif = drafts > 0 ? 1.0 + static_cast<double>(accepted) / drafts : 1.0;
       nlohmann::json row = {{"batch", batch},
                             {"acceptance", a},
-                            {"spec_tokens", o.spec_tokens},
+                            {"spec_tokens", k},
                             {"adaptive", sc.adaptive},
                             {"device_verify", sc.device_verify},
                             {"drafting", inner ? "draft_model" : "free"},
@@ -317,7 +330,10 @@ const BenchSubcommandRegistration kBenchSpec(
           ->check(CLI::Range(0.0, 1.0));
       app->add_option("--seed", o->seed, "Prompts and wrong drafts");
       app->add_option("--spec-model", o->draft_model, "A draft model that runs for its cost (its drafts discarded)");
-      app->add_option("--spec-tokens", o->spec_tokens, "Most drafts per request per step (default 4)")->check(CLI::Range(1, 16));
+      app->add_option("--spec-tokens", o->spec_tokens,
+                      "Most drafts per request per step (default 4; with --spec-method a list: 2,3,4,5)")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 16));
       app->add_option("--spec-disable-batch-size", o->disable_batch_size,
                       "No drafts in steps with more decoding requests than this (0: never off; default 32)")
           ->check(CLI::NonNegativeNumber);
@@ -328,8 +344,42 @@ const BenchSubcommandRegistration kBenchSpec(
                       "How the greedy record is made: verify (through (1 + k)-row verification steps) or plain")
           ->check(CLI::IsMember({"verify", "plain"}));
       app->add_flag("--json", o->json, "Print JSON");
+      app->add_option("--spec-method", o->methods,
+                      "A real proposer instead of the replay: ngram and/or draft (--spec-model), on --prompt-file")
+          ->delimiter(',')
+          ->check(CLI::IsMember({"ngram", "draft"}));
+      app->add_option("--prompt-file", o->prompt_file, "With --spec-method: text prompts separated by lines '---' (cycled)");
+      app->add_flag("--chat", o->chat, "With --spec-method: each prompt a user message in the target's chat template");
+      app->add_flag("--spec-adaptive", o->adaptive, "With --spec-method: adaptive draft length up to k (default: fixed k)");
+      app->add_option("--rounds", o->rounds, "With --spec-method: alternating rounds (plain + each configuration)")
+          ->check(CLI::Range(1, 1000));
+      app->add_option("--spec-ngram-min", o->ngram_min, "Prompt lookup: shortest n-gram")->check(CLI::Range(1, 16));
+      app->add_option("--spec-ngram-max", o->ngram_max, "Prompt lookup: longest n-gram")->check(CLI::Range(1, 16));
       return [o] {
         if (!resolve_device_option(o->device, "bench spec", o->model)) return 2;
+        if (!o->methods.empty()) {
+          SpecPromptBenchOptions p;
+          p.model = o->model;
+          p.device = o->device;
+          p.dtype = o->dtype;
+          p.cuda_graphs = o->cuda_graphs;
+          p.batch_invariant = o->batch_invariant;
+          p.threads = o->threads;
+          p.methods = o->methods;
+          p.draft_model = o->draft_model;
+          p.spec_tokens = o->spec_tokens;
+          p.adaptive = o->adaptive;
+          p.ngram_min = o->ngram_min;
+          p.ngram_max = o->ngram_max;
+          p.batches = o->batches;
+          p.prompt_file = o->prompt_file;
+          p.chat = o->chat;
+          p.output_len = o->output_len;
+          p.rounds = o->rounds;
+          p.memory_utilization = o->memory_utilization;
+          p.json = o->json;
+          return run_spec_prompt_bench(p);
+        }
         return run_spec_bench(*o);
       };
     });
