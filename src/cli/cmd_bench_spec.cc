@@ -249,7 +249,13 @@ int run_spec_bench(const SpecBenchOptions& o) {
       }
       int same = 0;
       for (int i = 0; i < batch; ++i) {
-        std::vector<int32_t> theirs = records_in[key][i].get<std::vector<int32_t>>();
+        std::vector<int32_t> theirs;
+        try {
+          theirs = records_in[key][i].get<std::vector<int32_t>>();
+        } catch (const nlohmann::json::exception&) {
+          std::cerr << "pagoda bench spec: " << o.record_file << ": the record of batch " << batch << " is not token ids\n";
+          return 2;
+        }
         same += theirs == rec->outputs[i];
         rec->outputs[i] = std::move(theirs);
       }
