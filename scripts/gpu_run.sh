@@ -123,7 +123,8 @@ bench_model() {  # SHAPE
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
 #   spec8b specdraft8b  speculative decoding speedup vs acceptance on the 8B shape (pagoda bench spec;
-#             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64
+#             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64, on
+#             the peaked random 8B (make_random_llama.py --peaked), in the default (fast) kernels
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
 #   moe       mixture of experts (backend/cuda/moe.cu): a random OLMoE-1B-7B-shaped BF16 model
@@ -138,9 +139,15 @@ stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
 }
-model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; esac; }
-model_shape() { case $1 in 8b) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
-ensure_model() { [ -f "$(model_dir $1)/config.json" ] || step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)"; }
+# 8bpeaked: the 8B shape with a peaked next-token distribution (make_random_llama.py --peaked: a
+# greedy continuation that survives a change of kernels, for the speculative-decoding replay).
+model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; 8bpeaked) echo $SHM/llama3-8b-peaked ;; esac; }
+model_shape() { case $1 in 8b|8bpeaked) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
+model_flags() { case $1 in 8bpeaked) echo --peaked ;; esac; }
+ensure_model() {
+  [ -f "$(model_dir $1)/config.json" ] ||
+    step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)" $(model_flags $1)
+}
 stage_model() {  # 8b | 1b
   local m
   ensure_model $1
@@ -275,20 +282,25 @@ stage_trace() {
 # of runtime/replay_proposer.h: acceptance set by construction; plain and speculative runs of the
 # same prompts in one process). spec8b: free drafting (n-gram class); specdraft8b: the 1B-shaped
 # model runs as the draft model on the same GPU, its own time included (its drafts replaced).
-# SPEC_ACCEPT, SPEC_B, SPEC_OUT, SPEC_ARGS (e.g. --spec-no-adaptive, --spec-disable-batch-size 0).
+# The target is the peaked 8B (SPEC_TARGET=8b: plain random weights, whose record diverges outside
+# --batch-invariant). SPEC_ACCEPT, SPEC_B, SPEC_OUT, SPEC_ARGS (e.g. --batch-invariant,
+# --spec-disable-batch-size 0); SPEC_ADAPTIVE=1 adds the adaptive draft length at batch 1.
 stage_spec() {
-  local m draft=
-  ensure_model 8b
-  m=$(model_dir 8b)
+  local target=${SPEC_TARGET:-8bpeaked} m draft=
+  ensure_model $target
+  m=$(model_dir $target)
   if [ "${1:-}" = draft ]; then
     ensure_model 1b
     draft="--spec-model $(model_dir 1b)"
   fi
-  # k = 4 fixed (the figure), then the adaptive draft length (the default) at batch 1.
-  TAILN=14 step spec${1:-}_fixed_8b ${SPEC_LIMIT:-200} $PAGODA bench spec -m $m --device cuda $draft -b ${SPEC_B:-1,64} \
+  # k = 4 fixed (the figure); the "plain = record" and "spec = record" columns show that
+  # the record survives plain decode steps and verification steps alike (default mode).
+  TAILN=14 step spec${1:-}_fixed_$target ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b ${SPEC_B:-1,64} \
     --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --spec-no-adaptive --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
-  TAILN=10 step spec${1:-}_adaptive_8b ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b 1 \
-    --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
+  [ "${SPEC_ADAPTIVE:-0}" = 1 ] && TAILN=10 step spec${1:-}_adaptive_$target ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m \
+    --device cuda $draft -b 1 --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --input-len 128 \
+    --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
+  return 0
 }
 # Mixture of experts on the device: batch-1 decode reads the attention, router and output weights,
 # the KV cache and the k selected experts of each layer (2.4 of 13.8 GB at the OLMoE-1B-7B shape);

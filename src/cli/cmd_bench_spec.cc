@@ -19,13 +19,17 @@
 // plain record (requests whose target output left the record get no more drafts: "diverged").
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_spec_prompts.h"
 #include "cli/command.h"
 #include "cli/options.h"
+#include "common/cpu_features.h"
 #include "engine/engine_core.h"
 #include "model/model_loader.h"
 #include "engine/device_spec.h"
@@ -67,12 +71,21 @@ struct SpecBenchOptions {
   double memory_utilization = 0.9;
   uint64_t seed = 1;
   std::string draft_model;
-  int spec_tokens = 4;
+  std::vector<int> spec_tokens = {4};  // the replay takes one k; a real proposer a list
   int disable_batch_size = -1;
   bool no_adaptive = false;
   bool host_verify = false;
   std::string record = "verify";
+  std::string record_file;  // the records of every batch: read if it exists, else written
+  std::string isa;          // CPU: cap of the kernel ISA level (scalar, avx2, avx512, avx512-vnni, amx)
   bool json = false;
+  // A real proposer on text prompts instead of the replay (cli/bench_spec_prompts.h).
+  std::vector<std::string> methods;
+  std::string prompt_file;
+  bool chat = false;
+  bool adaptive = false;
+  int rounds = 3;
+  int ngram_min = 1, ngram_max = 4;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -126,6 +139,32 @@ Result<RunResult> run_once(EngineCore& core, const SpecBenchOptions& o, int batc
 }
 
 int run_spec_bench(const SpecBenchOptions& o) {
+  if (o.spec_tokens.size() != 1) {
+    std::cerr << "pagoda bench spec: the replay proposer takes one --spec-tokens value (a list needs --spec-method)\n";
+    return 2;
+  }
+  const int k = o.spec_tokens.front();
+  if (!o.isa.empty()) {
+    IsaLevel level;
+    if (!parse_isa_level(o.isa, &level)) {
+      std::cerr << "pagoda bench spec: unknown --isa '" << o.isa << "' (scalar, avx2, avx512, avx512-vnni, amx)\n";
+      return 2;
+    }
+    set_isa_level_cap(level);
+  }
+  // --record-file: records made by another run (e.g. under another --isa: a change of kernels
+  // between the record and the measured runs) are replayed instead of recording here.
+  nlohmann::json records_in, records_out = nlohmann::json::object();
+  if (!o.record_file.empty() && std::filesystem::exists(o.record_file)) {
+    std::ifstream f(o.record_file);
+    records_in = nlohmann::json::parse(f, nullptr, false);
+    if (records_in.is_discarded() || !records_in.is_object() || records_in.value("input_len", -1) != o.input_len ||
+        records_in.value("output_len", -1) != o.output_len || records_in.value("seed", uint64_t{0}) != o.seed) {
+      std::cerr << "pagoda bench spec: " << o.record_file
+                << " is not a record of this --input-len, --output-len and --seed\n";
+      return 2;
+    }
+  }
   auto dev = parse_device(o.device);
   if (!dev.ok()) {
     std::cerr << "pagoda bench spec: " << dev.status().to_string() << "\n";
@@ -134,7 +173,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   const bool cuda = dev->type == Device::kCuda;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   ModelLoadOptions lo;
-  lo.max_model_len = o.input_len + o.output_len + o.spec_tokens + 1;
+  lo.max_model_len = o.input_len + o.output_len + k + 1;
   lo.cpu_kernels = !cuda;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
@@ -157,7 +196,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   // off-switch); the method names the replay. A draft model is loaded by the core (its memory
   // share planned with the target's) and handed to the replay proposer.
   SpeculativeConfig sc;
-  sc.num_speculative_tokens = o.spec_tokens;
+  sc.num_speculative_tokens = k;
   sc.adaptive = !o.no_adaptive;
   sc.device_verify = !o.host_verify;
   if (o.disable_batch_size >= 0) sc.disable_by_batch_size = o.disable_batch_size;
@@ -180,7 +219,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
     std::cout << core.executor().describe() << "\n" << core.memory_plan().to_string() << "\n"
               << fmt::format("replay proposer: k={} {}, record {}, {} verification, drafting {}; {} in / {} out tokens per "
                              "request\n",
-                             o.spec_tokens, sc.adaptive ? "adaptive" : "fixed", o.record,
+                             k, sc.adaptive ? "adaptive" : "fixed", o.record,
                              sc.device_verify && core.executor().samples_on_device() ? "device" : "host",
                              drafting, o.input_len, o.output_len)
               << "| batch | accept | plain tok/s | spec tok/s | speedup | measured accept | vLLM accept | tokens/verif | "
@@ -202,6 +241,29 @@ int run_spec_bench(const SpecBenchOptions& o) {
       std::cerr << "pagoda bench spec: " << rec.status().to_string() << "\n";
       return 1;
     }
+    const std::string key = fmt::format("b{}", batch);
+    if (!records_in.is_null()) {
+      if (!records_in.contains(key) || records_in[key].size() != static_cast<size_t>(batch)) {
+        std::cerr << "pagoda bench spec: " << o.record_file << " has no record of batch " << batch << "\n";
+        return 2;
+      }
+      int same = 0;
+      for (int i = 0; i < batch; ++i) {
+        std::vector<int32_t> theirs;
+        try {
+          theirs = records_in[key][i].get<std::vector<int32_t>>();
+        } catch (const nlohmann::json::exception&) {
+          std::cerr << "pagoda bench spec: " << o.record_file << ": the record of batch " << batch << " is not token ids\n";
+          return 2;
+        }
+        same += theirs == rec->outputs[i];
+        rec->outputs[i] = std::move(theirs);
+      }
+      if (!o.json)
+        std::cout << fmt::format("batch {}: record of {} replayed; this run's own record equals it for {}/{} requests\n", batch,
+                                 o.record_file, same, batch);
+    }
+    records_out[key] = rec->outputs;
     for (double a : o.acceptance) {
       double plain_s = 0, spec_s = 0;
       int64_t plain_steps = 0, spec_steps = 0, accepted = 0, rejections = 0, drafts = 0, draft_tokens = 0, diverged = 0;
@@ -251,7 +313,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
       const double per_verif = drafts > 0 ? 1.0 + static_cast<double>(accepted) / drafts : 1.0;
       nlohmann::json row = {{"batch", batch},
                             {"acceptance", a},
-                            {"spec_tokens", o.spec_tokens},
+                            {"spec_tokens", k},
                             {"adaptive", sc.adaptive},
                             {"device_verify", sc.device_verify},
                             {"drafting", inner ? "draft_model" : "free"},
@@ -281,6 +343,12 @@ int run_spec_bench(const SpecBenchOptions& o) {
                                  per_verif, plain_steps, spec_steps, identical, n, plain_identical, n, diverged)
                   << std::flush;
     }
+  }
+  if (!o.record_file.empty() && records_in.is_null()) {
+    records_out["input_len"] = o.input_len;
+    records_out["output_len"] = o.output_len;
+    records_out["seed"] = o.seed;
+    std::ofstream(o.record_file) << records_out.dump() << "\n";
   }
   if (o.json)
     std::cout << nlohmann::json{{"model", o.model},
@@ -317,7 +385,10 @@ const BenchSubcommandRegistration kBenchSpec(
           ->check(CLI::Range(0.0, 1.0));
       app->add_option("--seed", o->seed, "Prompts and wrong drafts");
       app->add_option("--spec-model", o->draft_model, "A draft model that runs for its cost (its drafts discarded)");
-      app->add_option("--spec-tokens", o->spec_tokens, "Most drafts per request per step (default 4)")->check(CLI::Range(1, 16));
+      app->add_option("--spec-tokens", o->spec_tokens,
+                      "Most drafts per request per step (default 4; with --spec-method a list: 2,3,4,5)")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 16));
       app->add_option("--spec-disable-batch-size", o->disable_batch_size,
                       "No drafts in steps with more decoding requests than this (0: never off; default 32)")
           ->check(CLI::NonNegativeNumber);
@@ -327,9 +398,47 @@ const BenchSubcommandRegistration kBenchSpec(
       app->add_option("--record", o->record,
                       "How the greedy record is made: verify (through (1 + k)-row verification steps) or plain")
           ->check(CLI::IsMember({"verify", "plain"}));
+      app->add_option("--record-file", o->record_file,
+                      "Replay the records in this file (made by a run with other kernels, e.g. --isa) if it exists, "
+                      "else write this run's records there");
+      app->add_option("--isa", o->isa, "CPU: cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
       app->add_flag("--json", o->json, "Print JSON");
+      app->add_option("--spec-method", o->methods,
+                      "A real proposer instead of the replay: ngram and/or draft (--spec-model), on --prompt-file")
+          ->delimiter(',')
+          ->check(CLI::IsMember({"ngram", "draft"}));
+      app->add_option("--prompt-file", o->prompt_file, "With --spec-method: text prompts separated by lines '---' (cycled)");
+      app->add_flag("--chat", o->chat, "With --spec-method: each prompt a user message in the target's chat template");
+      app->add_flag("--spec-adaptive", o->adaptive, "With --spec-method: adaptive draft length up to k (default: fixed k)");
+      app->add_option("--rounds", o->rounds, "With --spec-method: alternating rounds (plain + each configuration)")
+          ->check(CLI::Range(1, 1000));
+      app->add_option("--spec-ngram-min", o->ngram_min, "Prompt lookup: shortest n-gram")->check(CLI::Range(1, 16));
+      app->add_option("--spec-ngram-max", o->ngram_max, "Prompt lookup: longest n-gram")->check(CLI::Range(1, 16));
       return [o] {
         if (!resolve_device_option(o->device, "bench spec", o->model)) return 2;
+        if (!o->methods.empty()) {
+          SpecPromptBenchOptions p;
+          p.model = o->model;
+          p.device = o->device;
+          p.dtype = o->dtype;
+          p.cuda_graphs = o->cuda_graphs;
+          p.batch_invariant = o->batch_invariant;
+          p.threads = o->threads;
+          p.methods = o->methods;
+          p.draft_model = o->draft_model;
+          p.spec_tokens = o->spec_tokens;
+          p.adaptive = o->adaptive;
+          p.ngram_min = o->ngram_min;
+          p.ngram_max = o->ngram_max;
+          p.batches = o->batches;
+          p.prompt_file = o->prompt_file;
+          p.chat = o->chat;
+          p.output_len = o->output_len;
+          p.rounds = o->rounds;
+          p.memory_utilization = o->memory_utilization;
+          p.json = o->json;
+          return run_spec_prompt_bench(p);
+        }
         return run_spec_bench(*o);
       };
     });

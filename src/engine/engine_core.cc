@@ -74,12 +74,14 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   in.kv_window_eviction = config.sliding_window_eviction;
   auto dev = parse_device(config.device);
   if (!(dev.ok() && dev->type == Device::kCuda) && in.kv_cache_memory <= 0 && in.memory_utilization <= 0) {
-    // CPU default: enough KV for every sequence at full length, capped at 2 GiB.
+    // CPU default: enough KV for every sequence at full length (whole blocks, plus one block of
+    // lookahead each), and the null block, capped at 2 GiB.
     const int64_t window = kv_eviction_window(in);
+    const int64_t bs = config.block_size;
     const int64_t seq_tokens =
-        window > 0 ? kv_window_blocks_held(window, config.block_size, in.max_model_len, in.max_num_batched_tokens) * config.block_size
-                   : in.max_model_len;
-    const int64_t want = (seq_tokens + config.block_size) * in.max_num_seqs * mc.kv_bytes_per_token(config.kv_dtype);
+        window > 0 ? kv_window_blocks_held(window, bs, in.max_model_len, in.max_num_batched_tokens) * bs : in.max_model_len;
+    const int64_t blocks = in.max_num_seqs * ((seq_tokens + bs - 1) / bs + 1) + 1;
+    const int64_t want = blocks * bs * mc.kv_bytes_per_token(config.kv_dtype);
     in.kv_cache_memory = std::min(want, kCpuDefaultKvMemory);
   }
   return in;

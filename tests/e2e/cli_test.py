@@ -234,3 +234,37 @@ def test_bench_spec_replays_the_record_at_the_constructed_acceptance():
         assert judged > 200, r
         assert abs(r["measured_acceptance"] - r["acceptance"]) < 4 * (0.25 / judged) ** 0.5, r
         assert r["spec_steps"] < r["plain_steps"], r
+
+
+def test_bench_spec_real_proposers_keep_greedy_output(tmp_path):
+    """`pagoda bench spec --spec-method` (cli/bench_spec_prompts.h) on text prompts: every
+    speculative run's tokens equal the plain run's of its round (greedy), at batch 1 and 3, for
+    n-gram lookup and for a draft model; the model drafting for itself is accepted at every
+    position; refusals for a draft method without a draft model and for no prompt file."""
+    import json
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time, there was a little girl\n---\nThe cat sat on the mat. The cat\n---\n"
+                       "Tom had a red ball. Tom had a red\n")
+    base = [BINARY, "bench", "spec", TINY_MODEL, "--device", "cpu", "-t", "1", "--prompt-file", str(prompts),
+            "--output-len", "40", "--rounds", "2", "--json"]
+    p = subprocess.run(base + ["--spec-method", "ngram,draft", "--spec-model", str(TINY_MODEL), "-b", "1,3",
+                               "--spec-tokens", "2,4"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["all_identical"] is True, res
+    runs = res["runs"]
+    assert sorted((r["batch"], r["method"], r["k"]) for r in runs) == sorted(
+        (b, m, k) for b in (1, 3) for m in ("ngram", "draft") for k in (2, 4))
+    for r in runs:
+        assert r["identical_requests"] == r["requests"] == 2 * r["batch"], r
+        assert r["spec_tokens"] == r["plain_tokens"] > 0, r
+        assert len(r["acceptance_per_position"]) <= r["k"], r
+        if r["method"] == "draft":  # the model drafting for itself: its drafts are its own greedy tokens
+            assert r["spec_num_drafts"] > 0 and r["acceptance"] > 0.95, r
+            assert len(r["acceptance_per_position"]) == r["k"], r
+            assert r["spec_steps"] < r["plain_steps"], r
+    bad = subprocess.run(base + ["--spec-method", "draft"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--spec-model" in bad.stderr, bad.stderr
+    bad = subprocess.run([BINARY, "bench", "spec", TINY_MODEL, "--device", "cpu", "--spec-method", "ngram"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--prompt-file" in bad.stderr, bad.stderr
