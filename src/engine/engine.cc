@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <atomic>
+#include <future>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -8,6 +9,7 @@
 #include "engine/engine_core.h"
 #include "engine/device_spec.h"
 #include "engine/stop_matcher.h"
+#include "common/startup_profile.h"
 #include "grammar/constraint.h"
 #include "template/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -442,16 +444,39 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
   lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
     return precheck_memory_plan(config, mc, weight_bytes);
   };
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel model, load_model(config.model, lo));
-  PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
+  // The tokenizer and the chat template read their own copy of the file's metadata: they load on
+  // a thread of their own while the weights are read (a large vocabulary takes a few hundred ms).
+  const std::string tok_path = config.tokenizer.empty() ? config.model : config.tokenizer;
+  struct TextSide {
+    Result<std::shared_ptr<const Tokenizer>> tok = Status(StatusCode::kInternal, "not loaded");
+    std::optional<ChatTemplate> chat_template;
+  };
+  std::future<TextSide> text_side = std::async(std::launch::async, [tok_path] {
+    TextSide t;
+    startup_profile::Scope phase("tokenizer and chat template");
+    try {
+      t.tok = Tokenizer::load(tok_path);
+      // The chat template is optional (base models have none): without it only apply_chat_template fails.
+      if (t.tok.ok())
+        if (auto ct = load_chat_template(tok_path); ct.ok()) t.chat_template = std::move(*ct);
+    } catch (const std::exception& e) {
+      t.tok = Status(StatusCode::kInternal, fmt::format("loading the tokenizer failed: {}", e.what()));
+    }
+    return t;
+  });
+  startup_profile::Scope model_phase("model");
+  auto loaded = load_model(config.model, lo);
+  model_phase.stop();
+  TextSide text = text_side.get();  // joined on every path: the thread reads tok_path
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel model, std::move(loaded));
+  PAGODA_ASSIGN_OR_RETURN(auto tok, std::move(text.tok));
   if (tok->vocab_size() > model.config.vocab_size)
     return invalid_argument("tokenizer has {} tokens but the model's vocabulary is {}", tok->vocab_size(), model.config.vocab_size);
-  // The chat template is optional (base models have none): without it only apply_chat_template fails.
-  std::optional<ChatTemplate> chat_template;
-  if (auto t = load_chat_template(config.tokenizer.empty() ? config.model : config.tokenizer); t.ok())
-    chat_template = std::move(*t);
+  std::optional<ChatTemplate> chat_template = std::move(text.chat_template);
   auto pool = std::make_unique<ThreadPool>(config.threads);
+  startup_profile::Scope core_phase("engine core");
   PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool, decorate));
+  core_phase.stop();
   return std::unique_ptr<Engine>(new Engine(
       std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok), std::move(chat_template))));
 }

@@ -9,6 +9,7 @@
 // one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
 // 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
+#include "common/startup_profile.h"
 
 namespace pagoda::cuda_impl {
 
@@ -24,6 +25,7 @@ int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_
 static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
 
 Status CudaExecutor::init() {
+  startup_profile::Scope init_phase("engine core/executor/cuda context, cuBLASLt");
   CUDA_CHECK(cudaSetDevice(opt_.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   step_timer_.init();
@@ -41,7 +43,9 @@ Status CudaExecutor::init() {
     return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
+  init_phase.stop();
   upload_weights();
+  startup_profile::Scope kv_phase("engine core/executor/kv cache and workspace");
 
   // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
   kv_layer_bytes_ = spec_.num_blocks * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
@@ -58,9 +62,15 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
-  if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  kv_phase.stop();
+  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
+  if (opt_.cuda_graphs && !cuda::block_trace_enabled()) {
+    startup_profile::Scope graphs_phase("engine core/executor/graphs (warm-up, autotune, capture)");
+    capture_graphs();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graphs_phase.set_detail(fmt::format("{} graphs of {} buckets", graphs_.size(), buckets_.size()));
+  }
   return {};
 }
 
@@ -82,6 +92,7 @@ std::string CudaExecutor::describe() const {
 }
 
 void CudaExecutor::upload_weights() {
+  startup_profile::Scope phase("engine core/executor/weights upload");
   const ModelWeights& w = model_.weights();
   cuda::WeightUploader up(stream_);
   embed_.reset(static_cast<size_t>(cuda::device_weight_bytes(act_, w.token_embd.dim(0), w.token_embd.dim(1))));
@@ -130,6 +141,9 @@ void CudaExecutor::upload_weights() {
     rope_index_[rope] = ropes_.size() - 1;
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const double s = phase.elapsed();
+  phase.set_detail(fmt::format("{:.2f} GB read from the mapped file, {:.2f} GB/s", up.bytes_read() / 1e9,
+                               up.bytes_read() / 1e9 / std::max(s, 1e-9)));
 }
 
 void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
