@@ -43,6 +43,7 @@ struct GenerateOptions {
   double memory_utilization = 0.0;
   bool verbose = false;
   bool profile_startup = false;
+  std::string plan_cache;
   TuningFlags tuning;
   SpeculativeOptions spec;
 };
@@ -59,6 +60,7 @@ int run_generate(GenerateOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
+  cfg.plan_cache = o.plan_cache;
   if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
@@ -192,6 +194,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
+  app->add_option("--plan-cache", o->plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else ~/.cache/pagoda/plans). A CPU start maps the packed weights an earlier start wrote there");
   app->add_flag("--profile-startup", o->profile_startup,
                 "Print where the time from launch to the first token went (model, tokenizer, executor, first step)");
   return [o] { return run_generate(*o); };

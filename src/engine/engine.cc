@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "engine/engine_core.h"
+#include "engine/engine_plan.h"
 #include "engine/device_spec.h"
 #include "engine/stop_matcher.h"
 #include "common/startup_profile.h"
@@ -465,7 +466,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
     return t;
   });
   startup_profile::Scope model_phase("model");
+  std::unique_ptr<EnginePlan> plan = EnginePlan::open_for(config, dev.type != Device::kCpu);
+  ModelLoadParams::PackedCounts packed;
+  lo.packed_in = plan->in();
+  lo.packed_out = plan->out();
+  lo.packed_counts = &packed;
   auto loaded = load_model(config.model, lo);
+  if (loaded.ok() && packed.weights > 0)
+    model_phase.set_detail(fmt::format("plan {}: {} of {} packed weights mapped from it", plan->state(), packed.reused,
+                                       packed.weights));
   model_phase.stop();
   TextSide text = text_side.get();  // joined on every path: the thread reads tok_path
   PAGODA_ASSIGN_OR_RETURN(LoadedModel model, std::move(loaded));
@@ -477,8 +486,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
   startup_profile::Scope core_phase("engine core");
   PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool, decorate));
   core_phase.stop();
-  return std::unique_ptr<Engine>(new Engine(
+  // The plan's views point into the model the core now owns: written while the engine runs,
+  // joined before the core goes (Engine::shutdown).
+  plan->write_async(packed.weights, packed.reused);
+  auto engine = std::unique_ptr<Engine>(new Engine(
       std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok), std::move(chat_template))));
+  engine->plan_ = std::move(plan);
+  return engine;
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerateRequest request) { return loop_->submit(std::move(request)); }
@@ -536,6 +550,7 @@ std::string Engine::model_name() const {
 }
 void Engine::set_step_observer(std::function<void(int64_t)> fn) { loop_->set_step_observer(std::move(fn)); }
 void Engine::shutdown() {
+  if (plan_) plan_->join();
   if (loop_) loop_->shutdown();
 }
 

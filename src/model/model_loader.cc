@@ -79,6 +79,9 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   ModelLoadParams params;
   params.max_positions = m.max_model_len;
   params.cpu_kernels = options.cpu_kernels;
+  params.packed_in = options.packed_in;
+  params.packed_out = options.packed_out;
+  params.packed_counts = options.packed_counts;
   params.load_threads = options.load_threads > 0 ? options.load_threads
                                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   startup_profile::Scope weights_phase(options.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");

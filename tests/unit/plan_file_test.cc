@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "core/plan_file.h"
+#include "common/plan_file.h"
 
 namespace pagoda {
 namespace {

@@ -25,7 +25,7 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
             "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8) | profile off | block "
-            "trace off");
+            "trace off | graph capture lazy");
 }
 
 TEST(TuningConfig, EachVariableSetsItsField) {

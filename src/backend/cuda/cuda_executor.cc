@@ -65,7 +65,8 @@ Status CudaExecutor::init() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   kv_phase.stop();
   // Block trace: every step eager (a replayed graph would write its capture's trace slots).
-  if (opt_.cuda_graphs && !cuda::block_trace_enabled()) {
+  // Lazy capture: each bucket at its first decode step (run_step).
+  if (opt_.cuda_graphs && !cuda::block_trace_enabled() && !lazy_graphs()) {
     startup_profile::Scope graphs_phase("engine core/executor/graphs (warm-up, autotune, capture)");
     capture_graphs();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -215,10 +216,16 @@ void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_
 void CudaExecutor::destroy_graphs() {
   for (auto& [b, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
+  captured_buckets_.clear();
 }
 
 void CudaExecutor::capture_graphs() {
   destroy_graphs();
+  reset_graph_inputs();
+  for (int64_t b : buckets_) capture_bucket(b);
+}
+
+void CudaExecutor::reset_graph_inputs() {
   // Padding inputs everywhere: context 0, slot -1, token 0, logits row = row.
   InputRegion& in = graph_;
   const int64_t cap = in.tok_cap;
@@ -232,8 +239,13 @@ void CudaExecutor::capture_graphs() {
     in.h<int32_t>(in.o_lrows)[i] = static_cast<int32_t>(i);
   }
   copy_inputs(in, 0, 0, 0);
-  for (int64_t b : buckets_) {
-    if (b > cap || b > tok_cap_ || b > logits_cap_) continue;
+}
+
+void CudaExecutor::capture_bucket(int64_t b) {
+  InputRegion& in = graph_;
+  captured_buckets_.insert(b);
+  if (b > in.tok_cap || b > tok_cap_ || b > logits_cap_) return;
+  {
     for (bool short_keys : {false, true}) {
       StepShape sh;
       sh.tokens = sh.rows = sh.logits = b;
@@ -279,12 +291,23 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     allocate_workspace(std::max(tok_cap_, align_up(T, 256)), std::max(logits_cap_, align_up(n_logits, 64)));
     if (n_seqs > eager_.seq_cap) eager_.allocate(tok_cap_, n_seqs, bt_stride_);
-    if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
+    if (opt_.cuda_graphs && !cuda::block_trace_enabled()) {
+      if (lazy_graphs()) destroy_graphs();  // captured again at each bucket's next decode step
+      else capture_graphs();
+    }
   }
   bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
+    if (!captured_buckets_.count(B) && !cuda::block_trace_enabled()) {
+      // Lazy capture: this bucket's first decode step. The warm-up runs on padding inputs (no KV
+      // write), then the real inputs are written below.
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      reset_graph_inputs();
+      capture_bucket(B);
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     int64_t max_ctx = 0;
     for (const auto& sq : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, sq.context_len);
     auto it = graphs_.find(graph_key(B, cuda::row_attention_short(B, max_ctx)));

@@ -1,4 +1,4 @@
-#include "core/plan_file.h"
+#include "common/plan_file.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -8,6 +8,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -114,12 +116,26 @@ Result<std::unique_ptr<PlanFile>> PlanFile::open(const std::string& path, const 
   // The key is compared after the checksum: a corrupt key is reported as corruption.
   if (file_key != key) return invalid_argument("plan '{}' is for another model, build or device (stale)", path);
   auto plan = std::unique_ptr<PlanFile>(new PlanFile());
-  for (const Entry& e : entries) {
+  for (const Entry& e : entries)
     if (e.offset < r.pos || e.offset > size || size - e.offset < e.bytes)
       return data_loss("plan '{}': section '{}' lies outside the file", path, e.name);
-    if (XXH3_64bits(file->data() + e.offset, static_cast<size_t>(e.bytes)) != e.hash)
-      return data_loss("plan '{}': section '{}' checksum mismatch (corrupt)", path, e.name);
-    plan->sections_[e.name] = std::span<const uint8_t>(file->data() + e.offset, static_cast<size_t>(e.bytes));
+  // The section checksums read every byte (and map every page): the sections are shared out
+  // over the cores.
+  std::vector<char> bad(entries.size(), 0);
+  std::atomic<size_t> next{0};
+  auto check = [&] {
+    for (size_t i = next++; i < entries.size(); i = next++)
+      bad[i] = XXH3_64bits(file->data() + entries[i].offset, static_cast<size_t>(entries[i].bytes)) != entries[i].hash;
+  };
+  const size_t threads = std::min<size_t>(entries.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(check);
+  check();
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (bad[i]) return data_loss("plan '{}': section '{}' checksum mismatch (corrupt)", path, entries[i].name);
+    plan->sections_[entries[i].name] =
+        std::span<const uint8_t>(file->data() + entries[i].offset, static_cast<size_t>(entries[i].bytes));
   }
   plan->file_ = std::move(file);
   return plan;
