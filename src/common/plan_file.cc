@@ -251,16 +251,23 @@ Result<std::string> model_identity(const std::string& path) {
   return id;
 }
 
-std::string build_identity() {
+namespace {
+// The binary or shared library that holds this code, resolved; empty if unknown.
+std::string build_path() {
   Dl_info info{};
-  std::string where = "unknown";
-  if (::dladdr(reinterpret_cast<const void*>(&build_identity), &info) != 0 && info.dli_fname != nullptr)
+  std::string where;
+  if (::dladdr(reinterpret_cast<const void*>(&build_path), &info) != 0 && info.dli_fname != nullptr)
     where = info.dli_fname;
   std::error_code ec;
-  const std::string exe = where.empty() || where == "unknown" ? std::string() : where;
+  const std::string resolved = std::filesystem::canonical(where.empty() ? "/proc/self/exe" : where, ec).string();
+  return ec ? std::string() : resolved;
+}
+}  // namespace
+
+std::string build_identity() {
+  const std::string resolved = build_path();
   struct stat st{};
-  const std::string resolved = std::filesystem::canonical(exe.empty() ? "/proc/self/exe" : exe, ec).string();
-  if (ec || ::stat(resolved.c_str(), &st) != 0) return fmt::format("build {} (unknown)", kBuildTag);
+  if (resolved.empty() || ::stat(resolved.c_str(), &st) != 0) return fmt::format("build {} (unknown)", kBuildTag);
   return fmt::format("build {} {}:{}:{}.{:09}", kBuildTag, resolved, static_cast<int64_t>(st.st_size),
                      static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec));
 }
@@ -272,7 +279,7 @@ Result<std::string> plan_key(const std::string& model_path, const std::string& d
 
 std::string plan_file_path(const std::string& dir, const std::string& model_path, const std::string& kind) {
   std::error_code ec;
-  const std::string abs = std::filesystem::absolute(model_path, ec).string() + "|" + kind;
+  const std::string abs = std::filesystem::absolute(model_path, ec).string() + "|" + kind + "|" + build_path();
   return fmt::format("{}/{:016x}.plan", dir, XXH3_64bits(abs.data(), abs.size()));
 }
 

@@ -75,8 +75,10 @@ Result<std::string> model_identity(const std::string& path);
 std::string build_identity();
 // model identity | build identity | device (the caller's words: "cpu avx512-vnni <model name>").
 Result<std::string> plan_key(const std::string& model_path, const std::string& device);
-// <dir>/<16 hex digits of a hash of the absolute model path and `kind`>.plan: one file per
-// model and kind ("cpu", "cuda"), so a stale plan is replaced rather than left beside the new one.
+// <dir>/<16 hex digits of a hash of the absolute model path, `kind` and the binary's path>.plan:
+// one file per model, kind ("cpu", "cuda") and binary, so a rebuilt binary or a rewritten model
+// replaces its stale plan rather than leaving it beside the new one (and two binaries sharing
+// the cache do not overwrite each other's).
 std::string plan_file_path(const std::string& dir, const std::string& model_path, const std::string& kind);
 
 }  // namespace pagoda
