@@ -199,7 +199,7 @@ int run_serve(ServeCliOptions& o) {
     }
   }
   startup.set_ready(api);
-  startup_profile::record("launch to ready (/health 200)", 0, startup_profile::now_s());
+  startup_profile::record("launch to ready (health 200)", 0, startup_profile::now_s());
   server::StatsLogger stats(**engine, o.serve.stats_interval_s);
   log_info("serve", "serving '{}' on http://{}:{}{} (ready {:.2f} s after launch)", ctx.model_name(), o.serve.host,
                            http->port(), grpc ? fmt::format(" and gRPC {}:{}", o.serve.host, grpc->port()) : "",

@@ -15,7 +15,8 @@ std::unique_ptr<EnginePlan> EnginePlan::open_for(const EngineConfig& config, boo
   const std::string device = fmt::format("cpu {} isa {}", cpu_features().brand, isa_level_name(active_isa_level()));
   auto key = plan_key(config.model, device);
   if (!key.ok()) {
-    log_warn("plan", "no plan: {}", key.status().message());
+    // The load reports a missing or unreadable model itself.
+    log_debug("plan", "no plan: {}", key.status().message());
     return plan;
   }
   plan->enabled_ = true;
