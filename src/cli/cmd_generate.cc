@@ -194,7 +194,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
-  app->add_option("--plan-cache", o->plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else ~/.cache/pagoda/plans). A CPU start maps the packed weights an earlier start wrote there");
+  app->add_option("--plan-cache", o->plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else off). A CPU start maps the packed weights an earlier start wrote there");
   app->add_flag("--profile-startup", o->profile_startup,
                 "Print where the time from launch to the first token went (model, tokenizer, executor, first step)");
   return [o] { return run_generate(*o); };

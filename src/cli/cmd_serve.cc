@@ -286,7 +286,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--metrics-prefix", s.metrics_prefix,
                   "Prefix of the /metrics names: pagoda, or vllm (vLLM's names, for its dashboards)")
       ->check(CLI::IsMember({"pagoda", "vllm"}));
-  app->add_option("--plan-cache", e.plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else ~/.cache/pagoda/plans). A CPU start maps the packed weights an earlier start wrote there");
+  app->add_option("--plan-cache", e.plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else off). A CPU start maps the packed weights an earlier start wrote there");
   app->add_flag("--profile-startup", o->profile_startup,
                 "Log where the time from launch to ready went (model, tokenizer, executor)");
   return [o] { return run_serve(*o); };

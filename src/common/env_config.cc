@@ -88,8 +88,6 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
 
 std::string default_plan_cache_dir() {
   if (auto v = getenv_value("PAGODA_PLAN_CACHE")) return *v;
-  if (auto v = getenv_value("XDG_CACHE_HOME")) return *v + "/pagoda/plans";
-  if (auto v = getenv_value("HOME")) return *v + "/.cache/pagoda/plans";
   return "off";
 }
 

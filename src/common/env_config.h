@@ -31,9 +31,8 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup);
 // apply_tuning_vars over the process environment as it was at the first call.
 Status apply_tuning_env(TuningConfig& t);
 
-// The engine plan cache directory (common/plan_file.h) when no flag names one: PAGODA_PLAN_CACHE
-// ("off" turns the cache off), else $XDG_CACHE_HOME/pagoda/plans, else $HOME/.cache/pagoda/plans,
-// else "off".
+// The engine plan cache directory (common/plan_file.h) when no flag names one: PAGODA_PLAN_CACHE,
+// else "off" (the cache is opt-in: docs/startup.md).
 std::string default_plan_cache_dir();
 
 }  // namespace pagoda

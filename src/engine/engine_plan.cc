@@ -1,5 +1,9 @@
 #include "engine/engine_plan.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "common/cpu_features.h"
 #include "common/env_config.h"
 #include "common/log.h"
@@ -43,6 +47,8 @@ EnginePlan::~EnginePlan() { join(); }
 void EnginePlan::write_async(int64_t entries, int64_t reused) {
   if (!enabled_ || entries == 0 || (in_ != nullptr && reused == entries)) return;
   writer_ = std::thread([this] {
+    // At the lowest priority: the write must not take CPU from the requests being served.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
     const double t0 = startup_profile::now_s();
     Status st = out_.write(path_, key_);
     if (st.ok()) log_info("plan", "wrote {} in {:.2f} s; the next start maps it", path_, startup_profile::now_s() - t0);
