@@ -133,6 +133,9 @@ bench_model() {  # SHAPE
 #             MOE_PROFILE=1: then the per-op profile of batch-1 decode (~30 s more)
 #   moetests  GPU references + the MoE GPU tests (CudaMoe.*, CudaParity.*, the MoE engine test)
 #   corpus    the structured-output corpora on `serve --device cuda`, every answer checked (stage_corpus)
+#   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
+#             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
+#             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 stage_alltests() {
@@ -368,6 +371,55 @@ stage_quant8b() {
   done
 }
 
+# Cold start of the 8B shape from /dev/shm (needs peerstart earlier in the call: the llama.cpp
+# build and /dev/shm/m8b-f16.gguf; llama-quantize makes the BF16 copy): launch to first token of
+# `pagoda generate --device cuda -n 1` (--profile-startup: the phase table) on the BF16 and F16
+# files, alternating with llama.cpp's `llama-bench -p 0 -n 1 -ngl 99` on the same file (wall
+# time of the process, as the issue measured it), then `pagoda serve` from launch to /health 200
+# with lazy graph capture (the default) and with --cuda-graph-capture start. Lines "[cold] ...".
+stage_cold8b() {
+  TAILN=2 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
+  local f16=$SHM/m8b-f16.gguf bf16=$SHM/m8b-bf16.gguf port=18090 i f
+  [ -f $bf16 ] || TAILN=2 step quantize_bf16 150 /tmp/lc/build/bin/llama-quantize $f16 $bf16 BF16 16
+  cat > /tmp/cold_wall.sh <<'EOS'
+#!/usr/bin/env bash
+# cold_wall.sh TAG CMD...: runs CMD, prints "[cold] TAG wall S s rc R" (launch to exit).
+tag=$1; shift
+t0=$(date +%s.%N); "$@"; rc=$?; t1=$(date +%s.%N)
+echo "[cold] $tag wall $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s rc $rc"
+EOS
+  chmod +x /tmp/cold_wall.sh
+  for i in 1 2; do
+    for f in $bf16 $f16; do
+      TAILN=16 step cold_pagoda_$(basename $f .gguf)_$i 60 /tmp/cold_wall.sh "pagoda generate $(basename $f) run $i" \
+        $PAGODA generate -m $f --device cuda -p "Hello" -n 1 --temperature 0 --profile-startup
+    done
+    TAILN=3 step cold_llamacpp_bf16_$i 60 /tmp/cold_wall.sh "llama-bench -p 0 -n 1 $(basename $bf16) run $i" \
+      /tmp/lc/build/bin/llama-bench -m $bf16 -ngl 99 -p 0 -n 1 -r 1
+  done
+  for mode in lazy start; do
+    TAILN=12 step cold_serve_$mode 60 python3 -c "
+import subprocess, sys, time, urllib.request
+t0 = time.time()
+p = subprocess.Popen(['$PAGODA', 'serve', '-m', '$bf16', '--device', 'cuda', '--port', '$port', '--profile-startup',
+                      '--cuda-graph-capture', '$mode'], stdout=open('/tmp/cold_serve_$mode.log', 'w'), stderr=subprocess.STDOUT)
+ready = None
+while time.time() - t0 < 55 and p.poll() is None:
+    try:
+        if urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1).status == 200:
+            ready = time.time() - t0; break
+    except Exception: pass
+    time.sleep(0.02)
+print('[cold] serve --cuda-graph-capture $mode: health 200 at', 'never' if ready is None else f'{ready:.2f} s', 'after launch')
+p.terminate()
+p.wait(timeout=30)
+out = open('/tmp/cold_serve_$mode.log').read()
+print('\\n'.join(l for l in out.splitlines() if 'ready' in l or l.startswith('   ') or 'start-up' in l or 'graphs' in l))
+"
+  done
+  grep -h "^\[cold\]\|launch to first token\|weights upload\|cuda context\|graphs (" $LOGS/cold_*.log >>"$SUMMARY"
+}
+
 stage_gateway() {
   local m=$PG/shared/models/stories260K/stories260K.gguf
   [ -x $PG/bin/pagoda-gateway ] || { log "gateway: no pagoda-gateway in the pack (ninja -C build-cuda pagoda_gateway_cli, then gpu_pack.sh)"; return; }
@@ -428,6 +480,7 @@ for s in "$@"; do
     corpus) stage_corpus ;;
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
+    cold8b) stage_cold8b ;;
     spec8b) stage_spec ;;
     specdraft8b) stage_spec draft ;;
     *) log "unknown stage $s" ;;

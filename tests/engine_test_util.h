@@ -60,6 +60,7 @@ inline EngineConfig base_engine_config(const std::string& model) {
   c.kv_cache_memory = int64_t{64} << 20;
   c.scheduler.max_num_seqs = 64;
   c.scheduler.max_num_batched_tokens = 512;
+  c.plan_cache = "off";  // tests that exercise the plan cache name a directory of their own
   return c;
 }
 

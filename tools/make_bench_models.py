@@ -21,6 +21,7 @@ SHAPES = {
                         theta=500000.0, ctx=8192),
 }
 TYPES = {"f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
+         "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
          "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
          "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0)}
 
@@ -69,6 +70,10 @@ def write(shape_name, type_name, out_dir, seed):
         x = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
         if qtype == GGMLQuantizationType.F16:
             w.add_tensor(name, x.astype(np.float16))
+        elif qtype == GGMLQuantizationType.BF16:  # round to nearest even: the top 16 bits of the f32
+            u = x.view(np.uint32)
+            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+            w.add_tensor(name, b.view(np.uint8).reshape(rows, cols * 2), raw_dtype=qtype)
         else:
             w.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)
 

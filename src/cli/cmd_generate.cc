@@ -14,6 +14,7 @@
 #include "engine/engine_config.h"
 #include "runtime/memory_plan.h"
 #include "common/dtype.h"
+#include "common/startup_profile.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +42,8 @@ struct GenerateOptions {
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
   bool verbose = false;
+  bool profile_startup = false;
+  std::string plan_cache;
   TuningFlags tuning;
   SpeculativeOptions spec;
 };
@@ -57,6 +60,7 @@ int run_generate(GenerateOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
+  cfg.plan_cache = o.plan_cache;
   if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
@@ -119,14 +123,22 @@ int run_generate(GenerateOptions& o) {
   if (o.seed >= 0) req.sampling.seed = static_cast<uint64_t>(o.seed);
   req.stop.max_tokens = o.n;
   req.stop.ignore_eos = o.ignore_eos;
+  const double submitted = startup_profile::now_s();
   auto stream = (*engine)->submit(std::move(req));
   if (!stream.ok()) {
     std::cerr << "pagoda generate: " << stream.status().to_string() << "\n";
     return 1;
   }
   bool first_id = true;
+  bool first_out = true;
   RequestOutput last;
   while (auto out = (*stream)->next()) {
+    if (first_out && !out->tokens.empty()) {
+      first_out = false;
+      const double now = startup_profile::now_s();
+      startup_profile::record("first token (tokenize, prefill step, sample)", submitted, now - submitted);
+      startup_profile::record("launch to first token", 0, now);
+    }
     if (o.ids) {
       for (const auto& t : out->tokens) {
         std::printf(first_id ? "%d" : " %d", t.token);
@@ -150,6 +162,7 @@ int run_generate(GenerateOptions& o) {
   std::cerr << fmt::format("\n[load {:.2f} s | prompt {} tokens in {:.1f} ms ({:.1f} tok/s) | generated {} tokens, {:.1f} tok/s | finish {}]\n",
                            load_s, last.num_prompt_tokens, 1000 * ttft, last.num_prompt_tokens / std::max(ttft, 1e-9),
                            last.num_output_tokens, decoded / std::max(decode_s, 1e-9), last.finish_reason);
+  if (o.profile_startup) std::cerr << startup_profile::report();
   const EngineStats st = (*engine)->stats();
   if (const std::string spec = speculative_summary(st.spec_num_drafts, st.spec_num_draft_tokens, st.spec_num_accepted_tokens,
                                                    st.spec_accepted_per_position);
@@ -181,6 +194,9 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");
+  app->add_option("--plan-cache", o->plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else off). A CPU start maps the packed weights an earlier start wrote there");
+  app->add_flag("--profile-startup", o->profile_startup,
+                "Print where the time from launch to the first token went (model, tokenizer, executor, first step)");
   return [o] { return run_generate(*o); };
 });
 

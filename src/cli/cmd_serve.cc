@@ -19,6 +19,7 @@
 
 #include "cli/command.h"
 #include "common/log.h"
+#include "common/startup_profile.h"
 #include "cli/options.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
@@ -49,6 +50,7 @@ struct ServeCliOptions {
   TuningFlags tuning;
   std::string allowed_origins;
   int64_t max_connections = -1;  // -1: from the file-descriptor limit
+  bool profile_startup = false;
 };
 
 // Raises the soft file-descriptor limit to the hard one; returns the soft limit now in force.
@@ -197,9 +199,12 @@ int run_serve(ServeCliOptions& o) {
     }
   }
   startup.set_ready(api);
+  startup_profile::record("launch to ready (health 200)", 0, startup_profile::now_s());
   server::StatsLogger stats(**engine, o.serve.stats_interval_s);
-  log_info("serve", "serving '{}' on http://{}:{}{}", ctx.model_name(), o.serve.host,
-                           http->port(), grpc ? fmt::format(" and gRPC {}:{}", o.serve.host, grpc->port()) : "");
+  log_info("serve", "serving '{}' on http://{}:{}{} (ready {:.2f} s after launch)", ctx.model_name(), o.serve.host,
+                           http->port(), grpc ? fmt::format(" and gRPC {}:{}", o.serve.host, grpc->port()) : "",
+                           startup_profile::now_s());
+  if (o.profile_startup) log_info("serve", "{}", startup_profile::report());
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -281,6 +286,9 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--metrics-prefix", s.metrics_prefix,
                   "Prefix of the /metrics names: pagoda, or vllm (vLLM's names, for its dashboards)")
       ->check(CLI::IsMember({"pagoda", "vllm"}));
+  app->add_option("--plan-cache", e.plan_cache, "Engine plan cache: a directory, or off (default: $PAGODA_PLAN_CACHE, else off). A CPU start maps the packed weights an earlier start wrote there");
+  app->add_flag("--profile-startup", o->profile_startup,
+                "Log where the time from launch to ready went (model, tokenizer, executor)");
   return [o] { return run_serve(*o); };
 });
 

@@ -53,6 +53,7 @@ struct TuningFlags {
   int quant_gemv_max_rows = -1;
   bool cuda_profile = false;
   std::string block_trace;
+  std::string graph_capture;
 };
 
 // --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
@@ -70,6 +71,9 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
+  app->add_option("--cuda-graph-capture", f.graph_capture,
+                  "CUDA: decode graphs captured lazily (a bucket at its first decode step: start-up and the first "
+                  "token never wait for them) or at start (every bucket before the engine is ready)");
 }
 
 // The tuning of a run: the defaults, then the PAGODA_* environment, then the flags given (a flag
@@ -78,6 +82,7 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   TuningConfig t;
   PAGODA_RETURN_IF_ERROR(apply_tuning_env(t));
   if (!f.row_attention.empty()) t.row_attention = f.row_attention;
+  if (!f.graph_capture.empty()) t.graph_capture = f.graph_capture;
   if (f.simt_heads >= 0) t.simt_heads = f.simt_heads;
   if (f.gemv_max_rows >= 0) t.gemv_max_rows = f.gemv_max_rows;
   if (!f.quant_weights.empty()) t.quant_weights = f.quant_weights;

@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/options.h"
+#include "common/startup_profile.h"
 
 namespace pagoda::cli {
 std::vector<CommandInfo>& command_registry() {
@@ -13,6 +14,7 @@ std::vector<CommandInfo>& command_registry() {
 }  // namespace pagoda::cli
 
 int main(int argc, char** argv) {
+  pagoda::startup_profile::mark_process_start();
   using namespace pagoda::cli;
   CLI::App app{"Pagoda: an inference engine and server for large language models"};
   app.require_subcommand(1);

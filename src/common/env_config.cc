@@ -9,7 +9,7 @@ namespace pagoda {
 namespace {
 
 constexpr const char* kTuningVars[] = {"PAGODA_ROW_ATTENTION", "PAGODA_SIMT_HEADS", "PAGODA_GEMV_MAX_ROWS",
-                                       "PAGODA_CUDA_PROFILE", "PAGODA_BLOCK_TRACE"};
+                                       "PAGODA_CUDA_PROFILE", "PAGODA_BLOCK_TRACE", "PAGODA_GRAPH_CAPTURE"};
 
 // Switches of the CUDA backend that were removed, and where docs/decisions.md says why.
 constexpr const char* kRetired[][2] = {
@@ -77,9 +77,18 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
   }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
+  if (auto v = lookup("PAGODA_GRAPH_CAPTURE")) {
+    n.graph_capture = *v;
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_GRAPH_CAPTURE", *v));
+  }
   PAGODA_RETURN_IF_ERROR(n.validate());
   t = n;
   return {};
+}
+
+std::string default_plan_cache_dir() {
+  if (auto v = getenv_value("PAGODA_PLAN_CACHE")) return *v;
+  return "off";
 }
 
 Status apply_tuning_env(TuningConfig& t) {

@@ -7,6 +7,7 @@
 //   PAGODA_GEMV_MAX_ROWS=0..4           -> gemv_max_rows
 //   PAGODA_CUDA_PROFILE=0|1             -> cuda_profile (any value but "0" turns it on)
 //   PAGODA_BLOCK_TRACE=FILE             -> block_trace
+//   PAGODA_GRAPH_CAPTURE=lazy|start     -> graph_capture
 //
 // Variables that earlier builds read (comparison variants and knock-outs, docs/decisions.md) are
 // reported on stderr once as no longer read. Thread-safe.
@@ -29,5 +30,9 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup);
 // apply_tuning_vars over the process environment as it was at the first call.
 Status apply_tuning_env(TuningConfig& t);
+
+// The engine plan cache directory (common/plan_file.h) when no flag names one: PAGODA_PLAN_CACHE,
+// else "off" (the cache is opt-in: docs/startup.md).
+std::string default_plan_cache_dir();
 
 }  // namespace pagoda

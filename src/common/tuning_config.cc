@@ -13,14 +13,16 @@ Status TuningConfig::validate() const {
     return invalid_argument("quantized weights must be native or dequantize, got '{}'", quant_weights);
   if (quant_gemv_max_rows < 0 || quant_gemv_max_rows > kTuningMaxQuantGemvRows)
     return invalid_argument("quantized GEMV rows must be in [0, {}], got {}", kTuningMaxQuantGemvRows, quant_gemv_max_rows);
+  if (graph_capture != "lazy" && graph_capture != "start")
+    return invalid_argument("graph capture must be lazy or start, got '{}'", graph_capture);
   return {};
 }
 
 std::string TuningConfig::to_string() const {
   return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}) | profile {} | "
-                     "block trace {}",
+                     "block trace {} | graph capture {}",
                      row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
-                     quant_weights, quant_gemv_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace);
+                     quant_weights, quant_gemv_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
 }
 
 }  // namespace pagoda

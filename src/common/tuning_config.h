@@ -44,11 +44,15 @@ struct TuningConfig {
   // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
   // flag --cuda-block-trace.
   std::string block_trace;
+  // When the CUDA decode graphs are captured: "lazy" (each bucket at its first decode step, with
+  // its warm-up and cuBLASLt autotuning; start-up and the first token do not wait) or "start"
+  // (every bucket during start-up). Env PAGODA_GRAPH_CAPTURE, flag --cuda-graph-capture.
+  std::string graph_capture = "lazy";
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
   // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8) |
-  // profile off | block trace off".
+  // profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };
 

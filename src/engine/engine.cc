@@ -1,13 +1,16 @@
 #include "engine/engine.h"
 
 #include <atomic>
+#include <future>
 #include <random>
 #include <thread>
 #include <unordered_map>
 
 #include "engine/engine_core.h"
+#include "engine/engine_plan.h"
 #include "engine/device_spec.h"
 #include "engine/stop_matcher.h"
+#include "common/startup_profile.h"
 #include "grammar/constraint.h"
 #include "template/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -442,18 +445,54 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
   lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
     return precheck_memory_plan(config, mc, weight_bytes);
   };
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel model, load_model(config.model, lo));
-  PAGODA_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer));
+  // The tokenizer and the chat template read their own copy of the file's metadata: they load on
+  // a thread of their own while the weights are read (a large vocabulary takes a few hundred ms).
+  const std::string tok_path = config.tokenizer.empty() ? config.model : config.tokenizer;
+  struct TextSide {
+    Result<std::shared_ptr<const Tokenizer>> tok = Status(StatusCode::kInternal, "not loaded");
+    std::optional<ChatTemplate> chat_template;
+  };
+  std::future<TextSide> text_side = std::async(std::launch::async, [tok_path] {
+    TextSide t;
+    startup_profile::Scope phase("tokenizer and chat template");
+    try {
+      t.tok = Tokenizer::load(tok_path);
+      // The chat template is optional (base models have none): without it only apply_chat_template fails.
+      if (t.tok.ok())
+        if (auto ct = load_chat_template(tok_path); ct.ok()) t.chat_template = std::move(*ct);
+    } catch (const std::exception& e) {
+      t.tok = Status(StatusCode::kInternal, fmt::format("loading the tokenizer failed: {}", e.what()));
+    }
+    return t;
+  });
+  startup_profile::Scope model_phase("model");
+  std::unique_ptr<EnginePlan> plan = EnginePlan::open_for(config, dev.type != Device::kCpu);
+  ModelLoadParams::PackedCounts packed;
+  lo.packed_in = plan->in();
+  lo.packed_out = plan->out();
+  lo.packed_counts = &packed;
+  auto loaded = load_model(config.model, lo);
+  if (loaded.ok() && packed.weights > 0)
+    model_phase.set_detail(fmt::format("plan {}: {} of {} packed weights mapped from it", plan->state(), packed.reused,
+                                       packed.weights));
+  model_phase.stop();
+  TextSide text = text_side.get();  // joined on every path: the thread reads tok_path
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel model, std::move(loaded));
+  PAGODA_ASSIGN_OR_RETURN(auto tok, std::move(text.tok));
   if (tok->vocab_size() > model.config.vocab_size)
     return invalid_argument("tokenizer has {} tokens but the model's vocabulary is {}", tok->vocab_size(), model.config.vocab_size);
-  // The chat template is optional (base models have none): without it only apply_chat_template fails.
-  std::optional<ChatTemplate> chat_template;
-  if (auto t = load_chat_template(config.tokenizer.empty() ? config.model : config.tokenizer); t.ok())
-    chat_template = std::move(*t);
+  std::optional<ChatTemplate> chat_template = std::move(text.chat_template);
   auto pool = std::make_unique<ThreadPool>(config.threads);
+  startup_profile::Scope core_phase("engine core");
   PAGODA_ASSIGN_OR_RETURN(auto core, EngineCore::create(config, std::move(model), *pool, decorate));
-  return std::unique_ptr<Engine>(new Engine(
+  core_phase.stop();
+  // The plan's views point into the model the core now owns: written while the engine runs,
+  // joined before the core goes (Engine::shutdown).
+  plan->write_async(packed.weights, packed.reused);
+  auto engine = std::unique_ptr<Engine>(new Engine(
       std::make_unique<EngineLoop>(config, std::move(pool), std::move(core), std::move(tok), std::move(chat_template))));
+  engine->plan_ = std::move(plan);
+  return engine;
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerateRequest request) { return loop_->submit(std::move(request)); }
@@ -511,6 +550,7 @@ std::string Engine::model_name() const {
 }
 void Engine::set_step_observer(std::function<void(int64_t)> fn) { loop_->set_step_observer(std::move(fn)); }
 void Engine::shutdown() {
+  if (plan_) plan_->join();
   if (loop_) loop_->shutdown();
 }
 

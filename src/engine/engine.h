@@ -41,6 +41,7 @@ struct MemoryPlan;
 struct ModelConfig;
 class Tokenizer;
 class EngineLoop;
+class EnginePlan;
 namespace grammar {
 struct ConstraintSource;
 class ConstraintCache;
@@ -215,6 +216,7 @@ class Engine {
  private:
   explicit Engine(std::unique_ptr<EngineLoop> loop);
   std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<EnginePlan> plan_;  // the plan of this start (engine/engine_plan.h); may write on a thread
   mutable std::once_flag constraints_once_;
   mutable std::unique_ptr<grammar::ConstraintCache> constraints_;
 };

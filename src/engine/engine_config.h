@@ -38,6 +38,9 @@ struct EngineConfig {
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)
+  // Engine plan cache (engine/engine_plan.h): "" the default (common/env_config.h:
+  // default_plan_cache_dir), "off" none, else a directory.
+  std::string plan_cache;
   // Weight-loading progress (ModelLoadOptions::progress), called on the creating thread.
   std::function<void(int64_t done, int64_t total)> load_progress;
 

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "common/startup_profile.h"
 #include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
 #include "runtime/cuda_executor.h"
@@ -199,12 +200,14 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   spec.block_size = config.block_size;
   spec.dtype = config.kv_dtype;
   spec.num_host_blocks = host_blocks > 0 ? host_blocks + 1 : 0;
+  startup_profile::Scope executor_phase("engine core/executor");
   if (cuda) {
     co.max_model_len = core->max_model_len_;
     PAGODA_ASSIGN_OR_RETURN(core->executor_, make_cuda_executor(*core->model_.model, spec, co));
   } else {
     core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
   }
+  executor_phase.stop();
   if (decorate) core->executor_ = decorate(std::move(core->executor_));
   if (!tiers.disk_dir.empty()) {
     core->host_io_ = std::make_unique<HostBlockIo>(*core->executor_);

@@ -20,6 +20,8 @@
 namespace pagoda {
 
 class GgufFile;
+class PlanFile;
+class PlanWriter;
 
 struct ModelLoadParams {
   int64_t max_positions = 0;  // RoPE table size: the longest sequence the engine will run
@@ -27,6 +29,16 @@ struct ModelLoadParams {
   // checkpoint for device executors.
   bool cpu_kernels = true;
   int load_threads = 1;       // threads preparing the matmul weights (WeightTableReader::finish)
+  // Packed CPU weights of an earlier load (an engine plan, sections "cpu-linear/<label>"), used
+  // instead of repacking where present and of this machine's packed size; null: repack all.
+  const PlanFile* packed_in = nullptr;
+  // Receives a view of every packed CPU weight of this load ("cpu-linear/<label>"), made or
+  // reused; the views point into the model, which must outlive the writer's write(). Null: none.
+  PlanWriter* packed_out = nullptr;
+  // Filled by the load when non-null: packed weights of this load, and how many came from packed_in.
+  struct PackedCounts {
+    int64_t weights = 0, reused = 0;
+  }* packed_counts = nullptr;
 };
 
 struct Family {

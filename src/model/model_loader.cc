@@ -8,6 +8,7 @@
 #include "loader/gguf.h"
 #include "loader/hf_model_dir.h"
 #include "model/family.h"
+#include "common/startup_profile.h"
 
 namespace pagoda {
 
@@ -45,8 +46,10 @@ Result<ModelConfig> load_model_config(const std::string& path) {
 
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
   LoadedModel m;
+  startup_profile::Scope open_phase("model/open");
   PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
   PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
+  open_phase.stop();
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   if (m.max_model_len <= 0 || m.max_model_len > kMaxContextLength)
     return invalid_argument("{}: max_model_len {} is out of range (1 to {})", path, m.max_model_len, kMaxContextLength);
@@ -76,9 +79,14 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   ModelLoadParams params;
   params.max_positions = m.max_model_len;
   params.cpu_kernels = options.cpu_kernels;
+  params.packed_in = options.packed_in;
+  params.packed_out = options.packed_out;
+  params.packed_counts = options.packed_counts;
   params.load_threads = options.load_threads > 0 ? options.load_threads
                                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  startup_profile::Scope weights_phase(options.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");
   auto model = family_of(m.config).load(m.config, naming, lookup, params);
+  weights_phase.stop();
   if (options.progress) options.progress(total, total);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));
   m.model = std::move(model).value();

@@ -30,6 +30,10 @@ struct ModelLoadOptions {
   // the config is validated and before the model (its RoPE table, packed weights) is built: a
   // non-ok Status stops the load (the engine passes its memory-plan check).
   std::function<Status(const ModelConfig&, int64_t weight_bytes, int64_t max_model_len)> precheck;
+  // The engine plan's packed CPU weights (ModelLoadParams::packed_in / packed_out / packed_counts).
+  const PlanFile* packed_in = nullptr;
+  PlanWriter* packed_out = nullptr;
+  ModelLoadParams::PackedCounts* packed_counts = nullptr;
 };
 
 struct LoadedModel {

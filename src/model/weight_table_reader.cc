@@ -1,7 +1,9 @@
 #include "model/weight_table_reader.h"
 
 #include "common/check.h"
+#include "common/log.h"
 #include "common/mapped_file.h"
+#include "common/plan_file.h"
 #include "ops/linear.h"
 
 #include <algorithm>
@@ -121,13 +123,34 @@ Result<LinearId> WeightTableReader::add_parts(ModelWeights& w, std::vector<Tenso
 }
 
 Status WeightTableReader::finish(ModelWeights& w, int threads) {
+  ModelLoadParams p;
+  p.load_threads = threads;
+  return finish(w, p);
+}
+
+Status WeightTableReader::finish(ModelWeights& w, const ModelLoadParams& params) {
+  const int threads = params.load_threads;
   // Preparing reads every mapped page of a weight (and repacks it): the bulk of a CPU load. Each
-  // entry is independent, so a few threads take them in turn.
+  // entry is independent, so a few threads take them in turn. A weight whose packed layout the
+  // plan holds is not read at all.
   std::vector<Result<std::shared_ptr<const LinearWeight>>> prepared(pending_.size(), Status(StatusCode::kInternal, "not prepared"));
   std::atomic<size_t> next{0};
+  std::atomic<int64_t> reused{0};
   auto work = [&] {
     for (size_t i = next++; i < pending_.size(); i = next++) {
       const LinearEntry& e = w.linears.at(static_cast<size_t>(pending_[i].id.index));
+      if (params.packed_in != nullptr) {
+        const std::span<const uint8_t> packed = params.packed_in->section(kPackedSectionPrefix + pending_[i].label);
+        if (!packed.empty()) {
+          auto lw = prepare_linear_prepacked(e.parts, pending_[i].label, packed, params.packed_in->mapping());
+          if (lw.ok()) {
+            prepared[i] = std::move(lw);
+            ++reused;
+            continue;
+          }
+          log_warn("load", "plan: {}; repacking it", lw.status().message());
+        }
+      }
       prepared[i] = e.parts.size() == 1 ? prepare_linear(e.parts[0], pending_[i].label)
                                         : prepare_linear_fused(e.parts, pending_[i].label);
     }
@@ -146,6 +169,17 @@ Status WeightTableReader::finish(ModelWeights& w, int threads) {
     // read again by the CPU kernels (a device executor reads the parts once, at upload).
     if (e.parts.size() > 1 || linear_weight_repacked(*e.cpu))
       releasable_.insert(releasable_.end(), e.parts.begin(), e.parts.end());
+    if (params.packed_out != nullptr)
+      if (const std::span<const uint8_t> packed = linear_weight_packed(*e.cpu); !packed.empty())
+        params.packed_out->add_view(kPackedSectionPrefix + pending_[i].label, packed.data(), packed.size());
+  }
+  packed_reused_ = reused.load();
+  if (params.packed_counts != nullptr) {
+    int64_t packed = 0;
+    for (const Pending& pd : pending_)
+      if (!linear_weight_packed(*w.linears.at(static_cast<size_t>(pd.id.index)).cpu).empty()) ++packed;
+    params.packed_counts->weights += packed;
+    params.packed_counts->reused += packed_reused_;
   }
   pending_.clear();
   release_prepared(w);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/family.h"
 #include "model/model_weights.h"
 #include "model/tensor_table.h"
 
@@ -44,6 +45,9 @@ class WeightTableReader {
   // kernels' copies are read of (never the embedding's: token lookups read it). The first failure
   // in load order.
   Status finish(ModelWeights& w, int threads);
+  // The same with the load's packed-weight plan (ModelLoadParams::packed_in / packed_out) and
+  // its thread count.
+  Status finish(ModelWeights& w, const ModelLoadParams& params);
 
  private:
   const std::vector<TensorDecl>& table_;
@@ -68,6 +72,14 @@ class WeightTableReader {
   };
   std::vector<Pending> pending_;
   std::vector<Tensor> releasable_;  // views of the mapped tensors only prepared copies are read of
+  int64_t packed_reused_ = 0;
+
+ public:
+  // Weights finish() took from the plan instead of repacking.
+  int64_t packed_reused() const { return packed_reused_; }
 };
+
+// The plan section of a packed CPU weight: this prefix and its label ("blk.0.attn_qkv").
+inline const std::string kPackedSectionPrefix = "cpu-linear/";
 
 }  // namespace pagoda

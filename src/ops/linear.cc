@@ -95,6 +95,33 @@ std::vector<Tensor> linear_weight_parts(const LinearWeight& w) {
 
 bool linear_weight_mixed(const LinearWeight& w) { return !w.parts.empty(); }
 
+std::span<const uint8_t> linear_weight_packed(const LinearWeight& w) {
+  if (!w.parts.empty() || w.pack == cpu::PackKind::kNone || w.packed == nullptr) return {};
+  return {static_cast<const uint8_t*>(w.packed.get()), static_cast<size_t>(cpu::packed_bytes(w.dtype, w.n, w.k))};
+}
+
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_prepacked(const std::vector<Tensor>& parts,
+                                                                     const std::string& name,
+                                                                     std::span<const uint8_t> packed,
+                                                                     std::shared_ptr<const void> owner) {
+  if (parts.empty()) return invalid_argument("linear '{}': no weights", name);
+  int64_t n = 0;
+  for (const Tensor& t : parts) {
+    if (!t.defined() || t.ndim() != 2 || t.dim(1) != parts[0].dim(1) || t.dtype() != parts[0].dtype())
+      return invalid_argument("prepacked linear '{}': parts must be 2-d of one dtype and K", name);
+    n += t.dim(0);
+  }
+  const Tensor view = parts.size() == 1 ? parts[0] : Tensor::view(parts[0].dtype(), {n, parts[0].dim(1)}, nullptr, nullptr);
+  const IsaLevel isa = cpu::active_isa_level();
+  // The mapping is read-only; the kernels never write a packed weight.
+  std::shared_ptr<void> data(std::const_pointer_cast<void>(owner), const_cast<uint8_t*>(packed.data()));
+  std::shared_ptr<const LinearWeight> lw = cpu::prepare_linear_cpu_prepacked(view, name, isa, std::move(data), packed.size());
+  if (lw == nullptr)
+    return invalid_argument("prepacked linear '{}': {} bytes is not the {} packed size of {} [{}, {}] here", name,
+                            packed.size(), isa_level_name(isa), dtype_name(view.dtype()), view.dim(0), view.dim(1));
+  return lw;
+}
+
 const Tensor& linear_weight_tensor(const LinearWeight& w) { return w.weight; }
 IsaLevel linear_weight_isa(const LinearWeight& w) { return w.isa; }
 bool linear_weight_repacked(const LinearWeight& w) {

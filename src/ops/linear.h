@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,18 @@ const Tensor& linear_weight_tensor(const LinearWeight& w);
 // A group's data() is null when its kernels read a repacked copy (prepare with kScalar to keep
 // the originals, as device executors do). Stacking the groups' rows gives W.
 std::vector<Tensor> linear_weight_parts(const LinearWeight& w);
+// The packed copy the kernels read, for a plain or single-dtype fused weight that has one (empty
+// otherwise): what an engine plan persists so a later load skips the repacking.
+std::span<const uint8_t> linear_weight_packed(const LinearWeight& w);
+// prepare_linear (one part) or prepare_linear_fused (several, one dtype) with the packed layout
+// given: `packed` holds the bytes linear_weight_packed returned for the same tensors on this
+// machine's ISA level, `owner` keeps them alive. Nothing is repacked and no concatenated copy is
+// made; the parts' data is not read (it may be a mapping the caller releases). Invalid argument
+// if the parts differ in dtype or K, or the size is not the packed size of this ISA level.
+Result<std::shared_ptr<const LinearWeight>> prepare_linear_prepacked(const std::vector<Tensor>& parts,
+                                                                     const std::string& name,
+                                                                     std::span<const uint8_t> packed,
+                                                                     std::shared_ptr<const void> owner);
 // Whether w is a fused weight with groups of different dtypes.
 bool linear_weight_mixed(const LinearWeight& w);
 // Whether the kernels read a repacked copy (of any group): the original's bytes are then never

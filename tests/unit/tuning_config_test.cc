@@ -25,7 +25,7 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
             "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8) | profile off | block "
-            "trace off");
+            "trace off | graph capture lazy");
 }
 
 TEST(TuningConfig, EachVariableSetsItsField) {
@@ -36,8 +36,10 @@ TEST(TuningConfig, EachVariableSetsItsField) {
                                            {"PAGODA_QUANT_WEIGHTS", "dequantize"},
                                            {"PAGODA_QUANT_GEMV_MAX_ROWS", "2"},
                                            {"PAGODA_CUDA_PROFILE", "1"},
-                                           {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"}}))
+                                           {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"},
+                                           {"PAGODA_GRAPH_CAPTURE", "start"}}))
                   .ok());
+  EXPECT_EQ(t.graph_capture, "start");
   EXPECT_EQ(t.row_attention, "simt");
   EXPECT_EQ(t.simt_heads, 2);
   EXPECT_EQ(t.gemv_max_rows, 4);
@@ -47,7 +49,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.quant_gemv_max_rows, 2);
   EXPECT_EQ(t.to_string(),
             "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2) | profile on | block "
-            "trace /tmp/trace.bin");
+            "trace /tmp/trace.bin | graph capture start");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
   EXPECT_FALSE(t.cuda_profile);
@@ -56,7 +58,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
 
 TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
   const std::map<std::string, std::string> bad[] = {
-      {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
+      {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_GRAPH_CAPTURE", "eager"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
       {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
   };

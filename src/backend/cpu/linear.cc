@@ -244,6 +244,28 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
   return lw;
 }
 
+std::shared_ptr<LinearWeight> prepare_linear_cpu_prepacked(const Tensor& w, const std::string& name, IsaLevel isa,
+                                                           std::shared_ptr<void> packed, size_t bytes) {
+  auto lw = std::make_shared<LinearWeight>();
+  lw->weight = w;
+  lw->name = name;
+  lw->dtype = w.dtype();
+  lw->kernel_dtype = kernel_dtype(w.dtype());
+  lw->n = w.dim(0);
+  lw->k = w.dim(1);
+  lw->isa = isa;
+  const KernelTable* kt = table_for(isa);
+  const PackKind kind = pack_kind(w.dtype());
+  const bool usable = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
+                                        (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
+                                        (kind == PackKind::kFloat && kt->fgemm));
+  if (!usable || packed == nullptr || bytes != static_cast<size_t>(packed_bytes(lw->dtype, lw->n, lw->k))) return nullptr;
+  lw->pack = kind;
+  lw->kernels = kt;
+  lw->packed = std::move(packed);
+  return lw;
+}
+
 std::shared_ptr<LinearWeight> make_mixed_linear(std::vector<std::shared_ptr<const LinearWeight>> parts,
                                                 const std::string& name) {
   PAGODA_CHECK(parts.size() >= 2, "mixed linear '{}' needs two parts or more", name);

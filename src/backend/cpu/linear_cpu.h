@@ -35,6 +35,12 @@ struct LinearWeight {
 namespace cpu {
 
 std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa);
+// Same with the packed layout given (the bytes an earlier prepare_linear_cpu of the same [n, k]
+// weight made on this ISA level; `packed` keeps them alive): nothing is repacked. `w` may be a
+// data-less view (shape and dtype only). Null if this ISA level does not repack w's dtype or the
+// size differs from packed_bytes.
+std::shared_ptr<LinearWeight> prepare_linear_cpu_prepacked(const Tensor& w, const std::string& name, IsaLevel isa,
+                                                           std::shared_ptr<void> packed, size_t bytes);
 // A mixed fused weight over prepared sub-weights (same k, at least two), in column order.
 std::shared_ptr<LinearWeight> make_mixed_linear(std::vector<std::shared_ptr<const LinearWeight>> parts,
                                                 const std::string& name);

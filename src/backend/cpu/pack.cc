@@ -1,6 +1,10 @@
 // Weight repacking for the CPU kernels (layouts documented in kernels.h). Runs once per weight at
-// load time; plain scalar code, parallelism is the loader's business.
+// load time; plain scalar code (the 16-bit float layout with SSE2 transposes), parallelism is the
+// loader's business.
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backend/cpu/kernels.h"
 #include "common/check.h"
@@ -243,11 +247,64 @@ void pack_float_t(const E* w, int64_t n, int64_t k, E* dst) {
   }
 }
 
+#if defined(__SSE2__)
+// Columns [e0, e0 + 8) of 8 rows of 16-bit elements, transposed: t[j] holds element e0 + j of
+// rows 0..7 in order.
+inline void transpose8x8_u16(const uint16_t* const* rows, int64_t e0, __m128i t[8]) {
+  __m128i r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + e0));
+  const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+  const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+  const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+  const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+  const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+  const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+  const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+  t[0] = _mm_unpacklo_epi64(b0, b4);
+  t[1] = _mm_unpackhi_epi64(b0, b4);
+  t[2] = _mm_unpacklo_epi64(b1, b5);
+  t[3] = _mm_unpackhi_epi64(b1, b5);
+  t[4] = _mm_unpacklo_epi64(b2, b6);
+  t[5] = _mm_unpackhi_epi64(b2, b6);
+  t[6] = _mm_unpacklo_epi64(b3, b7);
+  t[7] = _mm_unpackhi_epi64(b3, b7);
+}
+#endif
+
+// 16-bit elements: the same layout as pack_float_t; full groups go 8 columns at a time through
+// two 8x8 transposes (SSE2, part of x86-64), the rest element by element.
+void pack_float_u16(const uint16_t* w, int64_t n, int64_t k, uint16_t* dst) {
+  static_assert(kGroupRows == 16, "two 8-row transposes make a group");
+  const int64_t groups = (n + kGroupRows - 1) / kGroupRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    uint16_t* out = dst + g * kGroupRows * k;
+    const uint16_t* rows[kGroupRows];
+    for (int64_t r = 0; r < kGroupRows; ++r) rows[r] = g * kGroupRows + r < n ? w + (g * kGroupRows + r) * k : nullptr;
+    int64_t e = 0;
+#if defined(__SSE2__)
+    if ((g + 1) * kGroupRows <= n) {
+      for (; e + 8 <= k; e += 8) {
+        __m128i lo[8], hi[8];
+        transpose8x8_u16(rows, e, lo);
+        transpose8x8_u16(rows + 8, e, hi);
+        for (int j = 0; j < 8; ++j) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (e + j) * kGroupRows), lo[j]);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (e + j) * kGroupRows + 8), hi[j]);
+        }
+      }
+    }
+#endif
+    for (; e < k; ++e)
+      for (int64_t r = 0; r < kGroupRows; ++r) out[e * kGroupRows + r] = rows[r] ? rows[r][e] : uint16_t{0};
+  }
+}
+
 void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
   if (t == DType::kF32) {
     pack_float_t(reinterpret_cast<const uint32_t*>(w), n, k, reinterpret_cast<uint32_t*>(dst));
   } else {
-    pack_float_t(reinterpret_cast<const uint16_t*>(w), n, k, reinterpret_cast<uint16_t*>(dst));
+    pack_float_u16(reinterpret_cast<const uint16_t*>(w), n, k, reinterpret_cast<uint16_t*>(dst));
   }
 }
 

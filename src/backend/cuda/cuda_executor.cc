@@ -9,6 +9,7 @@
 // one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
 // 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
+#include "common/startup_profile.h"
 
 namespace pagoda::cuda_impl {
 
@@ -24,6 +25,7 @@ int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_
 static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
 
 Status CudaExecutor::init() {
+  startup_profile::Scope init_phase("engine core/executor/cuda context, cuBLASLt");
   CUDA_CHECK(cudaSetDevice(opt_.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   step_timer_.init();
@@ -41,7 +43,9 @@ Status CudaExecutor::init() {
     return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
+  init_phase.stop();
   upload_weights();
+  startup_profile::Scope kv_phase("engine core/executor/kv cache and workspace");
 
   // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
   kv_layer_bytes_ = spec_.num_blocks * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
@@ -58,9 +62,16 @@ Status CudaExecutor::init() {
   graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
-  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
-  if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  kv_phase.stop();
+  // Block trace: every step eager (a replayed graph would write its capture's trace slots).
+  // Lazy capture: each bucket at its first decode step (run_step).
+  if (opt_.cuda_graphs && !cuda::block_trace_enabled() && !lazy_graphs()) {
+    startup_profile::Scope graphs_phase("engine core/executor/graphs (warm-up, autotune, capture)");
+    capture_graphs();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graphs_phase.set_detail(fmt::format("{} graphs of {} buckets", graphs_.size(), buckets_.size()));
+  }
   return {};
 }
 
@@ -82,6 +93,7 @@ std::string CudaExecutor::describe() const {
 }
 
 void CudaExecutor::upload_weights() {
+  startup_profile::Scope phase("engine core/executor/weights upload");
   const ModelWeights& w = model_.weights();
   cuda::WeightUploader up(stream_);
   embed_.reset(static_cast<size_t>(cuda::device_weight_bytes(act_, w.token_embd.dim(0), w.token_embd.dim(1))));
@@ -154,6 +166,9 @@ void CudaExecutor::upload_weights() {
     rope_index_[rope] = ropes_.size() - 1;
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const double s = phase.elapsed();
+  phase.set_detail(fmt::format("{:.2f} GB read from the mapped file, {:.2f} GB/s", up.bytes_read() / 1e9,
+                               up.bytes_read() / 1e9 / std::max(s, 1e-9)));
 }
 
 void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
@@ -241,10 +256,16 @@ void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_
 void CudaExecutor::destroy_graphs() {
   for (auto& [b, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
+  captured_buckets_.clear();
 }
 
 void CudaExecutor::capture_graphs() {
   destroy_graphs();
+  reset_graph_inputs();
+  for (int64_t b : buckets_) capture_bucket(b);
+}
+
+void CudaExecutor::reset_graph_inputs() {
   // Padding inputs everywhere: context 0, slot -1, token 0, logits row = row.
   InputRegion& in = graph_;
   const int64_t cap = in.tok_cap;
@@ -258,8 +279,13 @@ void CudaExecutor::capture_graphs() {
     in.h<int32_t>(in.o_lrows)[i] = static_cast<int32_t>(i);
   }
   copy_inputs(in, 0, 0, 0);
-  for (int64_t b : buckets_) {
-    if (b > cap || b > tok_cap_ || b > logits_cap_) continue;
+}
+
+void CudaExecutor::capture_bucket(int64_t b) {
+  InputRegion& in = graph_;
+  captured_buckets_.insert(b);
+  if (b > in.tok_cap || b > tok_cap_ || b > logits_cap_) return;
+  {
     for (bool short_keys : {false, true}) {
       StepShape sh;
       sh.tokens = sh.rows = sh.logits = b;
@@ -305,12 +331,23 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     allocate_workspace(std::max(tok_cap_, align_up(T, 256)), std::max(logits_cap_, align_up(n_logits, 64)));
     if (n_seqs > eager_.seq_cap) eager_.allocate(tok_cap_, n_seqs, bt_stride_);
-    if (opt_.cuda_graphs && !cuda::block_trace_enabled()) capture_graphs();
+    if (opt_.cuda_graphs && !cuda::block_trace_enabled()) {
+      if (lazy_graphs()) destroy_graphs();  // captured again at each bucket's next decode step
+      else capture_graphs();
+    }
   }
   bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
+    if (!captured_buckets_.count(B) && !cuda::block_trace_enabled()) {
+      // Lazy capture: this bucket's first decode step. The warm-up runs on padding inputs (no KV
+      // write), then the real inputs are written below.
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      reset_graph_inputs();
+      capture_bucket(B);
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     int64_t max_ctx = 0;
     for (const auto& sq : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, sq.context_len);
     auto it = graphs_.find(graph_key(B, cuda::row_attention_short(B, max_ctx)));

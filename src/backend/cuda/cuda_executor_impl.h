@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <type_traits>
 #include <unordered_map>
 
@@ -174,8 +175,16 @@ class CudaExecutor final : public ModelExecutor {
 
   void upload_weights();
   void allocate_workspace(int64_t tokens, int64_t logits_rows);
+  // Every bucket's graphs now (TuningConfig::graph_capture "start"; a workspace that grew).
   void capture_graphs();
+  // Padding inputs in the graph region (context 0, slot -1, token 0): the state a warm-up and a
+  // capture run on. Copied to the device on the stream.
+  void reset_graph_inputs();
+  // Bucket b's graphs (the long-key one and, where it differs, the short-key one), each after a
+  // warm-up launch with autotuning; needs reset_graph_inputs() first.
+  void capture_bucket(int64_t b);
   void destroy_graphs();
+  bool lazy_graphs() const { return opt_.tuning.graph_capture == "lazy"; }
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   // y = x w^T for M rows; N, K from the weight.
   void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
@@ -285,6 +294,7 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
+  std::set<int64_t> captured_buckets_;  // buckets whose graphs exist (lazy capture)
   cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   Tensor logits_tensor_;

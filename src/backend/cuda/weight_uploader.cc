@@ -8,28 +8,17 @@
 #include "backend/cuda/quant_layout.h"
 #include "common/check.h"
 #include "common/half.h"
+#include "quant/float_convert.h"
 #include "quant/quant.h"
 
 namespace pagoda::cuda {
 namespace {
 
-// Runs fn(begin, end) over [0, n) on up to 16 threads (weight conversion at load).
-template <class Fn>
-void parallel_rows(int64_t n, Fn&& fn) {
-  const int64_t hw = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const int64_t nt = std::min<int64_t>(hw, n / 16);
-  if (nt <= 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  std::vector<std::thread> th;
-  for (int64_t t = 0; t < nt; ++t) th.emplace_back([&, t] { fn(n * t / nt, n * (t + 1) / nt); });
-  for (auto& t : th) t.join();
-}
+int conversion_threads() { return static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency()))); }
 
 }  // namespace
 
-WeightUploader::WeightUploader(cudaStream_t s) : s_(s) {
+WeightUploader::WeightUploader(cudaStream_t s) : s_(s), pool_(conversion_threads()) {
   for (int i = 0; i < 2; ++i) {
     buf_[i].reset(kChunk);
     CUDA_CHECK(cudaEventCreateWithFlags(&ev_[i], cudaEventDisableTiming));
@@ -53,7 +42,8 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
   for (int64_t r0 = 0; r0 < rows; r0 += per) {
     const int64_t n = std::min(per, rows - r0);
     uint8_t* stage = next();
-    parallel_rows(n, [&](int64_t b, int64_t en) {
+    const bool float_pair = quant::float_row_convertible(src.dtype(), dst_dtype);
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t en) {
       std::vector<float> tmp;
       for (int64_t r = b; r < en; ++r) {
         const uint8_t* in = static_cast<const uint8_t*>(src.data()) + (r0 + r) * src.row_bytes();
@@ -61,6 +51,10 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
         if (src.dtype() == dst_dtype) {
           if (is_quantized(dst_dtype)) to_device_quant_layout(dst_dtype, in, out, 1, cols);
           else std::memcpy(out, in, static_cast<size_t>(out_row));
+          continue;
+        }
+        if (float_pair) {
+          quant::convert_float_row(src.dtype(), in, dst_dtype, out, cols);
           continue;
         }
         tmp.resize(static_cast<size_t>(cols));
@@ -75,6 +69,7 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
     });
     submit(static_cast<uint8_t*>(dst) + r0 * out_row, static_cast<size_t>(n * out_row));
   }
+  bytes_read_ += rows * src.row_bytes();
 }
 
 void WeightUploader::upload_f32(const float* src, int64_t n, void* dst) {
@@ -84,6 +79,7 @@ void WeightUploader::upload_f32(const float* src, int64_t n, void* dst) {
     std::memcpy(stage, src + i0, static_cast<size_t>(m * 4));
     submit(static_cast<float*>(dst) + i0, static_cast<size_t>(m * 4));
   }
+  bytes_read_ += n * 4;
 }
 
 uint8_t* WeightUploader::next() {

@@ -1,8 +1,9 @@
-// Host -> device weight upload through two pinned staging buffers (convert one while the other
-// copies). Conversions: same dtype -> memcpy (quantized blocks: into the device layout,
-// backend/cuda/quant_layout.h); f32/f16/bf16 -> bf16/f32 elementwise; quantized ->
-// dequantized (quant::dequantize_row) then rounded to the target dtype. The destructor waits for
-// the last copy.
+// Host -> device weight upload through two pinned staging buffers (threads convert into one while
+// the other copies). Conversions: same dtype -> memcpy (quantized blocks: into the device layout,
+// backend/cuda/quant_layout.h); f32/f16/bf16 -> bf16/f32 elementwise (quant/float_convert.h,
+// vectorised); quantized -> dequantized (quant::dequantize_row) then rounded to the target dtype.
+// The rows of a chunk are split over a pool of up to 16 threads made once per uploader. The
+// destructor waits for the last copy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "common/tensor.h"
+#include "common/thread_pool.h"
 
 namespace pagoda::cuda {
 
@@ -28,6 +30,8 @@ class WeightUploader {
   // layout, device_row_bytes a row), contiguous.
   void upload(const Tensor& src, DType dst_dtype, void* dst);
   void upload_f32(const float* src, int64_t n, void* dst);
+  // Bytes of host memory read so far (the source tensors' sizes).
+  int64_t bytes_read() const { return bytes_read_; }
 
  private:
   uint8_t* next();
@@ -37,6 +41,8 @@ class WeightUploader {
   PinnedBuffer buf_[2];
   cudaEvent_t ev_[2]{};
   int cur_ = 1;
+  ThreadPool pool_;
+  int64_t bytes_read_ = 0;
 };
 
 }  // namespace pagoda::cuda

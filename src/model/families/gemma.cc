@@ -277,7 +277,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     ly.window = config.layer_window(i);
     layers.push_back(ly);
   }
-  PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
+  PAGODA_RETURN_IF_ERROR(reader.finish(w, params));
   RopeTable rope(config.rope_spec(), params.max_positions);
   RopeTable local_rope;
   if (config.rope_local_theta > 0)

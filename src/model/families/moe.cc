@@ -273,7 +273,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     }
     layers.push_back(ly);
   }
-  PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
+  PAGODA_RETURN_IF_ERROR(reader.finish(w, params));
   RopeTable rope(config.rope_spec(), params.max_positions);
   return std::unique_ptr<Model>(new MoeModel(config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
 }

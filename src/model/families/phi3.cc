@@ -147,7 +147,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
     PAGODA_ASSIGN_OR_RETURN(ly.down, reader.add_linear(w, p + "ffn_down.weight"));
     layers.push_back(ly);
   }
-  PAGODA_RETURN_IF_ERROR(reader.finish(w, params.load_threads));
+  PAGODA_RETURN_IF_ERROR(reader.finish(w, params));
   RopeTable rope(config.rope_spec(), params.max_positions, factors);
   return std::unique_ptr<Model>(new DenseDecoderModel(phi3_family(), config, std::move(w), std::move(rope), std::move(layers), output_norm, output));
 }
