@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/options.h"
+#include "cli/prompt_file.h"
 #include "common/thread_pool.h"
 #include "engine/device_spec.h"
 #include "engine/engine_core.h"
@@ -55,23 +56,6 @@ double cpu_seconds() {
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Text blocks separated by lines holding only "---".
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> prompts;
-  std::string line, cur;
-  auto flush = [&] {
-    if (cur.find_first_not_of(" \n\t") != std::string::npos) prompts.push_back(cur);
-    cur.clear();
-  };
-  while (std::getline(in, line)) {
-    if (line == "---") flush();
-    else cur += line + "\n";
-  }
-  flush();
-  return prompts;
 }
 
 struct RunResult {
@@ -153,7 +137,7 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   if (has_draft && o.draft_model.empty()) return fail("--spec-method draft needs --spec-model", 2);
   if (!has_draft && !o.draft_model.empty()) return fail("--spec-model needs --spec-method draft", 2);
   if (o.prompt_file.empty()) return fail("--spec-method needs --prompt-file (text prompts separated by lines '---')", 2);
-  std::vector<std::string> texts = read_prompts(o.prompt_file);
+  std::vector<std::string> texts = read_prompt_file(o.prompt_file);
   if (texts.empty()) return fail(fmt::format("no prompts in {}", o.prompt_file), 2);
   auto tok = Tokenizer::load(o.model);
   if (!tok.ok()) return fail(tok.status().to_string());

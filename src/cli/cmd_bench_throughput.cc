@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/prompt_file.h"
 #include "cli/command.h"
 #include "cli/options.h"
 #include "cli/progress.h"
@@ -74,25 +75,6 @@ struct BatchFigures {
   int64_t steps = 0;
   std::vector<std::vector<int32_t>> outputs;
 };
-
-// The prompts of --prompt-file: text blocks separated by lines holding only "---".
-std::vector<std::string> read_prompt_file(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> prompts;
-  if (!in) return prompts;
-  std::string line, cur;
-  auto flush = [&] {
-    if (cur.find_first_not_of(" \n\t") != std::string::npos) prompts.push_back(cur);
-    cur.clear();
-  };
-  while (std::getline(in, line)) {
-    if (line == "---") flush();
-    else cur += line + "\n";
-  }
-  flush();
-  return prompts;
-}
-
 
 Result<std::string> read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -219,9 +219,10 @@ void run_weight(const LinearWeight& w, const float* x, int64_t m, float* y, int6
   }
 }
 
-}  // namespace
-
-std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa) {
+// The unpacked weight's description, and the kernel table that can run it packed (nullptr: none at
+// this ISA level for this dtype, so linear() takes the reference path).
+std::shared_ptr<LinearWeight> describe_linear(const Tensor& w, const std::string& name, IsaLevel isa,
+                                              const KernelTable** usable) {
   auto lw = std::make_shared<LinearWeight>();
   lw->weight = w;
   lw->name = name;
@@ -232,9 +233,20 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
   lw->isa = isa;
   const KernelTable* kt = table_for(isa);
   const PackKind kind = pack_kind(w.dtype());
-  const bool usable = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
-                                        (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
-                                        (kind == PackKind::kFloat && kt->fgemm));
+  const bool ok = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
+                                    (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
+                                    (kind == PackKind::kFloat && kt->fgemm));
+  *usable = ok ? kt : nullptr;
+  return lw;
+}
+
+}  // namespace
+
+std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::string& name, IsaLevel isa) {
+  const KernelTable* kt = nullptr;
+  auto lw = describe_linear(w, name, isa, &kt);
+  const PackKind kind = pack_kind(w.dtype());
+  const bool usable = kt != nullptr;
   if (usable) {
     lw->pack = kind;
     lw->kernels = kt;
@@ -246,19 +258,10 @@ std::shared_ptr<LinearWeight> prepare_linear_cpu(const Tensor& w, const std::str
 
 std::shared_ptr<LinearWeight> prepare_linear_cpu_prepacked(const Tensor& w, const std::string& name, IsaLevel isa,
                                                            std::shared_ptr<void> packed, size_t bytes) {
-  auto lw = std::make_shared<LinearWeight>();
-  lw->weight = w;
-  lw->name = name;
-  lw->dtype = w.dtype();
-  lw->kernel_dtype = kernel_dtype(w.dtype());
-  lw->n = w.dim(0);
-  lw->k = w.dim(1);
-  lw->isa = isa;
-  const KernelTable* kt = table_for(isa);
+  const KernelTable* kt = nullptr;
+  auto lw = describe_linear(w, name, isa, &kt);
   const PackKind kind = pack_kind(w.dtype());
-  const bool usable = kt != nullptr && ((kind == PackKind::kQint && kt->qgemm && kt->quantize_act) ||
-                                        (kind == PackKind::kQintK && kt->qgemm && kt->quantize_act && kt->qgemm_k) ||
-                                        (kind == PackKind::kFloat && kt->fgemm));
+  const bool usable = kt != nullptr;
   if (!usable || packed == nullptr || bytes != static_cast<size_t>(packed_bytes(lw->dtype, lw->n, lw->k))) return nullptr;
   lw->pack = kind;
   lw->kernels = kt;
