@@ -35,6 +35,7 @@ struct Pda::Builder {
 };
 
 void Pda::expand(std::vector<uint32_t>& below, uint32_t pos, Builder& out) const {
+  if (out.spans.size() >= kMaxStacks) return;  // the state is cut (pda.h): walking further adds nothing
   const Element& e = g_.elements[pos];
   switch (e.kind) {
     case Element::kBytes:

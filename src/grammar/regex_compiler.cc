@@ -74,7 +74,12 @@ class RegexParser {
       auto a = parse_atom();
       if (!a.ok()) return a;
       ExprPtr e = *a;
-      // Quantifiers.
+      // Quantifiers. Stacked ones from {?, *, +} (and {0,1} {1,} {0,}) are one quantifier of the same
+      // language: (e+)+ = e+, (e?)+ = (e+)? = e*, ... Nesting them instead makes a rule per level whose
+      // expansion paths multiply (a fuzzer's x+++...+ of 100 levels never finished one mask).
+      bool quantified = false;
+      int32_t qmn = 1, qmx = 1;  // the quantifier not yet applied to e
+      auto simple = [](int32_t lo, int32_t hi) { return lo <= 1 && (hi == 1 || hi == -1); };
       while (!at_end()) {
         int32_t mn, mx;
         const char c = p_[i_];
@@ -86,8 +91,17 @@ class RegexParser {
         if (!at_end() && p_[i_] == '?') ++i_;  // lazy: same language
         if (mn > kMaxRepeat || mx > kMaxRepeat) return err("repetition count over 10000");
         if (mx >= 0 && mx < mn) return err("repetition {n,m} with m < n");
-        e = ex::repeat(e, mn, mx);
+        if (quantified && simple(qmn, qmx) && simple(mn, mx)) {
+          qmn *= mn;  // the counts of both are intervals from 0 or 1: their composition is one
+          qmx = (qmx == -1 || mx == -1) ? -1 : 1;
+          continue;
+        }
+        if (quantified) e = ex::repeat(e, qmn, qmx);
+        quantified = true;
+        qmn = mn;
+        qmx = mx;
       }
+      if (quantified) e = ex::repeat(e, qmn, qmx);
       items.push_back(e);
     }
     return ex::seq(std::move(items));

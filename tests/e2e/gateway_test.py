@@ -207,7 +207,9 @@ def test_worker_connections_are_kept_alive_and_a_closed_one_replaced(cleanup):
     """Requests after the first reuse the kept-alive connection to the worker (no connect, no accept
     there); one the worker closed while it was idle (its --idle-timeout) is replaced before the
     request is sent, with no error and no ejection; --upstream-keepalive 0 connects per request."""
-    w = worker(cleanup, TINY_MODEL, "--idle-timeout", 1)
+    # The worker's idle timeout must outlast any stall between two of the ten requests below on a
+    # loaded 2-core CI machine (1 s did not: a pause closed the kept connection mid-loop).
+    w = worker(cleanup, TINY_MODEL, "--idle-timeout", 4)
     gw = Gateway([w.url], "--upstream-keepalive", 30, "--health-interval", 5)
     cleanup.append(gw)
     model = json.loads(http("GET", w.url + "/v1/models")[2])["data"][0]["id"]
@@ -222,8 +224,8 @@ def test_worker_connections_are_kept_alive_and_a_closed_one_replaced(cleanup):
             assert st == 200 and json.loads(raw)["choices"][0]["text"] == direct
     assert gw.metric("pagoda_gateway_upstream_connections_total", kind="new") == 1
     assert gw.metric("pagoda_gateway_upstream_connections_total", kind="reused") == 9
-    # The worker closes the idle connection after 1 s: the gateway sees it closed and connects anew.
-    time.sleep(2)
+    # The worker closes the idle connection after 4 s: the gateway sees it closed and connects anew.
+    time.sleep(6)
     for _ in range(2):
         st, _, raw = http("POST", gw.url + "/v1/completions", body)
         assert st == 200 and json.loads(raw)["choices"][0]["text"] == direct

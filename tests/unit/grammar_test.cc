@@ -42,6 +42,24 @@ TEST(Regex, MatchesWholeText) {
   EXPECT_FALSE(matches(g, "xab"));
 }
 
+TEST(Regex, StackedQuantifiersAreOneQuantifier) {
+  EXPECT_TRUE(matches(regex("a(b+)+c"), "abbbc"));
+  EXPECT_FALSE(matches(regex("a(b+)+c"), "ac"));
+  EXPECT_TRUE(matches(regex("ab+?c"), "abc"));  // lazy '+', not '+' then '?'
+  EXPECT_FALSE(matches(regex("ab+?c"), "ac"));
+  EXPECT_TRUE(matches(regex("ab?+c"), "ac"));
+  EXPECT_TRUE(matches(regex("ab?+c"), "abbc"));
+  EXPECT_TRUE(matches(regex("ab??c"), "ac"));  // lazy '?'
+  EXPECT_FALSE(matches(regex("ab??c"), "abbc"));
+  EXPECT_TRUE(matches(regex("ab{2}+c"), "abbbbc"));  // {2} then +: (bb)+, not merged
+  EXPECT_FALSE(matches(regex("ab{2}+c"), "abbbc"));
+  // The fuzzer's case: a hundred stacked '+' compile to one repetition and match in linear time.
+  const std::string deep = "x" + std::string(100, '+') + "y";
+  Grammar g = regex(deep);
+  EXPECT_TRUE(matches(g, "xxxxy"));
+  EXPECT_FALSE(matches(g, "y"));
+}
+
 TEST(Regex, ClassesEscapesCountsAlternation) {
   Grammar g = regex("^(\\d{3}-\\d{4}|[A-Z]\\w{0,2})$");
   EXPECT_TRUE(matches(g, "555-1234"));
