@@ -434,12 +434,12 @@ stage_gateway() {
   [ -x $PG/bin/pagoda-gateway-baseline ] && base=$PG/bin/pagoda-gateway-baseline && k=2
   step gateway_cpus 10 bash -c 'lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node0)"; lscpu -e=CPU,CORE,SOCKET | head -12'
   local pin=(PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2,3 GATEWAY_CPUS=6,7 GATEWAY_THREADS=2 CLIENT_CPUS=10 BASELINE_GATEWAY=$base)
-  TAILN=24 step gateway_cpu $((60 * k)) env "${pin[@]}" PAIRED_PROMPTS=128 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
+  TAILN=24 step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=128 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
     scripts/bench_gateway.sh $m $n
   ensure_model 1bv512
-  TAILN=24 step gateway_cuda_1b $((45 * k)) env "${pin[@]}" LATENCY_PROMPTS=32 \
+  TAILN=24 step gateway_cuda_1b $((60 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda --tokenizer $m" scripts/bench_gateway.sh "$(model_dir 1bv512)" $n
-  TAILN=24 step gateway_cuda_260k $((35 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
+  TAILN=24 step gateway_cuda_260k $((45 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
 }
 
