@@ -9,7 +9,7 @@
 #   tests   GPU references + the whole GPU test tier
 #   gateway the gateway's overhead (scripts/bench_gateway.sh: 64 streams, sequential runs for
 #           throughput and CPU per token, paired interleaved runs for TTFT, 5 rounds) with worker
-#           (2 CPUs), gateway (2 I/O threads on 2 CPUs) and client on cores of their own: a CPU
+#           (2 cores), gateway (2 I/O threads on 2 cores) and client on cores of their own: a CPU
 #           worker on stories260K, a CUDA worker on the random Llama-3.2-1B shape with a 512-token
 #           vocabulary (stories260K's tokenizer; model 1bv512), a CUDA worker on stories260K (~60k tokens/s: the gateway's worst case);
 #           about 150 s (+ making the 1B model if absent). Needs pagoda-gateway in the pack
@@ -433,7 +433,12 @@ stage_gateway() {
   local base= n=${GATEWAY_ROUNDS:-5} k=1
   [ -x $PG/bin/pagoda-gateway-baseline ] && base=$PG/bin/pagoda-gateway-baseline && k=2
   step gateway_cpus 10 bash -c 'lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node0)"; lscpu -e=CPU,CORE,SOCKET | head -12'
-  local pin=(PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2,3 GATEWAY_CPUS=6,7 GATEWAY_THREADS=2 CLIENT_CPUS=10 BASELINE_GATEWAY=$base)
+  # One CPU of each physical core, core 0 left out: worker on two cores, gateway on two, client on one.
+  local c=($(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -k1,1n | awk -F, '!seen[$2]++ {print $1}'))
+  [ ${#c[@]} -ge 6 ] || c=(0 2 3 6 7 10)
+  log "gateway: worker on CPUs ${c[1]},${c[2]}, gateway on ${c[3]},${c[4]}, client on ${c[5]}"
+  local pin=(PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=${c[1]},${c[2]} GATEWAY_CPUS=${c[3]},${c[4]} GATEWAY_THREADS=2
+             CLIENT_CPUS=${c[5]} BASELINE_GATEWAY=$base)
   TAILN=24 step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=128 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
     scripts/bench_gateway.sh $m $n
   ensure_model 1bv512
