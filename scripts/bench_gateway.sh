@@ -17,6 +17,8 @@
 #   pagoda-gateway; MODEL: a GGUF file or a model directory)
 # Environment: CONCURRENCY (64), NUM_PROMPTS (256, per sequential run), INPUT_LEN (64), OUTPUT_LEN (64),
 #   PAIRED_PROMPTS (256 pairs per round; 0 skips), PAIRED_CONCURRENCY (2 x CONCURRENCY),
+#   PAIRED_JITTER_MS (20: every request of the paired runs under load waits U(0, 20 ms) before it is
+#   sent, so a pair's two requests reach the worker's queue in a random order, not the direct one first),
 #   LATENCY_PROMPTS (64 pairs per round at concurrency 1; 0 skips),
 #   WORKER_CPUS (taskset list for the worker, default 0), GATEWAY_CPUS (default 1),
 #   CLIENT_CPUS (the bench client, default 1), THREADS (worker compute threads, 1),
@@ -64,7 +66,8 @@ bench=("${client[@]}" --seed 1)
 shape=(--max-concurrency "$conc" --input-len "${INPUT_LEN:-64}" --output-len "${OUTPUT_LEN:-64}")
 load_args=(--num-prompts "$n" "${shape[@]}")
 lat_args=(--max-concurrency 1 --input-len "${INPUT_LEN:-64}" --output-len 4)
-paired_args=(--num-prompts "$paired_n" --max-concurrency "$paired_conc" --input-len "${INPUT_LEN:-64}" --output-len "${OUTPUT_LEN:-64}")
+paired_args=(--num-prompts "$paired_n" --max-concurrency "$paired_conc" --input-len "${INPUT_LEN:-64}" --output-len "${OUTPUT_LEN:-64}"
+             --jitter-ms "${PAIRED_JITTER_MS:-20}")
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # clock ticks of a process, exited threads included
 # Nanoseconds on a CPU of a process's live threads (schedstat: exact, where ticks are 10 ms samples;
 # the gateway's threads live as long as it does).

@@ -17,6 +17,9 @@
 // noise. Reported per arm and as the median of the paired differences and the difference of the
 // arms' median TTFTs, each with a 95 % confidence interval (order statistics of the differences;
 // a bootstrap over pairs). --num-prompts counts the pairs; --max-concurrency caps both arms together.
+// A pair's requests are launched together, so where both URLs lead to one queue, the slower path's
+// request always reaches it second; --jitter-ms (a random wait before each request's clock starts)
+// makes that order random.
 #include <utility>  // before Asio 1.74's awaitable.hpp, which uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -63,6 +66,7 @@ struct BenchServeOptions {
   int output_len = 64;
   int64_t vocab_size = 0;
   uint64_t seed = 0;
+  double jitter_ms = 0;  // each request waits U(0, jitter_ms) before it is sent
   std::vector<std::string> goodput;
   bool json = false;
 };
@@ -111,7 +115,12 @@ awaitable<std::string> http_get(tcp::endpoint ep, std::string host, std::string 
 }
 
 awaitable<void> run_one(tcp::endpoint ep, const Target& target, const BenchServeOptions& o, std::string body,
-                        Result& r) {
+                        Result& r, double delay_s = 0) {
+  if (delay_s > 0) {  // --jitter-ms: before the request's own clock starts
+    net::steady_timer wait(co_await net::this_coro::executor,
+                           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay_s)));
+    co_await wait.async_wait(use_awaitable);
+  }
   const auto t0 = Clock::now();
   try {
     beast::tcp_stream stream(co_await net::this_coro::executor);
@@ -348,6 +357,12 @@ int run_bench_serve(const BenchServeOptions& o) {
       arm_of[2 * p + 1] = 1 - first;
     }
   }
+  std::vector<double> jitter(num_requests, 0.0);
+  if (o.jitter_ms > 0) {
+    std::mt19937_64 jrng(o.seed ^ 0x5bd1e995ull);  // its own stream: prompts and arrivals stay as without it
+    std::uniform_real_distribution<double> u(0.0, o.jitter_ms / 1000.0);
+    for (auto& x : jitter) x = u(jrng);
+  }
   std::vector<double> arrivals(num_requests, 0.0);
   if (std::isfinite(o.request_rate)) {
     std::exponential_distribution<double> gap(o.request_rate);
@@ -377,7 +392,7 @@ int run_bench_serve(const BenchServeOptions& o) {
       const bool b = arm_of[i] == 1;
       // A pair's first request copies the prompt's body (its second one still needs it).
       std::string body = paired && i % 2 == 0 ? bodies[prompt_of[i]] : std::move(bodies[prompt_of[i]]);
-      net::co_spawn(ex, run_one(b ? ep_b : ep, b ? target_b : target, o, std::move(body), results[i]), [&](std::exception_ptr) {
+      net::co_spawn(ex, run_one(b ? ep_b : ep, b ? target_b : target, o, std::move(body), results[i], jitter[i]), [&](std::exception_ptr) {
         --in_flight;
         progress.update(++ended, num_requests);
         slot.cancel_one();
@@ -534,6 +549,11 @@ const BenchSubcommandRegistration kBenchServe("serve", "Load-test an OpenAI-comp
   app->add_option("--output-len", o->output_len, "Generated tokens per request (exact: ignore_eos)")->check(CLI::Range(1, 1048576));
   app->add_option("--vocab-size", o->vocab_size, "Token id range for random prompts (default: from /v1/models)")->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o->seed, "Seed of prompts and arrival times")->check(CLI::NonNegativeNumber);
+  app->add_option("--jitter-ms", o->jitter_ms,
+                  "Each request waits a uniform random 0..MS before it is sent (its times start then; it holds its "
+                  "concurrency slot meanwhile): with --compare-url, the two requests of a pair then reach a queue they "
+                  "share in a random order")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--goodput", o->goodput, "SLOs for goodput: ttft:MS tpot:MS e2el:MS")->expected(1, 3);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_bench_serve(*o); };

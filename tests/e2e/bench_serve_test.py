@@ -45,7 +45,8 @@ def test_bench_serve_paired_comparison_of_two_servers():
     b = Server(TINY_MODEL, "--max-model-len", 256)
     try:
         j = json.loads(run("bench", "serve", "--url", a.url, "--compare-url", b.url, "--num-prompts", 12,
-                           "--max-concurrency", 4, "--input-len", 16, "--output-len", 6, "--seed", 3, "--json"))
+                           "--max-concurrency", 4, "--input-len", 16, "--output-len", 6, "--seed", 3, "--jitter-ms", 5,
+                           "--json"))
         assert j["completed"] == 24 and j["failed"] == 0 and j["total_output_tokens"] == 24 * 6
         c = j["compare"]
         assert [arm["url"] for arm in c["arms"]] == [a.url, b.url]
