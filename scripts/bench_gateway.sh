@@ -82,19 +82,20 @@ if [ "$paired_n" -gt 0 ]; then  # the worker's batch sizes of the paired runs (C
   "${bench[@]}" --url "http://127.0.0.1:$wport" --compare-url "http://127.0.0.1:$gport" --num-prompts "$conc" \
     --max-concurrency "$paired_conc" --input-len "${INPUT_LEN:-64}" --output-len 8 >/dev/null
 fi
-gw_ns=0; w_ticks=0; gw_tokens=0; b_ns=0; b_tokens=0
+gw_ns=0; w_ticks=0; gw_tokens=0; b_ns=0; b_tokens=0; gw_wall_ns=0
 tokens_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total_output_tokens"])' "$1"; }
 run_round() {  # $1 = round: the targets in an order rotated by the round (each goes first in turn)
   local n=${#targets[@]} k t port
   for ((k = 0; k < n; k++)); do
     t=${targets[$(((k + $1 - 1) % n))]}
     port=$wport; [ "$t" = gateway ] && port=$gport; [ "$t" = baseline ] && port=$bport
-    local g0 w0 b0; g0=$(cpu_ns $gpid); w0=$(ticks $wpid); b0=0; [ -n "$bpid" ] && b0=$(cpu_ns $bpid)
+    local g0 w0 b0 t0; t0=$(date +%s%N); g0=$(cpu_ns $gpid); w0=$(ticks $wpid); b0=0; [ -n "$bpid" ] && b0=$(cpu_ns $bpid)
     [ "$t" != direct ] && curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics-before-$t-$1.txt"
     "${bench[@]}" --url "http://127.0.0.1:$port" "${load_args[@]}" >"$out/$t-$1.json"
     [ "$t" != direct ] && curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics-after-$t-$1.txt"
     if [ "$t" = gateway ]; then
       gw_ns=$((gw_ns + $(cpu_ns $gpid) - g0))
+      gw_wall_ns=$((gw_wall_ns + $(date +%s%N) - t0))
       gw_tokens=$((gw_tokens + $(tokens_of "$out/$t-$1.json")))
     elif [ "$t" = baseline ]; then
       b_ns=$((b_ns + $(cpu_ns $bpid) - b0))
@@ -117,9 +118,10 @@ run_round() {  # $1 = round: the targets in an order rotated by the round (each 
 }
 for r in $(seq "$rounds"); do run_round "$r"; done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$out" "$rounds" "$gw_ns" "$w_ticks" "$gw_tokens" "$(getconf CLK_TCK)" "$lat_n" "$b_ns" "$b_tokens" "$paired_n" "$paired_conc" <<'PY'
+python3 - "$out" "$rounds" "$gw_ns" "$w_ticks" "$gw_tokens" "$(getconf CLK_TCK)" "$lat_n" "$b_ns" "$b_tokens" "$paired_n" "$paired_conc" "$gw_wall_ns" "${GATEWAY_THREADS:-1}" <<'PY'
 import json, math, os, random, statistics, sys
 out, rounds, gt, wt, gtok, hz, lat_n, bt, btok, paired_n, paired_conc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9]), int(sys.argv[10]), int(sys.argv[11])
+gw_wall, gw_threads = int(sys.argv[12]), int(sys.argv[13])
 baseline = btok > 0
 load = lambda t: [json.load(open(f"{out}/{t}-{r}.json")) for r in range(1, rounds + 1)]
 d, g = load("direct"), load("gateway")
@@ -224,6 +226,7 @@ if all(ov):
     print(f"the gateway's own part of TTFT at {d[0]['max_concurrency']} streams (ttft_overhead_seconds), median over rounds: "
           f"mean {med([o[0] for o in ov]):.3f} ms, p50 {med([o[1] for o in ov]):.3f} ms "
           f"(rounds {min(o[1] for o in ov):.3f}..{max(o[1] for o in ov):.3f}), p99 {med([o[2] for o in ov]):.3f} ms")
+print(f"the gateway ({gw_threads} I/O threads) was busy {gt / max(gw_wall, 1):.2f} cores on average during its sequential runs")
 print(f"CPU per streamed token: gateway {1e-3 * gt / gtok:.2f} us ({1e-9 * gt:.2f} s for {gtok} tokens), "
       f"worker {1e6 * wt / hz / ((3 if baseline else 2) * gtok):.1f} us")
 if baseline:
