@@ -82,8 +82,8 @@ struct GatewayServer::Impl {
                                    slots(config.max_inflight, config.max_queue), contexts(make_contexts(config.threads)),
                                    probes(*contexts[0], config, workers, stopping) {}
 
-  // One io_context per I/O thread, each run by that thread alone (stream_relay.h relies on it), so
-  // a connection's handlers need no strand and its events no hand-over between threads. Accepted
+  // One io_context per I/O thread, each run by that thread alone, so a connection's handlers need
+  // no strand and its readiness events no hand-over between threads. Accepted
   // connections are dealt to the contexts in turn; a connection and its requests' worker
   // connections stay on the context that accepted it. contexts[0] also runs the acceptor and
   // the health and DNS loops.
