@@ -170,7 +170,7 @@ def pooled(kind, t):
     boots.sort()
     d = sorted(y - x for x, y in pairs)
     h = 0.98 * math.sqrt(n)
-    lo_i, hi_i = max(0, int(math.floor(n / 2 - h))), min(n - 1, int(math.ceil(n / 2 + h)) - 1)
+    lo_i, hi_i = max(0, int(math.floor(n / 2 - h)) - 1), min(n - 1, int(math.ceil(n / 2 + h)) - 1)  # 1-based ranks, less 1
     return (f"{n} pairs: p50 TTFT direct {med(a):.2f} ms, through {t} {med(b):.2f} ms; added {delta:+.3f} ms "
             f"(95 % CI {boots[50]:+.3f}..{boots[1949]:+.3f}); median paired difference {med(d):+.3f} ms "
             f"(95 % CI {d[lo_i]:+.3f}..{d[hi_i]:+.3f}); per round {spread(per_round)}"), \

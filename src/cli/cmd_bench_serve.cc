@@ -235,14 +235,15 @@ nlohmann::json paired_ttft(const std::vector<double>& ttft_a, const std::vector<
   std::vector<double> d(n);
   for (size_t i = 0; i < n; ++i) d[i] = 1000 * (ttft_b[i] - ttft_a[i]);
   std::sort(d.begin(), d.end());
-  // A distribution-free 95 % interval of the median difference: the order statistics at ranks
-  // n/2 -+ 0.98 sqrt(n) (the normal approximation of the binomial).
+  // A distribution-free 95 % interval of the median difference: the order statistics of 1-based
+  // ranks floor(n/2 - 0.98 sqrt(n)) and ceil(n/2 + 0.98 sqrt(n)) (the normal approximation of the
+  // binomial).
   const double half = 0.98 * std::sqrt(static_cast<double>(n));
   const auto at = [&](double rank) {
     return d[static_cast<size_t>(std::clamp(rank, 0.0, static_cast<double>(n - 1)))];
   };
   j["median_diff_ms"] = median_of(d);
-  j["median_diff_ci95_ms"] = {at(std::floor(n / 2.0 - half)), at(std::ceil(n / 2.0 + half) - 1)};
+  j["median_diff_ci95_ms"] = {at(std::floor(n / 2.0 - half) - 1), at(std::ceil(n / 2.0 + half) - 1)};
   j["mean_diff_ms"] = std::accumulate(d.begin(), d.end(), 0.0) / n;
   // The difference of the arms' medians (what "p50 TTFT added" compares), and a bootstrap over
   // the pairs (2,000 resamples, percentile interval).
