@@ -11,8 +11,9 @@
 #           throughput and CPU per token, paired interleaved runs for TTFT, 5 rounds) with worker
 #           (2 cores), gateway (2 I/O threads on 2 cores) and client on cores of their own: a CPU
 #           worker on stories260K, a CUDA worker on the random Llama-3.2-1B shape with a 512-token
-#           vocabulary (stories260K's tokenizer; model 1bv512), a CUDA worker on stories260K (~60k tokens/s: the gateway's worst case);
-#           about 150 s (+ making the 1B model if absent). Needs pagoda-gateway in the pack
+#           vocabulary (stories260K's tokenizer; model 1bv512), a CUDA worker on stories260K (~60k
+#           tokens/s: the gateway's worst case); about 135 s (+ ~30 s making the 1B model if absent;
+#           a baseline arm adds ~40 %). Needs pagoda-gateway in the pack
 #   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models (SHAPES to choose): pagoda bench
 #           (decode at batch 1/8/64 with graphs on and off, prefill 8192), offline throughput
 #           (1000 requests of 128/128 and of 1000/1000) and the transformers baseline
@@ -442,7 +443,7 @@ stage_gateway() {
   TAILN=24 step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=256 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
     scripts/bench_gateway.sh $m $n
   ensure_model 1bv512
-  TAILN=24 step gateway_cuda_1b $((60 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
+  TAILN=24 step gateway_cuda_1b $((90 * k)) env "${pin[@]}" NUM_PROMPTS=512 PAIRED_PROMPTS=384 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda --tokenizer $m" scripts/bench_gateway.sh "$(model_dir 1bv512)" $n
   TAILN=24 step gateway_cuda_260k $((45 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
