@@ -440,12 +440,12 @@ stage_gateway() {
   log "gateway: worker on CPUs ${c[1]},${c[2]}, gateway on ${c[3]},${c[4]}, client on ${c[5]}"
   local pin=(PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=${c[1]},${c[2]} GATEWAY_CPUS=${c[3]},${c[4]} GATEWAY_THREADS=2
              CLIENT_CPUS=${c[5]} BASELINE_GATEWAY=$base)
-  TAILN=24 step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=256 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=256 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
     scripts/bench_gateway.sh $m $n
   ensure_model 1bv512
-  TAILN=24 step gateway_cuda_1b $((90 * k)) env "${pin[@]}" NUM_PROMPTS=512 PAIRED_PROMPTS=384 LATENCY_PROMPTS=32 \
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cuda_1b $((90 * k)) env "${pin[@]}" NUM_PROMPTS=512 PAIRED_PROMPTS=384 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda --tokenizer $m" scripts/bench_gateway.sh "$(model_dir 1bv512)" $n
-  TAILN=24 step gateway_cuda_260k $((45 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cuda_260k $((45 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
     WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
 }
 
