@@ -139,6 +139,8 @@ bench_model() {  # SHAPE
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
+#   spectests the verification-graph and speculative-decoding GPU tests (CudaStepGraphs.*, the n-gram
+#             and draft-model greedy-identity engine tests; the bf16 case needs gpuref earlier in the call)
 #   spec8b specdraft8b  speculative decoding speedup vs acceptance on the 8B shape (pagoda bench spec;
 #             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64, on
 #             the peaked random 8B (make_random_llama.py --peaked), in the default (fast) kernels
@@ -317,12 +319,15 @@ stage_spec() {
   fi
   # k = 4 fixed (the figure); the "plain = record" and "spec = record" columns show that
   # the record survives plain decode steps and verification steps alike (default mode).
-  TAILN=14 step spec${1:-}_fixed_$target ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b ${SPEC_B:-1,64} \
+  TAILN=18 step spec${1:-}_fixed_$target ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m --device cuda $draft -b ${SPEC_B:-1,64} \
     --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --spec-no-adaptive --input-len 128 --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
   [ "${SPEC_ADAPTIVE:-0}" = 1 ] && TAILN=10 step spec${1:-}_adaptive_$target ${SPEC_LIMIT:-120} $PAGODA bench spec -m $m \
     --device cuda $draft -b 1 --acceptance ${SPEC_ACCEPT:-0.5,0.7,0.8,0.9} --spec-tokens 4 --input-len 128 \
     --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
   return 0
+}
+stage_spectests() {
+  TAILN=12 step spectests 120 $TESTS --gtest_filter='CudaStepGraphs.*:CudaEngine.NgramSpeculation*:CudaEngine.DraftModelOnTheDevice*'
 }
 # Mixture of experts on the device: batch-1 decode reads the attention, router and output weights,
 # the KV cache and the k selected experts of each layer (2.4 of 13.8 GB at the OLMoE-1B-7B shape);
@@ -511,6 +516,7 @@ for s in "$@"; do
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
     cold8b) stage_cold8b ;;
+    spectests) stage_spectests ;;
     spec8b) stage_spec ;;
     specdraft8b) stage_spec draft ;;
     *) log "unknown stage $s" ;;

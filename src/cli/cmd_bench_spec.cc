@@ -350,6 +350,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
     records_out["seed"] = o.seed;
     std::ofstream(o.record_file) << records_out.dump() << "\n";
   }
+  std::cerr << core.executor().profile_report();  // CUDA: host time per step, decode and verification graphs
   if (o.json)
     std::cout << nlohmann::json{{"model", o.model},
                                 {"device", core.executor().describe()},

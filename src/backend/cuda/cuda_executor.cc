@@ -6,21 +6,20 @@
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
 // on the host into pinned memory and copied with two or three asynchronous copies into fixed
 // device buffers, so a decode step (every sequence one new token, up to the largest bucket) is
-// one cudaGraphLaunch of the graph captured for its padded batch size. Padding rows have context
-// 0 (attention writes zeros) and slot -1 (no KV write).
+// one cudaGraphLaunch of the graph captured for its padded batch size. So is a verification step
+// of speculative decoding (up to 1 + k tokens a sequence, cuda/step_graph_shape.h): graphs keyed by
+// (bucket, rows a sequence), every token a split-KV attention row at its own context length.
+// Padding rows have context 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
 #include "common/startup_profile.h"
 
 namespace pagoda::cuda_impl {
 
-namespace {
-
-// Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
-// with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel there: kernels.h),
-// replayed by the batch's longest context.
-int64_t graph_key(int64_t bucket, bool short_keys) { return 2 * bucket + (short_keys ? 1 : 0); }
-
-}  // namespace
+// Graphs (cuda::step_graph_key): captured with max_keys = max_model_len, and for launches of few
+// attention rows also with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel
+// there: kernels.h), replayed by the batch's longest context.
+using cuda::step_graph_key;
+using cuda::StepGraphShape;
 
 static_assert(cuda::kGemvMaxM == kTuningMaxGemvRows, "TuningConfig::gemv_max_rows bounds the GEMV's rows");
 
@@ -269,13 +268,14 @@ void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_
 void CudaExecutor::destroy_graphs() {
   for (auto& [b, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
-  captured_buckets_.clear();
+  captured_.clear();
+  verify_graphs_ = verify_graph_bytes_ = 0;
 }
 
 void CudaExecutor::capture_graphs() {
   destroy_graphs();
   reset_graph_inputs();
-  for (int64_t b : buckets_) capture_bucket(b);
+  for (int64_t b : buckets_) capture_shape({b, 1});
 }
 
 void CudaExecutor::reset_graph_inputs() {
@@ -294,18 +294,22 @@ void CudaExecutor::reset_graph_inputs() {
   copy_inputs(in, 0, 0, 0);
 }
 
-void CudaExecutor::capture_bucket(int64_t b) {
+void CudaExecutor::capture_shape(const StepGraphShape& s) {
   InputRegion& in = graph_;
-  captured_buckets_.insert(b);
-  if (b > in.tok_cap || b > tok_cap_ || b > logits_cap_) return;
+  captured_.insert(step_graph_key(s, false));
+  const int64_t T = s.tokens();
+  if (T > graph_token_limit() || s.bucket > in.seq_cap) return;
+  size_t free_before = 0, free_after = 0, total = 0;
+  if (s.rows > 1) CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
   {
     for (bool short_keys : {false, true}) {
       StepShape sh;
-      sh.tokens = sh.rows = sh.logits = b;
-      sh.decode = true;
+      sh.tokens = sh.rows = sh.logits = T;
+      sh.decode = s.rows == 1;
+      sh.fresh_keys = s.rows > 1 ? s.rows : -1;
       sh.max_keys = short_keys ? std::min(cuda::kRowShortKeys, opt_.max_model_len) : opt_.max_model_len;
       // The short graph only where it differs from the other one.
-      if (short_keys && (!cuda::row_attention_short(b, sh.max_keys) || cuda::row_attention_short(b, opt_.max_model_len)))
+      if (short_keys && (!cuda::row_attention_short(T, sh.max_keys) || cuda::row_attention_short(T, opt_.max_model_len)))
         continue;
       // Warm-up: cuBLASLt plans (autotuned for these decode shapes) and kernel attributes outside
       // the capture.
@@ -320,9 +324,76 @@ void CudaExecutor::capture_bucket(int64_t b) {
       cudaGraphExec_t exec;
       CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       CUDA_CHECK(cudaGraphDestroy(graph));
-      graphs_[graph_key(b, short_keys)] = exec;
+      graphs_[step_graph_key(s, short_keys)] = exec;
+      if (s.rows > 1) ++verify_graphs_;
     }
   }
+  if (s.rows > 1) {
+    CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+    verify_graph_bytes_ += static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
+  }
+}
+
+bool CudaExecutor::replay_verify_graph(const ForwardBatch& batch, const StepGraphShape& s, int64_t max_blocks) {
+  if (!captured_.count(step_graph_key(s, false))) {
+    // First verification step of this shape: the warm-up runs on padding inputs (no KV write),
+    // then the real inputs are written below.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    reset_graph_inputs();
+    if (lazy_graphs()) {
+      capture_shape(s);
+    } else {
+      for (int64_t b : buckets_)
+        if (b * s.rows <= graph_token_limit() && !captured_.count(step_graph_key({b, s.rows}, false)))
+          capture_shape({b, s.rows});
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  const int64_t T = s.tokens();
+  int64_t max_ctx = 0;
+  for (const auto& sq : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, sq.context_len);
+  auto it = graphs_.find(step_graph_key(s, cuda::row_attention_short(T, max_ctx)));
+  if (it == graphs_.end()) it = graphs_.find(step_graph_key(s, false));
+  if (it == graphs_.end()) return false;
+  InputRegion& in = graph_;
+  for (int64_t g = 0; g < T; ++g) {  // padding everywhere, then the sequences' tokens
+    in.h<int32_t>(in.o_ids)[g] = 0;
+    in.h<int32_t>(in.o_pos)[g] = 0;
+    in.h<int32_t>(in.o_slots)[g] = -1;
+    in.h<int32_t>(in.o_rtok)[g] = static_cast<int32_t>(g);
+    in.h<int32_t>(in.o_rseq)[g] = static_cast<int32_t>(g / s.rows);
+    in.h<int32_t>(in.o_rctx)[g] = 0;
+    in.h<int32_t>(in.o_lrows)[g] = static_cast<int32_t>(g);
+  }
+  const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const ForwardSeq& sq = batch.seqs[i];
+    for (int32_t j = 0; j < sq.num_tokens; ++j) {
+      const int64_t g = i * s.rows + j, t = sq.token_begin + j;
+      PAGODA_CHECK(batch.slots[t] < (int64_t{1} << 31), "slot {} exceeds int32", batch.slots[t]);
+      in.h<int32_t>(in.o_ids)[g] = batch.token_ids[t];
+      in.h<int32_t>(in.o_pos)[g] = batch.positions[t];
+      in.h<int32_t>(in.o_slots)[g] = static_cast<int32_t>(batch.slots[t]);
+      in.h<int32_t>(in.o_rctx)[g] = sq.context_len - sq.num_tokens + j + 1;
+    }
+    std::memcpy(in.h<int32_t>(in.o_bt) + i * in.bt_stride, sq.block_table.data(), sq.block_table.size() * 4);
+  }
+  graph_token_map_.resize(static_cast<size_t>(batch.num_tokens()));
+  cuda::map_graph_tokens(batch, s, graph_token_map_);
+  const int64_t n_logits = static_cast<int64_t>(batch.logits_rows.size());
+  for (int64_t r = 0; r < n_logits; ++r)
+    in.h<int32_t>(in.o_lrows)[r] = graph_token_map_[static_cast<size_t>(batch.logits_rows[r])];
+  copy_inputs(in, n_seqs, max_blocks, 0);
+  step_timer_.launch_graph(it->second, stream_);
+  ++verify_steps_;
+  last_logits_rows_ = n_logits;
+  return true;
+}
+
+std::string CudaExecutor::graph_report() const {
+  if (verify_graphs_ == 0 && verify_steps_ == 0) return {};
+  return fmt::format("verification graphs: {} captured ({:.1f} MiB of device memory at capture), {} steps replayed\n",
+                     verify_graphs_, verify_graph_bytes_ / 1048576.0, verify_steps_);
 }
 
 void CudaExecutor::run_step(const ForwardBatch& batch) {
@@ -349,22 +420,23 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       else capture_graphs();
     }
   }
-  bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
+  const bool graphs = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled();
+  bool decode = graphs && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
-    if (!captured_buckets_.count(B) && !cuda::block_trace_enabled()) {
+    if (!captured_.count(step_graph_key({B, 1}, false)) && !cuda::block_trace_enabled()) {
       // Lazy capture: this bucket's first decode step. The warm-up runs on padding inputs (no KV
       // write), then the real inputs are written below.
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       reset_graph_inputs();
-      capture_bucket(B);
+      capture_shape({B, 1});
       CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     int64_t max_ctx = 0;
     for (const auto& sq : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, sq.context_len);
-    auto it = graphs_.find(graph_key(B, cuda::row_attention_short(B, max_ctx)));
-    if (it == graphs_.end()) it = graphs_.find(graph_key(B, false));
+    auto it = graphs_.find(step_graph_key({B, 1}, cuda::row_attention_short(B, max_ctx)));
+    if (it == graphs_.end()) it = graphs_.find(step_graph_key({B, 1}, false));
     decode = it != graphs_.end();
     if (decode) {
       InputRegion& in = graph_;
@@ -387,6 +459,11 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       last_logits_rows_ = n_logits;
       return;
     }
+  }
+  // Verification steps of speculative decoding (each sequence its last token and its drafts).
+  if (graphs && !cuda::block_trace_enabled()) {
+    const auto vs = cuda::verify_graph_shape(batch, buckets_, graph_token_limit());
+    if (vs && replay_verify_graph(batch, *vs, max_blocks)) return;
   }
   // Eager: any mix of prefill chunks and decodes.
   InputRegion& in = eager_;

@@ -25,6 +25,7 @@
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
+#include "backend/cuda/step_graph_shape.h"
 #include "backend/cuda/step_timer.h"
 #include "backend/cuda/weight_uploader.h"
 #include "model/family.h"
@@ -105,10 +106,10 @@ struct StepShape {
   int64_t logits = 0;    // logits rows
   int64_t max_keys = 0;  // bound on any row's keys (grid sizing)
   bool decode = false;   // every token is a decode row: its own key is the only one this step writes
+  // Not a decode step: keys at the end of every row's context that this step may write (a
+  // verification graph: its rows a sequence); -1: unknown (RowAttentionParams::fresh_keys).
+  int64_t fresh_keys = -1;
 };
-
-// Graph of a decode bucket: captured with max_keys = max_model_len, and for the small buckets also
-// with max_keys = cuda::kRowShortKeys (row_attention picks its SIMT kernel there: kernels.h),
 
 class CudaExecutor final : public ModelExecutor {
  public:
@@ -152,7 +153,7 @@ class CudaExecutor final : public ModelExecutor {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
   }
-  std::string profile_report() const override { return profiler_.report() + step_timer_.report(); }
+  std::string profile_report() const override { return profiler_.report() + step_timer_.report() + graph_report(); }
   int64_t expert_weight_bytes() const override {
     int64_t total = 0;
     for (const ExpertSet& set : model_.weights().expert_sets)
@@ -180,9 +181,18 @@ class CudaExecutor final : public ModelExecutor {
   // Padding inputs in the graph region (context 0, slot -1, token 0): the state a warm-up and a
   // capture run on. Copied to the device on the stream.
   void reset_graph_inputs();
-  // Bucket b's graphs (the long-key one and, where it differs, the short-key one), each after a
-  // warm-up launch with autotuning; needs reset_graph_inputs() first.
-  void capture_bucket(int64_t b);
+  // The graphs of shape s (cuda/step_graph_shape.h: the long-key one and, where it differs, the
+  // short-key one), each after a warm-up launch with autotuning; needs reset_graph_inputs() first.
+  // A shape whose tokens exceed the graph region or the workspace is marked captured, with no graph.
+  void capture_shape(const cuda::StepGraphShape& s);
+  // A verification step (cuda::verify_graph_shape accepted the batch) through the graph of shape s,
+  // captured first if needed (lazy: this shape; start: every bucket of these rows). False: no graph
+  // (the caller runs the step eagerly).
+  bool replay_verify_graph(const ForwardBatch& batch, const cuda::StepGraphShape& s, int64_t max_blocks);
+  // Tokens the graph region and the workspace hold: bound on a graph's bucket x rows.
+  int64_t graph_token_limit() const { return std::min({graph_.tok_cap, tok_cap_, logits_cap_}); }
+  // "verification graphs: ..." for profile_report (empty before the first one).
+  std::string graph_report() const;
   void destroy_graphs();
   bool lazy_graphs() const { return opt_.tuning.graph_capture == "lazy"; }
   cuda::KvCacheLayer kv_layer(int64_t l) const;
@@ -294,7 +304,11 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
-  std::set<int64_t> captured_buckets_;  // buckets whose graphs exist (lazy capture)
+  std::set<int64_t> captured_;  // step_graph_key(shape, false) of the shapes captured (lazy capture)
+  // Verification graphs (rows > 1): how many exist, the device memory their capture took (free
+  // memory before minus after, including cuBLASLt's autotuned plans), steps replayed.
+  int64_t verify_graphs_ = 0, verify_graph_bytes_ = 0, verify_steps_ = 0;
+  std::vector<int32_t> graph_token_map_;  // batch token -> graph token (replay_verify_graph)
   cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   Tensor logits_tensor_;

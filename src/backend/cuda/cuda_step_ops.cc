@@ -132,7 +132,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     ap.tensor_cores = e.use_prefill_kernel_ && e.opt_.tuning.row_attention != "simt";
     ap.tensor_cores_short = e.opt_.tuning.row_attention == "mma";
     ap.simt_heads_per_block = e.opt_.tuning.simt_heads;
-    ap.fresh_keys = sh_.decode ? 1 : -1;
+    ap.fresh_keys = sh_.decode ? 1 : static_cast<int>(sh_.fresh_keys);
     // Decode steps on the SIMT attention kernel take the RoPE + KV write into it (one kernel and
     // one dependent round trip fewer a layer); the row count decides which kernel runs.
     ap.rope = rp;
