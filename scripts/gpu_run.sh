@@ -140,7 +140,8 @@ bench_model() {  # SHAPE
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
 #   spectests the verification-graph and speculative-decoding GPU tests (CudaStepGraphs.*, the n-gram
-#             and draft-model greedy-identity engine tests; the bf16 case needs gpuref earlier in the call)
+#             and draft-model greedy-identity engine tests); SPEC_REFS=1 makes the GPU references
+#             first (their bf16 cases)
 #   spec8b specdraft8b  speculative decoding speedup vs acceptance on the 8B shape (pagoda bench spec;
 #             free drafting, or the 1B shape as draft model on the same GPU): batch 1 and 64, on
 #             the peaked random 8B (make_random_llama.py --peaked), in the default (fast) kernels
@@ -326,8 +327,11 @@ stage_spec() {
     --output-len ${SPEC_OUT:-256} ${SPEC_ARGS:-}
   return 0
 }
+# SPEC_REFS=1: the GPU references first (the bf16 cases; ~100 s), unless /tmp/gpuref has them.
 stage_spectests() {
-  TAILN=12 step spectests 120 $TESTS --gtest_filter='CudaStepGraphs.*:CudaEngine.NgramSpeculation*:CudaEngine.DraftModelOnTheDevice*'
+  [ "${SPEC_REFS:-0}" = 1 ] && [ ! -f /tmp/gpuref/qwen3-bf16/config.json ] &&
+    step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  TAILN=16 step spectests 120 $TESTS --gtest_filter='CudaStepGraphs.*:CudaEngine.NgramSpeculation*:CudaEngine.DraftModelOnTheDevice*'
 }
 # Mixture of experts on the device: batch-1 decode reads the attention, router and output weights,
 # the KV cache and the k selected experts of each layer (2.4 of 13.8 GB at the OLMoE-1B-7B shape);

@@ -71,7 +71,10 @@ Status CudaExecutor::init() {
                                        elem_bytes(spec_.dtype)));
   }
   bt_stride_ = (opt_.max_model_len + spec_.block_size - 1) / spec_.block_size + 1;
-  graph_.allocate(std::max<int64_t>(1, caps_.max_bucket), std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
+  // Graph inputs: the largest bucket's tokens, and at least one verification of kMaxGraphRowsPerSeq
+  // rows (batch 1 with up to 15 drafts, whatever max_num_seqs).
+  graph_.allocate(std::max<int64_t>({1, caps_.max_bucket, cuda::kMaxGraphRowsPerSeq}),
+                  std::max<int64_t>(1, caps_.max_bucket), bt_stride_);
   allocate_workspace(caps_.tokens, caps_.logits);
   buckets_ = graph_buckets(std::max<int64_t>(1, opt_.max_num_seqs));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
