@@ -4,7 +4,7 @@
 # binary and CUDA kernel benchmark, the shared libraries they link that a CUDA-only image lacks (fmt, xxhash, utf8proc, ICU:
 # everything ldd resolves under /lib/x86_64-linux-gnu except glibc, the GCC runtime and zlib/OpenSSL,
 # which every image has and Python there must keep its own of), the tiny
-# test models and stories260K. scripts/gpu_run.sh unpacks it on the GPU machine.
+# test models, stories260K and GPT-2's vocabulary. scripts/gpu_run.sh unpacks it on the GPU machine.
 # Usage: scripts/gpu_pack.sh   (after: cmake -B build-cuda -DPAGODA_CUDA=ON -DPAGODA_BUILD_TESTS=ON -DPAGODA_BUILD_BENCHMARKS=ON &&
 #                               ninja -C build-cuda pagoda_cli pagoda_gateway_cli pagoda_gpu_tests pagoda_cuda_kernel_bench)
 set -euo pipefail
@@ -35,6 +35,9 @@ cp -rL models/tiny "$stage/models/"
 # The packed-integer checkpoints' reference values are read by the CPU tests only (3 MB of xz).
 [ -d "$stage/models/tiny/quant" ] && find "$stage/models/tiny/quant" -name reference.safetensors -delete
 cp -rL "$shared/models/stories260K" "$stage/shared/models/"
+# GPT-2's vocabulary (tokenizer only): the structured-output benchmark with a real vocabulary's size.
+mkdir -p "$stage/shared/tokenizers/vocab-vectors"
+cp -L "$shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf" "$stage/shared/tokenizers/vocab-vectors/"
 mkdir -p .gpu
 tar -C "$stage" -cf - . | xz -6 -T2 > .gpu/pack.tar.xz
 ls -la .gpu/pack.tar.xz

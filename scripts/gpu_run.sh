@@ -138,6 +138,8 @@ bench_model() {  # SHAPE
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
+#   sbench    only the constrained-vs-unconstrained batch-64 decode benchmarks of `structured`
+#             (stage_sbench, ~5 min)
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
@@ -206,16 +208,27 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
 # against the CPU; the JSON-schema / regex / grammar / choice corpora through `pagoda serve
 # --device cuda` (needs pytest, openai and jsonschema in the machine's python; skipped with a line
 # saying so otherwise); batch-64 decode with a JSON-schema constraint on every request against
-# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape (with
-# stories260K's tokenizer), with the corpus's compile times.
+# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape, with the
+# corpus's compile times (stage_sbench).
 stage_structured() {
-  step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu'
+  step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu:CudaEngine.*Constrain*:CudaOps.*Mask*'
   stage_corpus
+  stage_sbench
+}
+# Batch-64 decode, every request constrained to people.json vs none, 4 alternating rounds each:
+# stories260K (its own 512-token vocabulary: a 0.5 ms step, the harshest ratio), the random
+# Llama-3.2-1B shape with stories260K's tokenizer, and the same shape with GPT-2's 50,257-token
+# vocabulary (tokenizers/vocab-vectors, a real vocabulary's grammar walk and 6.3 KB masks per
+# request-step). Each prints the rounds, the median ratio and the mask time per request-step.
+stage_sbench() {
   local stories=$PG/shared/models/stories260K/stories260K.gguf
+  local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
   TAILN=10 step sbench_stories 120 $PAGODA bench throughput -m $stories --device cuda --json-schema bench/schemas/people.json \
     --schema-dir bench/schemas/corpus --num-prompts 64 --input-len 64 --output-len 256 --rounds 4 --sequential 0
   ensure_model 1b
   TAILN=10 step sbench_1b 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $stories --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
+  [ -f "$gpt2" ] && TAILN=10 step sbench_1b_gpt2 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
@@ -475,6 +488,7 @@ for s in "$@"; do
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
     structured) stage_structured ;;
+    sbench) stage_sbench ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;

@@ -33,7 +33,7 @@ void DraftModelProposer::run_greedy(std::vector<int32_t>& out) {
       specs_[r].logits_row = static_cast<int64_t>(r);
       specs_[r].params = &greedy_;
     }
-    executor_->forward_sample(batch_, specs_, sampled_);
+    executor_->forward_sample(batch_, specs_, sampled_, {});
     for (const SampleResult& s : sampled_) out.push_back(s.token);
     return;
   }

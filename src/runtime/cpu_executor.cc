@@ -116,7 +116,8 @@ void ModelExecutor::row_logprobs(std::span<const RowLogprobSpec>, std::vector<Ro
   PAGODA_CHECK(false, "row_logprobs() on an executor that does not compute prompt logprobs ({})", device_name());
 }
 
-void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&) {
+void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&,
+                                   const std::function<void()>&) {
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,9 +85,13 @@ class ModelExecutor {
   virtual int64_t kv_cache_bytes() const = 0;
 
   virtual bool samples_on_device() const { return false; }
-  // results[i] for specs[i]. Only called when samples_on_device().
+  // results[i] for specs[i]. Only called when samples_on_device(). before_sampling (may be
+  // empty) is called once, on the calling thread, after the forward pass is launched and before
+  // the specs' spans are read: the caller fills their contents there (the runner: the
+  // structured-output masks), overlapping the device's work; the spans themselves (pointers and
+  // sizes) are fixed when the call starts.
   virtual void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                              std::vector<SampleResult>& results);
+                              std::vector<SampleResult>& results, const std::function<void()>& before_sampling);
   // The raw log-softmax (no masks, bias or penalties) of rows of the last forward() or
   // forward_sample() call: out[i] for rows[i]. Rows that a forward_sample() sampled from are not
   // asked for (their logits may carry the sampler's masks). Valid until the next forward call.

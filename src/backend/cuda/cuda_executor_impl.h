@@ -133,8 +133,8 @@ class CudaExecutor final : public ModelExecutor {
   std::string describe() const override;
   const Tensor& forward(const ForwardBatch& batch) override;
   bool samples_on_device() const override { return true; }
-  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                      std::vector<SampleResult>& results) override;
+  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs, std::vector<SampleResult>& results,
+                      const std::function<void()>& before_sampling) override;
   void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override;
   void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
   void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
