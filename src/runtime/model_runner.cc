@@ -363,6 +363,7 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
     p.id = id;
     p.tokens = s.tokens;
     p.max_drafts = s.spec_k > 0 ? s.spec_k : s.spec_k == 0 ? 1 : spec_.num_speculative_tokens;
+    p.constraint = s.constraint.get();
     reqs.push_back(p);
     constraints.push_back(s.constraint.get());
   }

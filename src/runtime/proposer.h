@@ -15,12 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "core/token_constraint.h"
+
 namespace pagoda {
 
 struct ProposeRequest {
   const std::string* id = nullptr;
   std::span<const int32_t> tokens;  // prompt + verified output, valid for the call
   int32_t max_drafts = 0;           // >= 1
+  // Structured output (null: none): the request's constraint in its state after `tokens`. A
+  // proposer may advance it to draft only tokens it allows (the draft model masks its choices)
+  // and must roll those advances back before returning. The runner cuts drafts before the first
+  // forbidden token either way.
+  TokenConstraint* constraint = nullptr;
 };
 
 class Proposer {

@@ -864,5 +864,64 @@ TEST(SpecDecode, DraftsTheGrammarForbidsAreNeverAccepted) {
   }
 }
 
+// The draft model drafts inside the grammar: under a constraint its drafts are taken one after
+// another by the constraint (its unmasked drafts are not), and the constraint is in its entry
+// state afterwards.
+TEST(SpecDecode, ADraftModelDraftsOnlyWhatTheGrammarAllows) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  auto engine = Engine::create(config_for(model, nullptr));
+  ASSERT_TRUE(engine.ok());
+  auto cs = (*engine)->constraint(json_constraint());
+  ASSERT_TRUE(cs.ok()) << cs.status().to_string();
+  SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
+  EngineConfig c = config_for(model, &sc);
+  ModelLoadOptions lo;
+  lo.max_model_len = c.max_model_len;
+  auto loaded = load_model(model, lo);
+  ASSERT_TRUE(loaded.ok());
+  ThreadPool pool(2);
+  auto core = EngineCore::create(c, std::move(*loaded), pool);
+  ASSERT_TRUE(core.ok()) << core.status().to_string();
+  std::unique_ptr<Proposer> draft = (*core)->release_proposer();
+  ASSERT_NE(draft, nullptr);
+  const int64_t vocab = (*core)->model_config().vocab_size;
+  int unmasked_forbidden = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<int32_t> prompt = mixed_prompt(i + 1, vocab);
+    auto constraint = (*cs)->start();
+    // Some output already: the first 3 tokens of plain constrained decoding's kind (any allowed ones).
+    std::vector<int32_t> tokens = prompt;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<uint32_t> m((constraint->vocab_size() + 31) / 32);
+      constraint->fill_mask(m);
+      int32_t t = 0;
+      while (!((m[t / 32] >> (t % 32)) & 1u)) ++t;
+      ASSERT_TRUE(constraint->advance(t));
+      tokens.push_back(t);
+    }
+    std::vector<uint32_t> before((constraint->vocab_size() + 31) / 32), after(before.size());
+    constraint->fill_mask(before);
+    for (const bool masked : {true, false}) {
+      const std::string id = (masked ? "masked-" : "free-") + std::to_string(i);
+      ProposeRequest q;
+      q.id = &id;
+      q.tokens = tokens;
+      q.max_drafts = 4;
+      q.constraint = masked ? constraint.get() : nullptr;
+      std::vector<std::vector<int32_t>> d;
+      draft->propose(std::span<const ProposeRequest>(&q, 1), d);
+      ASSERT_EQ(d.size(), 1u);
+      ASSERT_EQ(d[0].size(), 4u);
+      const int32_t ok = accepted_prefix(*constraint, d[0]);
+      if (masked) EXPECT_EQ(ok, 4) << "request " << i;
+      else unmasked_forbidden += ok < 4;
+      constraint->fill_mask(after);
+      EXPECT_EQ(before, after);
+      draft->forget(id);
+    }
+  }
+  EXPECT_GT(unmasked_forbidden, 4);  // the masks mattered
+}
+
 }  // namespace
 }  // namespace pagoda
