@@ -45,6 +45,10 @@ cp -rL "$shared/models/stories260K" "$stage/shared/models/"
 # GPT-2's vocabulary (tokenizer only): the structured-output benchmark with a real vocabulary's size.
 mkdir -p "$stage/shared/tokenizers/vocab-vectors"
 cp -L "$shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf" "$stage/shared/tokenizers/vocab-vectors/"
+# The gguf package (pure Python; the GPU image lacks it): make_tiny_models.py reads stories260K's
+# vocabulary with it. gpu_run.sh puts site/ on PYTHONPATH.
+gguf_dir=$(.venv-test/bin/python -c "import gguf, os; print(os.path.dirname(gguf.__file__))")
+mkdir -p "$stage/site" && cp -rL "$gguf_dir" "$stage/site/" && find "$stage/site" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p .gpu
 tar -C "$stage" -cf - . | xz -6 -T2 > .gpu/pack.tar.xz
 ls -la .gpu/pack.tar.xz
