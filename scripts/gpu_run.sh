@@ -155,8 +155,8 @@ bench_model() {  # SHAPE
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
-#   sbench    only the constrained-vs-unconstrained batch-64 decode benchmarks of `structured`
-#             (stage_sbench, ~5 min)
+#   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
+#             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
@@ -230,7 +230,7 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
 # unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape, with the
 # corpus's compile times (stage_sbench).
 stage_structured() {
-  step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu:CudaEngine.*Constrain*:CudaOps.*Mask*'
+  step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu'
   stage_corpus
   stage_sbench
 }
@@ -238,10 +238,14 @@ stage_structured() {
 # stories260K (its own 512-token vocabulary: a 0.5 ms step, the harshest ratio), the random
 # Llama-3.2-1B shape with stories260K's tokenizer, and the same shape with GPT-2's 50,257-token
 # vocabulary (tokenizers/vocab-vectors, a real vocabulary's grammar walk and 6.3 KB masks per
-# request-step). Each prints the rounds, the median ratio and the mask time per request-step.
+# request-step). Each prints the rounds, the median ratio and the mask time per request-step, and
+# fails if an output of its batched run is not valid under the schema. First the GPU test of
+# constrained requests with n-gram and draft-model speculation (device verification, greedy
+# output equal to plain constrained decoding in batch-invariant mode).
 stage_sbench() {
   local stories=$PG/shared/models/stories260K/stories260K.gguf
   local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
+  TAILN=4 step sspec 90 $TESTS --gtest_filter='CudaEngine.ConstrainedOutputWithSpeculationKeepsGreedyOutput'
   TAILN=10 step sbench_stories 120 $PAGODA bench throughput -m $stories --device cuda --json-schema bench/schemas/people.json \
     --schema-dir bench/schemas/corpus --num-prompts 64 --input-len 64 --output-len 256 --rounds 4 --sequential 0
   ensure_model 1b
