@@ -380,7 +380,7 @@ TEST(SpecDecode, ADraftModelOfAnotherVocabularyOrAnUnknownMethodIsAClearError) {
   c.speculative.method = "medusa";
   auto f = Engine::create(c);
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("'ngram' or 'draft'"), std::string::npos) << f.status().to_string();
+  EXPECT_NE(f.status().message().find("'ngram', 'draft' or 'eagle3'"), std::string::npos) << f.status().to_string();
   c.speculative.method = "draft";
   c.speculative.model = "/nonexistent.gguf";
   auto g = Engine::create(c);
