@@ -138,15 +138,17 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   if (!dev.ok()) return fail(dev.status().to_string());
   const bool cuda = dev->type == Device::kCuda;
   for (const std::string& m : o.methods)
-    if (m != "ngram" && m != "draft" && m != "eagle3")
-      return fail(fmt::format("--spec-method must be ngram, draft or eagle3, got '{}'", m), 2);
+    if (m != "ngram" && m != "draft" && m != "eagle3" && m != "mtp")
+      return fail(fmt::format("--spec-method must be ngram, draft, eagle3 or mtp, got '{}'", m), 2);
   auto has = [&](const char* m) { return std::find(o.methods.begin(), o.methods.end(), m) != o.methods.end(); };
-  if (has("draft") && has("eagle3")) return fail("--spec-method draft and eagle3 both read --spec-model: run them separately", 2);
-  // The method whose model --spec-model names ("" when only n-gram runs).
-  const std::string model_method = has("draft") ? "draft" : has("eagle3") ? "eagle3" : "";
+  if (has("draft") + has("eagle3") + has("mtp") > 1)
+    return fail("--spec-method draft, eagle3 and mtp each read --spec-model: run them separately", 2);
+  // The method with a model of its own ("" when only n-gram runs); mtp defaults to the target's.
+  const std::string model_method = has("draft") ? "draft" : has("eagle3") ? "eagle3" : has("mtp") ? "mtp" : "";
   const bool has_draft = !model_method.empty();
-  if (has_draft && o.draft_model.empty()) return fail(fmt::format("--spec-method {} needs --spec-model", model_method), 2);
-  if (!has_draft && !o.draft_model.empty()) return fail("--spec-model needs --spec-method draft or eagle3", 2);
+  if (has_draft && model_method != "mtp" && o.draft_model.empty())
+    return fail(fmt::format("--spec-method {} needs --spec-model", model_method), 2);
+  if (!has_draft && !o.draft_model.empty()) return fail("--spec-model needs --spec-method draft, eagle3 or mtp", 2);
   if (o.prompt_file.empty()) return fail("--spec-method needs --prompt-file (text prompts separated by lines '---')", 2);
   std::vector<std::string> texts = read_prompt_file(o.prompt_file);
   if (texts.empty()) return fail(fmt::format("no prompts in {}", o.prompt_file), 2);

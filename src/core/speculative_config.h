@@ -15,8 +15,10 @@ namespace pagoda {
 
 struct SpeculativeConfig {
   std::string method;                  // "" (off) | "ngram" (prompt lookup) | "draft" (a smaller model) |
-                                       // "eagle3" (an EAGLE-3 head over the target's hidden states)
-  std::string model;                   // draft model (.gguf or HF directory) or EAGLE-3 head directory
+                                       // "eagle3" (an EAGLE-3 head over the target's hidden states) |
+                                       // "mtp" (the target checkpoint's MTP module, MiMo layout)
+  std::string model;                   // draft model (.gguf or HF directory), EAGLE-3 head directory, or
+                                       // the directory holding the MTP layers (mtp; "": the target's)
   int32_t num_speculative_tokens = 4;  // most drafts per request per step
   int32_t ngram_min = 1;               // prompt lookup: shortest suffix matched
   int32_t ngram_max = 4;               // ... and longest (tried first)
@@ -34,8 +36,8 @@ struct SpeculativeConfig {
   bool enabled() const { return !method.empty(); }
   Status validate() const {
     if (method.empty()) return {};
-    if (method != "ngram" && method != "draft" && method != "eagle3")
-      return invalid_argument("speculative method must be 'ngram', 'draft' or 'eagle3', got '{}'", method);
+    if (method != "ngram" && method != "draft" && method != "eagle3" && method != "mtp")
+      return invalid_argument("speculative method must be 'ngram', 'draft', 'eagle3' or 'mtp', got '{}'", method);
     if (method == "draft" && model.empty()) return invalid_argument("speculative method 'draft' needs a draft model path");
     if (method == "eagle3" && model.empty())
       return invalid_argument("speculative method 'eagle3' needs the EAGLE-3 head's directory (model)");

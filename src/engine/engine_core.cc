@@ -10,7 +10,7 @@
 #include "common/startup_profile.h"
 #include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
-#include "engine/eagle3_proposer.h"
+#include "engine/draft_head_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
 #include "runtime/ngram_proposer.h"
@@ -125,9 +125,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
   PAGODA_RETURN_IF_ERROR(config.speculative.validate());
-  if (cuda && config.speculative.method == "eagle3")
-    return unimplemented("speculative method eagle3 runs on the CPU backend only: the CUDA executor does not return the "
-                         "target's hidden states to the head yet (use --device cpu, or method ngram or draft on CUDA)");
+  if (cuda && (config.speculative.method == "eagle3" || config.speculative.method == "mtp"))
+    return unimplemented("speculative method {} runs on the CPU backend only: the CUDA executor does not return the "
+                         "target's hidden states to the head yet (use --device cpu, or method ngram or draft on CUDA)",
+                         config.speculative.method);
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -232,10 +233,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
 Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOptions& co, bool cuda) {
   const SpeculativeConfig& sc = config_.speculative;
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
-  if (sc.method == "eagle3") {
-    PAGODA_CHECK(!cuda, "eagle3 on CUDA is refused in create()");
-    auto head = load_eagle3_head(sc.model, model_.config, model_.model->weights().token_embd, max_model_len_);
-    if (!head.ok()) return invalid_argument("cannot load the EAGLE-3 head: {}", head.status().to_string());
+  if (sc.method == "eagle3" || sc.method == "mtp") {
+    PAGODA_CHECK(!cuda, "{} on CUDA is refused in create()", sc.method);
+    const ModelWeights& tw = model_.model->weights();
+    auto head = sc.method == "eagle3"
+                    ? load_eagle3_head(sc.model, model_.config, tw.token_embd, max_model_len_)
+                    : load_mimo_mtp_head(sc.model.empty() ? config_.model : sc.model, model_.config, tw.token_embd,
+                                         tw.linear(tw.output).cpu, max_model_len_);
+    if (!head.ok())
+      return invalid_argument("cannot load the {}: {}", sc.method == "eagle3" ? "EAGLE-3 head" : "MTP module",
+                              head.status().to_string());
     if (!executor_->set_hidden_capture((*head)->capture_after))
       return unimplemented("the {} executor cannot capture the target's hidden states an EAGLE-3 head reads",
                            executor_->device_name());
@@ -245,7 +252,7 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
     const double cost = static_cast<double>((*head)->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
     // The head's cache holds a row per target token plus every sequence's lookahead.
     const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
-    return std::unique_ptr<Proposer>(std::make_unique<Eagle3Proposer>(
+    return std::unique_ptr<Proposer>(std::make_unique<DraftHeadProposer>(
         std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size), config_.kv_dtype, cost,
         *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens));
   }

@@ -6,7 +6,7 @@
 // (no distribution q: the verifier treats each draft as one-hot). Implementations:
 //   n-gram prompt lookup  runtime/ngram_proposer.h (no model)
 //   draft model           engine/draft_model_proposer.h (a smaller model of the same vocabulary)
-//   EAGLE-3 head          engine/eagle3_proposer.h (reads the target's hidden states)
+//   EAGLE-3 head          engine/draft_head_proposer.h (reads the target's hidden states)
 // Thread-safety: called from the engine-core thread only.
 #pragma once
 

@@ -272,7 +272,7 @@ def test_bench_spec_real_proposers_keep_greedy_output(tmp_path):
 
 def test_eagle3_head_on_the_cli(tmp_path):
     """`--spec-method eagle3 --spec-model HEAD_DIR` (docs/speculative_decoding.md, "EAGLE-3 heads") on
-    `bench spec` and `generate`, with the tiny llama and the heads of tools/make_eagle3_head.py:
+    `bench spec` and `generate`, with the tiny llama and the heads of tools/make_draft_heads.py:
     greedy output equal to plain decoding, the echo head's drafts accepted; `--speculative-config`
     with method eagle3; a malformed head and a missing head are clear errors."""
     import json

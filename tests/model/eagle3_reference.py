@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Independent reference of an EAGLE-3 head's forward (numpy, float64, from the equations in
-src/model/eagle3_head.h; no Pagoda code), checked against what tests/model/eagle3_spec_test.cc
-dumped from Pagoda's CPU path.
+"""Independent reference of a draft head's forward (numpy, float64, from the equations in
+src/model/draft_head.h; no Pagoda code): an EAGLE-3 head, or a MiMo MTP module when HEAD_DIR's
+config.json has num_nextn_predict_layers (then HEAD_DIR is the MiMo checkpoint, TARGET_HF_DIR
+too). Checked against what tests/model/eagle3_spec_test.cc dumped from Pagoda's CPU path.
 
 Usage: eagle3_reference.py DUMP_DIR HEAD_DIR TARGET_HF_DIR
 DUMP_DIR holds meta.json ({"prompt": [ids], "chain": [ids fed to the chained steps],
@@ -46,20 +47,29 @@ def main():
     dump, head_dir, target_dir = sys.argv[1:4]
     meta = json.load(open(os.path.join(dump, "meta.json")))
     cfg = json.load(open(os.path.join(head_dir, "config.json")))
+    mtp = cfg.get("num_nextn_predict_layers", 0) > 0
     tcfg = json.load(open(os.path.join(target_dir, "config.json")))
     hw = load_file(os.path.join(head_dir, "model.safetensors"))
-    tw = load_file(os.path.join(target_dir, "model.safetensors"))
+    tw = {}
+    index = os.path.join(target_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        for shard in sorted(set(json.load(open(index))["weight_map"].values())):
+            tw.update(load_file(os.path.join(target_dir, shard)))
+    else:
+        tw = load_file(os.path.join(target_dir, "model.safetensors"))
     prompt, chain = meta["prompt"], meta["chain"]
     T, S = len(prompt), len(chain)
-    D, V, DV = cfg["hidden_size"], cfg["vocab_size"], cfg["draft_vocab_size"]
+    D, V = cfg["hidden_size"], cfg["vocab_size"]
+    DV = V if mtp else cfg["draft_vocab_size"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim", D // H)
-    eps, theta = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    eps = cfg["rms_norm_eps"]
+    theta = cfg.get("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta", 10000.0))
     feats = np.fromfile(os.path.join(dump, "features.f32"), dtype=np.float32).reshape(T, -1).astype(np.float64)
     tlog = np.fromfile(os.path.join(dump, "target_logits.f32"), dtype=np.float32).reshape(T, -1).astype(np.float64)
     got = np.fromfile(os.path.join(dump, "logits.f32"), dtype=np.float32).reshape(1 + S, DV).astype(np.float64)
     got_ids = np.fromfile(os.path.join(dump, "drafts.i32"), dtype=np.int32)
-    Dt = feats.shape[1] // 3
+    Dt = feats.shape[1] // len(meta["capture_after"])
     emb = tw["model.embed_tokens.weight"].astype(np.float64)
     lm_t = tw.get("lm_head.weight", tw["model.embed_tokens.weight"]).astype(np.float64)
 
@@ -77,19 +87,27 @@ def main():
             return 1
 
     # 2. The head.
+    L = "model.mtp_layers.0." if mtp else "midlayer."
     g = lambda n: hw[n].astype(np.float64)  # noqa: E731
     d2t = hw["d2t"].astype(np.int64) if "d2t" in hw else np.zeros(DV, dtype=np.int64)
-    Wq, Wk, Wv, Wo = g("midlayer.self_attn.q_proj.weight"), g("midlayer.self_attn.k_proj.weight"), \
-        g("midlayer.self_attn.v_proj.weight"), g("midlayer.self_attn.o_proj.weight")
+    Wq, Wk, Wv, Wo = g(L + "self_attn.q_proj.weight"), g(L + "self_attn.k_proj.weight"), \
+        g(L + "self_attn.v_proj.weight"), g(L + "self_attn.o_proj.weight")
+    bq, bk, bv = [g(L + f"self_attn.{x}_proj.bias") if L + f"self_attn.{x}_proj.bias" in hw else 0.0 for x in "qkv"]
     keys, vals = [], []
 
     def step(tok, pos, h):
-        """One row: returns (draft logits, pre-norm output hidden); appends its K/V."""
-        a = np.concatenate([rms(emb[tok], g("midlayer.input_layernorm.weight"), eps),
-                            rms(h, g("midlayer.hidden_norm.weight"), eps)])
-        q = (Wq @ a).reshape(H, hd)
-        k = (Wk @ a).reshape(KVH, hd)
-        v = (Wv @ a).reshape(KVH, hd)
+        """One row: returns (draft logits, the hidden the next step reads); appends its K/V."""
+        if mtp:  # z = input_proj(concat(rms(h) w_hidden, rms(e) w_token)), e = 0 at position 0
+            e = emb[tok] * (0.0 if pos == 0 else 1.0)
+            z = g(L + "input_proj.weight") @ np.concatenate([rms(h, g(L + "hidden_layernorm.weight"), eps),
+                                                             rms(e, g(L + "token_layernorm.weight"), eps)])
+            a, h = rms(z, g(L + "input_layernorm.weight"), eps), z
+        else:
+            a = np.concatenate([rms(emb[tok], g(L + "input_layernorm.weight"), eps),
+                                rms(h, g(L + "hidden_norm.weight"), eps)])
+        q = (Wq @ a + bq).reshape(H, hd)
+        k = (Wk @ a + bk).reshape(KVH, hd)
+        v = (Wv @ a + bv).reshape(KVH, hd)
         keys.append(rope(k, pos, theta, hd))
         vals.append(v)
         q = rope(q, pos, theta, hd)
@@ -102,16 +120,20 @@ def main():
             p /= p.sum()
             out[hh] = p @ Vv[:, kv, :]
         r = h + Wo @ out.reshape(-1)
-        n = rms(r, g("midlayer.post_attention_layernorm.weight"), eps)
-        F = g("midlayer.mlp.gate_proj.weight").shape[0]
-        gate, up = g("midlayer.mlp.gate_proj.weight") @ n, g("midlayer.mlp.up_proj.weight") @ n
-        r = r + g("midlayer.mlp.down_proj.weight") @ (gate / (1 + np.exp(-gate)) * up)
-        assert F > 0
+        n = rms(r, g(L + "post_attention_layernorm.weight"), eps)
+        gate, up = g(L + "mlp.gate_proj.weight") @ n, g(L + "mlp.up_proj.weight") @ n
+        r = r + g(L + "mlp.down_proj.weight") @ (gate / (1 + np.exp(-gate)) * up)
+        if mtp:  # the normed output feeds the next step; the target's output head
+            o = rms(r, g(L + "final_layernorm.weight"), eps)
+            return lm_t @ o, o
         return g("lm_head.weight") @ rms(r, g("norm.weight"), eps), r
 
-    fc = g("fc.weight")
     for p in range(T - 1):
-        logits, hid = step(prompt[p + 1], p, fc @ feats[p])
+        if mtp:  # the target's final normed state
+            h0 = rms(feats[p], tw["model.norm.weight"], tcfg["rms_norm_eps"])
+        else:
+            h0 = g("fc.weight") @ feats[p]
+        logits, hid = step(prompt[p + 1], p, h0)
     refs = [logits]
     for s in range(S):
         logits, hid = step(chain[s], T - 1 + s, hid)

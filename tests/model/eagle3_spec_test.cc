@@ -1,6 +1,6 @@
-// EAGLE-3 heads (model/eagle3_head.h, engine/eagle3_proposer.h) with the random-weight heads of
-// tools/make_eagle3_head.py (models/tiny/eagle3-*, made by scripts/make_test_models.sh) on the
-// tiny llama: the head's draft logits against an independent numpy reference
+// Draft heads (model/draft_head.h, engine/draft_head_proposer.h): EAGLE-3 heads and a MiMo MTP
+// module, random-weight, from tools/make_draft_heads.py (models/tiny/eagle3-*, mimo-mtp*, made by
+// scripts/make_test_models.sh) on the tiny llama and qwen2: the head's draft logits against an independent numpy reference
 // (tests/model/eagle3_reference.py, which also checks the target's hidden-state capture); clear
 // errors for malformed heads and for CUDA; the target distribution kept when sampling (chi-square
 // through the engine). Greedy identity with and without EAGLE-3 at several batch sizes and under
@@ -19,9 +19,9 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine_test_util.h"
-#include "model/eagle3_head.h"
+#include "model/draft_head.h"
 #include "model/model_loader.h"
-#include "runtime/eagle3_head_forward.h"
+#include "runtime/draft_head_forward.h"
 #include "runtime/model_executor.h"
 #include "test_paths.h"
 
@@ -40,13 +40,20 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
   const std::string root = test::testdata_dir() + "/..";
   const std::string python = root + "/.venv-test/bin/python";
   ASSERT_TRUE(std::filesystem::exists(python)) << python << " (scripts/setup_python.sh)";
-  for (const std::string head_name : {"eagle3-llama3", "eagle3-llama3-full"}) {
+  struct Case {
+    std::string head, target;
+  };
+  for (const Case& hc : {Case{"eagle3-llama3", "llama3"}, Case{"eagle3-llama3-full", "llama3"}, Case{"mimo-mtp", "qwen2"}}) {
+    const std::string& head_name = hc.head;
     SCOPED_TRACE(head_name);
-    auto target = load_model(tiny("llama3"));
+    auto target = load_model(tiny(hc.target));
     ASSERT_TRUE(target.ok()) << target.status().to_string();
-    auto head = load_eagle3_head(tiny(head_name), target->config, target->model->weights().token_embd, 256);
+    const ModelWeights& tw = target->model->weights();
+    auto head = head_name == "mimo-mtp"
+                    ? load_mimo_mtp_head(tiny(head_name), target->config, tw.token_embd, tw.linear(tw.output).cpu, 256)
+                    : load_eagle3_head(tiny(head_name), target->config, tw.token_embd, 256);
     ASSERT_TRUE(head.ok()) << head.status().to_string();
-    const Eagle3Head& h = **head;
+    const DraftHead& h = **head;
 
     // The target over a prompt, capturing the head's layers at every position.
     ThreadPool pool(2);
@@ -64,10 +71,10 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
     const Tensor* feats = ex->captured_hidden();
     ASSERT_NE(feats, nullptr);
     ASSERT_EQ(feats->dim(0), T);
-    ASSERT_EQ(feats->dim(1), 3 * target->config.hidden_size);
+    ASSERT_EQ(feats->dim(1), static_cast<int64_t>(h.capture_after.size()) * target->config.hidden_size);
 
     // The head: a catch-up pass over positions 0..T-2, then 3 chained one-row steps.
-    Eagle3HeadForward hf(h, 8, 16, DType::kF32, pool);
+    DraftHeadForward hf(h, 8, 16, DType::kF32, pool);
     const std::vector<int32_t> table = {1, 2, 3};
     std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows;
     std::vector<int64_t> slots;
@@ -77,7 +84,7 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
     }
     std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
     rows = {T - 2};
-    Eagle3Pass pass;
+    DraftHeadPass pass;
     pass.tokens = tokens;
     pass.positions = positions;
     pass.slots = slots;
@@ -95,7 +102,7 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
       std::vector<int32_t> tk = {drafts.back()}, ps = {pos}, rw = {0};
       std::vector<int64_t> sl = {table[pos / 16] * 16 + pos % 16};
       std::vector<AttentionSeq> sq = {{0, 1, pos + 1, table}};
-      Eagle3Pass cp;
+      DraftHeadPass cp;
       cp.tokens = tk;
       cp.positions = ps;
       cp.slots = sl;
@@ -125,7 +132,7 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
     write_raw(dir + "/logits.f32", logits.data(), logits.size());
     write_raw(dir + "/drafts.i32", drafts.data(), drafts.size());
     const std::string cmd = python + " " + root + "/tests/model/eagle3_reference.py " + dir + " " + tiny(head_name) + " " +
-                            tiny("llama3") + " 2>&1";
+                            tiny(hc.target) + " 2>&1";
     FILE* pipe = popen(cmd.c_str(), "r");
     ASSERT_NE(pipe, nullptr);
     std::string out;
@@ -135,6 +142,31 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
     EXPECT_EQ(rc, 0) << out;
     std::printf("%s", out.c_str());
   }
+}
+
+TEST(MtpModule, MalformedCheckpointsAreClearErrors) {
+  const std::string model = tiny("qwen2/model-f32.gguf");
+  const std::map<std::string, std::string> cases = {
+      {"mimo-mtp-bad/no-mtp-layers", "no num_nextn_predict_layers >= 1"},
+      {"mimo-mtp-bad/missing-input-proj", "tensor 'model.mtp_layers.0.input_proj.weight' is missing"},
+      {"mimo-mtp-bad/q-proj-width", "'model.mtp_layers.0.self_attn.q_proj.weight' has shape [64, 32] but the config needs [64, 64]"},
+      {"eagle3-llama3", "no num_nextn_predict_layers"},  // an EAGLE-3 head's directory is not a MiMo checkpoint
+  };
+  for (const auto& [name, want] : cases) {
+    SCOPED_TRACE(name);
+    EngineConfig c = test::base_engine_config(model);
+    c.speculative.method = "mtp";
+    c.speculative.model = tiny(name);
+    auto e = Engine::create(c);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().to_string();
+  }
+  // Without a directory the target's own is read: a GGUF file is not a checkpoint directory.
+  EngineConfig c = test::base_engine_config(model);
+  c.speculative.method = "mtp";
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("MTP module"), std::string::npos) << e.status().to_string();
 }
 
 TEST(Eagle3Head, MalformedHeadsAreClearErrors) {

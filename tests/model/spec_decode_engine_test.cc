@@ -2,7 +2,7 @@
 // speculation for each proposer (n-gram on SmolLM2 and a tiny llama; a draft model: the tiny
 // llama's own q8_0 file, high acceptance, and a tiny qwen2 of the same vocabulary size, low
 // acceptance; random-weight EAGLE-3 heads, drafts rarely accepted, and one built to repeat the
-// target's greedy token, accepted) across batch sizes and under
+// target's greedy token, accepted; a MiMo MTP module) across batch sizes and under
 // preemption; max_tokens, stop ids and stop strings cut
 // inside drafts; seeds reproduce when sampling; KV blocks (target and draft) all free after random
 // cancels mid-draft; the batch-size off-switch; adaptive draft lengths; a clear error for a draft
@@ -146,11 +146,13 @@ INSTANTIATE_TEST_SUITE_P(
                       SpecCase{"TinyLlamaNgram", tiny("llama3/model-f32.gguf"), "ngram", ""},
                       SpecCase{"TinyLlamaDraftQ8", tiny("llama3/model-f32.gguf"), "draft", tiny("llama3/model-q8_0.gguf")},
                       SpecCase{"TinyLlamaDraftQwen2", tiny("llama3/model-f32.gguf"), "draft", tiny("qwen2/model-f32.gguf"), false},
-                      // Random-weight EAGLE-3 heads (tools/make_eagle3_head.py): drafts rarely accepted.
+                      // Random-weight EAGLE-3 heads (tools/make_draft_heads.py): drafts rarely accepted.
                       SpecCase{"TinyLlamaEagle3", tiny("llama3/model-f32.gguf"), "eagle3", tiny("eagle3-llama3"), false},
                       SpecCase{"TinyLlamaF16Eagle3FullVocab", tiny("llama3/model-f16.gguf"), "eagle3", tiny("eagle3-llama3-full"), false},
-                      // A head built to repeat the target's greedy token (tools/make_eagle3_head.py): accepted.
-                      SpecCase{"TinyLlamaEagle3Echo", tiny("llama3/model-f32.gguf"), "eagle3", tiny("eagle3-llama3-echo")}),
+                      // A head built to repeat the target's greedy token (tools/make_draft_heads.py): accepted.
+                      SpecCase{"TinyLlamaEagle3Echo", tiny("llama3/model-f32.gguf"), "eagle3", tiny("eagle3-llama3-echo")},
+                      // A MiMo-style checkpoint's random MTP layer (the tiny qwen2's weights as the target).
+                      SpecCase{"TinyQwen2MimoMtp", tiny("qwen2/model-f32.gguf"), "mtp", tiny("mimo-mtp"), false}),
     [](const auto& info) { return info.param.name; });
 
 TEST(SpecDecode, PreemptionUnderATinyCacheKeepsGreedyOutput) {
@@ -380,7 +382,7 @@ TEST(SpecDecode, ADraftModelOfAnotherVocabularyOrAnUnknownMethodIsAClearError) {
   c.speculative.method = "medusa";
   auto f = Engine::create(c);
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("'ngram', 'draft' or 'eagle3'"), std::string::npos) << f.status().to_string();
+  EXPECT_NE(f.status().message().find("'ngram', 'draft', 'eagle3' or 'mtp'"), std::string::npos) << f.status().to_string();
   c.speculative.method = "draft";
   c.speculative.model = "/nonexistent.gguf";
   auto g = Engine::create(c);

@@ -1,4 +1,4 @@
-#include "model/eagle3_head.h"
+#include "model/draft_head.h"
 
 #include <cstring>
 
@@ -14,19 +14,21 @@ namespace {
 // The tensors of one head directory, under either of the two layer prefixes.
 class HeadTensors {
  public:
-  HeadTensors(const HfModelDir& dir) : dir_(dir) {}
+  // `what` names the head in errors ("EAGLE-3 head", "MTP module").
+  HeadTensors(const HfModelDir& dir, std::string what = "EAGLE-3 head") : dir_(dir), what_(std::move(what)) {}
 
   const HfModelDir::Entry* entry(const std::string& name) const {
     if (const auto* e = dir_.find(name)) return e;
     if (name.rfind("midlayer.", 0) == 0) return dir_.find("layers.0." + name.substr(9));
     return nullptr;
   }
+  const std::string& what() const { return what_; }
   // A float tensor of exactly `shape`.
   Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto* e = entry(name);
-    if (e == nullptr) return not_found("EAGLE-3 head {}: tensor '{}' is missing", dir_.dir(), name);
+    if (e == nullptr) return not_found("{} {}: tensor '{}' is missing", what_, dir_.dir(), name);
     if (e->info->shape != shape)
-      return invalid_argument("EAGLE-3 head {}: tensor '{}' has shape {} but the config needs {}", dir_.dir(), name,
+      return invalid_argument("{} {}: tensor '{}' has shape {} but the config needs {}", what_, dir_.dir(), name,
                               fmt::format("[{}]", fmt::join(e->info->shape, ", ")), fmt::format("[{}]", fmt::join(shape, ", ")));
     return e->file->to_tensor(*e->info);
   }
@@ -38,6 +40,7 @@ class HeadTensors {
 
  private:
   const HfModelDir& dir_;
+  std::string what_;
 };
 
 Result<std::shared_ptr<const LinearWeight>> linear_of(const HeadTensors& ts, const std::vector<std::string>& names,
@@ -49,13 +52,13 @@ Result<std::shared_ptr<const LinearWeight>> linear_of(const HeadTensors& ts, con
     parts.push_back(std::move(t));
   }
   auto w = parts.size() == 1 ? prepare_linear(parts[0], label) : prepare_linear_fused(parts, label);
-  if (!w.ok()) return invalid_argument("EAGLE-3 head {}: {}: {}", ts.dir(), label, w.status().to_string());
+  if (!w.ok()) return invalid_argument("{} {}: {}: {}", ts.what(), ts.dir(), label, w.status().to_string());
   return *w;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Eagle3Head>> load_eagle3_head(const std::string& path, const ModelConfig& target,
+Result<std::unique_ptr<DraftHead>> load_eagle3_head(const std::string& path, const ModelConfig& target,
                                                      const Tensor& target_embedding, int64_t max_positions) {
   auto opened = HfModelDir::open(path);
   if (!opened.ok())
@@ -63,7 +66,7 @@ Result<std::unique_ptr<Eagle3Head>> load_eagle3_head(const std::string& path, co
                             opened.status().to_string());
   const HfModelDir& dir = **opened;
   const nlohmann::json& j = dir.config();
-  auto head = std::make_unique<Eagle3Head>();
+  auto head = std::make_unique<DraftHead>();
   head->path = path;
   int64_t layers = 0;
   try {
@@ -193,6 +196,85 @@ Result<std::unique_ptr<Eagle3Head>> load_eagle3_head(const std::string& path, co
   }
   for (const auto& [name, e] : dir.tensors())
     if (e.info->dtype.has_value() && name != "embed_tokens.weight") head->weight_bytes += static_cast<int64_t>(e.info->nbytes());
+  head->rope = RopeTable(c.rope_spec(), max_positions);
+  return head;
+}
+
+Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& path, const ModelConfig& target,
+                                                      const Tensor& target_embedding,
+                                                      std::shared_ptr<const LinearWeight> target_output,
+                                                      int64_t max_positions) {
+  auto opened = HfModelDir::open(path);
+  if (!opened.ok())
+    return invalid_argument("MTP module: the target's checkpoint directory (config.json and safetensors) is needed: {}",
+                            opened.status().to_string());
+  const HfModelDir& dir = **opened;
+  const nlohmann::json& j = dir.config();
+  int64_t n_mtp = 0;
+  try {
+    n_mtp = j.value("num_nextn_predict_layers", int64_t{0});
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("MTP module {}: config.json: {}", path, e.what());
+  }
+  if (n_mtp < 1)
+    return invalid_argument("MTP module {}: config.json has no num_nextn_predict_layers >= 1: the checkpoint has no MTP layers",
+                            path);
+  auto head = std::make_unique<DraftHead>();
+  head->kind = DraftHeadKind::kMimoMtp;
+  head->path = path;
+  // The module's layer has the target's shape (a Qwen2 layer: q/k/v biases), HF's RoPE layout.
+  nlohmann::json lj = j;
+  lj["model_type"] = "qwen2";
+  lj["num_hidden_layers"] = 1;
+  auto mc = model_config_from_hf_json(lj);
+  if (!mc.ok()) return invalid_argument("MTP module {}: config.json: {}", path, mc.status().to_string());
+  ModelConfig& c = head->config = *mc;
+  c.arch_name = "mimo_mtp";
+  c.sliding_window = 0;
+  if (c.vocab_size != target.vocab_size || c.hidden_size != target.hidden_size)
+    return invalid_argument("MTP module {}: vocabulary {} and hidden size {} differ from the target's {} and {}: the "
+                            "module belongs to another model",
+                            path, c.vocab_size, c.hidden_size, target.vocab_size, target.hidden_size);
+  if (target_embedding.ndim() != 2 || target_embedding.dim(0) != c.vocab_size || target_embedding.dim(1) != c.hidden_size)
+    return invalid_argument("MTP module {}: the target's embedding is not [{}, {}]", path, c.vocab_size, c.hidden_size);
+  if (target_output == nullptr) return invalid_argument("MTP module {}: the target's output head has no CPU weight", path);
+  head->draft_vocab = c.vocab_size;
+  head->target_hidden = c.hidden_size;
+  head->capture_after = {target.num_layers - 1};
+  head->embedding = target_embedding;
+  head->lm_head = std::move(target_output);
+  head->target_norm_eps = target.rms_norm_eps;
+  const int64_t D = c.hidden_size, F = c.intermediate_size, Q = c.q_size(), KV = c.kv_size();
+  HeadTensors ts(dir, "MTP module");
+  const std::string m = "model.mtp_layers.0.";
+  PAGODA_ASSIGN_OR_RETURN(head->input_proj, linear_of(ts, {m + "input_proj.weight"}, {{D, 2 * D}}, "mtp.input_proj"));
+  PAGODA_ASSIGN_OR_RETURN(head->qkv, linear_of(ts, {m + "self_attn.q_proj.weight", m + "self_attn.k_proj.weight", m + "self_attn.v_proj.weight"},
+                                               {{Q, D}, {KV, D}, {KV, D}}, "mtp.qkv"));
+  PAGODA_ASSIGN_OR_RETURN(head->o, linear_of(ts, {m + "self_attn.o_proj.weight"}, {{D, Q}}, "mtp.o"));
+  PAGODA_ASSIGN_OR_RETURN(head->gate_up, linear_of(ts, {m + "mlp.gate_proj.weight", m + "mlp.up_proj.weight"}, {{F, D}, {F, D}},
+                                                   "mtp.gate_up"));
+  PAGODA_ASSIGN_OR_RETURN(head->down, linear_of(ts, {m + "mlp.down_proj.weight"}, {{D, F}}, "mtp.down"));
+  PAGODA_ASSIGN_OR_RETURN(head->input_norm, ts.get_f32(m + "token_layernorm.weight", D));
+  PAGODA_ASSIGN_OR_RETURN(head->hidden_norm, ts.get_f32(m + "hidden_layernorm.weight", D));
+  PAGODA_ASSIGN_OR_RETURN(head->layer_norm, ts.get_f32(m + "input_layernorm.weight", D));
+  PAGODA_ASSIGN_OR_RETURN(head->post_norm, ts.get_f32(m + "post_attention_layernorm.weight", D));
+  PAGODA_ASSIGN_OR_RETURN(head->final_norm, ts.get_f32(m + "final_layernorm.weight", D));
+  PAGODA_ASSIGN_OR_RETURN(head->target_norm, ts.get_f32("model.norm.weight", D));
+  if (c.attention_bias) {
+    PAGODA_ASSIGN_OR_RETURN(Tensor qb, ts.get_f32(m + "self_attn.q_proj.bias", Q));
+    PAGODA_ASSIGN_OR_RETURN(Tensor kb, ts.get_f32(m + "self_attn.k_proj.bias", KV));
+    PAGODA_ASSIGN_OR_RETURN(Tensor vb, ts.get_f32(m + "self_attn.v_proj.bias", KV));
+    head->qkv_bias = Tensor::empty(DType::kF32, {Q + 2 * KV});
+    float* dst = head->qkv_bias.data_as<float>();
+    std::memcpy(dst, qb.data(), static_cast<size_t>(Q) * 4);
+    std::memcpy(dst + Q, kb.data(), static_cast<size_t>(KV) * 4);
+    std::memcpy(dst + Q + KV, vb.data(), static_cast<size_t>(KV) * 4);
+  }
+  head->draft_to_target.resize(static_cast<size_t>(c.vocab_size));
+  for (int64_t d = 0; d < c.vocab_size; ++d) head->draft_to_target[static_cast<size_t>(d)] = static_cast<int32_t>(d);
+  for (const auto& [name, e] : dir.tensors())
+    if (name.rfind(m, 0) == 0 && e.info->dtype.has_value()) head->weight_bytes += static_cast<int64_t>(e.info->nbytes());
+  head->weight_bytes += static_cast<int64_t>(target_embedding.nbytes());  // the output head it reads (as large)
   head->rope = RopeTable(c.rope_spec(), max_positions);
   return head;
 }

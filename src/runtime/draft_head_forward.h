@@ -1,4 +1,4 @@
-// The CPU forward pass of an EAGLE-3 draft head (model/eagle3_head.h gives its equations) over its
+// The CPU forward pass of a draft head (model/draft_head.h gives the equations of both kinds) over its
 // own one-layer paged KV cache. A pass takes rows of (token, position, cache slot) with either the
 // target's captured hidden states (fused by fc) or the head's own earlier outputs, writes each
 // row's K/V, and for the asked rows returns the draft logits, the greedy draft as a target id
@@ -12,40 +12,41 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
-#include "model/eagle3_head.h"
+#include "model/draft_head.h"
 #include "ops/attention.h"
 #include "runtime/kv_cache_storage.h"
 
 namespace pagoda {
 
-struct Eagle3Pass {
+struct DraftHeadPass {
   std::span<const int32_t> tokens;     // [T] the token of each row (target ids)
   std::span<const int32_t> positions;  // [T] RoPE positions
   std::span<const int64_t> slots;      // [T] cache slots the rows' K/V go to
   std::span<const AttentionSeq> seqs;  // the rows' sequences over the head's cache
-  // Exactly one of: [T, 3 Dt] the target's captured states (fc input), or [T, D] hidden rows.
+  // Exactly one of: [T, n Dt] the target's captured states (n = capture_after.size()), or [T, D]
+  // hidden rows (the head's own earlier outputs).
   const float* features = nullptr;
   const float* hidden = nullptr;
   std::span<const int32_t> logits_rows;  // rows whose draft is wanted, in order
 };
 
-class Eagle3HeadForward {
+class DraftHeadForward {
  public:
   // A cache of `num_blocks` blocks (null block included) of `block_size` slots, `kv_dtype` each.
-  Eagle3HeadForward(const Eagle3Head& head, int64_t num_blocks, int64_t block_size, DType kv_dtype, ThreadPool& pool);
+  DraftHeadForward(const DraftHead& head, int64_t num_blocks, int64_t block_size, DType kv_dtype, ThreadPool& pool);
 
-  void forward(const Eagle3Pass& pass);
+  void forward(const DraftHeadPass& pass);
   // Of the last pass, one row per logits row: [rows, draft_vocab] f32 logits, the greedy drafts as
-  // target ids, [rows, D] f32 pre-norm outputs.
+  // target ids, [rows, D] f32 hidden outputs (EAGLE-3: before the final norm; MTP: after it).
   const Tensor& logits() const { return logits_; }
   const std::vector<int32_t>& drafts() const { return drafts_; }
   const Tensor& out_hidden() const { return out_; }
-  const Eagle3Head& head() const { return head_; }
+  const DraftHead& head() const { return head_; }
 
  private:
   void ensure(int64_t T);
 
-  const Eagle3Head& head_;
+  const DraftHead& head_;
   ThreadPool& pool_;
   KvCacheStorage kv_;
   int64_t capacity_ = 0;

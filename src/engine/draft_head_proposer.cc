@@ -1,4 +1,4 @@
-#include "engine/eagle3_proposer.h"
+#include "engine/draft_head_proposer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 namespace pagoda {
 
-Eagle3Proposer::Eagle3Proposer(std::unique_ptr<Eagle3Head> head, int32_t num_blocks, int32_t block_size, DType kv_dtype,
+DraftHeadProposer::DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype,
                                double cost, ThreadPool& pool, int32_t max_len, int32_t max_pass_tokens)
     : head_(std::move(head)),
       forward_(*head_, num_blocks, block_size, kv_dtype, pool),
@@ -16,16 +16,16 @@ Eagle3Proposer::Eagle3Proposer(std::unique_ptr<Eagle3Head> head, int32_t num_blo
       cost_(cost),
       max_len_(max_len),
       max_pass_tokens_(std::max(1, max_pass_tokens)),
-      width_(3 * head_->target_hidden) {}
+      width_(static_cast<int64_t>(head_->capture_after.size()) * head_->target_hidden) {}
 
-void Eagle3Proposer::forget(const std::string& id) {
+void DraftHeadProposer::forget(const std::string& id) {
   auto it = states_.find(id);
   if (it == states_.end()) return;
   kv_.free(it->second.shadow);
   states_.erase(it);
 }
 
-void Eagle3Proposer::restart(State& st, int32_t position) {
+void DraftHeadProposer::restart(State& st, int32_t position) {
   kv_.free(st.shadow);
   st.shadow.num_computed_tokens = 0;
   st.base = position;
@@ -33,13 +33,13 @@ void Eagle3Proposer::restart(State& st, int32_t position) {
   st.pending.clear();
 }
 
-int64_t Eagle3Proposer::slot_of(const std::string& id, int32_t row) const {
+int64_t DraftHeadProposer::slot_of(const std::string& id, int32_t row) const {
   const auto table = kv_.block_table(id);
   return static_cast<int64_t>(table[static_cast<size_t>(row / block_size_)]) * block_size_ + row % block_size_;
 }
 
-void Eagle3Proposer::observe_hidden(std::span<const HiddenRows> rows, int64_t width) {
-  PAGODA_CHECK(width == width_, "eagle3: the target's captured rows have {} floats, the head's fc reads {}", width, width_);
+void DraftHeadProposer::observe_hidden(std::span<const HiddenRows> rows, int64_t width) {
+  PAGODA_CHECK(width == width_, "draft head: the target's captured rows have {} floats, the head reads {}", width, width_);
   for (const HiddenRows& r : rows) {
     auto [it, fresh] = states_.try_emplace(*r.id);
     State& st = it->second;
@@ -64,7 +64,7 @@ void Eagle3Proposer::observe_hidden(std::span<const HiddenRows> rows, int64_t wi
   }
 }
 
-void Eagle3Proposer::propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) {
+void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) {
   drafts.assign(reqs.size(), {});
   struct Active {
     size_t i;
@@ -147,7 +147,7 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> reqs, std::vector<s
         done = 0;
       }
     }
-    Eagle3Pass p;
+    DraftHeadPass p;
     p.tokens = tokens;
     p.positions = positions;
     p.slots = slots;
@@ -189,7 +189,7 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> reqs, std::vector<s
       in_pass.push_back(&a);
     }
     if (in_pass.empty()) break;
-    Eagle3Pass p;
+    DraftHeadPass p;
     p.tokens = tokens;
     p.positions = positions;
     p.slots = slots;

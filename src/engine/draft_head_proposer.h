@@ -1,5 +1,5 @@
-// EAGLE-3 proposer: a one-layer draft head (model/eagle3_head.h) drafts from the target's own
-// hidden states. The head's cache row at position p pairs the target's captured states at p
+// Draft-head proposer (EAGLE-3 heads and MiMo MTP modules, model/draft_head.h): a one-layer head
+// drafts from the target's own hidden states. The head's cache row at position p pairs the target's captured states at p
 // (fused by fc) with the verified token p + 1; the row at the last verified position gives the
 // first draft, and each further draft feeds the previous one with the head's own output hidden
 // (EAGLE's chained steps), k - 1 one-row passes batched over the requests.
@@ -23,25 +23,25 @@
 
 #include "core/request.h"
 #include "kv/kv_cache_manager.h"
-#include "model/eagle3_head.h"
-#include "runtime/eagle3_head_forward.h"
+#include "model/draft_head.h"
+#include "runtime/draft_head_forward.h"
 #include "runtime/proposer.h"
 
 namespace pagoda {
 
-class Eagle3Proposer final : public Proposer {
+class DraftHeadProposer final : public Proposer {
  public:
   // `cost`: a draft step's cost in target decode steps (the head's weight bytes over the target's).
-  Eagle3Proposer(std::unique_ptr<Eagle3Head> head, int32_t num_blocks, int32_t block_size, DType kv_dtype, double cost,
+  DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype, double cost,
                  ThreadPool& pool, int32_t max_len = 1 << 30, int32_t max_pass_tokens = 1 << 30);
-  std::string name() const override { return "eagle3"; }
+  std::string name() const override { return head_->kind == DraftHeadKind::kEagle3 ? "eagle3" : "mtp"; }
   double draft_cost() const override { return cost_; }
   std::vector<int64_t> hidden_layers() const override { return head_->capture_after; }
   void observe_hidden(std::span<const HiddenRows> rows, int64_t width) override;
   void propose(std::span<const ProposeRequest> reqs, std::vector<std::vector<int32_t>>& drafts) override;
   void forget(const std::string& id) override;
 
-  const Eagle3Head& head() const { return *head_; }
+  const DraftHead& head() const { return *head_; }
   size_t num_tracked_requests() const { return states_.size(); }
   int32_t num_free_blocks() const { return kv_.num_free_blocks(); }
   int32_t num_usable_blocks() const { return kv_.pool().num_usable_blocks(); }
@@ -61,13 +61,13 @@ class Eagle3Proposer final : public Proposer {
   // Slot of cache row `row` of request `id`.
   int64_t slot_of(const std::string& id, int32_t row) const;
 
-  std::unique_ptr<Eagle3Head> head_;
-  Eagle3HeadForward forward_;
+  std::unique_ptr<DraftHead> head_;
+  DraftHeadForward forward_;
   KvCacheManager kv_;
   int32_t block_size_;
   double cost_;
   int32_t max_len_, max_pass_tokens_;
-  int64_t width_ = 0;  // floats per target-state row (3 * target hidden)
+  int64_t width_ = 0;  // floats per target-state row (captured layers x target hidden)
   std::unordered_map<std::string, State> states_;
 };
 

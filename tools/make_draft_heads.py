@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Random-weight EAGLE-3 draft heads for the tiny test models, in the layout the public releases
+"""Random-weight draft heads (EAGLE-3 heads, MiMo MTP layers) for the tiny test models, in the layout the public releases
 use (docs/speculative_decoding.md, "EAGLE-3 heads"), plus malformed variants for the loader's
 error tests.
 
@@ -30,7 +30,16 @@ Heads:
                        token, which the tiny llama's greedy continuations often do
   eagle3-bad/<case>    malformed copies of eagle3-llama3 (tests/model/eagle3_spec_test.cc)
 
-Usage: tools/make_eagle3_head.py [--out models/tiny]
+and MiMo-style checkpoints with MTP layers (model/draft_head.h, kind kMimoMtp) for models/tiny/qwen2:
+  mimo-mtp             config.json (the tiny qwen2's, model_type "mimo", MiMoForCausalLM,
+                       num_nextn_predict_layers 1) + model.safetensors: every tensor of the tiny
+                       qwen2 (f32) and model.mtp_layers.0.{token_layernorm, hidden_layernorm,
+                       final_layernorm, input_layernorm, post_attention_layernorm}.weight [D],
+                       input_proj.weight [D, 2D], self_attn.{q,k,v}_proj.{weight, bias},
+                       self_attn.o_proj.weight, mlp.{gate,up,down}_proj.weight (random)
+  mimo-mtp-bad/<case>  malformed copies (no MTP layers, a missing tensor, a wrong shape)
+
+Usage: tools/make_draft_heads.py [--out models/tiny]
 """
 import argparse
 import copy
@@ -110,6 +119,58 @@ def write_head(d, cfg, w):
     save_file(w, os.path.join(d, "model.safetensors"))
 
 
+def mtp_weights(name, cfg):
+    rng = rng_for(name)
+    D, F = cfg["hidden_size"], cfg["intermediate_size"]
+    hd = cfg.get("head_dim", D // cfg["num_attention_heads"])
+    Q, KV = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+
+    def lin(n_out, n_in):
+        return (rng.standard_normal((n_out, n_in), dtype=np.float32) / np.float32(np.sqrt(n_in))).astype(np.float32)
+
+    def vec(n, base, std):
+        return (base + std * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    m = "model.mtp_layers.0."
+    return {
+        m + "token_layernorm.weight": vec(D, 1.0, 0.1), m + "hidden_layernorm.weight": vec(D, 1.0, 0.1),
+        m + "input_proj.weight": lin(D, 2 * D),
+        m + "input_layernorm.weight": vec(D, 1.0, 0.1),
+        m + "self_attn.q_proj.weight": lin(Q, D), m + "self_attn.q_proj.bias": vec(Q, 0.0, 0.1),
+        m + "self_attn.k_proj.weight": lin(KV, D), m + "self_attn.k_proj.bias": vec(KV, 0.0, 0.1),
+        m + "self_attn.v_proj.weight": lin(KV, D), m + "self_attn.v_proj.bias": vec(KV, 0.0, 0.1),
+        m + "self_attn.o_proj.weight": lin(D, Q),
+        m + "post_attention_layernorm.weight": vec(D, 1.0, 0.1),
+        m + "mlp.gate_proj.weight": lin(F, D), m + "mlp.up_proj.weight": lin(F, D), m + "mlp.down_proj.weight": lin(D, F),
+        m + "final_layernorm.weight": vec(D, 1.0, 0.1),
+    }
+
+
+def write_mimo(out):
+    src = os.path.join(out, "qwen2")
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    target = {}
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        for shard in sorted(set(json.load(f)["weight_map"].values())):
+            target.update(load_file(os.path.join(src, shard)))
+    cfg = dict(cfg, model_type="mimo", architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
+    D = cfg["hidden_size"]
+    mtp = mtp_weights("mimo-mtp", cfg)
+    write_head(os.path.join(out, "mimo-mtp"), cfg, {**target, **mtp})
+    m = "model.mtp_layers.0."
+    bad = os.path.join(out, "mimo-mtp-bad")
+    if os.path.isdir(bad):
+        shutil.rmtree(bad)
+    write_head(os.path.join(bad, "no-mtp-layers"), dict(cfg, num_nextn_predict_layers=0), target)
+    w = {**target, **mtp}
+    w.pop(m + "input_proj.weight")
+    write_head(os.path.join(bad, "missing-input-proj"), cfg, w)
+    w = {**target, **mtp}
+    w[m + "self_attn.q_proj.weight"] = w[m + "self_attn.q_proj.weight"][:, : D // 2].copy()
+    write_head(os.path.join(bad, "q-proj-width"), cfg, w)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny"))
@@ -137,6 +198,8 @@ def main():
     ew["lm_head.weight"] = tw.get("lm_head.weight", tw["model.embed_tokens.weight"]).astype(np.float32)
     echo["rms_norm_eps"] = target["rms_norm_eps"]
     write_head(os.path.join(args.out, "eagle3-llama3-echo"), echo, ew)
+
+    write_mimo(args.out)
 
     # Malformed copies: each breaks one thing the loader must name.
     bad = os.path.join(args.out, "eagle3-bad")
