@@ -307,3 +307,31 @@ def test_eagle3_head_on_the_cli(tmp_path):
     bad = subprocess.run([BINARY, "generate", "-m", target, "-p", "x", "-n", "2", "--spec-method", "eagle3"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "needs the EAGLE-3 head's directory" in bad.stderr, bad.stderr
+
+
+def test_mtp_module_on_the_cli(tmp_path):
+    """`--spec-method mtp --spec-model DIR` (a MiMo-style checkpoint's MTP layer, tools/make_draft_heads.py)
+    on `generate` and `bench spec` with the tiny qwen2 GGUF as target: greedy output equal to plain
+    decoding; a checkpoint without MTP layers is a clear error."""
+    import json
+    target = str(MODELS_DIR / "tiny" / "qwen2" / "model-f32.gguf")
+    mimo = str(MODELS_DIR / "tiny" / "mimo-mtp")
+    g = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0",
+                        "--spec-method", "mtp", "--spec-model", mimo], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0"],
+                           capture_output=True, text=True, timeout=60)
+    assert g.returncode == 0 and plain.returncode == 0, g.stderr + plain.stderr
+    assert g.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
+    assert "speculative mtp" in g.stdout + g.stderr
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time, there was a little girl\n---\nThe cat sat on the mat. The cat\n")
+    p = subprocess.run([BINARY, "bench", "spec", target, "--device", "cpu", "-t", "1", "--prompt-file", str(prompts),
+                        "--output-len", "16", "--rounds", "1", "--json", "--spec-method", "mtp", "--spec-model", mimo,
+                        "-b", "2", "--spec-tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["all_identical"] is True and [r["method"] for r in res["runs"]] == ["mtp"], res
+    bad = subprocess.run([BINARY, "generate", "-m", target, "-p", "x", "-n", "2", "--spec-method", "mtp",
+                          "--spec-model", str(MODELS_DIR / "tiny" / "mimo-mtp-bad" / "no-mtp-layers")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "no num_nextn_predict_layers" in bad.stderr, bad.stderr
