@@ -5,6 +5,10 @@
       [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench] [--imatrix M.npz]
   .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name gemma3 --out /tmp/qc [--tokens 512]
       (one already quantized file as it was shipped, reported as type "given"; nothing is quantized)
+  .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc --bench-only [--rounds 3]
+      (speed only: per type, pp512 / tg128 of both engines in alternating rounds, the best round of
+      each, wall-clock and per process-CPU-second (the rate that does not move with other tenants'
+      load, at one thread); written to OUT/NAME-bench.json, the quality results are left as they are)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -162,27 +166,29 @@ def pagoda_greedy_cli(model: str, prompt: str, n: int, threads: int) -> list:
 
 
 def bench_pagoda(model: str, threads: int) -> tuple:
+    """(pp512, tg128, pp512 per CPU second, tg128 per CPU second) tok/s of `pagoda bench`; Nones on failure."""
     r = subprocess.run([PAGODA, "bench", "-m", model, "-p", "512", "-n", "128", "-t", str(threads), "-r", "2", "--json"],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        return None, None
+        return None, None, None, None
     j = json.loads(r.stdout[r.stdout.index("{"):])
-    pp = tg = None
+    pp = tg = pp_cpu = tg_cpu = None
     for rec in j["results"]:
         if rec["test"].startswith("pp"):
-            pp = rec["tokens_per_s"]
+            pp, pp_cpu = rec["tokens_per_s"], rec.get("tokens_per_cpu_s")
         elif rec["test"].startswith("tg"):
-            tg = rec["tokens_per_s"]
-    return pp, tg
+            tg, tg_cpu = rec["tokens_per_s"], rec.get("tokens_per_cpu_s")
+    return pp, tg, pp_cpu, tg_cpu
 
 
 def bench_llama(model: str, threads: int) -> tuple:
+    """The same four figures of llama.cpp (scripts/peer_bench.py, best of its repetitions)."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "peer_bench.py"), model, "--threads", str(threads),
                         "--pp", "512", "--tg", "128", "--reps", "2"], capture_output=True, text=True)
     if r.returncode != 0:
-        return None, None
+        return None, None, None, None
     j = json.loads(r.stdout.strip().splitlines()[-1])
-    return j["pp_tok_s"], j["tg_tok_s"]
+    return j["pp_tok_s"], j["tg_tok_s"], j["pp_tok_per_cpu_s"], j["tg_tok_per_cpu_s"]
 
 
 def dtype_mix(model: str) -> str:
@@ -206,12 +212,17 @@ def main() -> None:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
     ap.add_argument("--imatrix", help="tools/imatrix.py's .npz, given to the quantizer (Q2_K_S and IQ1-IQ3 need one)")
+    ap.add_argument("--bench-only", action="store_true", help="pp512 / tg128 of both engines only (alternating rounds)")
+    ap.add_argument("--rounds", type=int, default=3, help="--bench-only: alternating rounds per type")
     a = ap.parse_args()
     if bool(a.f16) == bool(a.given):
         ap.error("give exactly one of --f16 and --given")
     if a.given:
         a.types = "given"
     os.makedirs(a.out, exist_ok=True)
+    if a.bench_only:
+        bench_types(a)
+        return
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
     ids = text_ids(a.f16 or a.given, a.tokens)
@@ -259,8 +270,8 @@ def main() -> None:
                         same += 1
                     row["greedy"] = same
             if not a.no_bench and row.get("loads"):
-                row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)
-                row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)
+                row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)[:2]
+                row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)[:2]
             row["done"] = True
         except Exception as e:  # noqa: BLE001 - reported per row
             row["error"] = f"{type(e).__name__}: {e}"
@@ -271,6 +282,49 @@ def main() -> None:
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, json.dumps(row))
     print_table(results, a)
+
+
+def bench_types(a) -> None:
+    """Speed columns alone: per type, `--rounds` rounds of Pagoda then llama.cpp (the order flipped
+    each round), the best round of each engine (both benches keep their own repetitions)."""
+    res_path = os.path.join(a.out, f"{a.name}-bench.json")
+    results = json.load(open(res_path)) if os.path.exists(res_path) else {}
+    for ty in a.types.split(","):
+        if ty in results and results[ty].get("done"):
+            continue
+        qpath = a.given or os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        if not os.path.exists(qpath):
+            quantize(a.f16, qpath, FTYPES[ty], a.threads, a.imatrix)
+        row = {"type": ty, "mix": dtype_mix(qpath), "size_mb": round(os.path.getsize(qpath) / 1e6, 1), "rounds": []}
+        load0 = os.getloadavg()[0]
+        for r in range(a.rounds):
+            order = ["pagoda", "llama"] if r % 2 == 0 else ["llama", "pagoda"]
+            rec = {}
+            for eng in order:
+                rec[eng] = bench_pagoda(qpath, a.threads) if eng == "pagoda" else bench_llama(qpath, a.threads)
+            row["rounds"].append(rec)
+        for eng in ("pagoda", "llama"):
+            for i, key in enumerate(("pp", "tg", "pp_cpu", "tg_cpu")):
+                vals = [rec[eng][i] for rec in row["rounds"] if rec[eng][i]]
+                row[f"{eng}_{key}"] = max(vals) if vals else None
+        row["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+        row["done"] = True
+        if not a.keep and not a.given:
+            os.remove(qpath)
+        results[ty] = row
+        json.dump(results, open(res_path, "w"), indent=1)
+        log(ty, json.dumps({k: v for k, v in row.items() if k != "rounds"}))
+    def ratio(r, key):
+        return r[f"pagoda_{key}"] / r[f"llama_{key}"] if r.get(f"pagoda_{key}") and r.get(f"llama_{key}") else None
+    print(f"| {a.name} type | tensors (2-d) | MB | pp512 P / L (wall) | per CPU-s | ratio | tg128 P / L (wall) | per CPU-s "
+          f"| ratio | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for ty, r in results.items():
+        print(f"| {ty} | {r['mix']} | {r['size_mb']} | {fmt(r.get('pagoda_pp'), '.0f')} / {fmt(r.get('llama_pp'), '.0f')} "
+              f"| {fmt(r.get('pagoda_pp_cpu'), '.0f')} / {fmt(r.get('llama_pp_cpu'), '.0f')} | {fmt(ratio(r, 'pp_cpu'), '.2f')}x "
+              f"| {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} "
+              f"| {fmt(r.get('pagoda_tg_cpu'), '.1f')} / {fmt(r.get('llama_tg_cpu'), '.1f')} | {fmt(ratio(r, 'tg_cpu'), '.2f')}x "
+              f"| {r['load'][0]}-{r['load'][1]} |")
 
 
 def fmt(v, spec):

@@ -34,6 +34,7 @@
 #include "cli/command.h"
 #include "cli/options.h"
 #include "cli/progress.h"
+#include "common/process_stats.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/model_config.h"
@@ -82,13 +83,6 @@ Result<std::string> read_text_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-// CPU seconds used by all threads of this process so far (CLOCK_PROCESS_CPUTIME_ID).
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double since(std::chrono::steady_clock::time_point t0) {
