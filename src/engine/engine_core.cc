@@ -125,10 +125,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
   PAGODA_RETURN_IF_ERROR(config.speculative.validate());
-  if (cuda && (config.speculative.method == "eagle3" || config.speculative.method == "mtp"))
-    return unimplemented("speculative method {} runs on the CPU backend only: the CUDA executor does not return the "
-                         "target's hidden states to the head yet (use --device cpu, or method ngram or draft on CUDA)",
-                         config.speculative.method);
+  if (cuda && config.speculative.method == "mtp")
+    return unimplemented("speculative method mtp runs on the CPU backend only: the MTP module reads the target's output "
+                         "head, which the CUDA backend keeps on the device only (use --device cpu, or method eagle3, "
+                         "ngram or draft on CUDA)");
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -234,7 +234,9 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
   const SpeculativeConfig& sc = config_.speculative;
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
   if (sc.method == "eagle3" || sc.method == "mtp") {
-    PAGODA_CHECK(!cuda, "{} on CUDA is refused in create()", sc.method);
+    // On CUDA the head runs on the host (its weights and cache in host memory, the engine's
+    // threads), reading the target's states the CUDA executor copies back each step.
+    PAGODA_CHECK(!cuda || sc.method == "eagle3", "{} on CUDA is refused in create()", sc.method);
     const ModelWeights& tw = model_.model->weights();
     auto head = sc.method == "eagle3"
                     ? load_eagle3_head(sc.model, model_.config, tw.token_embd, max_model_len_)
