@@ -255,7 +255,9 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
     // The head's cache holds a row per target token plus every sequence's lookahead.
     const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
     return std::unique_ptr<Proposer>(std::make_unique<DraftHeadProposer>(
-        std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size), config_.kv_dtype, cost,
+        std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
+        config_.kv_dtype == DType::kF8E4M3 ? DType::kF16 : config_.kv_dtype,  // the head's cache is a host one
+        cost,
         *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens));
   }
   PAGODA_CHECK(draft_model_.model != nullptr, "speculative method 'draft' without a loaded draft model");
