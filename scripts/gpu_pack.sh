@@ -41,6 +41,10 @@ if [ "${PAGODA_PACK_MODELS:-0}" = 1 ]; then
   [ -d "$stage/models/tiny/quant" ] && find "$stage/models/tiny/quant" -name reference.safetensors -delete
 fi
 cp -rL "$shared/models/stories260K" "$stage/shared/models/"
+# The gguf package (pure Python; the GPU image lacks it): make_tiny_models.py reads stories260K's
+# vocabulary with it. gpu_run.sh puts site/ on PYTHONPATH.
+gguf_dir=$(.venv-test/bin/python -c "import gguf, os; print(os.path.dirname(gguf.__file__))")
+mkdir -p "$stage/site" && cp -rL "$gguf_dir" "$stage/site/" && find "$stage/site" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p .gpu
 tar -C "$stage" -cf - . | xz -6 -T2 > .gpu/pack.tar.xz
 ls -la .gpu/pack.tar.xz

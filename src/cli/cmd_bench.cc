@@ -332,12 +332,14 @@ int run_bench(const BenchOptions& o) {
       machine = cpu_features().brand;
     }
 
+    // KV: sequence 0 holds the prompt test's tokens (or a decode run's), the others a decode run's.
     const int64_t block_size = 16;
     const int64_t max_ctx = std::max(o.prompt, o.gen) + 1;
-    const int64_t blocks_per_seq = (max_ctx + block_size - 1) / block_size;
+    const int64_t blocks_first = (max_ctx + block_size - 1) / block_size;
+    const int64_t blocks_decode = (int64_t{o.gen} + 1 + block_size - 1) / block_size;
     const int64_t seqs = max_batch;
     KvCacheSpec spec;
-    spec.num_blocks = blocks_per_seq * seqs;
+    spec.num_blocks = blocks_first + blocks_decode * (seqs - 1);
     spec.block_size = block_size;
     spec.dtype = *kv_dtype;
     std::unique_ptr<ModelExecutor> ex;
@@ -394,8 +396,10 @@ int run_bench(const BenchOptions& o) {
     };
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
-    for (int64_t s = 0; s < seqs; ++s)
-      for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    for (int64_t b = 0; b < blocks_first; ++b) tables[0].push_back(static_cast<int32_t>(b));
+    for (int64_t s = 1; s < seqs; ++s)
+      for (int64_t b = 0; b < blocks_decode; ++b)
+        tables[s].push_back(static_cast<int32_t>(blocks_first + (s - 1) * blocks_decode + b));
     auto token = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size); };
     SamplingParams greedy;
     greedy.temperature = 0;

@@ -49,6 +49,19 @@ Status CudaExecutor::init() {
 
   // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
   kv_layer_bytes_ = spec_.num_blocks * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
+  {
+    // A cache that cannot fit is the caller's sizing error (the memory planner sizes the engine's):
+    // said here, before the allocation would abort the process.
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const int64_t kv_bytes = 2 * d_.L * kv_layer_bytes_;
+    if (kv_bytes > static_cast<int64_t>(free_bytes))
+      return resource_exhausted("the KV cache ({} blocks of {} tokens, {}) needs {:.2f} GiB of device memory and {:.2f} GiB "
+                                "of {:.2f} GiB is free after the weights: use fewer blocks (a shorter context or fewer "
+                                "sequences) or a smaller KV dtype",
+                                spec_.num_blocks, spec_.block_size, dtype_name(spec_.dtype), kv_bytes / 1073741824.0,
+                                free_bytes / 1073741824.0, total_bytes / 1073741824.0);
+  }
   kv_.reset(static_cast<size_t>(2 * d_.L * kv_layer_bytes_));
   CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   if (spec_.num_host_blocks > 0) {
