@@ -110,6 +110,13 @@ class ModelExecutor {
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }
+  // Hidden-state capture (EAGLE-3 heads): after set_hidden_capture({a_0, a_1, ...}) every forward()
+  // and forward_sample() also keeps, for every batch token, the residual stream after target layer
+  // a_i (its output), as host f32 rows [T, n * hidden_size] (layer a_0's columns first), returned
+  // by captured_hidden() until the next forward call. An empty list turns it off. Returns false
+  // where the executor cannot capture (then nothing changes).
+  virtual bool set_hidden_capture(const std::vector<int64_t>& after_layers) { return after_layers.empty(); }
+  virtual const Tensor* captured_hidden() const { return nullptr; }
   // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }

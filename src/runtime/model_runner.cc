@@ -74,6 +74,9 @@ void ModelRunner::set_speculation(const SpeculativeConfig& config, std::unique_p
     return;
   }
   PAGODA_CHECK(config.enabled(), "set_speculation with a proposer but no method");
+  const std::vector<int64_t> layers = proposer->hidden_layers();
+  PAGODA_CHECK(executor_.set_hidden_capture(layers), "the {} proposer needs the target's hidden states, which the {} executor "
+               "does not capture (the engine refuses this combination first)", proposer->name(), executor_.device_name());
   spec_ = config;
   proposer_ = std::move(proposer);
   verifiers_.resize(pool_.size());
@@ -87,6 +90,7 @@ void ModelRunner::forget_all() {
 
 std::unique_ptr<Proposer> ModelRunner::release_proposer() {
   spec_ = SpeculativeConfig{};
+  if (proposer_ && !proposer_->hidden_layers().empty()) executor_.set_hidden_capture({});
   return std::move(proposer_);
 }
 
@@ -135,6 +139,12 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   std::vector<std::span<const int32_t>> drafts;  // drafts verified per sampled request
   std::vector<int32_t> known_end;                // tokens known before the step, per sampled request
   std::vector<RowLogprobSpec> row_specs;         // prompt logprobs: rows of result.prompt_logprobs, in order
+  struct Computed {
+    const std::string* id;
+    ReqState* state;
+    int32_t begin, token_begin;
+  };
+  std::vector<Computed> computed;  // every scheduled sequence (hidden states for the proposer)
   bool any_drafts = false;
   const int64_t bs = block_size_;
   std::vector<int32_t> ids;
@@ -174,6 +184,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       for (int32_t i = n - m - 1; i < n; ++i) batch_.logits_rows.push_back(tb + i);
       any_drafts = true;
     }
+    computed.push_back({&st.id, &s, begin, batch_.seqs.back().token_begin});
     s.num_computed = end;
     if (sample) {
       to_sample.push_back(&s);
@@ -335,6 +346,24 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       s.tokens.push_back(r.token);  // the constraint follows at its next sync_constraint
       result.samples.push_back({*sample_ids[i], std::move(r)});
     }
+  }
+  if (proposer_ && !proposer_->hidden_layers().empty()) {
+    // The verified positions' hidden states: each sequence's rows up to its computed tokens (the
+    // rows of rejected drafts are left out).
+    const Tensor* hidden = executor_.captured_hidden();
+    PAGODA_CHECK(hidden != nullptr && hidden->dim(0) == batch_.num_tokens(), "the executor captured no hidden states");
+    const int64_t width = hidden->dim(1);
+    std::vector<HiddenRows> rows_of;
+    rows_of.reserve(computed.size());
+    for (const Computed& c : computed) {
+      HiddenRows h;
+      h.id = c.id;
+      h.first_position = c.begin;
+      h.num_rows = c.state->num_computed - c.begin;
+      h.rows = hidden->data_as<const float>() + static_cast<int64_t>(c.token_begin) * width;
+      if (h.num_rows > 0) rows_of.push_back(h);
+    }
+    proposer_->observe_hidden(rows_of, width);
   }
   if (proposer_) propose(sample_ids, result);
   return result;

@@ -325,6 +325,28 @@ void CudaExecutor::capture_bucket(int64_t b) {
   }
 }
 
+bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) {
+  for (int64_t a : after_layers)
+    if (a < 0 || a >= model_.config().num_layers) return false;
+  capture_ = after_layers;
+  captured_ = Tensor();
+  return true;
+}
+
+void CudaExecutor::capture_layer(int64_t layer, int64_t T) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  if (status != cudaStreamCaptureStatusNone) return;
+  const int64_t n = static_cast<int64_t>(capture_.size()), D = d_.D;
+  for (int64_t i = 0; i < n; ++i) {
+    if (capture_[static_cast<size_t>(i)] != layer) continue;
+    CUDA_CHECK(cudaMemcpy2DAsync(captured_.data_as<float>() + i * D, static_cast<size_t>(n * D) * sizeof(float),
+                                 residual_.as<float>(), static_cast<size_t>(D) * sizeof(float),
+                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(T), cudaMemcpyDeviceToHost,
+                                 stream_));
+  }
+}
+
 void CudaExecutor::run_step(const ForwardBatch& batch) {
   CUDA_CHECK(cudaSetDevice(opt_.device));
   step_timer_.begin_step();
@@ -349,7 +371,10 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       else capture_graphs();
     }
   }
-  bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
+  if (!capture_.empty() && (!captured_.defined() || captured_.dim(0) != T))
+    captured_ = Tensor::empty(DType::kF32, {T, static_cast<int64_t>(capture_.size()) * d_.D});
+  bool decode = opt_.cuda_graphs && graphs_on_ && capture_.empty() && !profiler_.enabled() && T <= caps_.max_bucket &&
+                n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
