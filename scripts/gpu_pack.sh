@@ -3,7 +3,8 @@
 # (git-ignored; name `.gpu` in the device tool's `carry`): the CUDA build's `pagoda`, GPU test
 # binary and CUDA kernel benchmark, the shared libraries they link that a CUDA-only image lacks (fmt, xxhash, utf8proc, ICU:
 # everything ldd resolves under /lib/x86_64-linux-gnu except glibc, the GCC runtime and zlib/OpenSSL,
-# which every image has and Python there must keep its own of) and stories260K. The tiny test
+# which every image has and Python there must keep its own of), stories260K and GPT-2's vocabulary
+# (the structured-output benchmark's real-size tokenizer). The tiny test
 # models (random weights: they do not compress, and would take the package past the call's 64 MiB)
 # are not packed: scripts/gpu_run.sh regenerates them there with tools/make_tiny_models.py --check
 # (numpy and safetensors are in the GPU image), which fails unless every file's sha256 equals
@@ -41,6 +42,9 @@ if [ "${PAGODA_PACK_MODELS:-0}" = 1 ]; then
   [ -d "$stage/models/tiny/quant" ] && find "$stage/models/tiny/quant" -name reference.safetensors -delete
 fi
 cp -rL "$shared/models/stories260K" "$stage/shared/models/"
+# GPT-2's vocabulary (tokenizer only): the structured-output benchmark with a real vocabulary's size.
+mkdir -p "$stage/shared/tokenizers/vocab-vectors"
+cp -L "$shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf" "$stage/shared/tokenizers/vocab-vectors/"
 # The gguf package (pure Python; the GPU image lacks it): make_tiny_models.py reads stories260K's
 # vocabulary with it. gpu_run.sh puts site/ on PYTHONPATH.
 gguf_dir=$(.venv-test/bin/python -c "import gguf, os; print(os.path.dirname(gguf.__file__))")

@@ -42,7 +42,8 @@ export PYTHONPATH=$PG/site${PYTHONPATH:+:$PYTHONPATH}
 if [ ! -d $PG/models/tiny ]; then
   mkdir -p $PG/models
   python3 tools/make_tiny_models.py --check --shared $PG/shared --out $PG/models/tiny >/tmp/make_tiny_models.log 2>&1 &&
-    python3 tools/make_quantized_checkpoint.py --src $PG/models/tiny --out $PG/models/tiny/quant >>/tmp/make_tiny_models.log 2>&1 ||
+    python3 tools/make_quantized_checkpoint.py --src $PG/models/tiny --out $PG/models/tiny/quant >>/tmp/make_tiny_models.log 2>&1 &&
+    python3 tools/make_draft_heads.py --out $PG/models/tiny >>/tmp/make_tiny_models.log 2>&1 ||
     { echo "tiny models: not made or not identical (the GPU tests that read them fail):"; tail -5 /tmp/make_tiny_models.log; }
 fi
 export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -158,6 +159,8 @@ bench_model() {  # SHAPE
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
+#   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
+#             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
@@ -228,16 +231,31 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
 # against the CPU; the JSON-schema / regex / grammar / choice corpora through `pagoda serve
 # --device cuda` (needs pytest, openai and jsonschema in the machine's python; skipped with a line
 # saying so otherwise); batch-64 decode with a JSON-schema constraint on every request against
-# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape (with
-# stories260K's tokenizer), with the corpus's compile times.
+# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape, with the
+# corpus's compile times (stage_sbench).
 stage_structured() {
   step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu'
   stage_corpus
+  stage_sbench
+}
+# Batch-64 decode, every request constrained to people.json vs none, 4 alternating rounds each:
+# stories260K (its own 512-token vocabulary: a 0.5 ms step, the harshest ratio), the random
+# Llama-3.2-1B shape with stories260K's tokenizer, and the same shape with GPT-2's 50,257-token
+# vocabulary (tokenizers/vocab-vectors, a real vocabulary's grammar walk and 6.3 KB masks per
+# request-step). Each prints the rounds, the median ratio and the mask time per request-step, and
+# fails if an output of its batched run is not valid under the schema. First the GPU test of
+# constrained requests with n-gram and draft-model speculation (device verification, greedy
+# output equal to plain constrained decoding in batch-invariant mode).
+stage_sbench() {
   local stories=$PG/shared/models/stories260K/stories260K.gguf
+  local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
+  TAILN=4 step sspec 90 $TESTS --gtest_filter='CudaEngine.ConstrainedOutputWithSpeculationKeepsGreedyOutput'
   TAILN=10 step sbench_stories 120 $PAGODA bench throughput -m $stories --device cuda --json-schema bench/schemas/people.json \
     --schema-dir bench/schemas/corpus --num-prompts 64 --input-len 64 --output-len 256 --rounds 4 --sequential 0
   ensure_model 1b
   TAILN=10 step sbench_1b 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $stories --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
+  [ -f "$gpt2" ] && TAILN=10 step sbench_1b_gpt2 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
@@ -514,6 +532,7 @@ for s in "$@"; do
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
     structured) stage_structured ;;
+    sbench) stage_sbench ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;

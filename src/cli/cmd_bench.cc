@@ -412,7 +412,7 @@ int run_bench(const BenchOptions& o) {
           specs[i].logits_row = static_cast<int64_t>(i);
           specs[i].params = &greedy;
         }
-        ex->forward_sample(b, specs, sampled);
+        ex->forward_sample(b, specs, sampled, {});
       } else {
         ex->forward(b);
       }

@@ -271,7 +271,7 @@ void CudaExecutor::copy_inputs(const InputRegion& in, int64_t seqs, int64_t max_
 void CudaExecutor::destroy_graphs() {
   for (auto& [b, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
-  captured_.clear();
+  captured_shapes_.clear();
   verify_graphs_ = verify_graph_bytes_ = 0;
 }
 
@@ -299,7 +299,7 @@ void CudaExecutor::reset_graph_inputs() {
 
 void CudaExecutor::capture_shape(const StepGraphShape& s) {
   InputRegion& in = graph_;
-  captured_.insert(step_graph_key(s, false));
+  captured_shapes_.insert(step_graph_key(s, false));
   const int64_t T = s.tokens();
   if (T > graph_token_limit() || s.bucket > in.seq_cap) return;
   size_t free_before = 0, free_after = 0, total = 0;
@@ -338,7 +338,7 @@ void CudaExecutor::capture_shape(const StepGraphShape& s) {
 }
 
 bool CudaExecutor::replay_verify_graph(const ForwardBatch& batch, const StepGraphShape& s, int64_t max_blocks) {
-  if (!captured_.count(step_graph_key(s, false))) {
+  if (!captured_shapes_.count(step_graph_key(s, false))) {
     // First verification step of this shape: the warm-up runs on padding inputs (no KV write),
     // then the real inputs are written below.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -347,7 +347,7 @@ bool CudaExecutor::replay_verify_graph(const ForwardBatch& batch, const StepGrap
       capture_shape(s);
     } else {
       for (int64_t b : buckets_)
-        if (b * s.rows <= graph_token_limit() && !captured_.count(step_graph_key({b, s.rows}, false)))
+        if (b * s.rows <= graph_token_limit() && !captured_shapes_.count(step_graph_key({b, s.rows}, false)))
           capture_shape({b, s.rows});
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -399,6 +399,28 @@ std::string CudaExecutor::graph_report() const {
                      verify_graphs_, verify_graph_bytes_ / 1048576.0, verify_steps_);
 }
 
+bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) {
+  for (int64_t a : after_layers)
+    if (a < 0 || a >= model_.config().num_layers) return false;
+  capture_ = after_layers;
+  captured_ = Tensor();
+  return true;
+}
+
+void CudaExecutor::capture_layer(int64_t layer, int64_t T) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  if (status != cudaStreamCaptureStatusNone) return;
+  const int64_t n = static_cast<int64_t>(capture_.size()), D = d_.D;
+  for (int64_t i = 0; i < n; ++i) {
+    if (capture_[static_cast<size_t>(i)] != layer) continue;
+    CUDA_CHECK(cudaMemcpy2DAsync(captured_.data_as<float>() + i * D, static_cast<size_t>(n * D) * sizeof(float),
+                                 residual_.as<float>(), static_cast<size_t>(D) * sizeof(float),
+                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(T), cudaMemcpyDeviceToHost,
+                                 stream_));
+  }
+}
+
 void CudaExecutor::run_step(const ForwardBatch& batch) {
   CUDA_CHECK(cudaSetDevice(opt_.device));
   step_timer_.begin_step();
@@ -423,12 +445,16 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       else capture_graphs();
     }
   }
-  const bool graphs = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled();
+  if (!capture_.empty() && (!captured_.defined() || captured_.dim(0) != T))
+    captured_ = Tensor::empty(DType::kF32, {T, static_cast<int64_t>(capture_.size()) * d_.D});
+  // Graphs (decode and verification steps) unless a hidden-state capture or the profiler wants
+  // every step eager.
+  const bool graphs = opt_.cuda_graphs && graphs_on_ && capture_.empty() && !profiler_.enabled();
   bool decode = graphs && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);
-    if (!captured_.count(step_graph_key({B, 1}, false)) && !cuda::block_trace_enabled()) {
+    if (!captured_shapes_.count(step_graph_key({B, 1}, false)) && !cuda::block_trace_enabled()) {
       // Lazy capture: this bucket's first decode step. The warm-up runs on padding inputs (no KV
       // write), then the real inputs are written below.
       CUDA_CHECK(cudaStreamSynchronize(stream_));
