@@ -137,6 +137,7 @@ bench_model() {  # SHAPE
 #   smallb8b  tg128 at batch 1-4 with the GEMV up to 1, 4 and 2 rows (PAGODA_GEMV_MAX_ROWS; needs
 #             the 8B model: run after m8b or decode8b)
 #   kbench    the CUDA kernel benchmarks (pagoda_cuda_kernel_bench, bench/cuda/)
+#   kbenchverify  only a verification step's kernels (matmuls at 1-8 rows, 5-row attention)
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
@@ -367,6 +368,12 @@ stage_moetests() {
   step moetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaParity.*:CudaEngine.MixtureOfExperts*'
 }
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
+# A verification step's kernels (speculative decoding, k = 4: 5 rows): the matmuls at M = 1 / 4
+# (GEMV), 5 (cuBLASLt, SIMT GEMM), 8; the attention of 5 rows of one sequence (split-KV kernels vs
+# one prefill tile) at 384 and 4096 keys. ~40 s.
+stage_kbench_verify() {
+  PAGODA_KBENCH_ONLY=gemv,verify TAILN=90 step kbench_verify 120 bash -c "$KBENCH 2>&1 | grep -E 'kbench\] (gemv M=(1|4) |cublasLt M=(1|5|8) |simt gemm|verify)'"
+}
 # Nsight Compute (the device image has ncu) on the kernel bench: speed of light, memory, warp
 # stalls and occupancy of the launches of kernels matching NCU_KERNELS (a regex): NCU_COUNT
 # launches after skipping NCU_SKIP, in the bench sections NCU_ONLY (PAGODA_KBENCH_ONLY). NCU_TAG
@@ -521,6 +528,7 @@ for s in "$@"; do
     decode1b) stage_decode1 1b ;;
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
     kbench) stage_kbench ;;
+    kbenchverify) stage_kbench_verify ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
     trace8b) stage_trace 8b ;;

@@ -4,7 +4,10 @@
 // their weights hot vs cold in L2), decode (split-KV attention at 256 x 1500 keys with scattered
 // and in-order block tables, 64 x 1000, 1 x 8192 / 32768 and the short launches 1 x 512, 8 x 1024:
 // tensor-core and SIMT kernels), prefill (tensor-core prefill attention at 8192 tokens, query
-// tiles 64 and 128; the prefill GEMMs), elementwise (the prefill elementwise kernels). Median of
+// tiles 64 and 128; the prefill GEMMs), elementwise (the prefill elementwise kernels), verify (a
+// speculative verification's 5 query rows of one sequence at 384 and 4096 keys: the split-KV row
+// kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
+// verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5). Median of
 // CUDA-event timings after warm-ups, on random data. A measurement: the ASSERTs only stop a section
 // whose set-up failed. Run on a GPU machine: scripts/gpu_run.sh kbench (docs/cuda.md).
 #include <gtest/gtest.h>
@@ -115,8 +118,14 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       });
     };
     for (int64_t M : {1, 2, 4}) report_bw(fmt::format("gemv M={} {}", M, sh.name), bytes, run_gemv(M));
+    // The batch-invariant SIMT GEMM at a verification's 5 rows (gate/up without the fused SwiGLU).
+    {
+      const cuda::GemmOut mode = sh.mode == cuda::GemmOut::kSwiGlu ? cuda::GemmOut::kStoreAct : sh.mode;
+      const double ms = time_ms([&] { cuda::gemm_simt(x.get(), w.get(), DType::kBF16, 5, sh.N, sh.K, y.get(), sh.N, mode, nullptr); });
+      report_bw(fmt::format("simt gemm M=5 {}", sh.name), bytes, ms);
+    }
     // cuBLASLt at decode batches: the heuristic's first choice, then autotuned (BlasLt::set_autotune).
-    for (int64_t M : {1, 8, 64, 256, 384}) {
+    for (int64_t M : {1, 5, 8, 64, 256, 384}) {
       for (bool tuned : {false, true}) {
         if (M > 64 && sh.N == V) continue;  // x / y buffers hold 64 rows of the vocabulary
         if (tuned && M < cuda::BlasLt::kTuneMinM) continue;
@@ -222,6 +231,56 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
           p.target_splits = 0;
           report_bw(fmt::format("split-KV attention {} x {} splits <= {}", rows, ctx, ns), 2.0 * rows * ctx * KVH * Dh * kv_es, kms);
         }
+    }
+  }
+  // A verification's attention: one sequence, 5 query rows at contexts ctx - 4 .. ctx, one layer.
+  for (int64_t ctx : {int64_t{384}, int64_t{4096}}) {
+    if (!want("verify")) break;
+    const int64_t bs = 16, blocks = (ctx + bs - 1) / bs, R = 5;
+    auto kc = random_device(static_cast<size_t>(blocks * KVH * bs * Dh * kv_es)), vc = random_device(kc.bytes());
+    std::vector<int32_t> table(blocks), rt(R), rs(R, 0), rc(R);
+    for (int64_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+    for (int64_t r = 0; r < R; ++r) {
+      rt[r] = static_cast<int32_t>(r);
+      rc[r] = static_cast<int32_t>(ctx - R + 1 + r);
+    }
+    auto q = random_device(static_cast<size_t>(R * H * Dh * 4));
+    CUDA_CHECK(cudaMemset(q.get(), 0, q.bytes()));
+    cuda::DeviceBuffer out(R * H * Dh * 2);
+    const cuda::KvCacheLayer cache{kc.get(), vc.get(), kv_dt, blocks, bs, KVH, Dh};
+    const test::AttnCase shape{H, KVH, Dh, bs, kv_dt, 0, DType::kBF16};
+    const test::RowBatch rb(rt, rs, rc, table, blocks, shape);
+    cuda::RowAttentionParams p = rb.params(shape, q.as<float>(), out.get(), cache);
+    const double bytes = 2.0 * ctx * KVH * Dh * kv_es;  // one sequence's keys and values
+    for (bool tc : {false, true}) {
+      p.max_keys = cuda::row_attention_short(R, ctx) ? std::min(ctx, cuda::kRowShortKeys) : ctx;
+      p.tensor_cores = tc;
+      p.tensor_cores_short = tc;
+      report_bw(fmt::format("verify 5 rows x {} split-KV {}", ctx, tc ? "tensor cores" : "SIMT"), bytes,
+                time_ms([&] { cuda::row_attention(p, nullptr); }));
+    }
+    auto dt = to_device(table);
+    std::vector<cuda::PrefillSeq> seqs = {{0, static_cast<int32_t>(R), static_cast<int32_t>(ctx), 0}};
+    std::vector<cuda::PrefillItem> items = {{0, 0}};
+    auto dseqs = to_device(seqs), ditems = to_device(items);
+    for (int tile : {64, 128}) {
+      cuda::PrefillAttentionParams pp;
+      pp.q = q.as<float>();
+      pp.q_stride = H * Dh;
+      pp.out = out.get();
+      pp.out_dtype = DType::kBF16;
+      pp.out_stride = H * Dh;
+      pp.seqs = dseqs.as<cuda::PrefillSeq>();
+      pp.items = ditems.as<cuda::PrefillItem>();
+      pp.num_items = 1;
+      pp.block_tables = dt.as<int32_t>();
+      pp.bt_stride = blocks;
+      pp.cache = cache;
+      pp.num_heads = H;
+      pp.scale = 0.088f;
+      pp.tile_q = tile;
+      report_bw(fmt::format("verify 5 rows x {} prefill tile {}", ctx, tile), bytes,
+                time_ms([&] { cuda::prefill_attention(pp, nullptr); }));
     }
   }
   // Tensor-core prefill attention, 8192 tokens, one layer.
