@@ -192,6 +192,10 @@ int run_spec_bench(const SpecBenchOptions& o) {
   cfg.scheduler.max_num_seqs = max_batch;
   cfg.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.input_len + 1);
   if (cuda) cfg.memory_utilization = o.memory_utilization;
+  // CUDA graphs captured before the timed runs: the decode buckets at start-up, and each
+  // verification shape's buckets at the first verification of its rows (in the record pass, the
+  // warm-up), not lazily at the first use of a bucket inside a timed run.
+  cfg.tuning.graph_capture = "start";
   // The speculative settings the runner follows (adaptive draft length, the batch-size
   // off-switch); the method names the replay. A draft model is loaded by the core (its memory
   // share planned with the target's) and handed to the replay proposer.
