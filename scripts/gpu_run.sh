@@ -67,10 +67,10 @@ trap finish EXIT
 stage_check() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; nproc; free -g; df -h /dev/shm /tmp; uname -r; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"'
   step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
-  if ! step ops 150 $TESTS --gtest_filter='CudaOps.*:CudaAttention.*'; then
+  if ! step ops 150 $TESTS --gtest_filter='CudaOps.*:CudaAttention.*:Backends/OpCase.*'; then
     local failed
     failed=$(grep -oE '^\[  FAILED  \] Cuda(Ops|Attention)\.[A-Za-z0-9_]+' "$LOGS/ops.log" | awk '{print $4}' | sort -u | paste -sd: -)
-    [ -n "$failed" ] || failed='CudaOps.*:CudaAttention.*'
+    [ -n "$failed" ] || failed='CudaOps.*:CudaAttention.*:Backends/OpCase.*'
     TAILN=30 step ops_memcheck 150 compute-sanitizer --tool memcheck --print-limit 10 $TESTS --gtest_filter="$failed"
   fi
   step parity 150 $TESTS --gtest_filter='CudaParity.*'
@@ -89,7 +89,7 @@ stage_tests() {
 
 # Ops, f32 parity and the engine tests on the tiny model only (no references to make): ~30 s.
 stage_quicktests() {
-  step quicktests 120 $TESTS --gtest_filter="${QUICK_FILTER:-CudaOps.*:CudaAttention.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*}"
+  step quicktests 120 $TESTS --gtest_filter="${QUICK_FILTER:-CudaOps.*:CudaAttention.*:Backends/OpCase.*:CudaParity.F32*:CudaParity.Cpu*:CudaEngine.*}"
 }
 
 bench_model() {  # SHAPE

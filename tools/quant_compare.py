@@ -5,6 +5,9 @@
       [--types Q4_K_M,Q2_K,...] [--tokens 2048] [--threads 2] [--no-bench] [--imatrix M.npz]
   .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name gemma3 --out /tmp/qc [--tokens 512]
       (one already quantized file as it was shipped, reported as type "given"; nothing is quantized)
+  .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc --bench-only [--rounds 3]
+      (speed only: per type, pp512 / tg128 of both engines in alternating rounds, the best round of
+      each; written to OUT/NAME-bench.json, the quality results are left as they are)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -206,12 +209,17 @@ def main() -> None:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
     ap.add_argument("--imatrix", help="tools/imatrix.py's .npz, given to the quantizer (Q2_K_S and IQ1-IQ3 need one)")
+    ap.add_argument("--bench-only", action="store_true", help="pp512 / tg128 of both engines only (alternating rounds)")
+    ap.add_argument("--rounds", type=int, default=3, help="--bench-only: alternating rounds per type")
     a = ap.parse_args()
     if bool(a.f16) == bool(a.given):
         ap.error("give exactly one of --f16 and --given")
     if a.given:
         a.types = "given"
     os.makedirs(a.out, exist_ok=True)
+    if a.bench_only:
+        bench_types(a)
+        return
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
     ids = text_ids(a.f16 or a.given, a.tokens)
@@ -271,6 +279,46 @@ def main() -> None:
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, json.dumps(row))
     print_table(results, a)
+
+
+def bench_types(a) -> None:
+    """Speed columns alone: per type, `--rounds` rounds of Pagoda then llama.cpp (the order flipped
+    each round), the best round of each engine (both benches keep their own repetitions)."""
+    res_path = os.path.join(a.out, f"{a.name}-bench.json")
+    results = json.load(open(res_path)) if os.path.exists(res_path) else {}
+    for ty in a.types.split(","):
+        if ty in results and results[ty].get("done"):
+            continue
+        qpath = a.given or os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        if not os.path.exists(qpath):
+            quantize(a.f16, qpath, FTYPES[ty], a.threads, a.imatrix)
+        row = {"type": ty, "mix": dtype_mix(qpath), "size_mb": round(os.path.getsize(qpath) / 1e6, 1), "rounds": []}
+        load0 = os.getloadavg()[0]
+        for r in range(a.rounds):
+            order = ["pagoda", "llama"] if r % 2 == 0 else ["llama", "pagoda"]
+            rec = {}
+            for eng in order:
+                rec[eng] = bench_pagoda(qpath, a.threads) if eng == "pagoda" else bench_llama(qpath, a.threads)
+            row["rounds"].append(rec)
+        for eng in ("pagoda", "llama"):
+            pps = [rec[eng][0] for rec in row["rounds"] if rec[eng][0]]
+            tgs = [rec[eng][1] for rec in row["rounds"] if rec[eng][1]]
+            row[f"{eng}_pp"], row[f"{eng}_tg"] = (max(pps) if pps else None), (max(tgs) if tgs else None)
+        row["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+        row["done"] = True
+        if not a.keep and not a.given:
+            os.remove(qpath)
+        results[ty] = row
+        json.dump(results, open(res_path, "w"), indent=1)
+        log(ty, json.dumps({k: v for k, v in row.items() if k != "rounds"}))
+    print(f"| {a.name} type | tensors (2-d) | MB | pp512 Pagoda / llama.cpp | ratio | tg128 Pagoda / llama.cpp | ratio | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    for ty, r in results.items():
+        pr = r["pagoda_pp"] / r["llama_pp"] if r.get("pagoda_pp") and r.get("llama_pp") else None
+        tr = r["pagoda_tg"] / r["llama_tg"] if r.get("pagoda_tg") and r.get("llama_tg") else None
+        print(f"| {ty} | {r['mix']} | {r['size_mb']} | {fmt(r.get('pagoda_pp'), '.0f')} / {fmt(r.get('llama_pp'), '.0f')} "
+              f"| {fmt(pr, '.2f')}x | {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} | {fmt(tr, '.2f')}x "
+              f"| {r['load'][0]}-{r['load'][1]} |")
 
 
 def fmt(v, spec):
