@@ -179,3 +179,19 @@ def test_quantize_writes_a_directory_that_loads(tmp_path):
     ]:
         rc, o, err = run(*args, timeout=30)
         assert rc != 0 and needle in err, (args, err)
+
+
+def test_the_plan_cache_keeps_quantized_and_plain_weights_apart(tmp_path):
+    # The engine plan holds the CPU's packed weights: a plan written without --quantization must not
+    # be reused by an int4 start (and the other way round); each mode reuses its own.
+    args = ["generate", F16, "-p", "Once upon", "-n", "4", "--temperature", "0", "--device", "cpu",
+            "--plan-cache", tmp_path]
+    outs = {}
+    for mode in ["none", "none", "int4", "int4"]:
+        rc, out, err = run(*args, "--quantization", mode)
+        assert rc == 0, err
+        outs.setdefault(mode, []).append((out, "reusing" in err))
+    assert [r for _, r in outs["none"]] == [False, True], outs["none"]
+    assert [r for _, r in outs["int4"]] == [False, True], outs["int4"]
+    assert outs["none"][0][0] == outs["none"][1][0] and outs["int4"][0][0] == outs["int4"][1][0]
+    assert len(list(tmp_path.glob("*.plan"))) == 2

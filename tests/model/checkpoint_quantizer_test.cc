@@ -7,7 +7,7 @@
 //      the tool writes a static input_scale, the writer FP8_DYNAMIC (per-token scales, no
 //      input_scale, nothing to calibrate);
 //   2. Pagoda loads what it wrote: the model's logits equal those of the same source quantized on
-//      line where the mappings coincide (GPTQ w4 g128 sym = --quantization int4, w8a16 channel
+//      line where the mappings coincide (GPTQ w4 g32 sym = --quantization int4, w8a16 channel
 //      with f16 scales = int8, fp8 = fp8), and every variant's KL against the unquantized forward
 //      is bounded;
 //   3. refusals: an already-quantized input, a group that does not divide a linear's inputs, a
@@ -164,12 +164,15 @@ TEST(CheckpointQuantizer, PagodaLoadsWhatItWrote) {
     WeightQuantization online;
   };
   // Where the written format and the on-line mode are the same weights.
-  const Same same[] = {{"llama3-gptq-w4g128", WeightQuantization::kInt4},
+  const Same same[] = {{"qwen2-gptq-w4g32", WeightQuantization::kInt4},
                        {"llama3-ct-w8a16-channel-f16", WeightQuantization::kInt8},
                        {"llama3-ct-fp8-channel", WeightQuantization::kFp8}};
   std::vector<Variant> variants(std::begin(kVariants), std::end(kVariants));
   variants.push_back({"llama3-ct-w8a16-channel-f16", "llama3",
                       spec(Format::kCompressedTensors, 8, -1, true, false, quant::ScaleRounding::kFp16)});
+  // Mixtral: one packed module per expert (hidden size 64: groups of 32).
+  variants.push_back({"mixtral-gptq-w4g32", "mixtral", spec(Format::kGptq, 4, 32, true)});
+  variants.push_back({"mixtral-w8a16", "mixtral", spec(Format::kCompressedTensors, 8, -1, true)});
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     const std::string src = models(std::string("tiny/") + v.source);
