@@ -51,7 +51,7 @@ inline void add_quantization_option(CLI::App* app, WeightQuantization& q) {
   app->add_option_function<std::string>(
          "--quantization,-q",
          [&q](const std::string& name) { q = *parse_weight_quantization(name); },
-         "Quantize a 16-bit checkpoint's linear weights at load: int4 (group-wise RTN, group 32, as Q4_0), int8 "
+         "Quantize a 16-bit checkpoint's linear weights at load: int4 (RTN in blocks of 32 as llama.cpp's Q4_0), int8 "
          "(per-channel RTN, as Q8_0), fp8 (E4M3, per-channel scales; runs as bf16), none")
       ->check(CLI::Validator(
           [](std::string& v) {

@@ -99,12 +99,13 @@ Tensor quantize_tensor(const Tensor& src, DType format, WeightQuantization q) {
   for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerChunk) {
     const int64_t n = std::min(kRowsPerChunk, rows - r0);
     for (int64_t r = 0; r < n; ++r) quant::dequantize_row(src.dtype(), src.row_ptr(r0 + r), f.data() + r * k, k);
-    if (q == WeightQuantization::kFp8) {
+    if (q == WeightQuantization::kInt4) {
+      for (int64_t r = 0; r < n; ++r) quant::quantize_row(DType::kQ4_0, f.data() + r * k, out.row_ptr(r0 + r), k);
+    } else if (q == WeightQuantization::kFp8) {
       const quant::Fp8Rows fp8 = quant::fp8_e4m3_per_row(f.data(), n, k);
       quant::fp8_rows_to_bf16(fp8, n, k, reinterpret_cast<uint16_t*>(out.row_ptr(r0)));
     } else {
-      const quant::GroupedIntWeight w =
-          quant::rtn_gptq(f.data(), n, k, q == WeightQuantization::kInt4 ? 4 : 8, group, /*symmetric=*/true);
+      const quant::GroupedIntWeight w = quant::rtn_gptq(f.data(), n, k, 8, group, /*symmetric=*/true);
       quant::write_native_rows(w, format, out.row_ptr(r0));
     }
   }

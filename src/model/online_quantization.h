@@ -4,12 +4,14 @@
 // repacking, the CUDA upload and kernels, and the memory planner see an ordinary Q4_0 / Q8_0 / BF16
 // weight:
 //
-//   int4  GPTQ's symmetric RTN, group 32, scale = fp16(2 max|w| / 15), codes w / scale + 8
-//         clamped to [0, 15]  ->  Q4_0 (d = scale), exact. Group 32, not GPTQ's default 128: a Q4_0
-//         row stores one fp16 scale per 32 weights whatever the group, so the smaller group costs
-//         no byte and no time, and it halves the error (SmolLM2-135M over the Vim manual: KL 0.41
-//         at group 128/64, docs/quantization.md; decisions.md#d-quant-1). The weights equal a GPTQ
-//         w4 g32 sym RTN checkpoint's (`pagoda quantize --format gptq --group-size 32`).
+//   int4  ggml's Q4_0 rule (llama.cpp's quantize_row_q4_0_ref; quant::quantize_row), groups of 32:
+//         d = the block's signed extreme / -8, code = min(15, trunc(w / d + 8.5))  ->  Q4_0, the
+//         bytes llama-quantize writes for that tensor. Not GPTQ's g128 rule (scale 2 max|w| / 15,
+//         zero 8): a Q4_0 row stores one fp16 scale per 32 weights whatever the group, so group 32
+//         costs no byte, and the ggml rule keeps each block's largest weight exact where GPTQ's
+//         clips a positive extreme to 7 / 7.5 of it. SmolLM2-135M over the Vim manual, KL against
+//         f16: 0.41 (GPTQ g128/64), 0.33 (GPTQ g32), 0.23 (this rule) (docs/quantization.md;
+//         decisions.md#d-quant-1).
 //   int8  GPTQ's symmetric RTN, one group per output channel (W8A16's per-channel scales), scale =
 //         fp16(2 max|row| / 255), codes + 128 in [0, 255]  ->  Q8_0 (d = scale, q = code - 128), exact.
 //   fp8   E4M3 weights with one f32 scale per output channel (max|row| / 448), as an FP8 W8A8

@@ -7,8 +7,8 @@
 //      the tool writes a static input_scale, the writer FP8_DYNAMIC (per-token scales, no
 //      input_scale, nothing to calibrate);
 //   2. Pagoda loads what it wrote: the model's logits equal those of the same source quantized on
-//      line where the mappings coincide (GPTQ w4 g32 sym = --quantization int4, w8a16 channel
-//      with f16 scales = int8, fp8 = fp8), and every variant's KL against the unquantized forward
+//      line where the mappings coincide (w8a16 channel with f16 scales = --quantization int8, fp8 =
+//      fp8; int4 is ggml's Q4_0 rule, no checkpoint format's), and every variant's KL against the unquantized forward
 //      is bounded;
 //   3. refusals: an already-quantized input, a group that does not divide a linear's inputs, a
 //      non-empty output directory, invalid specs.
@@ -164,8 +164,7 @@ TEST(CheckpointQuantizer, PagodaLoadsWhatItWrote) {
     WeightQuantization online;
   };
   // Where the written format and the on-line mode are the same weights.
-  const Same same[] = {{"qwen2-gptq-w4g32", WeightQuantization::kInt4},
-                       {"llama3-ct-w8a16-channel-f16", WeightQuantization::kInt8},
+  const Same same[] = {{"llama3-ct-w8a16-channel-f16", WeightQuantization::kInt8},
                        {"llama3-ct-fp8-channel", WeightQuantization::kFp8}};
   std::vector<Variant> variants(std::begin(kVariants), std::end(kVariants));
   variants.push_back({"llama3-ct-w8a16-channel-f16", "llama3",

@@ -2,10 +2,11 @@
 // tiny models, f32 / f16 / bf16 checkpoints in Hugging Face and GGUF form, dense and MoE:
 //   1. every decoder linear becomes the mode's native rows (Q4_0 / Q8_0 / BF16), and their values
 //      are the plain round-to-nearest of the source weight written here (double arithmetic, its
-//      own E4M3 table): equal except where the two land on opposite sides of a rounding tie, and
-//      within the RTN error budget of the source (half a step: scale / 2 for the integer modes,
-//      half an E4M3 ulp plus the bf16 rounding for fp8); embeddings, lm_head, norms, routers and
-//      biases are the source's own tensors;
+//      own E4M3 table; int4 ggml's Q4_0 rule, int8 GPTQ's per-channel rule): equal except where
+//      the two land on opposite sides of a rounding tie, and within the RTN error budget of the
+//      source (half a step; half an E4M3 ulp plus the bf16 rounding for fp8); embeddings, lm_head,
+//      norms, routers and biases are the source's own tensors; int4's rows are byte-identical to
+//      the Q4_0 GGUF files of the same models (the gguf package's quantizer = llama-quantize's);
 //   2. the quantized model against the same checkpoint's unquantized forward: greedy agreement and
 //      the KL divergence per position, reported and bounded per mode;
 //   3. the weight bytes the memory check sees are the quantized rows';
@@ -90,8 +91,21 @@ void check_row(WeightQuantization q, const float* w, const float* got, int64_t k
         // half an E4M3 ulp (2^-4 relative; 2^-10 x s among the subnormals), then bf16's 2^-9
         budget = (std::abs(w[j]) * std::ldexp(1.0, -4) + s * std::ldexp(1.0, -10)) * (1 + std::ldexp(1.0, -8)) +
                  std::abs(w[j]) * std::ldexp(1.0, -8);
+      } else if (q == WeightQuantization::kInt4) {
+        // ggml's Q4_0: d = the block's signed extreme / -8, code = min(15, trunc(w / d + 8.5)), stored fp16(d)
+        double ext = 0;
+        for (int64_t i = g0; i < g0 + group; ++i)
+          if (std::abs(static_cast<double>(w[i])) > std::abs(ext)) ext = w[i];
+        const double d = ext / -8;
+        const double unclamped = d == 0 ? 8 : std::trunc(w[j] / d + 8.5);
+        const double code = std::min(15.0, unclamped);
+        const double dh = fp16_round(d);
+        want = dh * (code - 8);
+        // half a step, plus the fp16 rounding of d over up to 8 steps; the side opposite the extreme
+        // clamps at code 15 (7 d): up to a whole step there (the format's own rule)
+        budget = std::abs(d) * ((unclamped > 15 ? 1.0 : 0.5) + 8 * std::ldexp(1.0, -11)) + 1e-12;
       } else {
-        const int bits = q == WeightQuantization::kInt4 ? 4 : 8;
+        const int bits = 8;
         const double maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
         // GPTQ's symmetric range: [-amax, amax], or [0, amax] for a group without negative weights
         const double s = amax == 0 ? fp16_round(2.0 / maxq) : fp16_round((lo < 0 ? 2 * amax : amax) / maxq);
@@ -171,9 +185,37 @@ TEST(OnlineQuantization, WeightsAreThePlainRoundToNearest) {
   }
 }
 
+// int4 is llama-quantize's Q4_0: the linears of a Q4_0 GGUF written from the same f32 weights are
+// the same bytes.
+TEST(OnlineQuantization, Int4RowsAreTheQ4_0FilesBytes) {
+  for (const char* m : {"tiny/qwen2", "tiny/mixtral"}) {
+    SCOPED_TRACE(m);
+    auto f32 = load_weight_source(model_path(m) + "/model-f32.gguf");
+    auto q4 = load_weight_source(model_path(m) + "/model-q4_0.gguf");
+    ASSERT_TRUE(f32.ok() && q4.ok());
+    auto config = model_config_from_source(**f32);
+    ASSERT_TRUE(config.ok());
+    auto quantized = quantize_weight_source(std::move(*f32), *config, WeightQuantization::kInt4, 2);
+    ASSERT_TRUE(quantized.ok()) << quantized.status().to_string();
+    int same = 0;
+    for (const TensorDecl& d : family_of(*config).tensor_table(*config)) {
+      if (!online_quantized_format(d, WeightQuantization::kInt4)) continue;
+      const Tensor* got = (*quantized)->find(d.gguf_name);
+      const Tensor* want = (*q4)->find(d.gguf_name);
+      ASSERT_TRUE(got && want) << d.gguf_name;
+      if (want->dtype() != DType::kQ4_0) continue;  // the file's mix keeps some tensors in another type
+      ASSERT_EQ(got->nbytes(), want->nbytes()) << d.gguf_name;
+      EXPECT_EQ(std::memcmp(got->data(), want->data(), static_cast<size_t>(got->nbytes())), 0) << d.gguf_name;
+      ++same;
+    }
+    EXPECT_GE(same, 2 * config->num_layers) << "too few Q4_0 linears compared";
+    std::printf("[online-quant] %s: %d int4 linears byte-identical to model-q4_0.gguf's\n", m, same);
+  }
+}
+
 // Greedy agreement and KL(16-bit || quantized) per position, for each model and mode, against
 // bounds of about twice the largest measured on these random tiny models (printed; KL means, all
-// six models: int4 0.11-0.29, int8 0.9e-3-2.9e-3, fp8 7e-3-4.2e-2: E4M3's 3 mantissa bits are a
+// six models: int4 0.09-0.22, int8 0.9e-3-2.9e-3, fp8 7e-3-4.2e-2: E4M3's 3 mantissa bits are a
 // coarser grid than int8's per-channel steps for these Gaussian-like rows). Random weights have no
 // outliers for RTN to clip and no redundancy to hide the error: a trained model's KL is far lower
 // (docs/quantization.md). The weights themselves are checked exactly by the test above.
