@@ -7,9 +7,13 @@
 #   check   GPU references (tools/make_gpu_references.py), the GPU test tier (ops, model parity,
 #           engine), a stories260K generation, a Llama-3.2-1B-shaped smoke benchmark
 #   tests   GPU references + the whole GPU test tier
-#   gateway the gateway's overhead (scripts/bench_gateway.sh, stories260K, 8 interleaved rounds, 64
-#           streams) with worker, gateway and client on cores of their own: a CPU worker, then a
-#           CUDA worker (needs pagoda-gateway in the pack)
+#   gateway the gateway's overhead (scripts/bench_gateway.sh: 64 streams, sequential runs for
+#           throughput and CPU per token, paired interleaved runs for TTFT, 5 rounds) with worker
+#           (2 cores), gateway (2 I/O threads on 2 cores) and client on cores of their own: a CPU
+#           worker on stories260K, a CUDA worker on the random Llama-3.2-1B shape with a 512-token
+#           vocabulary (stories260K's tokenizer; model 1bv512), a CUDA worker on stories260K (~60k
+#           tokens/s: the gateway's worst case); about 135 s (+ ~30 s making the 1B model if absent;
+#           a baseline arm adds ~40 %). Needs pagoda-gateway in the pack
 #   bench   Llama-3-8B and Llama-3.2-1B-shaped random BF16 models (SHAPES to choose): pagoda bench
 #           (decode at batch 1/8/64 with graphs on and off, prefill 8192), offline throughput
 #           (1000 requests of 128/128 and of 1000/1000) and the transformers baseline
@@ -25,8 +29,22 @@ SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 BUDGET=${PAGODA_GPU_BUDGET_S:-560}
 PG=/tmp/pg
-if [ ! -x $PG/bin/pagoda ]; then
-  mkdir -p $PG && tar -xJf .gpu/pack.tar.xz -C $PG || { echo "no .gpu/pack.tar.xz (carry .gpu)"; exit 1; }
+# Unpacked once per package: a warm machine keeps /tmp/pg between calls, a new package replaces it.
+pack_id=$(md5sum .gpu/pack.tar.xz 2>/dev/null | cut -c1-32)
+if [ -z "$pack_id" ]; then echo "no .gpu/pack.tar.xz (carry .gpu)"; exit 1; fi
+if [ "$(cat $PG/.pack_id 2>/dev/null)" != "$pack_id" ]; then
+  rm -rf $PG && mkdir -p $PG && tar -xJf .gpu/pack.tar.xz -C $PG && echo "$pack_id" > $PG/.pack_id ||
+    { echo "cannot unpack .gpu/pack.tar.xz"; exit 1; }
+fi
+# The tiny test models, when the package does not carry them (gpu_pack.sh): made here, every
+# file's sha256 checked against testdata/reference/models.json (the script fails otherwise).
+export PYTHONPATH=$PG/site${PYTHONPATH:+:$PYTHONPATH}
+if [ ! -d $PG/models/tiny ]; then
+  mkdir -p $PG/models
+  python3 tools/make_tiny_models.py --check --shared $PG/shared --out $PG/models/tiny >/tmp/make_tiny_models.log 2>&1 &&
+    python3 tools/make_quantized_checkpoint.py --src $PG/models/tiny --out $PG/models/tiny/quant >>/tmp/make_tiny_models.log 2>&1 &&
+    python3 tools/make_draft_heads.py --out $PG/models/tiny >>/tmp/make_tiny_models.log 2>&1 ||
+    { echo "tiny models: not made or not identical (the GPU tests that read them fail):"; tail -5 /tmp/make_tiny_models.log; }
 fi
 export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA_DIR=$PWD/testdata
@@ -105,7 +123,7 @@ bench_model() {  # SHAPE
 # deadline, capped by what is left of PAGODA_GPU_BUDGET_S):
 #   env       GPU name, clocks, driver
 #   alltests  GPU references and every GPU test
-#   m8b m1b   make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
+#   m8b m1b   (m8bpeaked: the peaked 8B of spec8b, same shape and work) make the random BF16 model; pagoda bench: prefill 8192 (query tile 128, then 64),
 #             decode tg128 at batch 1/8/64 with graphs on and off; offline throughput 1000 x 128/128
 #             (one run per --max-num-seqs in TP128_SEQS, default 256; TP_KV: the KV dtype)
 #   tp128_8b tp128_1b  only the 1000 x 128/128 runs of m8b / m1b (TP128_SEQS, TP_KV)
@@ -142,6 +160,8 @@ bench_model() {  # SHAPE
 #             against bf16 (stage_onlinequant; about 170 s with the 1B model made)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
+#   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
+#             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
 stage_onlinequant() {
   local f=$PAGODA_MODELS_DIR/tiny/llama3/model-f16.gguf q m
   TAILN=3 step oq_base 30 $PAGODA perplexity $f -f README.md -c 64 --chunks 4 --device cuda --kv-dtype f32 --save-logits /tmp/oq.kl --json
@@ -160,9 +180,11 @@ stage_alltests() {
 }
 # 8bpeaked: the 8B shape with a peaked next-token distribution (make_random_llama.py --peaked: a
 # greedy continuation that survives a change of kernels, for the speculative-decoding replay).
-model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; 8bpeaked) echo $SHM/llama3-8b-peaked ;; esac; }
-model_shape() { case $1 in 8b|8bpeaked) echo llama3-8b ;; 1b) echo llama3.2-1b ;; esac; }
-model_flags() { case $1 in 8bpeaked) echo --peaked ;; esac; }
+# 1bv512: the Llama-3.2-1B shape with stories260K's 512-token vocabulary (served with that
+# tokenizer, every generated id has a text piece, so a stream has an event per token).
+model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; 1bv512) echo $SHM/llama3.2-1b-v512 ;; 8bpeaked) echo $SHM/llama3-8b-peaked ;; esac; }
+model_shape() { case $1 in 8b|8bpeaked) echo llama3-8b ;; 1b|1bv512) echo llama3.2-1b ;; esac; }
+model_flags() { case $1 in 8bpeaked) echo --peaked ;; 1bv512) echo --vocab-size 512 ;; esac; }
 ensure_model() {
   [ -f "$(model_dir $1)/config.json" ] ||
     step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)" $(model_flags $1)
@@ -222,16 +244,31 @@ print('[cuda-serve]', json.load(urllib.request.urlopen(req, timeout=30))['choice
 # against the CPU; the JSON-schema / regex / grammar / choice corpora through `pagoda serve
 # --device cuda` (needs pytest, openai and jsonschema in the machine's python; skipped with a line
 # saying so otherwise); batch-64 decode with a JSON-schema constraint on every request against
-# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape (with
-# stories260K's tokenizer), with the corpus's compile times.
+# unconstrained (interleaved rounds) on stories260K and on the random Llama-3.2-1B shape, with the
+# corpus's compile times (stage_sbench).
 stage_structured() {
   step plp 150 $TESTS --gtest_filter='CudaOps.RowLogprobsMatchTheCpu:CudaOps.LogitBiasAndMaskedLogprobsMatchTheCpu:CudaEngine.PromptLogprobsMatchTheCpu'
   stage_corpus
+  stage_sbench
+}
+# Batch-64 decode, every request constrained to people.json vs none, 4 alternating rounds each:
+# stories260K (its own 512-token vocabulary: a 0.5 ms step, the harshest ratio), the random
+# Llama-3.2-1B shape with stories260K's tokenizer, and the same shape with GPT-2's 50,257-token
+# vocabulary (tokenizers/vocab-vectors, a real vocabulary's grammar walk and 6.3 KB masks per
+# request-step). Each prints the rounds, the median ratio and the mask time per request-step, and
+# fails if an output of its batched run is not valid under the schema. First the GPU test of
+# constrained requests with n-gram and draft-model speculation (device verification, greedy
+# output equal to plain constrained decoding in batch-invariant mode).
+stage_sbench() {
   local stories=$PG/shared/models/stories260K/stories260K.gguf
+  local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
+  TAILN=4 step sspec 90 $TESTS --gtest_filter='CudaEngine.ConstrainedOutputWithSpeculationKeepsGreedyOutput'
   TAILN=10 step sbench_stories 120 $PAGODA bench throughput -m $stories --device cuda --json-schema bench/schemas/people.json \
     --schema-dir bench/schemas/corpus --num-prompts 64 --input-len 64 --output-len 256 --rounds 4 --sequential 0
   ensure_model 1b
   TAILN=10 step sbench_1b 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $stories --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
+  [ -f "$gpt2" ] && TAILN=10 step sbench_1b_gpt2 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
@@ -440,13 +477,23 @@ stage_gateway() {
   local m=$PG/shared/models/stories260K/stories260K.gguf
   [ -x $PG/bin/pagoda-gateway ] || { log "gateway: no pagoda-gateway in the pack (ninja -C build-cuda pagoda_gateway_cli, then gpu_pack.sh)"; return; }
   # With bin/pagoda-gateway-baseline in the pack (gpu_pack.sh PAGODA_PACK_BASELINE_GATEWAY), a third
-  # arm in the same rounds: new / baseline ratios of TTFT and CPU per token.
-  local base= n=${GATEWAY_ROUNDS:-8} lim=200
-  [ -x $PG/bin/pagoda-gateway-baseline ] && base=$PG/bin/pagoda-gateway-baseline && lim=280
-  TAILN=18 step gateway_cpu $lim env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
-    BASELINE_GATEWAY=$base WORKER_ARGS="--device cpu" scripts/bench_gateway.sh $m $n
-  TAILN=18 step gateway_cuda $lim env PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=2 GATEWAY_CPUS=4 CLIENT_CPUS=6 \
-    BASELINE_GATEWAY=$base WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
+  # arm in the same rounds: new / baseline ratios of CPU per token and the baseline's paired TTFT.
+  local base= n=${GATEWAY_ROUNDS:-5} k=1
+  [ -x $PG/bin/pagoda-gateway-baseline ] && base=$PG/bin/pagoda-gateway-baseline && k=2
+  step gateway_cpus 10 bash -c 'lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node0)"; lscpu -e=CPU,CORE,SOCKET | head -12'
+  # One CPU of each physical core, core 0 left out: worker on two cores, gateway on two, client on one.
+  local c=($(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -k1,1n | awk -F, '!seen[$2]++ {print $1}'))
+  [ ${#c[@]} -ge 6 ] || c=(0 2 3 6 7 10)
+  log "gateway: worker on CPUs ${c[1]},${c[2]}, gateway on ${c[3]},${c[4]}, client on ${c[5]}"
+  local pin=(PAGODA_BIN_DIR=$PG/bin WORKER_CPUS=${c[1]},${c[2]} GATEWAY_CPUS=${c[3]},${c[4]} GATEWAY_THREADS=2
+             CLIENT_CPUS=${c[5]} BASELINE_GATEWAY=$base)
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cpu $((90 * k)) env "${pin[@]}" PAIRED_PROMPTS=256 LATENCY_PROMPTS=32 WORKER_ARGS="--device cpu" \
+    scripts/bench_gateway.sh $m $n
+  ensure_model 1bv512
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cuda_1b $((90 * k)) env "${pin[@]}" NUM_PROMPTS=512 PAIRED_PROMPTS=384 LATENCY_PROMPTS=32 \
+    WORKER_ARGS="--device cuda --tokenizer $m" scripts/bench_gateway.sh "$(model_dir 1bv512)" $n
+  TAILN=$((12 + 8 * (k - 1))) step gateway_cuda_260k $((45 * k)) env "${pin[@]}" NUM_PROMPTS=1024 PAIRED_PROMPTS=512 LATENCY_PROMPTS=32 \
+    WORKER_ARGS="--device cuda" scripts/bench_gateway.sh $m $n
 }
 
 stage_bench() {
@@ -464,6 +511,7 @@ for s in "$@"; do
     env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; ls /usr/local/cuda/bin | tr "\n" " "; command -v ncu nsys' ;;
     alltests) stage_alltests ;;
     m8b) stage_model 8b ;;
+    m8bpeaked) stage_model 8bpeaked ;;
     m1b) stage_model 1b ;;
     hf8b) stage_hf 8b ;;
     hf1b) stage_hf 1b ;;
@@ -491,6 +539,7 @@ for s in "$@"; do
     ncu1b) stage_ncu_model 1b ;;
     serve) stage_serve ;;
     structured) stage_structured ;;
+    sbench) stage_sbench ;;
     onlinequant) stage_onlinequant ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;

@@ -136,6 +136,9 @@ def main():
                     help="a peaked next-token distribution (embedding scale A, default 16)")
     ap.add_argument("--num-layers", type=int, default=None,
                     help="fewer layers than the shape (a quick CPU check of the head's statistics at full width)")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="another vocabulary size than the shape's, e.g. that of a tokenizer served with it "
+                         "(`pagoda serve --tokenizer`: 512 for stories260K's, so that every id has a piece)")
     args = ap.parse_args()
     table = shapes()
     if args.shape != "small" and args.shape not in table:
@@ -144,6 +147,8 @@ def main():
     tied = s.pop("tie_word_embeddings", False) and args.peaked is None
     if args.num_layers is not None:
         s["num_hidden_layers"] = args.num_layers
+    if args.vocab_size is not None:
+        s["vocab_size"] = args.vocab_size
     H, I, L, V = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
     heads, kv = s["num_attention_heads"], s["num_key_value_heads"]
     hd = H // heads

@@ -7,7 +7,8 @@
       (one already quantized file as it was shipped, reported as type "given"; nothing is quantized)
   .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc --bench-only [--rounds 3]
       (speed only: per type, pp512 / tg128 of both engines in alternating rounds, the best round of
-      each; written to OUT/NAME-bench.json, the quality results are left as they are)
+      each, wall-clock and per process-CPU-second (the rate that does not move with other tenants'
+      load, at one thread); written to OUT/NAME-bench.json, the quality results are left as they are)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -165,27 +166,29 @@ def pagoda_greedy_cli(model: str, prompt: str, n: int, threads: int) -> list:
 
 
 def bench_pagoda(model: str, threads: int) -> tuple:
+    """(pp512, tg128, pp512 per CPU second, tg128 per CPU second) tok/s of `pagoda bench`; Nones on failure."""
     r = subprocess.run([PAGODA, "bench", "-m", model, "-p", "512", "-n", "128", "-t", str(threads), "-r", "2", "--json"],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        return None, None
+        return None, None, None, None
     j = json.loads(r.stdout[r.stdout.index("{"):])
-    pp = tg = None
+    pp = tg = pp_cpu = tg_cpu = None
     for rec in j["results"]:
         if rec["test"].startswith("pp"):
-            pp = rec["tokens_per_s"]
+            pp, pp_cpu = rec["tokens_per_s"], rec.get("tokens_per_cpu_s")
         elif rec["test"].startswith("tg"):
-            tg = rec["tokens_per_s"]
-    return pp, tg
+            tg, tg_cpu = rec["tokens_per_s"], rec.get("tokens_per_cpu_s")
+    return pp, tg, pp_cpu, tg_cpu
 
 
 def bench_llama(model: str, threads: int) -> tuple:
+    """The same four figures of llama.cpp (scripts/peer_bench.py, best of its repetitions)."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "peer_bench.py"), model, "--threads", str(threads),
                         "--pp", "512", "--tg", "128", "--reps", "2"], capture_output=True, text=True)
     if r.returncode != 0:
-        return None, None
+        return None, None, None, None
     j = json.loads(r.stdout.strip().splitlines()[-1])
-    return j["pp_tok_s"], j["tg_tok_s"]
+    return j["pp_tok_s"], j["tg_tok_s"], j["pp_tok_per_cpu_s"], j["tg_tok_per_cpu_s"]
 
 
 def dtype_mix(model: str) -> str:
@@ -267,8 +270,8 @@ def main() -> None:
                         same += 1
                     row["greedy"] = same
             if not a.no_bench and row.get("loads"):
-                row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)
-                row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)
+                row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)[:2]
+                row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)[:2]
             row["done"] = True
         except Exception as e:  # noqa: BLE001 - reported per row
             row["error"] = f"{type(e).__name__}: {e}"
@@ -301,9 +304,9 @@ def bench_types(a) -> None:
                 rec[eng] = bench_pagoda(qpath, a.threads) if eng == "pagoda" else bench_llama(qpath, a.threads)
             row["rounds"].append(rec)
         for eng in ("pagoda", "llama"):
-            pps = [rec[eng][0] for rec in row["rounds"] if rec[eng][0]]
-            tgs = [rec[eng][1] for rec in row["rounds"] if rec[eng][1]]
-            row[f"{eng}_pp"], row[f"{eng}_tg"] = (max(pps) if pps else None), (max(tgs) if tgs else None)
+            for i, key in enumerate(("pp", "tg", "pp_cpu", "tg_cpu")):
+                vals = [rec[eng][i] for rec in row["rounds"] if rec[eng][i]]
+                row[f"{eng}_{key}"] = max(vals) if vals else None
         row["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
         row["done"] = True
         if not a.keep and not a.given:
@@ -311,13 +314,16 @@ def bench_types(a) -> None:
         results[ty] = row
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, json.dumps({k: v for k, v in row.items() if k != "rounds"}))
-    print(f"| {a.name} type | tensors (2-d) | MB | pp512 Pagoda / llama.cpp | ratio | tg128 Pagoda / llama.cpp | ratio | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    def ratio(r, key):
+        return r[f"pagoda_{key}"] / r[f"llama_{key}"] if r.get(f"pagoda_{key}") and r.get(f"llama_{key}") else None
+    print(f"| {a.name} type | tensors (2-d) | MB | pp512 P / L (wall) | per CPU-s | ratio | tg128 P / L (wall) | per CPU-s "
+          f"| ratio | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for ty, r in results.items():
-        pr = r["pagoda_pp"] / r["llama_pp"] if r.get("pagoda_pp") and r.get("llama_pp") else None
-        tr = r["pagoda_tg"] / r["llama_tg"] if r.get("pagoda_tg") and r.get("llama_tg") else None
         print(f"| {ty} | {r['mix']} | {r['size_mb']} | {fmt(r.get('pagoda_pp'), '.0f')} / {fmt(r.get('llama_pp'), '.0f')} "
-              f"| {fmt(pr, '.2f')}x | {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} | {fmt(tr, '.2f')}x "
+              f"| {fmt(r.get('pagoda_pp_cpu'), '.0f')} / {fmt(r.get('llama_pp_cpu'), '.0f')} | {fmt(ratio(r, 'pp_cpu'), '.2f')}x "
+              f"| {fmt(r.get('pagoda_tg'), '.1f')} / {fmt(r.get('llama_tg'), '.1f')} "
+              f"| {fmt(r.get('pagoda_tg_cpu'), '.1f')} / {fmt(r.get('llama_tg_cpu'), '.1f')} | {fmt(ratio(r, 'tg_cpu'), '.2f')}x "
               f"| {r['load'][0]}-{r['load'][1]} |")
 
 

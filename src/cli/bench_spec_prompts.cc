@@ -39,6 +39,12 @@ class TimedProposer final : public Proposer {
   }
   double draft_cost() const override { return inner_->draft_cost(); }
   void forget(const std::string& id) override { inner_->forget(id); }
+  std::vector<int64_t> hidden_layers() const override { return inner_->hidden_layers(); }
+  void observe_hidden(std::span<const HiddenRows> rows, int64_t width) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    inner_->observe_hidden(rows, width);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   double seconds() const { return seconds_; }
   std::unique_ptr<Proposer> release() { return std::move(inner_); }
 
@@ -132,10 +138,17 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   if (!dev.ok()) return fail(dev.status().to_string());
   const bool cuda = dev->type == Device::kCuda;
   for (const std::string& m : o.methods)
-    if (m != "ngram" && m != "draft") return fail(fmt::format("--spec-method must be ngram or draft, got '{}'", m), 2);
-  const bool has_draft = std::find(o.methods.begin(), o.methods.end(), "draft") != o.methods.end();
-  if (has_draft && o.draft_model.empty()) return fail("--spec-method draft needs --spec-model", 2);
-  if (!has_draft && !o.draft_model.empty()) return fail("--spec-model needs --spec-method draft", 2);
+    if (m != "ngram" && m != "draft" && m != "eagle3" && m != "mtp")
+      return fail(fmt::format("--spec-method must be ngram, draft, eagle3 or mtp, got '{}'", m), 2);
+  auto has = [&](const char* m) { return std::find(o.methods.begin(), o.methods.end(), m) != o.methods.end(); };
+  if (has("draft") + has("eagle3") + has("mtp") > 1)
+    return fail("--spec-method draft, eagle3 and mtp each read --spec-model: run them separately", 2);
+  // The method with a model of its own ("" when only n-gram runs); mtp defaults to the target's.
+  const std::string model_method = has("draft") ? "draft" : has("eagle3") ? "eagle3" : has("mtp") ? "mtp" : "";
+  const bool has_draft = !model_method.empty();
+  if (has_draft && model_method != "mtp" && o.draft_model.empty())
+    return fail(fmt::format("--spec-method {} needs --spec-model", model_method), 2);
+  if (!has_draft && !o.draft_model.empty()) return fail("--spec-model needs --spec-method draft, eagle3 or mtp", 2);
   if (o.prompt_file.empty()) return fail("--spec-method needs --prompt-file (text prompts separated by lines '---')", 2);
   std::vector<std::string> texts = read_prompt_file(o.prompt_file);
   if (texts.empty()) return fail(fmt::format("no prompts in {}", o.prompt_file), 2);
@@ -188,14 +201,14 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   base.disable_by_batch_size = 0;  // every batch size here speculates (the rows are what it costs)
   if (has_draft) {
     cfg.speculative = base;
-    cfg.speculative.method = "draft";
+    cfg.speculative.method = model_method;
     cfg.speculative.model = o.draft_model;
   }
   ThreadPool pool(cuda ? 1 : o.threads);
   auto core_r = EngineCore::create(cfg, std::move(*loaded), pool);
   if (!core_r.ok()) return fail(core_r.status().to_string());
   EngineCore& core = **core_r;
-  std::unique_ptr<Proposer> draft = core.release_proposer();  // the draft model's proposer, if any
+  std::unique_ptr<Proposer> draft = core.release_proposer();  // the draft model's or EAGLE-3 head's proposer, if any
   std::unique_ptr<Proposer> ngram = std::make_unique<NgramProposer>(o.ngram_min, o.ngram_max);
 
   if (!o.json) {
@@ -245,7 +258,7 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
         SpeculativeConfig sc = base;
         sc.method = sums[c].method;
         sc.num_speculative_tokens = sums[c].k;
-        std::unique_ptr<Proposer>& inner = sums[c].method == "draft" ? draft : ngram;
+        std::unique_ptr<Proposer>& inner = sums[c].method == "ngram" ? ngram : draft;
         auto timed = std::make_unique<TimedProposer>(std::move(inner));
         TimedProposer* tp = timed.get();
         core.set_speculation(sc, std::move(timed));

@@ -335,12 +335,14 @@ int run_bench(const BenchOptions& o) {
       machine = cpu_features().brand;
     }
 
+    // KV: sequence 0 holds the prompt test's tokens (or a decode run's), the others a decode run's.
     const int64_t block_size = 16;
     const int64_t max_ctx = std::max(o.prompt, o.gen) + 1;
-    const int64_t blocks_per_seq = (max_ctx + block_size - 1) / block_size;
+    const int64_t blocks_first = (max_ctx + block_size - 1) / block_size;
+    const int64_t blocks_decode = (int64_t{o.gen} + 1 + block_size - 1) / block_size;
     const int64_t seqs = max_batch;
     KvCacheSpec spec;
-    spec.num_blocks = blocks_per_seq * seqs;
+    spec.num_blocks = blocks_first + blocks_decode * (seqs - 1);
     spec.block_size = block_size;
     spec.dtype = *kv_dtype;
     std::unique_ptr<ModelExecutor> ex;
@@ -397,8 +399,10 @@ int run_bench(const BenchOptions& o) {
     };
     const int64_t kv_token_bytes = cfg.kv_bytes_per_token(*kv_dtype);
     std::vector<std::vector<int32_t>> tables(seqs);
-    for (int64_t s = 0; s < seqs; ++s)
-      for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    for (int64_t b = 0; b < blocks_first; ++b) tables[0].push_back(static_cast<int32_t>(b));
+    for (int64_t s = 1; s < seqs; ++s)
+      for (int64_t b = 0; b < blocks_decode; ++b)
+        tables[s].push_back(static_cast<int32_t>(blocks_first + (s - 1) * blocks_decode + b));
     auto token = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size); };
     SamplingParams greedy;
     greedy.temperature = 0;
@@ -411,12 +415,14 @@ int run_bench(const BenchOptions& o) {
           specs[i].logits_row = static_cast<int64_t>(i);
           specs[i].params = &greedy;
         }
-        ex->forward_sample(b, specs, sampled);
+        ex->forward_sample(b, specs, sampled, {});
       } else {
         ex->forward(b);
       }
     };
-    auto report = [&](const std::string& test, int64_t tokens, const std::vector<double>& times, double bytes, double flops) {
+    // times: wall seconds of each run; cpu: this process's CPU seconds (all threads) of the same runs.
+    auto report = [&](const std::string& test, int64_t tokens, const std::vector<double>& times,
+                      const std::vector<double>& cpu, double bytes, double flops) {
       std::vector<double> tps;
       for (double t : times) tps.push_back(tokens / t);
       const Stats s = stats_of(tps);
@@ -427,6 +433,10 @@ int run_bench(const BenchOptions& o) {
       r["tokens_per_s"] = s.mean;
       r["tokens_per_s_stddev"] = s.stddev;
       r["runs"] = times.size();
+      // Per CPU second: on a shared machine the rate that does not move with the other tenants'
+      // load (one thread; with several, spinning workers count too).
+      const double mean_cpu = std::accumulate(cpu.begin(), cpu.end(), 0.0) / cpu.size();
+      if (mean_cpu > 0) r["tokens_per_cpu_s"] = tokens / mean_cpu;
       r["bytes_read"] = bytes;
       r["bandwidth_gb_s"] = bytes / mean_time / 1e9;
       r["bandwidth_ratio"] = bytes / mean_time / bandwidth;
@@ -440,18 +450,22 @@ int run_bench(const BenchOptions& o) {
     if (o.prompt > 0) {
       std::vector<int32_t> ids(o.prompt);
       for (int i = 0; i < o.prompt; ++i) ids[i] = token(i);
-      std::vector<double> times;
+      std::vector<double> times, cpu;
       for (int r = -1; r < o.repeats; ++r) {
         ForwardBatch b;
         b.add_sequence(ids, o.prompt, tables[0], block_size);
+        const double c0 = process_cpu_seconds();
         const auto t0 = std::chrono::steady_clock::now();
         step(b);
-        if (r >= 0) times.push_back(seconds_since(t0));
+        if (r >= 0) {
+          times.push_back(seconds_since(t0));
+          cpu.push_back(process_cpu_seconds() - c0);
+        }
       }
       const double attn_flops = 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * (double(o.prompt) * (o.prompt + 1) / 2);
       const double flops = 2.0 * linear_params * o.prompt + attn_flops + 2.0 * cfg.vocab_size * cfg.hidden_size;
       const double bytes = weights_read(o.prompt) + double(kv_token_bytes) * o.prompt;
-      report(fmt::format("pp{}", o.prompt), o.prompt, times, bytes, flops);
+      report(fmt::format("pp{}", o.prompt), o.prompt, times, cpu, bytes, flops);
     }
     std::vector<bool> graph_modes = {true};
     if (o.compare_graphs && ex->set_graphs_enabled(true)) graph_modes = {true, false};
@@ -459,24 +473,29 @@ int run_bench(const BenchOptions& o) {
       if (o.gen <= 0) break;
       for (bool graphs : graph_modes) {
         ex->set_graphs_enabled(graphs);
-        std::vector<double> times;
+        std::vector<double> times, cpu;
         double bytes = 0;
         for (int r = -1; r < o.repeats; ++r) {
-          double t = 0, run_bytes = 0;
+          double t = 0, c = 0, run_bytes = 0;
           for (int st = 0; st < o.gen; ++st) {
             ForwardBatch b;
             for (int64_t s = 0; s < batch; ++s) b.add_sequence({token(st + s)}, st + 1, tables[s], block_size);
+            const double c0 = process_cpu_seconds();
             const auto t0 = std::chrono::steady_clock::now();
             step(b);
             t += seconds_since(t0);
+            c += process_cpu_seconds() - c0;
             run_bytes += weights_read(batch) + double(kv_token_bytes) * (st + 1) * batch;
           }
-          if (r >= 0) times.push_back(t);
+          if (r >= 0) {
+            times.push_back(t);
+            cpu.push_back(c);
+          }
           bytes = run_bytes;
         }
         std::string name = batch > 1 ? fmt::format("tg{} b{}", o.gen, batch) : fmt::format("tg{}", o.gen);
         if (graph_modes.size() > 1) name += graphs ? " graphs" : " eager";
-        report(name, int64_t(o.gen) * batch, times, bytes, 0);
+        report(name, int64_t(o.gen) * batch, times, cpu, bytes, 0);
       }
     }
     ex->set_graphs_enabled(true);

@@ -9,6 +9,17 @@
 // TPOT = (E2EL - TTFT) / (output tokens - 1); ITL = gaps between successive content chunks.
 // Summary: mean / median / p99 of each, request and token throughput over the benchmark's
 // duration, goodput = requests/s meeting every --goodput SLO (ttft:MS tpot:MS e2el:MS).
+//
+// --compare-url B: a paired A/B comparison in one run. Every prompt is sent twice, once to --url
+// (arm A) and once to B, as adjacent requests in a seeded random order, so the two arms share the
+// client, the arrival process and whatever queue is behind both URLs (a gateway in front of the
+// worker that --url reaches directly): the per-prompt TTFT difference B - A cancels that queue's
+// noise. Reported per arm and as the median of the paired differences and the difference of the
+// arms' median TTFTs, each with a 95 % confidence interval (order statistics of the differences;
+// a bootstrap over pairs). --num-prompts counts the pairs; --max-concurrency caps both arms together.
+// A pair's requests are launched together, so where both URLs lead to one queue, the slower path's
+// request always reaches it second; --jitter-ms (a random wait before each request's clock starts)
+// makes that order random.
 #include <utility>  // before Asio 1.74's awaitable.hpp, which uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -16,6 +27,7 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -44,6 +56,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchServeOptions {
   std::string url = "http://127.0.0.1:8000";
+  std::string compare_url;  // arm B of a paired comparison (empty: none)
   std::string model;
   std::string api_key;
   int num_prompts = 100;
@@ -53,6 +66,7 @@ struct BenchServeOptions {
   int output_len = 64;
   int64_t vocab_size = 0;
   uint64_t seed = 0;
+  double jitter_ms = 0;  // each request waits U(0, jitter_ms) before it is sent
   std::vector<std::string> goodput;
   bool json = false;
 };
@@ -101,7 +115,12 @@ awaitable<std::string> http_get(tcp::endpoint ep, std::string host, std::string 
 }
 
 awaitable<void> run_one(tcp::endpoint ep, const Target& target, const BenchServeOptions& o, std::string body,
-                        Result& r) {
+                        Result& r, double delay_s = 0) {
+  if (delay_s > 0) {  // --jitter-ms: before the request's own clock starts
+    net::steady_timer wait(co_await net::this_coro::executor,
+                           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay_s)));
+    co_await wait.async_wait(use_awaitable);
+  }
   const auto t0 = Clock::now();
   try {
     beast::tcp_stream stream(co_await net::this_coro::executor);
@@ -197,10 +216,65 @@ Summary summarize(std::vector<double> v) {
   return s;
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t h = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + h, v.end());
+  const double hi = v[h];
+  if (v.size() % 2) return hi;
+  return 0.5 * (*std::max_element(v.begin(), v.begin() + h) + hi);
+}
+
+// The paired comparison of --compare-url: ttft_a[i], ttft_b[i] (seconds) of prompt i, both arms
+// completed. Returns the JSON block (milliseconds).
+nlohmann::json paired_ttft(const std::vector<double>& ttft_a, const std::vector<double>& ttft_b, uint64_t seed) {
+  const size_t n = ttft_a.size();
+  nlohmann::json j;
+  j["pairs"] = n;
+  if (n == 0) return j;
+  std::vector<double> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = 1000 * (ttft_b[i] - ttft_a[i]);
+  std::sort(d.begin(), d.end());
+  // A distribution-free 95 % interval of the median difference: the order statistics of 1-based
+  // ranks floor(n/2 - 0.98 sqrt(n)) and ceil(n/2 + 0.98 sqrt(n)) (the normal approximation of the
+  // binomial).
+  const double half = 0.98 * std::sqrt(static_cast<double>(n));
+  const auto at = [&](double rank) {
+    return d[static_cast<size_t>(std::clamp(rank, 0.0, static_cast<double>(n - 1)))];
+  };
+  j["median_diff_ms"] = median_of(d);
+  j["median_diff_ci95_ms"] = {at(std::floor(n / 2.0 - half) - 1), at(std::ceil(n / 2.0 + half) - 1)};
+  j["mean_diff_ms"] = std::accumulate(d.begin(), d.end(), 0.0) / n;
+  // The difference of the arms' medians (what "p50 TTFT added" compares), and a bootstrap over
+  // the pairs (2,000 resamples, percentile interval).
+  j["median_ttft_a_ms"] = 1000 * median_of(ttft_a);
+  j["median_ttft_b_ms"] = 1000 * median_of(ttft_b);
+  j["median_ttft_delta_ms"] = 1000 * (median_of(ttft_b) - median_of(ttft_a));
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<double> deltas, a(n), b(n);
+  for (int rep = 0; rep < 2000; ++rep) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = rng() % n;
+      a[i] = ttft_a[k];
+      b[i] = ttft_b[k];
+    }
+    deltas.push_back(1000 * (median_of(b) - median_of(a)));
+  }
+  std::sort(deltas.begin(), deltas.end());
+  j["median_ttft_delta_ci95_ms"] = {deltas[50], deltas[1949]};
+  return j;
+}
+
 int run_bench_serve(const BenchServeOptions& o) {
   Target target;
   if (!parse_url(o.url, &target)) {
     std::cerr << "pagoda bench serve: cannot parse --url '" << o.url << "' (http://host:port)\n";
+    return 2;
+  }
+  const bool paired = !o.compare_url.empty();
+  Target target_b;
+  if (paired && !parse_url(o.compare_url, &target_b)) {
+    std::cerr << "pagoda bench serve: cannot parse --compare-url '" << o.compare_url << "' (http://host:port)\n";
     return 2;
   }
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || !(o.request_rate > 0)) {
@@ -219,13 +293,16 @@ int run_bench_serve(const BenchServeOptions& o) {
   }
 
   net::io_context ioc(1);
-  tcp::endpoint ep;
-  try {
-    tcp::resolver resolver(ioc);
-    ep = *resolver.resolve(target.host, target.port).begin();
-  } catch (const std::exception& e) {
-    std::cerr << "pagoda bench serve: cannot resolve " << target.host << ":" << target.port << ": " << e.what() << "\n";
-    return 1;
+  tcp::endpoint ep, ep_b;
+  for (auto [t, e] : {std::pair{&target, &ep}, std::pair{&target_b, &ep_b}}) {
+    if (t == &target_b && !paired) break;
+    try {
+      tcp::resolver resolver(ioc);
+      *e = *resolver.resolve(t->host, t->port).begin();
+    } catch (const std::exception& x) {
+      std::cerr << "pagoda bench serve: cannot resolve " << t->host << ":" << t->port << ": " << x.what() << "\n";
+      return 1;
+    }
   }
   // Model name and vocabulary size from /v1/models.
   std::string model = o.model;
@@ -269,7 +346,25 @@ int run_bench_serve(const BenchServeOptions& o) {
                      {"stream_options", {{"include_usage", true}}}};
     bodies.push_back(b.dump());
   }
-  std::vector<double> arrivals(o.num_prompts, 0.0);
+  // Request i sends prompt prompt_of[i] to arm arm_of[i] (1: --compare-url). Paired: each prompt
+  // twice, adjacent, in a seeded random order within the pair.
+  const int num_requests = paired ? 2 * o.num_prompts : o.num_prompts;
+  std::vector<int> prompt_of(num_requests), arm_of(num_requests, 0);
+  for (int i = 0; i < num_requests; ++i) prompt_of[i] = paired ? i / 2 : i;
+  if (paired) {
+    for (int p = 0; p < o.num_prompts; ++p) {
+      const int first = static_cast<int>(rng() & 1);
+      arm_of[2 * p] = first;
+      arm_of[2 * p + 1] = 1 - first;
+    }
+  }
+  std::vector<double> jitter(num_requests, 0.0);
+  if (o.jitter_ms > 0) {
+    std::mt19937_64 jrng(o.seed ^ 0x5bd1e995ull);  // its own stream: prompts and arrivals stay as without it
+    std::uniform_real_distribution<double> u(0.0, o.jitter_ms / 1000.0);
+    for (auto& x : jitter) x = u(jrng);
+  }
+  std::vector<double> arrivals(num_requests, 0.0);
   if (std::isfinite(o.request_rate)) {
     std::exponential_distribution<double> gap(o.request_rate);
     double t = 0;
@@ -279,7 +374,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     }
   }
 
-  std::vector<Result> results(o.num_prompts);
+  std::vector<Result> results(num_requests);
   int in_flight = 0;
   net::steady_timer slot(ioc, Clock::time_point::max());
   const auto start = Clock::now();
@@ -287,7 +382,7 @@ int run_bench_serve(const BenchServeOptions& o) {
   int ended = 0;
   auto driver = [&]() -> awaitable<void> {
     auto ex = co_await net::this_coro::executor;
-    for (int i = 0; i < o.num_prompts; ++i) {
+    for (int i = 0; i < num_requests; ++i) {
       net::steady_timer wait(ex, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
       co_await wait.async_wait(use_awaitable);
       while (o.max_concurrency > 0 && in_flight >= o.max_concurrency) {
@@ -295,9 +390,12 @@ int run_bench_serve(const BenchServeOptions& o) {
         co_await slot.async_wait(net::redirect_error(use_awaitable, ec));
       }
       ++in_flight;
-      net::co_spawn(ex, run_one(ep, target, o, std::move(bodies[i]), results[i]), [&](std::exception_ptr) {
+      const bool b = arm_of[i] == 1;
+      // A pair's first request copies the prompt's body (its second one still needs it).
+      std::string body = paired && i % 2 == 0 ? bodies[prompt_of[i]] : std::move(bodies[prompt_of[i]]);
+      net::co_spawn(ex, run_one(b ? ep_b : ep, b ? target_b : target, o, std::move(body), results[i], jitter[i]), [&](std::exception_ptr) {
         --in_flight;
-        progress.update(++ended, o.num_prompts);
+        progress.update(++ended, num_requests);
         slot.cancel_one();
       });
     }
@@ -339,7 +437,7 @@ int run_bench_serve(const BenchServeOptions& o) {
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
   j["completed"] = completed;
-  j["failed"] = o.num_prompts - completed;
+  j["failed"] = num_requests - completed;
   if (!first_error.empty()) j["first_error"] = first_error;
   j["duration_s"] = duration;
   j["total_input_tokens"] = static_cast<int64_t>(completed) * o.input_len;
@@ -358,6 +456,43 @@ int run_bench_serve(const BenchServeOptions& o) {
   put("tpot", s_tpot);
   put("itl", s_itl);
   put("e2el", s_e2el);
+  if (paired) {
+    // Per arm (A: --url, B: --compare-url), and the pairs where both requests completed.
+    nlohmann::json arms = nlohmann::json::array();
+    std::vector<std::vector<double>> arm_ttft(2), arm_e2el(2), arm_tpot(2);
+    std::vector<int> arm_done(2, 0);
+    for (int i = 0; i < num_requests; ++i) {
+      const Result& r = results[i];
+      if (!r.ok) continue;
+      ++arm_done[arm_of[i]];
+      arm_ttft[arm_of[i]].push_back(r.ttft);
+      arm_e2el[arm_of[i]].push_back(r.latency);
+      if (r.output_tokens > 1) arm_tpot[arm_of[i]].push_back((r.latency - r.ttft) / (r.output_tokens - 1));
+    }
+    for (int a = 0; a < 2; ++a) {
+      nlohmann::json arm{{"url", a ? o.compare_url : o.url}, {"completed", arm_done[a]}};
+      const Summary t = summarize(arm_ttft[a]), e = summarize(arm_e2el[a]), p = summarize(arm_tpot[a]);
+      arm["median_ttft_ms"] = 1000 * t.median;
+      arm["mean_ttft_ms"] = 1000 * t.mean;
+      arm["p99_ttft_ms"] = 1000 * t.p99;
+      arm["median_tpot_ms"] = 1000 * p.median;
+      arm["median_e2el_ms"] = 1000 * e.median;
+      arms.push_back(arm);
+    }
+    std::vector<double> pa, pb;
+    std::vector<std::array<double, 2>> pairs;
+    for (int i = 0; i + 1 < num_requests; i += 2) {
+      const Result& x = results[i];
+      const Result& y = results[i + 1];
+      if (!x.ok || !y.ok) continue;
+      const Result& a = arm_of[i] == 0 ? x : y;
+      const Result& b = arm_of[i] == 0 ? y : x;
+      pa.push_back(a.ttft);
+      pb.push_back(b.ttft);
+      pairs.push_back({1000 * a.ttft, 1000 * b.ttft});
+    }
+    j["compare"] = {{"arms", arms}, {"ttft", paired_ttft(pa, pb, o.seed)}, {"pair_ttft_ms", pairs}};
+  }
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -365,7 +500,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     auto num = [](double v, int prec = 2) { return fmt::format("{:.{}f}", v, prec); };
     std::cout << "============ Serving Benchmark Result ============\n";
     line("Successful requests:", std::to_string(completed));
-    line("Failed requests:", std::to_string(o.num_prompts - completed));
+    line("Failed requests:", std::to_string(num_requests - completed));
     if (!first_error.empty()) std::cout << "First error: " << first_error << "\n";
     line("Benchmark duration (s):", num(duration));
     line("Total input tokens:", std::to_string(static_cast<int64_t>(completed) * o.input_len));
@@ -384,14 +519,28 @@ int run_bench_serve(const BenchServeOptions& o) {
     block("Time per Output Token (excl. 1st token)", "TPOT", s_tpot);
     block("Inter-token Latency", "ITL", s_itl);
     block("End-to-end Latency", "E2EL", s_e2el);
+    if (paired) {
+      const auto& c = j["compare"]["ttft"];
+      std::cout << fmt::format("{:-^50}\n", " Paired: --compare-url minus --url ");
+      line("Pairs:", std::to_string(c["pairs"].get<size_t>()));
+      if (c["pairs"].get<size_t>() > 0) {
+        line("Median TTFT A / B (ms):", num(c["median_ttft_a_ms"].get<double>()) + " / " + num(c["median_ttft_b_ms"].get<double>()));
+        line("Median TTFT B - A (ms):", num(c["median_ttft_delta_ms"].get<double>()));
+        line("  95% CI (bootstrap):", num(c["median_ttft_delta_ci95_ms"][0].get<double>()) + ".." + num(c["median_ttft_delta_ci95_ms"][1].get<double>()));
+        line("Median paired TTFT diff (ms):", num(c["median_diff_ms"].get<double>()));
+        line("  95% CI:", num(c["median_diff_ci95_ms"][0].get<double>()) + ".." + num(c["median_diff_ci95_ms"][1].get<double>()));
+      }
+    }
     std::cout << "==================================================\n";
   }
-  return completed == o.num_prompts ? 0 : 1;
+  return completed == num_requests ? 0 : 1;
 }
 
 const BenchSubcommandRegistration kBenchServe("serve", "Load-test an OpenAI-compatible server (TTFT, TPOT, ITL, throughput)", [](CLI::App* app) {
   auto o = std::make_shared<BenchServeOptions>();
   app->add_option("--url", o->url, "Server base URL (http://host:port)");
+  app->add_option("--compare-url", o->compare_url,
+                  "Second server URL: send every prompt to both, paired and interleaved, and report the TTFT differences");
   app->add_option("--model", o->model, "Model name (default: the server's first)");
   app->add_option("--api-key", o->api_key, "API key (Authorization: Bearer)");
   app->add_option("--num-prompts", o->num_prompts, "Requests to send")->check(CLI::Range(1, 16777216));
@@ -401,6 +550,11 @@ const BenchSubcommandRegistration kBenchServe("serve", "Load-test an OpenAI-comp
   app->add_option("--output-len", o->output_len, "Generated tokens per request (exact: ignore_eos)")->check(CLI::Range(1, 1048576));
   app->add_option("--vocab-size", o->vocab_size, "Token id range for random prompts (default: from /v1/models)")->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o->seed, "Seed of prompts and arrival times")->check(CLI::NonNegativeNumber);
+  app->add_option("--jitter-ms", o->jitter_ms,
+                  "Each request waits a uniform random 0..MS before it is sent (its times start then; it holds its "
+                  "concurrency slot meanwhile): with --compare-url, the two requests of a pair then reach a queue they "
+                  "share in a random order")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--goodput", o->goodput, "SLOs for goodput: ttft:MS tpot:MS e2el:MS")->expected(1, 3);
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_bench_serve(*o); };

@@ -404,9 +404,9 @@ const BenchSubcommandRegistration kBenchSpec(
       app->add_option("--isa", o->isa, "CPU: cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
       app->add_flag("--json", o->json, "Print JSON");
       app->add_option("--spec-method", o->methods,
-                      "A real proposer instead of the replay: ngram and/or draft (--spec-model), on --prompt-file")
+                      "A real proposer instead of the replay: ngram and/or one of draft, eagle3 (--spec-model) and mtp, on --prompt-file")
           ->delimiter(',')
-          ->check(CLI::IsMember({"ngram", "draft"}));
+          ->check(CLI::IsMember({"ngram", "draft", "eagle3", "mtp"}));
       app->add_option("--prompt-file", o->prompt_file, "With --spec-method: text prompts separated by lines '---' (cycled)");
       app->add_flag("--chat", o->chat, "With --spec-method: each prompt a user message in the target's chat template");
       app->add_flag("--spec-adaptive", o->adaptive, "With --spec-method: adaptive draft length up to k (default: fixed k)");

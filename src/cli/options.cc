@@ -66,8 +66,10 @@ KvTierConfig resolve_kv_tier_options(const KvTierOptions& o) {
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {
   app->add_option("--speculative-config", o->json,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'");
-  app->add_option("--spec-method", o->method, "Speculative decoding: ngram (prompt lookup) or draft (--spec-model)");
-  app->add_option("--spec-model", o->model, "Draft model (same vocabulary as the target) for --spec-method draft");
+  app->add_option("--spec-method", o->method, "Speculative decoding: ngram (prompt lookup), draft (--spec-model), eagle3 (--spec-model HEAD_DIR) or "
+                  "mtp (the checkpoint's MTP layers, MiMo layout; --spec-model DIR, default the target's directory)");
+  app->add_option("--spec-model", o->model, "Draft model (same vocabulary as the target) for --spec-method draft, or the EAGLE-3 head's directory "
+                  "(config.json + model.safetensors) for --spec-method eagle3, or the directory with the MTP layers for mtp");
   app->add_option("--spec-tokens", o->tokens, "Most draft tokens per request per step (default 4)")->check(CLI::Range(1, 16));
   app->add_option("--spec-ngram-min", o->ngram_min, "Prompt lookup: shortest n-gram matched (default 1)")->check(CLI::Range(1, 16));
   app->add_option("--spec-ngram-max", o->ngram_max, "Prompt lookup: longest n-gram matched (default 4)")->check(CLI::Range(1, 16));
@@ -120,7 +122,7 @@ bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig&
   if (o.disable_batch_size >= 0) c.disable_by_batch_size = o.disable_batch_size;
   if (o.no_adaptive) c.adaptive = false;
   if (c.method.empty() && (o.tokens > 0 || o.ngram_min > 0 || o.ngram_max > 0)) {
-    log_error(cmd, "--spec-* options need --spec-method (ngram or draft) or --speculative-config");
+    log_error(cmd, "--spec-* options need --spec-method (ngram, draft, eagle3 or mtp) or --speculative-config");
     return false;
   }
   if (const Status st = c.validate(); !st.ok()) {

@@ -14,8 +14,11 @@
 namespace pagoda {
 
 struct SpeculativeConfig {
-  std::string method;                  // "" (off) | "ngram" (prompt lookup) | "draft" (a smaller model)
-  std::string model;                   // draft model (.gguf or HF directory), method "draft"
+  std::string method;                  // "" (off) | "ngram" (prompt lookup) | "draft" (a smaller model) |
+                                       // "eagle3" (an EAGLE-3 head over the target's hidden states) |
+                                       // "mtp" (the target checkpoint's MTP module, MiMo layout)
+  std::string model;                   // draft model (.gguf or HF directory), EAGLE-3 head directory, or
+                                       // the directory holding the MTP layers (mtp; "": the target's)
   int32_t num_speculative_tokens = 4;  // most drafts per request per step
   int32_t ngram_min = 1;               // prompt lookup: shortest suffix matched
   int32_t ngram_max = 4;               // ... and longest (tried first)
@@ -33,10 +36,12 @@ struct SpeculativeConfig {
   bool enabled() const { return !method.empty(); }
   Status validate() const {
     if (method.empty()) return {};
-    if (method != "ngram" && method != "draft")
-      return invalid_argument("speculative method must be 'ngram' or 'draft', got '{}'", method);
+    if (method != "ngram" && method != "draft" && method != "eagle3" && method != "mtp")
+      return invalid_argument("speculative method must be 'ngram', 'draft', 'eagle3' or 'mtp', got '{}'", method);
     if (method == "draft" && model.empty()) return invalid_argument("speculative method 'draft' needs a draft model path");
-    if (method != "draft" && !model.empty()) return invalid_argument("a speculative draft model needs method 'draft'");
+    if (method == "eagle3" && model.empty())
+      return invalid_argument("speculative method 'eagle3' needs the EAGLE-3 head's directory (model)");
+    if (method == "ngram" && !model.empty()) return invalid_argument("a speculative draft model needs method 'draft' or 'eagle3'");
     if (num_speculative_tokens < 1 || num_speculative_tokens > 16)
       return invalid_argument("num_speculative_tokens must be in [1, 16], got {}", num_speculative_tokens);
     if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 16)

@@ -5,6 +5,13 @@
 // Contract: a TokenConstraintSpec is immutable and shared (SamplingParams holds it); start()
 // makes the per-request state. A TokenConstraint is used by one thread at a time. Masks are
 // packed: bit (id % 32) of word (id / 32), vocab_size() bits; a set bit means "allowed".
+// fill_mask, accepts and advance agree: a token's bit is set exactly when advance would take it.
+//
+// Speculative decoding works on the request's own state: it advances over draft tokens to reach
+// the state (and mask) at each later position, then rolls those advances back, so that the
+// state only keeps the tokens the request actually emits (accepted_prefix below; the verifier,
+// runtime/spec_verifier.h). advance and rollback are O(1) amortised apart from the grammar step
+// itself; the state keeps one entry per advance not rolled back.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +30,22 @@ class TokenConstraint {
   virtual bool accepts(int32_t token) const = 0;
   // Moves past `token`; false (state unchanged) if the constraint forbids it.
   virtual bool advance(int32_t token) = 0;
-  // Undoes the last n advances.
+  // Undoes the last n successful advances (0 <= n <= successful advances not yet undone): the
+  // state, mask and finished() are then as they were before them.
   virtual void rollback(int n) = 0;
   // Nothing may follow (the output is complete).
   virtual bool finished() const = 0;
 };
+
+// The number of leading `tokens` the constraint takes one after another from its current state
+// (speculative decoding: drafts are cut before the first token it forbids). The state is the
+// same on return (advanced, then rolled back).
+inline int32_t accepted_prefix(TokenConstraint& c, std::span<const int32_t> tokens) {
+  int32_t n = 0;
+  while (n < static_cast<int32_t>(tokens.size()) && c.advance(tokens[n])) ++n;
+  c.rollback(n);
+  return n;
+}
 
 class TokenConstraintSpec {
  public:

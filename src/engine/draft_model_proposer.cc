@@ -1,6 +1,7 @@
 #include "engine/draft_model_proposer.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "common/check.h"
 
@@ -24,7 +25,7 @@ void DraftModelProposer::forget(const std::string& id) {
   states_.erase(it);
 }
 
-void DraftModelProposer::run_greedy(std::vector<int32_t>& out) {
+void DraftModelProposer::run_greedy(std::span<const std::span<const uint32_t>> masks, std::vector<int32_t>& out) {
   const size_t rows = batch_.logits_rows.size();
   out.clear();
   if (executor_->samples_on_device()) {
@@ -32,8 +33,9 @@ void DraftModelProposer::run_greedy(std::vector<int32_t>& out) {
     for (size_t r = 0; r < rows; ++r) {
       specs_[r].logits_row = static_cast<int64_t>(r);
       specs_[r].params = &greedy_;
+      if (r < masks.size()) specs_[r].allowed_mask = masks[r];
     }
-    executor_->forward_sample(batch_, specs_, sampled_);
+    executor_->forward_sample(batch_, specs_, sampled_, {});
     for (const SampleResult& s : sampled_) out.push_back(s.token);
     return;
   }
@@ -41,7 +43,19 @@ void DraftModelProposer::run_greedy(std::vector<int32_t>& out) {
   const int64_t vocab = logits.dim(1);
   for (size_t r = 0; r < rows; ++r) {
     const float* p = logits.data_as<float>() + static_cast<int64_t>(r) * vocab;
-    out.push_back(static_cast<int32_t>(std::max_element(p, p + vocab) - p));
+    int32_t best = static_cast<int32_t>(std::max_element(p, p + vocab) - p);
+    if (r < masks.size() && !masks[r].empty()) {
+      // The first largest logit among the allowed ids (std::max_element's tie rule).
+      int32_t allowed = -1;
+      for (size_t w = 0; w < masks[r].size(); ++w)
+        for (uint32_t bits = masks[r][w]; bits != 0; bits &= bits - 1) {
+          const int64_t t = static_cast<int64_t>(w) * 32 + std::countr_zero(bits);
+          if (t >= vocab) break;
+          if (allowed < 0 || p[t] > p[allowed]) allowed = static_cast<int32_t>(t);
+        }
+      if (allowed >= 0) best = allowed;
+    }
+    out.push_back(best);
   }
 }
 
@@ -71,6 +85,32 @@ void DraftModelProposer::propose(std::span<const ProposeRequest> reqs, std::vect
     max_k = std::max(max_k, want[i]);
   }
   if (active.empty()) return;
+  // Structured outputs: each request's mask after its drafts so far, and its advances to undo.
+  std::vector<std::vector<uint32_t>> masks(reqs.size());
+  std::vector<int32_t> advanced(reqs.size(), 0);
+  std::vector<std::span<const uint32_t>> row_masks;  // per row of a pass
+  auto pass_masks = [&](const std::vector<size_t>& rows) {
+    row_masks.assign(rows.size(), {});
+    for (size_t r = 0; r < rows.size(); ++r) {
+      TokenConstraint* c = reqs[rows[r]].constraint;
+      if (!c) continue;
+      masks[rows[r]].resize((static_cast<size_t>(c->vocab_size()) + 31) / 32);
+      c->fill_mask(masks[rows[r]]);
+      row_masks[r] = masks[rows[r]];
+    }
+  };
+  // Takes each row's draft; a constrained request follows it (and drafts no further if its
+  // constraint refuses it: a row whose allowed tokens all had -inf logits).
+  auto take = [&](const std::vector<size_t>& rows, const std::vector<int32_t>& out) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t i = rows[r];
+      drafts[i].push_back(out[r]);
+      if (TokenConstraint* c = reqs[i].constraint) {
+        if (c->advance(out[r])) ++advanced[i];
+        else want[i] = static_cast<int32_t>(drafts[i].size());
+      }
+    }
+  };
   std::vector<int32_t> ids, greedy;
   std::vector<size_t> in_pass;
   auto add = [&](size_t i, int32_t count_ids, bool last) {
@@ -104,8 +144,9 @@ void DraftModelProposer::propose(std::span<const ProposeRequest> reqs, std::vect
         executor_->forward(batch_);  // a chunk of a long catch-up: K/V only
         continue;
       }
-      run_greedy(greedy);
-      for (size_t r = 0; r < in_pass.size(); ++r) drafts[in_pass[r]].push_back(greedy[r]);
+      pass_masks(in_pass);
+      run_greedy(row_masks, greedy);
+      take(in_pass, greedy);
     }
   }
   // Pass j >= 1: draft j-1 in, draft j out.
@@ -121,12 +162,14 @@ void DraftModelProposer::propose(std::span<const ProposeRequest> reqs, std::vect
       add(i, 1, true);
     }
     if (in_pass.empty()) break;
-    run_greedy(greedy);
-    for (size_t r = 0; r < in_pass.size(); ++r) drafts[in_pass[r]].push_back(greedy[r]);
+    pass_masks(in_pass);
+    run_greedy(row_masks, greedy);
+    take(in_pass, greedy);
   }
   for (size_t i : active) {
     State& st = states_.at(*reqs[i].id);
     st.shadow.num_computed_tokens = static_cast<int32_t>(st.cached.size());
+    if (reqs[i].constraint) reqs[i].constraint->rollback(advanced[i]);
   }
 }
 

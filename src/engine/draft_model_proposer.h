@@ -2,6 +2,11 @@
 // passes per step (the first catches up on the tokens verified since its last call, each next
 // one feeds the previous draft), batched over the requests.
 //
+// Structured outputs (ProposeRequest::constraint): each draft is the draft model's greedy choice
+// among the tokens the constraint allows after the drafts before it (the mask applied to the
+// draft's logits, on its device where it samples there), so the drafts stay in the grammar and
+// the target's masked choice can accept them; the constraint is rolled back on return.
+//
 // The draft runs on its own executor: the CPU, or a CUDA executor next to the target's (its
 // weights and KV in the device memory plan: MemoryPlanInput::draft_*). On an executor that
 // samples on its device, each pass takes its greedy ids from the device (no logits copied back).
@@ -49,8 +54,9 @@ class DraftModelProposer final : public Proposer {
     Request shadow;                // id and num_computed_tokens for the block manager
     std::vector<int32_t> cached;   // tokens whose K/V are in the draft cache, positions 0..
   };
-  // Greedy ids of the batch's logits rows, in order (device sampling where the executor has it).
-  void run_greedy(std::vector<int32_t>& out);
+  // Greedy ids of the batch's logits rows, in order (device sampling where the executor has it);
+  // masks[r] (empty: none) restricts row r to the tokens whose bit is set (ids past it: none).
+  void run_greedy(std::span<const std::span<const uint32_t>> masks, std::vector<int32_t>& out);
 
   std::unique_ptr<ModelExecutor> executor_;
   KvCacheManager kv_;

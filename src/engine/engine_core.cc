@@ -10,6 +10,7 @@
 #include "common/startup_profile.h"
 #include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/draft_head_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
 #include "runtime/ngram_proposer.h"
@@ -124,6 +125,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
   PAGODA_RETURN_IF_ERROR(config.speculative.validate());
+  if (cuda && config.speculative.method == "mtp")
+    return unimplemented("speculative method mtp runs on the CPU backend only: the MTP module reads the target's output "
+                         "head, which the CUDA backend keeps on the device only (use --device cpu, or method eagle3, "
+                         "ngram or draft on CUDA)");
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -228,6 +233,33 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
 Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOptions& co, bool cuda) {
   const SpeculativeConfig& sc = config_.speculative;
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
+  if (sc.method == "eagle3" || sc.method == "mtp") {
+    // On CUDA the head runs on the host (its weights and cache in host memory, the engine's
+    // threads), reading the target's states the CUDA executor copies back each step.
+    PAGODA_CHECK(!cuda || sc.method == "eagle3", "{} on CUDA is refused in create()", sc.method);
+    const ModelWeights& tw = model_.model->weights();
+    auto head = sc.method == "eagle3"
+                    ? load_eagle3_head(sc.model, model_.config, tw.token_embd, max_model_len_)
+                    : load_mimo_mtp_head(sc.model.empty() ? config_.model : sc.model, model_.config, tw.token_embd,
+                                         tw.linear(tw.output).cpu, max_model_len_);
+    if (!head.ok())
+      return invalid_argument("cannot load the {}: {}", sc.method == "eagle3" ? "EAGLE-3 head" : "MTP module",
+                              head.status().to_string());
+    if (!executor_->set_hidden_capture((*head)->capture_after))
+      return unimplemented("the {} executor cannot capture the target's hidden states an EAGLE-3 head reads",
+                           executor_->device_name());
+    int64_t target_bytes = 0;
+    for (const auto& name : model_.weights->names())
+      if (const Tensor* t = model_.weights->find(name)) target_bytes += t->nbytes();
+    const double cost = static_cast<double>((*head)->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
+    // The head's cache holds a row per target token plus every sequence's lookahead.
+    const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
+    return std::unique_ptr<Proposer>(std::make_unique<DraftHeadProposer>(
+        std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
+        config_.kv_dtype == DType::kF8E4M3 ? DType::kF16 : config_.kv_dtype,  // the head's cache is a host one
+        cost,
+        *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens));
+  }
   PAGODA_CHECK(draft_model_.model != nullptr, "speculative method 'draft' without a loaded draft model");
   // The draft cache holds as many tokens as the target's, plus every sequence's lookahead.
   const int64_t bs = config_.block_size;

@@ -26,7 +26,7 @@ void add_gateway_options(CLI::App* app, GatewayCli& cli) {
   }
   PAGODA_GW_FLAG("--host", host, "address to listen on");
   PAGODA_GW_FLAG("--port", port, "port to listen on (0: any free port, printed at start)");
-  PAGODA_GW_FLAG("--threads", threads, "I/O threads");
+  PAGODA_GW_FLAG("--threads", threads, "I/O threads (an event loop each; client connections are dealt to them in turn)");
   PAGODA_GW_FLAG("--policy", policy, "routing: prefix (affinity with bounded load), least-load, round-robin");
   PAGODA_GW_FLAG("--session-header", session_header, "header whose value pins a session to a worker (\"\": off)");
   PAGODA_GW_FLAG("--prefix-chunk-chars", prefix_chunk_chars, "prompt characters per hashed prefix block");

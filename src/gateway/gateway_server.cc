@@ -79,7 +79,19 @@ struct Exchange {
 
 struct GatewayServer::Impl {
   explicit Impl(GatewayConfig c) : config(std::move(c)), workers(config), admission(config),
-                                   slots(config.max_inflight, config.max_queue), probes(ioc, config, workers, stopping) {}
+                                   slots(config.max_inflight, config.max_queue), contexts(make_contexts(config.threads)),
+                                   probes(*contexts[0], config, workers, stopping) {}
+
+  // One io_context per I/O thread, each run by that thread alone, so a connection's handlers need
+  // no strand and its readiness events no hand-over between threads. Accepted
+  // connections are dealt to the contexts in turn; a connection and its requests' worker
+  // connections stay on the context that accepted it. contexts[0] also runs the acceptor and
+  // the health and DNS loops.
+  static std::vector<std::unique_ptr<net::io_context>> make_contexts(int threads) {
+    std::vector<std::unique_ptr<net::io_context>> v;
+    for (int t = 0; t < std::max(1, threads); ++t) v.push_back(std::make_unique<net::io_context>(1));
+    return v;
+  }
 
   GatewayConfig config;
   WorkerSet workers;
@@ -87,10 +99,10 @@ struct GatewayServer::Impl {
   SlotQueue slots;
   GatewayMetrics metrics;
   AffinityMemory affinity;
-  net::io_context ioc;
-  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
-  tcp::acceptor acceptor{accept_strand};  // used on accept_strand only
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  tcp::acceptor acceptor{*contexts[0]};  // used on contexts[0] only
+  size_t next_context = 0;  // the context of the next accepted connection (accept loop only)
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   std::atomic<bool> draining{false}, stopping{false};
   std::atomic<int64_t> requests_in_flight{0};
@@ -650,7 +662,8 @@ struct GatewayServer::Impl {
   awaitable<void> accept_loop() {
     while (acceptor.is_open()) {
       beast::error_code ec;
-      tcp::socket s = co_await acceptor.async_accept(net::make_strand(ioc), net::redirect_error(use_awaitable, ec));
+      auto& ctx = *contexts[next_context++ % contexts.size()];
+      tcp::socket s = co_await acceptor.async_accept(ctx.get_executor(), net::redirect_error(use_awaitable, ec));
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) {
         net::steady_timer t(co_await net::this_coro::executor);
@@ -660,8 +673,8 @@ struct GatewayServer::Impl {
       }
       beast::error_code ignored;
       s.set_option(tcp::no_delay(true), ignored);
-      auto strand = s.get_executor();
-      net::co_spawn(strand, serve_client(std::move(s)), net::detached);
+      auto executor = s.get_executor();
+      net::co_spawn(executor, serve_client(std::move(s)), net::detached);
     }
   }
 };
@@ -689,17 +702,18 @@ Status GatewayServer::listen() {
 
 void GatewayServer::start() {
   auto& i = *impl_;
-  i.work.emplace(i.ioc.get_executor());
-  net::co_spawn(i.accept_strand, i.accept_loop(), net::detached);
-  net::co_spawn(net::make_strand(i.ioc), i.probes.health_loop(), net::detached);
-  net::co_spawn(net::make_strand(i.ioc), i.probes.dns_loop(), net::detached);
-  for (int t = 0; t < std::max(1, i.config.threads); ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
+  auto& control = *i.contexts[0];
+  for (auto& c : i.contexts) i.work.push_back(net::make_work_guard(*c));
+  net::co_spawn(control, i.accept_loop(), net::detached);
+  net::co_spawn(net::make_strand(control), i.probes.health_loop(), net::detached);
+  net::co_spawn(net::make_strand(control), i.probes.dns_loop(), net::detached);
+  for (auto& c : i.contexts) i.threads.emplace_back([ctx = c.get()] { ctx->run(); });
 }
 
 int64_t GatewayServer::drain(double timeout_s) {
   auto& i = *impl_;
   i.draining = true;
-  net::post(i.accept_strand, [&i] {
+  net::post(*i.contexts[0], [&i] {
     beast::error_code ec;
     i.acceptor.close(ec);
   });
@@ -712,12 +726,12 @@ void GatewayServer::stop() {
   auto& i = *impl_;
   if (i.threads.empty()) return;
   i.stopping = true;
-  net::post(i.accept_strand, [&i] {
+  net::post(*i.contexts[0], [&i] {
     beast::error_code ec;
     i.acceptor.close(ec);
   });
-  i.work.reset();
-  i.ioc.stop();
+  i.work.clear();
+  for (auto& c : i.contexts) c->stop();
   for (auto& t : i.threads) t.join();
   i.threads.clear();
 }

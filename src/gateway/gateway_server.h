@@ -1,6 +1,7 @@
 // The gateway's HTTP front end and its upstream client, on Boost.Asio/Beast with C++20
-// coroutines: one coroutine per client connection (keep-alive), each on its own strand; the
-// request to a worker runs on the same strand. Routes:
+// coroutines: one io_context per I/O thread (`threads`), run by that thread alone; accepted client
+// connections are dealt to them in turn, one coroutine per connection (keep-alive), and the
+// request to a worker runs on the same thread. Routes:
 //   POST /v1/completions, /v1/chat/completions   proxied to a worker (docs/gateway.md)
 //   GET  /v1/models[/ID]                         the models the available workers serve
 //   GET  /health                                 200 while a worker is available and not draining

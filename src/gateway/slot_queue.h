@@ -1,5 +1,5 @@
 // Slots for requests being proxied: at most `max` at once, `max_queue` waiting (FIFO) for a
-// timeout. Thread-safe; a waiter is woken on its own executor (the strand of its connection).
+// timeout. Thread-safe; a waiter is woken on its own executor (its connection's I/O thread).
 #pragma once
 
 #include <utility>  // std::exchange, which Boost 1.74's awaitable.hpp uses without including it

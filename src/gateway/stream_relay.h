@@ -5,8 +5,9 @@
 // raw sockets: the idle timeouts are one watchdog timer per stream (armed when the stream starts,
 // re-armed only when it fires), not a timer per read and per write.
 //
-// Thread-safety: runs on the strand that owns both sockets; they must stay open and untouched by
-// anything else until it returns.
+// Thread-safety: runs on the executor that owns both sockets (in the gateway, the io_context of
+// one I/O thread, which only that thread runs); they must stay open and untouched by anything
+// else until it returns.
 #pragma once
 
 #include <utility>  // std::exchange, which Boost 1.74's awaitable.hpp uses without including it

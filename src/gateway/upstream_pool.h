@@ -1,7 +1,7 @@
-// Idle keep-alive connections to the workers, shared by every client connection's strand. A
+// Idle keep-alive connections to the workers, shared by every I/O thread. A
 // connection whose response was read to its end (and that the worker keeps alive) is put back as
 // its bare socket handle, released from its Asio socket, and the next request to the same worker
-// adopts it on its own strand: no connect, and no accept and new connection on the worker, in the
+// adopts it on its own thread's io_context: no connect, and no accept and new connection on the worker, in the
 // path to the first token.
 //
 // Thread-safety: every method may be called from any thread.

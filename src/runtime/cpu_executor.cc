@@ -18,9 +18,32 @@ class CpuExecutor final : public ModelExecutor {
   std::string device_name() const override { return "cpu"; }
 
   const Tensor& forward(const ForwardBatch& batch) override {
-    cpu_forward(model_, batch, kv_, ws_, logits_, pool_);
+    if (capture_.empty()) {
+      cpu_forward(model_, batch, kv_, ws_, logits_, pool_);
+      return logits_;
+    }
+    const int64_t T = batch.num_tokens(), D = model_.config().hidden_size, n = static_cast<int64_t>(capture_.size());
+    if (!captured_.defined() || captured_.dim(0) != T) captured_ = Tensor::empty(DType::kF32, {T, n * D});
+    const LayerHook hook = [&](int64_t layer, const Tensor& residual) {
+      for (int64_t i = 0; i < n; ++i) {
+        if (capture_[static_cast<size_t>(i)] != layer) continue;
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(captured_.data_as<float>() + (t * n + i) * D, residual.data_as<const float>() + t * D,
+                      static_cast<size_t>(D) * sizeof(float));
+      }
+    };
+    cpu_forward(model_, batch, kv_, ws_, logits_, pool_, hook);
     return logits_;
   }
+
+  bool set_hidden_capture(const std::vector<int64_t>& after_layers) override {
+    for (int64_t a : after_layers)
+      if (a < 0 || a >= model_.config().num_layers) return false;
+    capture_ = after_layers;
+    captured_ = Tensor();
+    return true;
+  }
+  const Tensor* captured_hidden() const override { return capture_.empty() ? nullptr : &captured_; }
 
   void swap_out(const std::vector<BlockCopy>& copies) override {
     PAGODA_CHECK(host_ != nullptr, "swap-out without host swap space");
@@ -101,6 +124,8 @@ class CpuExecutor final : public ModelExecutor {
   std::unique_ptr<KvCacheStorage> host_;
   ForwardWorkspace ws_;
   Tensor logits_;
+  std::vector<int64_t> capture_;  // layers whose output residual forward() keeps
+  Tensor captured_;               // [T, capture_.size() * hidden] f32 of the last forward()
 };
 
 }  // namespace
@@ -116,7 +141,8 @@ void ModelExecutor::row_logprobs(std::span<const RowLogprobSpec>, std::vector<Ro
   PAGODA_CHECK(false, "row_logprobs() on an executor that does not compute prompt logprobs ({})", device_name());
 }
 
-void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&) {
+void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&,
+                                   const std::function<void()>&) {
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,9 +85,13 @@ class ModelExecutor {
   virtual int64_t kv_cache_bytes() const = 0;
 
   virtual bool samples_on_device() const { return false; }
-  // results[i] for specs[i]. Only called when samples_on_device().
+  // results[i] for specs[i]. Only called when samples_on_device(). before_sampling (may be
+  // empty) is called once, on the calling thread, after the forward pass is launched and before
+  // the specs' spans are read: the caller fills their contents there (the runner: the
+  // structured-output masks), overlapping the device's work; the spans themselves (pointers and
+  // sizes) are fixed when the call starts.
   virtual void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                              std::vector<SampleResult>& results);
+                              std::vector<SampleResult>& results, const std::function<void()>& before_sampling);
   // The raw log-softmax (no masks, bias or penalties) of rows of the last forward() or
   // forward_sample() call: out[i] for rows[i]. Rows that a forward_sample() sampled from are not
   // asked for (their logits may carry the sampler's masks). Valid until the next forward call.
@@ -105,6 +110,13 @@ class ModelExecutor {
   // Executors that replay steps from captured graphs can turn that off at run time (benchmarks
   // compare both); returns false when there is nothing to switch.
   virtual bool set_graphs_enabled(bool on) { return false; }
+  // Hidden-state capture (EAGLE-3 heads): after set_hidden_capture({a_0, a_1, ...}) every forward()
+  // and forward_sample() also keeps, for every batch token, the residual stream after target layer
+  // a_i (its output), as host f32 rows [T, n * hidden_size] (layer a_0's columns first), returned
+  // by captured_hidden() until the next forward call. An empty list turns it off. Returns false
+  // where the executor cannot capture (then nothing changes).
+  virtual bool set_hidden_capture(const std::vector<int64_t>& after_layers) { return after_layers.empty(); }
+  virtual const Tensor* captured_hidden() const { return nullptr; }
   // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }

@@ -10,6 +10,7 @@ namespace pagoda {
 namespace {
 constexpr double kAcceptanceDecay = 0.9;  // weight of a verification after each later one
 constexpr int32_t kProbeInterval = 8;     // steps between one-draft probes when speculation is off
+constexpr int64_t kParallelConstraints = 8;  // constrained requests a step from which their work goes to the pool
 }  // namespace
 
 Rng token_rng(uint64_t seed, int64_t index) {
@@ -38,6 +39,25 @@ int32_t best_draft_length(double alpha, int32_t max_k, double cost_per_draft) {
 ModelRunner::ModelRunner(ModelExecutor& executor, int64_t block_size, ThreadPool& pool)
     : executor_(executor), block_size_(block_size), pool_(pool), samplers_(pool.size()) {}
 
+void ModelRunner::sync_constraint(ReqState& s) {
+  for (; s.constraint_at < static_cast<int32_t>(s.tokens.size()); ++s.constraint_at) s.constraint->advance(s.tokens[s.constraint_at]);
+}
+
+void ModelRunner::fill_draft_masks(ReqState& s, std::span<const int32_t> drafts) {
+  const size_t rows = drafts.size() + 1;
+  const size_t words = s.mask.size() / rows;
+  int32_t advanced = 0;
+  for (size_t j = 0; j < rows; ++j) {
+    std::span<uint32_t> row(s.mask.data() + j * words, words);
+    // Past a draft the constraint forbids (the runner cut such drafts; a caller may not have) the
+    // rows are unreachable: that draft is never the row's choice. They repeat the last mask.
+    if (static_cast<int32_t>(j) > advanced) std::copy_n(s.mask.data() + (j - 1) * words, words, row.begin());
+    else s.constraint->fill_mask(row);
+    if (j < drafts.size() && static_cast<int32_t>(j) == advanced && s.constraint->advance(drafts[j])) ++advanced;
+  }
+  s.constraint->rollback(advanced);
+}
+
 std::span<const uint32_t> ModelRunner::constraint_mask(ReqState& s, int64_t vocab) {
   // The model's vocabulary may be padded past the tokenizer's: ids the constraint does not know
   // stay disallowed.
@@ -54,6 +74,9 @@ void ModelRunner::set_speculation(const SpeculativeConfig& config, std::unique_p
     return;
   }
   PAGODA_CHECK(config.enabled(), "set_speculation with a proposer but no method");
+  const std::vector<int64_t> layers = proposer->hidden_layers();
+  PAGODA_CHECK(executor_.set_hidden_capture(layers), "the {} proposer needs the target's hidden states, which the {} executor "
+               "does not capture (the engine refuses this combination first)", proposer->name(), executor_.device_name());
   spec_ = config;
   proposer_ = std::move(proposer);
   verifiers_.resize(pool_.size());
@@ -67,6 +90,7 @@ void ModelRunner::forget_all() {
 
 std::unique_ptr<Proposer> ModelRunner::release_proposer() {
   spec_ = SpeculativeConfig{};
+  if (proposer_ && !proposer_->hidden_layers().empty()) executor_.set_hidden_capture({});
   return std::move(proposer_);
 }
 
@@ -92,9 +116,9 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     s.min_tokens = n.min_tokens;
     s.min_tokens_blocked_ids = n.min_tokens_blocked_ids;
     if (n.sampling.constraint) {
-      // A resumed request replays the output it already has.
+      // A resumed request replays the output it already has (sync_constraint).
       s.constraint = n.sampling.constraint->start();
-      for (size_t i = static_cast<size_t>(s.num_prompt); i < s.tokens.size(); ++i) s.constraint->advance(s.tokens[i]);
+      s.constraint_at = s.num_prompt;
     }
     reqs_[n.id] = std::move(s);
   }
@@ -115,6 +139,12 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
   std::vector<std::span<const int32_t>> drafts;  // drafts verified per sampled request
   std::vector<int32_t> known_end;                // tokens known before the step, per sampled request
   std::vector<RowLogprobSpec> row_specs;         // prompt logprobs: rows of result.prompt_logprobs, in order
+  struct Computed {
+    const std::string* id;
+    ReqState* state;
+    int32_t begin, token_begin;
+  };
+  std::vector<Computed> computed;  // every scheduled sequence (hidden states for the proposer)
   bool any_drafts = false;
   const int64_t bs = block_size_;
   std::vector<int32_t> ids;
@@ -154,6 +184,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       for (int32_t i = n - m - 1; i < n; ++i) batch_.logits_rows.push_back(tb + i);
       any_drafts = true;
     }
+    computed.push_back({&st.id, &s, begin, batch_.seqs.back().token_begin});
     s.num_computed = end;
     if (sample) {
       to_sample.push_back(&s);
@@ -178,6 +209,7 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
     std::vector<SampleSpec> specs;
     std::vector<size_t> first(to_sample.size());
     std::vector<std::vector<int32_t>> extended(to_sample.size());  // output + drafts (requests with drafts)
+    std::vector<int64_t> constrained;  // indices of structured-output requests
     for (int64_t i = 0; i < n_samples; ++i) {
       ReqState& s = *to_sample[i];
       const int32_t n_out = static_cast<int32_t>(s.tokens.size()) - s.num_prompt;
@@ -196,11 +228,36 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
         sp.uniform = s.sampling.greedy() ? 0.0 : token_rng(s.seed, n_out).uniform();
         sp.history = {std::span<const int32_t>(s.tokens.data(), s.num_prompt), output.first(n_out + j)};
         if (n_out + j < s.min_tokens) sp.blocked_ids = s.min_tokens_blocked_ids;
-        if (s.constraint) sp.allowed_mask = constraint_mask(s, s.constraint->vocab_size());  // ids past it: disallowed on the device
+      }
+      if (s.constraint) {
+        // Row j's mask: the constraint advanced through drafts 0..j-1 (ids past its vocabulary:
+        // disallowed on the device), filled by before_sampling below.
+        const size_t words = (static_cast<size_t>(s.constraint->vocab_size()) + 31) / 32;
+        s.mask.resize(static_cast<size_t>(m + 1) * words);
+        const std::span<const uint32_t> masks(s.mask);
+        for (int32_t j = 0; j <= m; ++j) specs[first[i] + j].allowed_mask = masks.subspan(j * words, words);
+        constrained.push_back(i);
       }
     }
+    // Structured outputs: the constraints' work (advancing over last step's tokens, the masks)
+    // overlaps the device's forward pass, on the pool when there is enough of it.
+    auto before_sampling = [&] {
+      const int64_t n_c = static_cast<int64_t>(constrained.size());
+      auto work = [&](int64_t k) {
+        ReqState& s = *to_sample[constrained[k]];
+        sync_constraint(s);
+        fill_draft_masks(s, drafts[constrained[k]]);
+      };
+      if (n_c < kParallelConstraints) {
+        for (int64_t k = 0; k < n_c; ++k) work(k);
+        return;
+      }
+      pool_.run([&](int ith, int nth) {
+        for (int64_t k = n_c * ith / nth; k < n_c * (ith + 1) / nth; ++k) work(k);
+      });
+    };
     std::vector<SampleResult> sampled;
-    executor_.forward_sample(batch_, specs, sampled);
+    executor_.forward_sample(batch_, specs, sampled, before_sampling);
     for (int64_t i = 0; i < n_samples; ++i) {
       const size_t m = drafts[i].size();
       for (size_t j = 0; j <= m; ++j) {
@@ -230,6 +287,10 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
           in.seed = s.seed;
           in.min_tokens = s.min_tokens;
           in.blocked_ids = s.min_tokens_blocked_ids;
+          if (s.constraint) {
+            sync_constraint(s);
+            in.constraint = s.constraint.get();
+          }
           kept[i] = verifiers_[ith].verify(in);
           continue;
         }
@@ -244,7 +305,10 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
         TokenHistory hist{std::span<const int32_t>(s.tokens.data(), s.num_prompt),
                           std::span<const int32_t>(s.tokens.data() + s.num_prompt, n_out)};
         std::span<const uint32_t> allowed;
-        if (s.constraint) allowed = constraint_mask(s, vocab);
+        if (s.constraint) {
+          sync_constraint(s);
+          allowed = constraint_mask(s, vocab);
+        }
         kept[i].push_back(sampler.sample(row, s.sampling, hist, rng, allowed));
       }
     });
@@ -279,10 +343,27 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       }
     }
     for (auto& r : kept[i]) {
-      s.tokens.push_back(r.token);
-      if (s.constraint) s.constraint->advance(r.token);
+      s.tokens.push_back(r.token);  // the constraint follows at its next sync_constraint
       result.samples.push_back({*sample_ids[i], std::move(r)});
     }
+  }
+  if (proposer_ && !proposer_->hidden_layers().empty()) {
+    // The verified positions' hidden states: each sequence's rows up to its computed tokens (the
+    // rows of rejected drafts are left out).
+    const Tensor* hidden = executor_.captured_hidden();
+    PAGODA_CHECK(hidden != nullptr && hidden->dim(0) == batch_.num_tokens(), "the executor captured no hidden states");
+    const int64_t width = hidden->dim(1);
+    std::vector<HiddenRows> rows_of;
+    rows_of.reserve(computed.size());
+    for (const Computed& c : computed) {
+      HiddenRows h;
+      h.id = c.id;
+      h.first_position = c.begin;
+      h.num_rows = c.state->num_computed - c.begin;
+      h.rows = hidden->data_as<const float>() + static_cast<int64_t>(c.token_begin) * width;
+      if (h.num_rows > 0) rows_of.push_back(h);
+    }
+    proposer_->observe_hidden(rows_of, width);
   }
   if (proposer_) propose(sample_ids, result);
   return result;
@@ -293,12 +374,15 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
   if (ids.empty() || (spec_.disable_by_batch_size > 0 && static_cast<int32_t>(ids.size()) > spec_.disable_by_batch_size))
     return;
   std::vector<ProposeRequest> reqs;
+  std::vector<TokenConstraint*> constraints;  // per entry of reqs (null: unconstrained)
   reqs.reserve(ids.size());
   for (const std::string* id : ids) {
     ReqState& s = reqs_.at(*id);
-    // Constrained requests (structured output) decode without drafts: the verifier does not
-    // apply the constraint's masks.
-    if (s.constraint) continue;
+    if (s.constraint) {
+      sync_constraint(s);
+      // Structured output with nothing left to emit: no draft could be accepted.
+      if (s.constraint->finished()) continue;
+    }
     if (s.spec_k == 0) {
       // Speculation did not pay for this request: probe with one draft now and then.
       if (++s.spec_idle < kProbeInterval) continue;
@@ -308,13 +392,20 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
     p.id = id;
     p.tokens = s.tokens;
     p.max_drafts = s.spec_k > 0 ? s.spec_k : s.spec_k == 0 ? 1 : spec_.num_speculative_tokens;
+    p.constraint = s.constraint.get();
     reqs.push_back(p);
+    constraints.push_back(s.constraint.get());
   }
   if (reqs.empty()) return;
   std::vector<std::vector<int32_t>> drafts;
   proposer_->propose(reqs, drafts);
-  for (size_t i = 0; i < reqs.size(); ++i)
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    // Structured output: drafts end before the first token the grammar forbids (it could never
+    // be accepted; proposers draft deterministically, so the cut leaves the verified
+    // distribution exact: runtime/spec_verifier.h).
+    if (constraints[i] && !drafts[i].empty()) drafts[i].resize(accepted_prefix(*constraints[i], drafts[i]));
     if (!drafts[i].empty()) result.drafts.emplace_back(*reqs[i].id, std::move(drafts[i]));
+  }
 }
 
 }  // namespace pagoda

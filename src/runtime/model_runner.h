@@ -99,13 +99,22 @@ class ModelRunner {
     double spec_accepted = 1.0, spec_rejected = 1.0;
     int32_t spec_k = -1;
     int32_t spec_idle = 0;  // steps without drafts since spec_k became 0
-    // Structured output: the request's position in its constraint (advanced by every sampled
-    // token) and the mask of the next step.
+    // Structured output: the request's position in its constraint (advanced by every emitted
+    // token, never by drafts; tokens[0..constraint_at) so far, sync_constraint) and the mask(s)
+    // of the next step.
     std::unique_ptr<TokenConstraint> constraint;
+    int32_t constraint_at = 0;
     std::vector<uint32_t> mask;
   };
   // The packed allowed mask of s's next token over `vocab` logits (s.constraint set).
   static std::span<const uint32_t> constraint_mask(ReqState& s, int64_t vocab);
+  // Advances s.constraint over the tokens emitted since its last sync (deferred so that on a
+  // device executor the work overlaps the next forward pass). Before any use of s.constraint.
+  static void sync_constraint(ReqState& s);
+  // Device sampling of s's rows (s.constraint set and synced): s.mask, sized drafts.size() + 1
+  // rows of equal width by the caller, gets row j's mask (the constraint advanced through drafts
+  // 0..j-1); s.constraint is unchanged on return.
+  static void fill_draft_masks(ReqState& s, std::span<const int32_t> drafts);
   // Drafts for the requests sampled this step (into result.drafts).
   void propose(const std::vector<const std::string*>& ids, RunnerOutput& result);
 

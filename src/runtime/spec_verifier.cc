@@ -85,14 +85,44 @@ std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
   const SamplingParams& params = *in.params;
   history_.assign(in.output.begin(), in.output.end());
   std::vector<SampleResult> kept;
+  // Structured output: the constraint follows the accepted drafts (undone on every return).
+  TokenConstraint* const constraint = in.constraint;
+  int32_t advanced = 0;
+  struct Restore {
+    TokenConstraint* c;
+    const int32_t& n;
+    ~Restore() {
+      if (c) c->rollback(n);
+    }
+  } restore{constraint, advanced};
+  // Follows an accepted draft d. False when the constraint cannot take it (only a row whose allowed
+  // tokens all had -inf logits picks a masked id): d then ends the step as the target's token, as
+  // plain decoding would have emitted it.
+  auto accept_draft = [&](int32_t d) {
+    if (constraint) {
+      if (!constraint->advance(d)) return false;
+      ++advanced;
+    }
+    history_.push_back(d);
+    return true;
+  };
   for (int32_t j = 0; j <= m; ++j) {
     std::span<const float> row = in.logits.subspan(static_cast<size_t>(j * V), static_cast<size_t>(V));
     const int64_t n_out = static_cast<int64_t>(history_.size());
     const bool block = n_out < in.min_tokens && !in.blocked_ids.empty();
-    if (block) {
+    if (block || constraint) {
       row_.assign(row.begin(), row.end());
-      for (int32_t t : in.blocked_ids)
-        if (t >= 0 && t < V) row_[t] = -std::numeric_limits<float>::infinity();
+      if (block)
+        for (int32_t t : in.blocked_ids)
+          if (t >= 0 && t < V) row_[t] = -std::numeric_limits<float>::infinity();
+      if (constraint) {
+        // The mask of this row's state, padded with zero words up to the model's vocabulary.
+        const size_t words = (static_cast<size_t>(V) + 31) / 32;
+        const size_t cwords = (static_cast<size_t>(constraint->vocab_size()) + 31) / 32;
+        mask_.assign(std::max(words, cwords), 0u);
+        constraint->fill_mask(std::span<uint32_t>(mask_.data(), cwords));
+        apply_token_mask(row_, std::span<const uint32_t>(mask_.data(), words));
+      }
       row = row_;
     }
     const TokenHistory hist{in.prompt, history_};
@@ -102,8 +132,7 @@ std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
       SampleResult r = sampler_.sample(row, params, hist, rng);
       const bool accepted = j < m && r.token == in.drafts[j];
       kept.push_back(std::move(r));
-      if (!accepted) return kept;
-      history_.push_back(kept.back().token);
+      if (!accepted || !accept_draft(kept.back().token)) return kept;
       continue;
     }
     target_probabilities(row, params, hist, {}, p_);
@@ -116,7 +145,7 @@ std::vector<SampleResult> SpecVerifier::verify(const VerifyInput& in) {
       r.token = d;
       fill_logprobs(row, params.logprobs, r, scratch_);
       kept.push_back(std::move(r));
-      history_.push_back(d);
+      if (!accept_draft(d)) return kept;
       continue;
     }
     // Rejected: draw from the residual max(0, p - q), renormalised.

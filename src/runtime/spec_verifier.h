@@ -16,7 +16,15 @@
 //            token is thus distributed exactly as the target's (Leviathan et al., Chen et al.).
 // Penalties and min_tokens blocking at row j see the output extended by drafts 0..j-1; logit_bias
 // applies as in the plain sampler. Logprobs of a kept token are of the row after the min_tokens
-// block (as the plain sampler reports them; constrained requests are never drafted for).
+// block and the constraint's mask (as the plain sampler reports them).
+// Structured outputs (VerifyInput::constraint): row j is masked with the constraint's mask in its
+// state advanced through drafts 0..j-1, so p above is the masked target distribution (what the
+// plain sampler draws from under the constraint). A draft the mask forbids has p(d) = 0: greedy
+// never matches it, the rejection rule rejects it and draws from max(0, p - q), which is exact for
+// any proposer distribution q, including one that puts mass on forbidden tokens (the runner cuts a
+// deterministic proposer's drafts before a forbidden one instead: with q one-hot at a forbidden d
+// the residual is p itself, so the cut changes nothing but the work). Greedy output is the same
+// token sequence as plain constrained decoding.
 // Randomness: row j uses token_rng(seed, n_out + j) (the runner's per-token stream), so a seed
 // reproduces the same tokens whatever the batch.
 // Thread-safety: a SpecVerifier holds scratch; one per thread.
@@ -26,6 +34,7 @@
 #include <span>
 #include <vector>
 
+#include "core/token_constraint.h"
 #include "runtime/sampler.h"
 
 namespace pagoda {
@@ -48,6 +57,11 @@ struct VerifyInput {
   uint64_t seed = 0;
   int32_t min_tokens = 0;               // blocked_ids masked while the output is shorter
   std::span<const int32_t> blocked_ids;
+  // Structured output (null: none): the request's constraint in its state after `output`. verify()
+  // advances it over accepted drafts to mask the later rows and rolls them back: on return it is
+  // in its state on entry (the caller advances it over the kept tokens). Ids at or past its
+  // vocab_size() are disallowed (a model vocabulary padded past the tokenizer's).
+  TokenConstraint* constraint = nullptr;
 };
 
 class SpecVerifier {
@@ -60,6 +74,7 @@ class SpecVerifier {
   std::vector<float> row_, p_;
   std::vector<int32_t> history_;
   std::vector<int32_t> scratch_;
+  std::vector<uint32_t> mask_;
 };
 
 }  // namespace pagoda

@@ -39,6 +39,37 @@ def test_bench_serve_concurrency_and_rate():
         s.kill()
 
 
+def test_bench_serve_paired_comparison_of_two_servers():
+    """--compare-url: every prompt goes once to each server; the report pairs them."""
+    a = Server(TINY_MODEL, "--max-model-len", 256)
+    b = Server(TINY_MODEL, "--max-model-len", 256)
+    try:
+        j = json.loads(run("bench", "serve", "--url", a.url, "--compare-url", b.url, "--num-prompts", 12,
+                           "--max-concurrency", 4, "--input-len", 16, "--output-len", 6, "--seed", 3, "--jitter-ms", 5,
+                           "--json"))
+        assert j["completed"] == 24 and j["failed"] == 0 and j["total_output_tokens"] == 24 * 6
+        c = j["compare"]
+        assert [arm["url"] for arm in c["arms"]] == [a.url, b.url]
+        assert [arm["completed"] for arm in c["arms"]] == [12, 12]
+        t = c["ttft"]
+        assert t["pairs"] == 12 and len(c["pair_ttft_ms"]) == 12
+        diffs = sorted(y - x for x, y in c["pair_ttft_ms"])
+        assert abs(t["median_diff_ms"] - (diffs[5] + diffs[6]) / 2) < 1e-6
+        lo, hi = t["median_diff_ci95_ms"]
+        assert lo <= t["median_diff_ms"] <= hi
+        lo, hi = t["median_ttft_delta_ci95_ms"]
+        assert lo <= hi and abs(t["median_ttft_delta_ms"] - (t["median_ttft_b_ms"] - t["median_ttft_a_ms"])) < 1e-6
+        # Each server got exactly one request per prompt.
+        for s in (a, b):
+            assert s.metric("pagoda:request_success_total", {"finished_reason": "length"}) == 12
+        text = run("bench", "serve", "--url", a.url, "--compare-url", b.url, "--num-prompts", 2, "--input-len", 8,
+                   "--output-len", 4)
+        assert "Median paired TTFT diff (ms):" in text and "Pairs:" in text
+    finally:
+        a.kill()
+        b.kill()
+
+
 def test_bench_throughput_and_classic_bench():
     j = json.loads(run("bench", "throughput", "--model", TINY_MODEL, "--num-prompts", 8, "--input-len", 16,
                        "--output-len", 8, "--sequential", 2, "--json"))

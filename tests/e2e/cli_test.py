@@ -268,3 +268,70 @@ def test_bench_spec_real_proposers_keep_greedy_output(tmp_path):
     bad = subprocess.run([BINARY, "bench", "spec", TINY_MODEL, "--device", "cpu", "--spec-method", "ngram"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--prompt-file" in bad.stderr, bad.stderr
+
+
+def test_eagle3_head_on_the_cli(tmp_path):
+    """`--spec-method eagle3 --spec-model HEAD_DIR` (docs/speculative_decoding.md, "EAGLE-3 heads") on
+    `bench spec` and `generate`, with the tiny llama and the heads of tools/make_draft_heads.py:
+    greedy output equal to plain decoding, the echo head's drafts accepted; `--speculative-config`
+    with method eagle3; a malformed head and a missing head are clear errors."""
+    import json
+    target = str(MODELS_DIR / "tiny" / "llama3" / "model-f32.gguf")
+    echo = str(MODELS_DIR / "tiny" / "eagle3-llama3-echo")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time, there was a little girl\n---\nThe cat sat on the mat. The cat\n")
+    p = subprocess.run([BINARY, "bench", "spec", target, "--device", "cpu", "-t", "1", "--prompt-file", str(prompts),
+                        "--output-len", "24", "--rounds", "2", "--json", "--spec-method", "ngram,eagle3",
+                        "--spec-model", echo, "-b", "1,2", "--spec-tokens", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["all_identical"] is True, res
+    eagle = [r for r in res["runs"] if r["method"] == "eagle3"]
+    assert len(eagle) == 2, res
+    for r in eagle:
+        assert r["identical_requests"] == r["requests"], r
+        assert r["spec_num_drafts"] > 0 and r["acceptance"] > 0.5, r
+    cfg = json.dumps({"method": "eagle3", "model": echo, "num_speculative_tokens": 3})
+    g = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0",
+                        "--speculative-config", cfg], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0"],
+                           capture_output=True, text=True, timeout=60)
+    assert g.returncode == 0 and plain.returncode == 0, g.stderr + plain.stderr
+    assert g.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
+    assert "speculative eagle3" in g.stdout + g.stderr and "acceptance" in g.stdout + g.stderr
+    bad = subprocess.run([BINARY, "generate", "-m", target, "-p", "x", "-n", "2", "--spec-method", "eagle3",
+                          "--spec-model", str(MODELS_DIR / "tiny" / "eagle3-bad" / "missing-fc")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "tensor 'fc.weight' is missing" in bad.stderr, bad.stderr
+    bad = subprocess.run([BINARY, "generate", "-m", target, "-p", "x", "-n", "2", "--spec-method", "eagle3"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "needs the EAGLE-3 head's directory" in bad.stderr, bad.stderr
+
+
+def test_mtp_module_on_the_cli(tmp_path):
+    """`--spec-method mtp --spec-model DIR` (a MiMo-style checkpoint's MTP layer, tools/make_draft_heads.py)
+    on `generate` and `bench spec` with the tiny qwen2 GGUF as target: greedy output equal to plain
+    decoding; a checkpoint without MTP layers is a clear error."""
+    import json
+    target = str(MODELS_DIR / "tiny" / "qwen2" / "model-f32.gguf")
+    mimo = str(MODELS_DIR / "tiny" / "mimo-mtp")
+    g = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0",
+                        "--spec-method", "mtp", "--spec-model", mimo], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([BINARY, "generate", "-m", target, "-p", "Once upon a time", "-n", "16", "--temperature", "0"],
+                           capture_output=True, text=True, timeout=60)
+    assert g.returncode == 0 and plain.returncode == 0, g.stderr + plain.stderr
+    assert g.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
+    assert "speculative mtp" in g.stdout + g.stderr
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time, there was a little girl\n---\nThe cat sat on the mat. The cat\n")
+    p = subprocess.run([BINARY, "bench", "spec", target, "--device", "cpu", "-t", "1", "--prompt-file", str(prompts),
+                        "--output-len", "16", "--rounds", "1", "--json", "--spec-method", "mtp", "--spec-model", mimo,
+                        "-b", "2", "--spec-tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["all_identical"] is True and [r["method"] for r in res["runs"]] == ["mtp"], res
+    bad = subprocess.run([BINARY, "generate", "-m", target, "-p", "x", "-n", "2", "--spec-method", "mtp",
+                          "--spec-model", str(MODELS_DIR / "tiny" / "mimo-mtp-bad" / "no-mtp-layers")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "no num_nextn_predict_layers" in bad.stderr, bad.stderr

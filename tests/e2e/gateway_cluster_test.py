@@ -213,11 +213,12 @@ def text_of(events):
     return out
 
 
-async def stream_one(session, url, body, rid, timeout, started=None):
+async def stream_one(session, url, body, rid, timeout, started=None, ended=None):
     """One streamed request: (kind, detail). kind: done (one [DONE] at the end), cut (the gateway's
     error event, no [DONE]), error (a JSON error answer before any byte), hang (no end within
     `timeout`), other (anything else). `started` (a Counter) counts the streams whose first bytes
-    arrived, by worker (the gateway sends a stream's head with its first chunk)."""
+    arrived, by worker (the gateway sends a stream's head with its first chunk), `ended` those of
+    them whose body has ended (however)."""
     import aiohttp
 
     try:
@@ -226,7 +227,11 @@ async def stream_one(session, url, body, rid, timeout, started=None):
             worker = r.headers.get("x-pagoda-worker", "")
             if started is not None and r.status == 200:
                 started[worker] += 1
-            raw = await r.read()
+            try:
+                raw = await r.read()
+            finally:
+                if ended is not None and r.status == 200:
+                    ended[worker] += 1
             if r.status != 200:
                 try:
                     err = json.loads(raw)["error"]
@@ -363,8 +368,8 @@ def test_prefix_affinity_hit_rate_within_load_bound(cluster, dump_logs):
 
 
 def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=256, spread_s=3.0):
-    """Sends n_streams long streams spread over spread_s; calls fault() once three of them are
-    streaming from the victim (many in flight) and recover() once all have ended. Returns the
+    """Sends n_streams long streams spread over spread_s; calls fault() once six of them are
+    streaming from the victim at once (many in flight) and recover() once all have ended. Returns the
     outcome counter, how many were retried and the results."""
     import aiohttp
 
@@ -379,13 +384,15 @@ def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=25
                 await asyncio.sleep(spread_s * i / n_streams)
                 body = {"model": cluster.big, "prompt": prompts[i % len(prompts)], "max_tokens": max_tokens,
                         "ignore_eos": True, "temperature": 0, "stream": True}
-                return await stream_one(s, gw.url, body, f"{tag}-{i}", 120, started)
+                return await stream_one(s, gw.url, body, f"{tag}-{i}", 120, started, ended)
 
-            started = collections.Counter()
+            started, ended = collections.Counter(), collections.Counter()
             jobs = [asyncio.ensure_future(one(i)) for i in range(n_streams)]
             deadline = time.time() + 60
-            while started[victim.label] < 3:
-                assert time.time() < deadline, f"no stream started on the victim: {started}"
+            # Streams of an unloaded worker end within ~100 ms: wait until several are streaming from
+            # the victim at once (it is then batching them, and each takes longer).
+            while started[victim.label] - ended[victim.label] < 6:
+                assert time.time() < deadline, f"no streams in flight on the victim: {started}, {ended}"
                 await asyncio.sleep(0.02)
             await asyncio.to_thread(fault)  # the streams go on being read meanwhile
             return await asyncio.gather(*jobs)

@@ -1,7 +1,7 @@
 """The remaining OpenAI / vLLM request parameters end to end, through the official `openai` client
 against the real `pagoda serve`: logit_bias, logprobs under a structured-output constraint,
 echo, suffix (fill in the middle, on a GGUF whose vocabulary has FIM tokens), n with best_of,
-stream_options.continuous_usage_stats, truncate_prompt_tokens, add_special_tokens,
+stream_options.continuous_usage_stats, chat_template_kwargs, truncate_prompt_tokens, add_special_tokens,
 return_tokens_as_token_ids, GET /version, and the known fields we do not honour (400s)."""
 import json
 import math
@@ -297,6 +297,28 @@ def test_truncate_add_special_and_token_ids(tiny_server):
     ids = [int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens]
     status, _, body = http("POST", tiny_server.url + "/detokenize", {"tokens": ids})
     assert json.loads(body)["prompt"] == r.choices[0].text.lstrip() or json.loads(body)["prompt"] in r.choices[0].text
+
+
+def test_chat_template_kwargs_reach_the_template(tmp_path):
+    """vLLM's chat_template_kwargs: extra variables the chat template sees (here a template, written
+    into a copy of stories260K, that adds a line only when `loud` is set); a non-object is a 400."""
+    from gguf_metadata import with_string_key
+    model = tmp_path / "stories260K-kwargs.gguf"
+    with_string_key(TINY_MODEL, model, "tokenizer.chat_template",
+                    "{% if loud %}LOUD LOUD LOUD. {% endif %}{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    s = Server(model, "--max-model-len", 256, "--max-num-seqs", 4)
+    try:
+        c = client(s)
+        kw = dict(model="stories260K-kwargs", messages=[{"role": "user", "content": "Once upon a time"}], max_tokens=2,
+                  temperature=0)
+        quiet = c.chat.completions.create(**kw)
+        loud = c.chat.completions.create(extra_body={"chat_template_kwargs": {"loud": True}}, **kw)
+        off = c.chat.completions.create(extra_body={"chat_template_kwargs": {"loud": False}}, **kw)
+        assert loud.usage.prompt_tokens > quiet.usage.prompt_tokens == off.usage.prompt_tokens
+        status, _, body = http("POST", s.url + "/v1/chat/completions", {**kw, "chat_template_kwargs": [1]})
+        assert status == 400 and b"chat_template_kwargs" in body, body
+    finally:
+        s.kill()
 
 
 def test_version_and_models(tiny_server):

@@ -3,7 +3,8 @@
 corpus of 200 schemas covering every supported keyword, greedy and sampled, on stories260K whose
 random-ish text the grammar forces into shape), regex / choice / grammar outputs with Python's
 own matchers (generated corpora of 100 patterns, as regexes and as GBNF grammars, and 60 choice lists),
-tool calls streamed and not, and a tool-calling loop on SmolLM2-135M-Instruct."""
+tool calls streamed and not, a tool-calling loop on SmolLM2-135M-Instruct, and constrained
+requests on a server that speculates (same greedy outputs as without)."""
 import concurrent.futures
 import json
 import re
@@ -91,6 +92,47 @@ def test_response_format_on_chat(chat_server):
                                        stream=True, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     check(schema, text)
+
+
+def test_structured_outputs_with_speculation(tiny_server):
+    """A server speculating with n-gram lookup (docs/speculative_decoding.md, "Structured outputs"):
+    the greedy outputs of 40 schemas and 20 regexes are those of the plain server, sampled ones
+    are valid, and drafts were verified and accepted for constrained requests."""
+    spec_server = Server(TINY_MODEL, "--max-model-len", 512, "--max-num-seqs", 32,
+                         "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 4}))
+    try:
+        plain_c, spec_c = client(tiny_server), client(spec_server)
+
+        def one(kind, i, sampled):
+            kw = {"temperature": 1.0, "seed": 7 + i} if sampled else {"temperature": 0}
+            if kind == "json":
+                extra, ok = {"guided_json": SCHEMAS[i]}, lambda t: isinstance(check(SCHEMAS[i], t), object)  # raises if invalid
+            else:
+                extra, ok = {"guided_regex": PATTERNS[i][0]}, lambda t: re.fullmatch(PATTERNS[i][0], t) is not None
+            # A prompt that repeats: n-gram lookup has something to find beside the output's structure.
+            prompt = "Once upon a time a cat sat. Once upon a time a cat sat. Once upon a time"
+            r = spec_c.completions.create(model=TINY_NAME, prompt=prompt, max_tokens=200, extra_body=extra, **kw)
+            t = r.choices[0].text
+            assert r.choices[0].finish_reason == "stop", (kind, i, t)
+            assert ok(t), (kind, i, kw, t)
+            if not sampled:
+                p = plain_c.completions.create(model=TINY_NAME, prompt=prompt, max_tokens=200, extra_body=extra, **kw)
+                assert p.choices[0].text == t, (kind, i, p.choices[0].text, t)
+            return t
+
+        cases = [("json", i) for i in range(40)] + [("regex", i) for i in range(20)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            [j.result() for j in [pool.submit(one, k, i, s) for k, i in cases for s in (False, True)]]
+        metrics = http("GET", spec_server.url + "/metrics")[2]
+        metrics = metrics.decode() if isinstance(metrics, bytes) else metrics
+        counts = {name: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if not line.startswith("#")
+                  for name in ("pagoda:spec_decode_num_draft_tokens_total", "pagoda:spec_decode_num_accepted_tokens_total")
+                  if line.startswith(name)}
+        print("[structured-spec]", counts)
+        assert counts.get("pagoda:spec_decode_num_draft_tokens_total", 0) > 0, counts
+        assert counts.get("pagoda:spec_decode_num_accepted_tokens_total", 0) > 0, counts
+    finally:
+        spec_server.kill()
 
 
 def test_regex_choice_and_grammar(tiny_server):

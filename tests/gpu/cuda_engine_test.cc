@@ -16,6 +16,7 @@
 #include "runtime/memory_plan.h"
 #include "common/dtype.h"
 #include "engine/engine_core.h"
+#include "grammar/constraint.h"
 #include "gpu_test_util.h"
 #include "model/model_loader.h"
 #include "engine_test_util.h"
@@ -346,10 +347,109 @@ TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
   }
 }
 
+// Structured outputs with speculation on the GPU (device-side greedy verification with a mask
+// per verified row; masks as wide as the tokenizer's vocabulary, narrower than the model's for the
+// qwen3 shape): in batch-invariant mode the output equals plain constrained decoding, with n-gram
+// drafts and (tiny llama) a draft model; every output is taken by a fresh constraint.
+TEST(CudaEngine, ConstrainedOutputWithSpeculationKeepsGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  const grammar::ConstraintSource schema{
+      grammar::ConstraintKind::kJsonSchema,
+      R"({"type":"object","properties":{"name":{"enum":["alice","bob","carol"]},"note":{"type":"string","maxLength":24},)"
+      R"("tags":{"type":"array","items":{"enum":["red","green","blue"]},"minItems":1,"maxItems":8},)"
+      R"("age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","note","tags","age"]})",
+      {},
+      nullptr};
+  for (const auto& [model, tok] : engine_models()) {
+    const bool tiny = tok.empty();
+    for (const std::string method : {"ngram", "draft"}) {
+      if (method == "draft" && !tiny) continue;
+      SCOPED_TRACE(model + " " + method);
+      EngineConfig c = cuda_config(model, tok);
+      c.batch_invariant = true;
+      auto plain = Engine::create(c);
+      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+      EngineConfig cs = c;
+      cs.speculative.method = method;
+      if (method == "draft") cs.speculative.model = test::models_dir() + "/tiny/llama3/model-q8_0.gguf";
+      auto spec = Engine::create(cs);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      auto constraint = (*plain)->constraint(schema);
+      ASSERT_TRUE(constraint.ok()) << constraint.status().to_string();
+      const int64_t vocab = (*plain)->model_config().vocab_size;
+      auto make = [&](int i) {
+        GenerateRequest g;
+        g.prompt_ids = mixed_prompt(i, vocab);
+        g.sampling.temperature = 0;
+        g.sampling.constraint = *constraint;
+        g.stop.max_tokens = 96;
+        return g;
+      };
+      for (int batch : {1, 8}) {
+        std::vector<std::shared_ptr<RequestStream>> a, b;
+        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
+        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        for (int i = 0; i < batch; ++i) {
+          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          EXPECT_EQ(x, y) << "batch " << batch << " request " << i;
+          auto fresh = (*constraint)->start();
+          for (size_t j = 0; j < y.size(); ++j) ASSERT_TRUE(fresh->advance(y[j])) << "request " << i << " token " << j;
+        }
+      }
+      const EngineStats st = (*spec)->stats();
+      std::printf("[cuda-constrained-spec] %s %s: draft tokens %lld, accepted %lld\n", model.c_str(), method.c_str(),
+                  static_cast<long long>(st.spec_num_draft_tokens), static_cast<long long>(st.spec_num_accepted_tokens));
+      EXPECT_GT(st.spec_num_draft_tokens, 0);
+      EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+    }
+  }
+}
+
 // A draft model on the same GPU (its own CUDA executor; its weights and KV in the device memory
 // plan): greedy output equals plain decoding in batch-invariant mode (in the default mode the count
 // of equal requests is printed). The draft is the tiny model's q8_0 file, or the bf16 model
 // itself (high acceptance either way); the plan's draft share is what the draft executor holds.
+// An EAGLE-3 head on a CUDA target: the executor copies the captured layers' rows back each step
+// (decode graphs off) and the head drafts on the host. The echo head of tools/make_draft_heads.py
+// drafts the target's own greedy token, so drafts are accepted; batch-invariant mode: output equal
+// to plain decoding.
+TEST(CudaEngine, Eagle3HeadOnTheHostKeepsGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  const std::string model = test::models_dir() + "/tiny/llama3/model-f32.gguf";
+  const std::string head = test::models_dir() + "/tiny/eagle3-llama3-echo";
+  ASSERT_TRUE(fs::exists(model) && fs::exists(head)) << "tools/make_tiny_models.py and tools/make_draft_heads.py";
+  EngineConfig c = cuda_config(model, "");
+  c.batch_invariant = true;
+  auto plain = Engine::create(c);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EngineConfig cs = c;
+  cs.speculative.method = "eagle3";
+  cs.speculative.model = head;
+  auto spec = Engine::create(cs);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  const int64_t vocab = (*plain)->model_config().vocab_size;
+  auto make = [&](int i) {
+    GenerateRequest g;
+    g.prompt_ids = mixed_prompt(i, vocab);
+    g.sampling.temperature = 0;
+    g.stop.max_tokens = 40;
+    g.stop.ignore_eos = true;
+    return g;
+  };
+  for (int batch : {1, 8}) {
+    std::vector<std::shared_ptr<RequestStream>> a, b;
+    for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
+    for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+    for (int i = 0; i < batch; ++i) EXPECT_EQ(collect(*a[i]).tokens[0], collect(*b[i]).tokens[0]) << "batch " << batch << " request " << i;
+  }
+  const EngineStats st = (*spec)->stats();
+  EXPECT_GT(st.spec_num_accepted_tokens, 0);
+  EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+  std::printf("[cuda-spec-eagle3] drafts %lld, draft tokens %lld, accepted %lld\n",
+              static_cast<long long>(st.spec_num_drafts), static_cast<long long>(st.spec_num_draft_tokens),
+              static_cast<long long>(st.spec_num_accepted_tokens));
+}
+
 TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {

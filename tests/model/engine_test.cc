@@ -300,10 +300,10 @@ class FaultyExecutor final : public ModelExecutor {
   void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override {
     inner_->row_logprobs(rows, out);
   }
-  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                      std::vector<SampleResult>& results) override {
+  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs, std::vector<SampleResult>& results,
+                      const std::function<void()>& before_sampling) override {
     fail();
-    inner_->forward_sample(batch, specs, results);
+    inner_->forward_sample(batch, specs, results, before_sampling);
   }
 
  private:

@@ -6,7 +6,10 @@ is valid for `pagoda-gateway --check-config`, the dashboard ConfigMap holds vali
 gateway's panels, every container runs hardened (no privilege escalation, read-only root, no
 capabilities, RuntimeDefault seccomp, no service-account token except Prometheus's), the
 NetworkPolicies let only the gateway and Prometheus reach the workers, and the Containerfile has
-the worker and gateway stages. Where checkov is installed (PAGODA_CHECKOV names it, or it is on
+the worker and gateway stages. With kubectl, a client-side dry run (`kubectl apply --dry-run=client`)
+of the rendered set against a stand-in for the API server's discovery (kube_api_stub.py: a fixed
+table of built-in resources) checks that every object is a real resource of the right scope.
+Where checkov is installed (PAGODA_CHECKOV names it, or it is on
 PATH; docs/gateway.md says why it is not in the test venv) it runs over the rendered set, and only
 the findings docs/gateway.md accepts may remain."""
 import json
@@ -14,9 +17,14 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
+import tempfile
 import unittest
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kube_api_stub import KubeApiStub  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -98,11 +106,36 @@ class DeployTest(unittest.TestCase):
         gw = self.named("NetworkPolicy", "pagoda-gateway")
         self.assertTrue(all(gw_pod.get(k) == v for k, v in gw["spec"]["podSelector"]["matchLabels"].items()))
 
+    def dry_run(self, docs):
+        """`kubectl apply --dry-run=client` of `docs` against the discovery stub: (rc, output)."""
+        with tempfile.TemporaryDirectory() as home, tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(yaml.safe_dump_all(docs))
+            f.flush()
+            with KubeApiStub() as url:
+                # No schemas offline (--validate=false); HOME: no kubeconfig or discovery cache of the user's.
+                r = subprocess.run([shutil.which("kubectl"), "apply", "--dry-run=client", "--validate=false",
+                                    "-s", url, "-f", f.name], capture_output=True, text=True, timeout=120,
+                                   env={**os.environ, "HOME": home, "KUBECONFIG": os.path.join(home, "none")})
+        return r.returncode, r.stdout + r.stderr
+
+    def test_client_side_dry_run(self):
+        if not self.rendered:
+            self.skipTest("kubectl not installed: the client-side dry run is skipped (docs/gateway.md)")
+        rc, out = self.dry_run(self.docs)
+        self.assertEqual(rc, 0, out)
+        created = [line for line in out.splitlines() if line.endswith("created (dry run)")]
+        self.assertEqual(len(created), len(self.docs), out)
+        # The check can fail: a kind the API does not have, and a group version it does not serve.
+        bad = json.loads(json.dumps(self.named("Deployment", "pagoda-gateway")))
+        bad["apiVersion"] = "apps/v1beta1"
+        rc, out = self.dry_run([bad])
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("no matches for kind", out)
+
     def test_checkov_finds_only_the_accepted_findings(self):
         checkov = os.environ.get("PAGODA_CHECKOV") or shutil.which("checkov")
         if not checkov or not self.rendered:
             self.skipTest("checkov (or kubectl) not installed: the static check is skipped (docs/gateway.md)")
-        import tempfile
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
             f.write(yaml.safe_dump_all(self.docs))
             f.flush()

@@ -1,8 +1,10 @@
 // Speculative decoding without a model: the scheduler's lookahead allocation and trimming of
 // rejected slots, stop checks over several tokens per step, the n-gram proposer, and the
-// verifier (greedy prefix rule; the rejection sampler's output distribution by chi-square).
+// verifier (greedy prefix rule; the rejection sampler's output distribution by chi-square; both
+// under a structured-output constraint's per-row masks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -394,6 +396,194 @@ TEST(SpecVerifier, SeedsReproduceAndAcceptedDraftsSeeTheirHistory) {
     ++seen[ta];
   }
   EXPECT_GT(seen.size(), 3u);  // accepts, rejects and bonus tokens all occur
+}
+
+// A constraint for the verifier tests: the allowed ids at output position i are allowed[i] (the
+// last set repeats past the end); it counts its advances and rollbacks.
+class PositionConstraint final : public TokenConstraint {
+ public:
+  PositionConstraint(int32_t vocab, std::vector<std::vector<int32_t>> allowed) : vocab_(vocab), allowed_(std::move(allowed)) {}
+  int32_t vocab_size() const override { return vocab_; }
+  void fill_mask(std::span<uint32_t> mask) const override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    for (int32_t t : at()) mask[t / 32] |= 1u << (t % 32);
+  }
+  bool accepts(int32_t token) const override { return std::count(at().begin(), at().end(), token) > 0; }
+  bool advance(int32_t token) override {
+    if (!accepts(token)) return false;
+    ++depth_;
+    return true;
+  }
+  void rollback(int n) override {
+    ASSERT_LE(n, depth_);
+    depth_ -= n;
+  }
+  bool finished() const override { return false; }
+  int depth() const { return depth_; }
+  std::vector<uint32_t> mask() const {
+    std::vector<uint32_t> m((vocab_ + 31) / 32);
+    fill_mask(m);
+    return m;
+  }
+
+ private:
+  const std::vector<int32_t>& at() const { return allowed_[std::min<size_t>(depth_, allowed_.size() - 1)]; }
+  int32_t vocab_;
+  std::vector<std::vector<int32_t>> allowed_;
+  int depth_ = 0;
+};
+
+TEST(TokenConstraint, AcceptedPrefixStopsAtTheFirstForbiddenTokenAndKeepsTheState) {
+  PositionConstraint c(8, {{1, 2}, {3}, {4, 5}});
+  EXPECT_EQ(accepted_prefix(c, std::vector<int32_t>{2, 3, 5, 5}), 4);
+  EXPECT_EQ(accepted_prefix(c, std::vector<int32_t>{2, 4, 5}), 1);
+  EXPECT_EQ(accepted_prefix(c, std::vector<int32_t>{0}), 0);
+  EXPECT_EQ(accepted_prefix(c, std::vector<int32_t>{}), 0);
+  EXPECT_EQ(c.depth(), 0);
+  ASSERT_TRUE(c.advance(1));
+  EXPECT_EQ(accepted_prefix(c, std::vector<int32_t>{3, 4}), 2);
+  EXPECT_EQ(c.depth(), 1);
+}
+
+// Greedy verification under a constraint: row j is masked with the constraint advanced through
+// the drafts before it; a draft the mask forbids is never accepted, even where it is the row's
+// unmasked argmax; the result equals plain constrained decoding token by token; the constraint
+// is back in its entry state. (Without the masks every expectation below changes.)
+TEST(SpecVerifier, GreedyAppliesEachRowsConstraintMask) {
+  SpecVerifier v;
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.logprobs = 2;
+  // Unmasked argmax per row: 2, 0, 3, 1.
+  const std::vector<float> logits = rows({{0, 1, 5, 2}, {4, 1, 0, 2}, {0, 1, 2, 3}, {0, 9, 2, 3}});
+  // Allowed: position 0 {1, 2}; 1 {1, 3} (not the argmax 0); 2 {0, 1, 2} (not the argmax 3); then {0, 2, 3}.
+  const std::vector<std::vector<int32_t>> allowed = {{1, 2}, {1, 3}, {0, 1, 2}, {0, 2, 3}};
+  PositionConstraint c(4, allowed);
+  const std::vector<int32_t> prompt = {1};
+  auto run = [&](std::vector<int32_t> drafts) {
+    VerifyInput in;
+    in.logits = std::span<const float>(logits.data(), (drafts.size() + 1) * 4);
+    in.vocab = 4;
+    in.drafts = drafts;
+    in.params = &sp;
+    in.prompt = prompt;
+    in.constraint = &c;
+    std::vector<int32_t> toks;
+    const auto kept = v.verify(in);
+    for (size_t j = 0; j < kept.size(); ++j) {
+      toks.push_back(kept[j].token);
+      // Logprobs of the masked row (as the plain sampler reports them): masked ids never listed.
+      EXPECT_EQ(kept[j].top.size(), 2u);
+      for (const auto& t : kept[j].top) EXPECT_EQ(std::count(allowed[j].begin(), allowed[j].end(), t.token), 1) << "row " << j;
+    }
+    EXPECT_EQ(c.depth(), 0);
+    return toks;
+  };
+  EXPECT_EQ(run({2, 3, 2}), (std::vector<int32_t>{2, 3, 2, 3}));  // the masked choices: all accepted + bonus
+  EXPECT_EQ(run({2, 0, 3}), (std::vector<int32_t>{2, 3}));        // 0 is row 1's argmax but forbidden
+  EXPECT_EQ(run({2, 3, 3}), (std::vector<int32_t>{2, 3, 2}));     // 3 is row 2's argmax but forbidden
+  EXPECT_EQ(run({1}), (std::vector<int32_t>{2}));
+  EXPECT_EQ(run({}), (std::vector<int32_t>{2}));
+  // Plain constrained decoding of the same rows, one token a step.
+  Sampler sampler;
+  std::vector<int32_t> plain;
+  for (int j = 0; j < 4; ++j) {
+    Rng rng(1);
+    const auto mask = c.mask();
+    const std::span<const float> row(logits.data() + 4 * j, 4);
+    plain.push_back(sampler.sample(row, sp, {prompt, plain}, rng, mask).token);
+    ASSERT_TRUE(c.advance(plain.back()));
+  }
+  c.rollback(4);
+  EXPECT_EQ(plain, run({plain[0], plain[1], plain[2]}));
+}
+
+// The rejection sampler under a constraint keeps the masked target distribution (the plain
+// sampler's with the mask) for a proposer distribution q with mass on forbidden tokens, for a
+// one-hot draft of an allowed token and for a one-hot draft of a forbidden one; a kept token is
+// never forbidden at its row.
+TEST(SpecVerifier, RejectionSamplingUnderAMaskKeepsTheMaskedTargetDistribution) {
+  const std::vector<float> target = {1.0f, 0.2f, -0.5f, 2.0f, 0.7f, -1.5f, 0.0f, 1.4f};
+  const std::vector<float> next = {0.3f, 0.1f, 0.0f, -0.2f, 0.5f, 0.2f, 0.1f, 0.0f};
+  const std::vector<float> q = {0.05f, 0.3f, 0.05f, 0.1f, 0.2f, 0.1f, 0.15f, 0.05f};
+  const int V = 8;
+  // Position 0 forbids 3 (the target's most likely token), 1 and 6; position 1 allows 0, 5 and 7.
+  const std::vector<std::vector<int32_t>> allowed = {{0, 2, 4, 5, 7}, {0, 5, 7}};
+  struct MaskCase {
+    const char* name;
+    SamplingParams params;
+    bool with_q;
+    int32_t fixed_draft;  // one-hot draft (without q)
+  };
+  SamplingParams base;
+  base.temperature = 1.0f;
+  SamplingParams topk = base;
+  topk.temperature = 0.7f;
+  topk.top_k = 3;
+  topk.presence_penalty = 0.5f;
+  const std::vector<MaskCase> cases = {{"t1 with q", base, true, -1},
+                                       {"t1 one-hot allowed", base, false, 4},
+                                       {"t1 one-hot forbidden", base, false, 3},
+                                       {"t0.7 top-k 3 penalty with q", topk, true, -1}};
+  const std::vector<int32_t> prompt = {3, 1}, output = {7};
+  for (const MaskCase& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    PositionConstraint c(V, allowed);
+    const auto mask = c.mask();
+    std::vector<float> masked(target);
+    apply_token_mask(masked, mask);
+    std::vector<float> p;
+    target_probabilities(masked, cs.params, {prompt, output}, {}, p);
+    for (int32_t t : {1, 3, 6}) ASSERT_EQ(p[t], 0.0f);
+    const int64_t n = 60000;
+    std::vector<int64_t> plain(V, 0), spec(V, 0);
+    Sampler sampler;
+    for (int64_t i = 0; i < n; ++i) {
+      Rng rng(1000 + i);
+      ++plain[sampler.sample(target, cs.params, {prompt, output}, rng, mask).token];
+    }
+    int dof = 0;
+    double chi = chi_square(plain, p, n, &dof);
+    EXPECT_LT(chi, chi_square_999(dof)) << "plain sampler with the mask vs the masked target";
+    SpecVerifier v;
+    const std::vector<float> logits = rows({target, next});
+    int64_t second_rows = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      Rng draw(77 + 31 * i);
+      int32_t d = cs.fixed_draft;
+      if (cs.with_q) {
+        double u = draw.uniform();
+        for (d = 0; d < V - 1; ++d) {
+          u -= q[d];
+          if (u < 0) break;
+        }
+      }
+      std::vector<int32_t> drafts = {d};
+      VerifyInput in;
+      in.logits = logits;
+      in.vocab = V;
+      in.drafts = drafts;
+      if (cs.with_q) in.draft_probs = q;
+      in.params = &cs.params;
+      in.prompt = prompt;
+      in.output = output;
+      in.seed = static_cast<uint64_t>(i) * 7919 + 13;
+      in.constraint = &c;
+      const auto kept = v.verify(in);
+      ASSERT_GE(kept.size(), 1u);
+      ASSERT_EQ(c.depth(), 0);
+      ++spec[kept[0].token];
+      if (kept.size() == 2) {
+        ++second_rows;
+        ASSERT_EQ(kept[0].token, d);
+        const int32_t t = kept[1].token;
+        ASSERT_TRUE(t == 0 || t == 5 || t == 7) << "bonus token " << t << " forbidden at position 1";
+      }
+    }
+    chi = chi_square(spec, p, n, &dof);
+    EXPECT_LT(chi, chi_square_999(dof)) << "rejection sampler vs the masked target";
+    if (cs.fixed_draft != 3) EXPECT_GT(second_rows, 0);
+  }
 }
 
 }  // namespace

@@ -49,6 +49,19 @@ Status CudaExecutor::init() {
 
   // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
   kv_layer_bytes_ = spec_.num_blocks * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype);
+  {
+    // A cache that cannot fit is the caller's sizing error (the memory planner sizes the engine's):
+    // said here, before the allocation would abort the process.
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const int64_t kv_bytes = 2 * d_.L * kv_layer_bytes_;
+    if (kv_bytes > static_cast<int64_t>(free_bytes))
+      return resource_exhausted("the KV cache ({} blocks of {} tokens, {}) needs {:.2f} GiB of device memory and {:.2f} GiB "
+                                "of {:.2f} GiB is free after the weights: use fewer blocks (a shorter context or fewer "
+                                "sequences) or a smaller KV dtype",
+                                spec_.num_blocks, spec_.block_size, dtype_name(spec_.dtype), kv_bytes / 1073741824.0,
+                                free_bytes / 1073741824.0, total_bytes / 1073741824.0);
+  }
   kv_.reset(static_cast<size_t>(2 * d_.L * kv_layer_bytes_));
   CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   if (spec_.num_host_blocks > 0) {
@@ -312,6 +325,28 @@ void CudaExecutor::capture_bucket(int64_t b) {
   }
 }
 
+bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) {
+  for (int64_t a : after_layers)
+    if (a < 0 || a >= model_.config().num_layers) return false;
+  capture_ = after_layers;
+  captured_ = Tensor();
+  return true;
+}
+
+void CudaExecutor::capture_layer(int64_t layer, int64_t T) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  if (status != cudaStreamCaptureStatusNone) return;
+  const int64_t n = static_cast<int64_t>(capture_.size()), D = d_.D;
+  for (int64_t i = 0; i < n; ++i) {
+    if (capture_[static_cast<size_t>(i)] != layer) continue;
+    CUDA_CHECK(cudaMemcpy2DAsync(captured_.data_as<float>() + i * D, static_cast<size_t>(n * D) * sizeof(float),
+                                 residual_.as<float>(), static_cast<size_t>(D) * sizeof(float),
+                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(T), cudaMemcpyDeviceToHost,
+                                 stream_));
+  }
+}
+
 void CudaExecutor::run_step(const ForwardBatch& batch) {
   CUDA_CHECK(cudaSetDevice(opt_.device));
   step_timer_.begin_step();
@@ -336,7 +371,10 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       else capture_graphs();
     }
   }
-  bool decode = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled() && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
+  if (!capture_.empty() && (!captured_.defined() || captured_.dim(0) != T))
+    captured_ = Tensor::empty(DType::kF32, {T, static_cast<int64_t>(capture_.size()) * d_.D});
+  bool decode = opt_.cuda_graphs && graphs_on_ && capture_.empty() && !profiler_.enabled() && T <= caps_.max_bucket &&
+                n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
     const int64_t B = *std::lower_bound(buckets_.begin(), buckets_.end(), T);

@@ -133,8 +133,8 @@ class CudaExecutor final : public ModelExecutor {
   std::string describe() const override;
   const Tensor& forward(const ForwardBatch& batch) override;
   bool samples_on_device() const override { return true; }
-  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                      std::vector<SampleResult>& results) override;
+  void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs, std::vector<SampleResult>& results,
+                      const std::function<void()>& before_sampling) override;
   void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override;
   void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
   void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
@@ -148,6 +148,12 @@ class CudaExecutor final : public ModelExecutor {
   int64_t workspace_bytes() const override { return workspace_bytes_; }
   int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
   DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
+  // Hidden-state capture (ModelExecutor::set_hidden_capture): while it is on every step runs
+  // eagerly (no decode graphs), and StepOps::end_layer copies each captured layer's residual rows
+  // [T, D] f32 into host memory (captured_, [T, n * D]); pageable-host copies complete before the
+  // step returns.
+  bool set_hidden_capture(const std::vector<int64_t>& after_layers) override;
+  const Tensor* captured_hidden() const override { return capture_.empty() ? nullptr : &captured_; }
   bool set_graphs_enabled(bool on) override {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
@@ -293,6 +299,11 @@ class CudaExecutor final : public ModelExecutor {
 
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
+  std::vector<int64_t> capture_;  // target layers whose output rows a step copies to captured_
+  Tensor captured_;               // [T, capture_.size() * D] f32 host, of the last step
+  // Copies the residual rows of layer `layer` (if captured) into captured_ (not while a graph is
+  // being captured).
+  void capture_layer(int64_t layer, int64_t T);
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   std::set<int64_t> captured_buckets_;  // buckets whose graphs exist (lazy capture)
   cuda::OpProfiler profiler_;  // tuning.cuda_profile: every step eager, timed per op

@@ -1,18 +1,23 @@
-// CudaExecutor::forward_sample: one step, then the sampling arguments of every row (penalties,
-// blocked ids, logit_bias entries, allowed-token masks of structured outputs, the plain-greedy decision) packed into
-// pinned memory, copied, and sampled on the device in chunks of the sampler's capacity.
+// CudaExecutor::forward_sample: one step launched, the caller's before_sampling while the device
+// computes it, then the sampling arguments of every row (penalties, blocked ids, logit_bias
+// entries, allowed-token masks of structured outputs, the plain-greedy decision) packed into
+// pinned memory, copied, and sampled on the device in chunks of the sampler's capacity. Masks are
+// written straight into pinned memory at the widest row's width (a tokenizer's vocabulary
+// shorter than the model's: only its words cross, the kernel disallows the ids past them).
 
 #include "backend/cuda/cuda_executor_impl.h"
 
 namespace pagoda::cuda_impl {
 
 void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
-                                  std::vector<SampleResult>& results) {
+                                  std::vector<SampleResult>& results, const std::function<void()>& before_sampling) {
   using Clock = cuda::StepTimer::Clock;
   const auto t_start = Clock::now();
   run_step(batch);
-  const double launch_s = cuda::StepTimer::seconds(t_start, Clock::now());
-  double sampling_s = 0, wait_s = 0;
+  const auto t_launched = Clock::now();
+  const double launch_s = cuda::StepTimer::seconds(t_start, t_launched);
+  if (before_sampling) before_sampling();
+  double sampling_s = cuda::StepTimer::seconds(t_launched, Clock::now()), wait_s = 0;
   results.assign(specs.size(), SampleResult{});
   const int64_t cap = caps_.seqs;
   for (size_t c0 = 0; c0 < specs.size(); c0 += static_cast<size_t>(cap)) {
@@ -24,8 +29,21 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     std::vector<cuda::BiasEntry> biases;
     std::vector<int32_t> toks, outs;
     std::vector<int32_t> mask_rows;  // logits rows with an allowed-token mask
-    std::vector<uint32_t> masks;     // mask_words words per entry of mask_rows
-    const int64_t mask_words = (d_.V + 31) / 32;
+    // Words per mask row: the widest mask of the chunk, at most the vocabulary's.
+    int64_t mask_words = 0;
+    for (size_t i = 0; i < n; ++i)
+      mask_words = std::max<int64_t>(mask_words, static_cast<int64_t>(specs[c0 + i].allowed_mask.size()));
+    mask_words = std::min<int64_t>(mask_words, (d_.V + 31) / 32);
+    if (mask_words > 0) {
+      int64_t num_masked = 0;
+      for (size_t i = 0; i < n; ++i) num_masked += specs[c0 + i].allowed_mask.empty() ? 0 : 1;
+      const size_t bytes = static_cast<size_t>(num_masked * mask_words) * sizeof(uint32_t);
+      if (token_masks_host_.bytes() < bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        token_masks_host_.reset(bytes * 2);
+        token_masks_dev_.reset(bytes * 2);
+      }
+    }
     bool plain_greedy = true;  // every row greedy, no penalty entries, blocked ids, biases or logprobs
     for (size_t i = 0; i < n; ++i) {
       const SampleSpec& sp = specs[c0 + i];
@@ -65,11 +83,11 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
       for (const auto& [token, bias] : P.logit_bias) biases.push_back({token, bias});
       r.bias_count = static_cast<int32_t>(biases.size()) - r.bias_begin;
       if (!sp.allowed_mask.empty()) {
+        uint32_t* dst = token_masks_host_.as<uint32_t>() + static_cast<int64_t>(mask_rows.size()) * mask_words;
+        const int64_t w = std::min<int64_t>(static_cast<int64_t>(sp.allowed_mask.size()), mask_words);
+        std::memcpy(dst, sp.allowed_mask.data(), static_cast<size_t>(w) * sizeof(uint32_t));
+        if (w < mask_words) std::memset(dst + w, 0, static_cast<size_t>(mask_words - w) * sizeof(uint32_t));
         mask_rows.push_back(r.logits_row);
-        const size_t at = masks.size();
-        masks.resize(at + static_cast<size_t>(mask_words), 0u);
-        std::copy_n(sp.allowed_mask.begin(), std::min<size_t>(sp.allowed_mask.size(), static_cast<size_t>(mask_words)),
-                    masks.begin() + static_cast<std::ptrdiff_t>(at));
       }
       plain_greedy = plain_greedy && P.greedy() && r.pen_count == 0 && r.block_count == 0 && r.bias_count == 0 &&
                      P.logprobs < 0;
@@ -93,7 +111,9 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
     stage(biases, biases_host_, biases_dev_);
     if (!mask_rows.empty()) {
       stage(mask_rows, token_mask_rows_host_, token_mask_rows_dev_);
-      stage(masks, token_masks_host_, token_masks_dev_);
+      CUDA_CHECK(cudaMemcpyAsync(token_masks_dev_.get(), token_masks_host_.get(),
+                                 mask_rows.size() * static_cast<size_t>(mask_words) * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                                 stream_));
       cuda::apply_token_masks(logits_.as<float>(), d_.V, token_mask_rows_dev_.as<int32_t>(), token_masks_dev_.as<uint32_t>(),
                               mask_words, static_cast<int64_t>(mask_rows.size()), stream_);
     }

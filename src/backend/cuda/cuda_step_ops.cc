@@ -84,6 +84,12 @@ class CudaExecutor::StepOps final : public LayerOps {
   StepOps(CudaExecutor& ex, const InputRegion& in, const StepShape& sh)
       : ex_(ex), in_(in), sh_(sh), T_(sh.tokens) {}
 
+  // The hidden-state capture (CudaExecutor::set_hidden_capture): the residual stream is complete
+  // at a layer's end (its adds are GEMM epilogues into it).
+  void end_layer(int64_t layer) override {
+    if (!ex_.capture_.empty()) ex_.capture_layer(layer, T_);
+  }
+
   void embed() override {
     cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
                     ex_.stream_);

@@ -1,4 +1,5 @@
-// The Llama family: Llama 1/2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama. Pre-norm
+// The Llama family: Llama 1/2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM, TinyLlama, MiMo (a Qwen2
+// whose checkpoint also holds MTP layers, model.mtp_layers.*, read by model/draft_head.h). Pre-norm
 // decoder layers of GQA attention with RoPE and a SwiGLU MLP; the variants are config flags:
 // q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3), tied embeddings, RoPE layout and scaling
 // (llama3 frequency factors as a tensor in GGUF), sliding window (Mistral).
@@ -18,7 +19,7 @@ namespace {
 // The variant's flags, the same in both formats: Qwen2 has q/k/v biases, Qwen3 per-head q/k norms.
 void set_variant(std::string_view arch, ModelConfig& c) {
   c.family = arch == "llama" ? ArchFamily::kLlama : arch == "mistral" ? ArchFamily::kMistral
-             : arch == "qwen2" ? ArchFamily::kQwen2 : ArchFamily::kQwen3;
+             : arch == "qwen2" || arch == "mimo" ? ArchFamily::kQwen2 : ArchFamily::kQwen3;
   c.attention_bias = c.family == ArchFamily::kQwen2;
   c.qk_norm = c.family == ArchFamily::kQwen3;
 }
@@ -135,7 +136,7 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
 }  // namespace
 
 const Family& llama_family() {
-  static const Family f{"llama", {"llama", "mistral", "qwen2", "qwen3"}, configure_gguf, configure_hf, tensor_table, load};
+  static const Family f{"llama", {"llama", "mistral", "qwen2", "qwen3", "mimo"}, configure_gguf, configure_hf, tensor_table, load};
   return f;
 }
 

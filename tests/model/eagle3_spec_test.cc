@@ -1,0 +1,343 @@
+// Draft heads (model/draft_head.h, engine/draft_head_proposer.h): EAGLE-3 heads and a MiMo MTP
+// module, random-weight, from tools/make_draft_heads.py (models/tiny/eagle3-*, mimo-mtp*, made by
+// scripts/make_test_models.sh) on the tiny llama and qwen2: the head's draft logits against an independent numpy reference
+// (tests/model/eagle3_reference.py, which also checks the target's hidden-state capture); clear
+// errors for malformed heads and checkpoints (and MTP on CUDA); the target distribution kept when sampling (chi-square
+// through the engine). Greedy identity with and without EAGLE-3 at several batch sizes and under
+// preemption is in spec_decode_engine_test.cc with the other proposers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "engine_test_util.h"
+#include "model/draft_head.h"
+#include "model/model_loader.h"
+#include "runtime/draft_head_forward.h"
+#include "runtime/model_executor.h"
+#include "test_paths.h"
+
+namespace pagoda {
+namespace {
+
+std::string tiny(const std::string& name) { return test::models_dir() + "/tiny/" + name; }
+
+template <class T>
+void write_raw(const std::string& path, const T* data, size_t n) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(T)));
+}
+
+TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
+  const std::string root = test::testdata_dir() + "/..";
+  const std::string python = root + "/.venv-test/bin/python";
+  ASSERT_TRUE(std::filesystem::exists(python)) << python << " (scripts/setup_python.sh)";
+  struct Case {
+    std::string head, target;
+  };
+  for (const Case& hc : {Case{"eagle3-llama3", "llama3"}, Case{"eagle3-llama3-full", "llama3"}, Case{"mimo-mtp", "qwen2"}}) {
+    const std::string& head_name = hc.head;
+    SCOPED_TRACE(head_name);
+    auto target = load_model(tiny(hc.target));
+    ASSERT_TRUE(target.ok()) << target.status().to_string();
+    const ModelWeights& tw = target->model->weights();
+    auto head = head_name == "mimo-mtp"
+                    ? load_mimo_mtp_head(tiny(head_name), target->config, tw.token_embd, tw.linear(tw.output).cpu, 256)
+                    : load_eagle3_head(tiny(head_name), target->config, tw.token_embd, 256);
+    ASSERT_TRUE(head.ok()) << head.status().to_string();
+    const DraftHead& h = **head;
+
+    // The target over a prompt, capturing the head's layers at every position.
+    ThreadPool pool(2);
+    KvCacheSpec ks;
+    ks.num_blocks = 8;
+    ks.block_size = 16;
+    ks.dtype = DType::kF32;
+    auto ex = make_cpu_executor(*target->model, ks, pool);
+    ASSERT_TRUE(ex->set_hidden_capture(h.capture_after));
+    const std::vector<int32_t> prompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256, 33, 411, 2, 90, 12, 7};
+    const int32_t T = static_cast<int32_t>(prompt.size());
+    ForwardBatch b;
+    b.add_sequence(prompt, T, {1, 2}, 16, true, true);
+    const Tensor& target_logits = ex->forward(b);
+    const Tensor* feats = ex->captured_hidden();
+    ASSERT_NE(feats, nullptr);
+    ASSERT_EQ(feats->dim(0), T);
+    ASSERT_EQ(feats->dim(1), static_cast<int64_t>(h.capture_after.size()) * target->config.hidden_size);
+
+    // The head: a catch-up pass over positions 0..T-2, then 3 chained one-row steps.
+    DraftHeadForward hf(h, 8, 16, DType::kF32, pool);
+    const std::vector<int32_t> table = {1, 2, 3};
+    std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows;
+    std::vector<int64_t> slots;
+    for (int32_t p = 0; p < T - 1; ++p) {
+      positions.push_back(p);
+      slots.push_back(table[p / 16] * 16 + p % 16);
+    }
+    std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
+    rows = {T - 2};
+    DraftHeadPass pass;
+    pass.tokens = tokens;
+    pass.positions = positions;
+    pass.slots = slots;
+    pass.seqs = seqs;
+    pass.features = feats->data_as<const float>();
+    pass.logits_rows = rows;
+    hf.forward(pass);
+    const int64_t dv = h.draft_vocab, D = h.config.hidden_size;
+    std::vector<float> logits(hf.logits().data_as<const float>(), hf.logits().data_as<const float>() + dv);
+    std::vector<int32_t> drafts = {hf.drafts()[0]}, chain;
+    std::vector<float> hidden(hf.out_hidden().data_as<const float>(), hf.out_hidden().data_as<const float>() + D);
+    for (int32_t s = 0; s < 3; ++s) {
+      const int32_t pos = T - 1 + s;
+      chain.push_back(drafts.back());
+      std::vector<int32_t> tk = {drafts.back()}, ps = {pos}, rw = {0};
+      std::vector<int64_t> sl = {table[pos / 16] * 16 + pos % 16};
+      std::vector<AttentionSeq> sq = {{0, 1, pos + 1, table}};
+      DraftHeadPass cp;
+      cp.tokens = tk;
+      cp.positions = ps;
+      cp.slots = sl;
+      cp.seqs = sq;
+      cp.hidden = hidden.data();
+      cp.logits_rows = rw;
+      hf.forward(cp);
+      logits.insert(logits.end(), hf.logits().data_as<const float>(), hf.logits().data_as<const float>() + dv);
+      drafts.push_back(hf.drafts()[0]);
+      hidden.assign(hf.out_hidden().data_as<const float>(), hf.out_hidden().data_as<const float>() + D);
+    }
+    for (int32_t d : drafts) {
+      EXPECT_GE(d, 0);
+      EXPECT_LT(d, target->config.vocab_size);
+    }
+
+    const std::string dir = ::testing::TempDir() + "/eagle3_ref_" + head_name;
+    std::filesystem::create_directories(dir);
+    nlohmann::json meta;
+    meta["prompt"] = prompt;
+    meta["chain"] = chain;
+    meta["capture_after"] = h.capture_after;
+    meta["num_target_layers"] = target->config.num_layers;
+    std::ofstream(dir + "/meta.json") << meta.dump();
+    write_raw(dir + "/features.f32", feats->data_as<const float>(), static_cast<size_t>(feats->numel()));
+    write_raw(dir + "/target_logits.f32", target_logits.data_as<const float>(), static_cast<size_t>(target_logits.numel()));
+    write_raw(dir + "/logits.f32", logits.data(), logits.size());
+    write_raw(dir + "/drafts.i32", drafts.data(), drafts.size());
+    const std::string cmd = python + " " + root + "/tests/model/eagle3_reference.py " + dir + " " + tiny(head_name) + " " +
+                            tiny(hc.target) + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, pipe)) out += buf;
+    const int rc = pclose(pipe);
+    EXPECT_EQ(rc, 0) << out;
+    std::printf("%s", out.c_str());
+  }
+}
+
+TEST(MtpModule, MalformedCheckpointsAreClearErrors) {
+  const std::string model = tiny("qwen2/model-f32.gguf");
+  const std::map<std::string, std::string> cases = {
+      {"mimo-mtp-bad/no-mtp-layers", "no num_nextn_predict_layers >= 1"},
+      {"mimo-mtp-bad/missing-input-proj", "tensor 'model.mtp_layers.0.input_proj.weight' is missing"},
+      {"mimo-mtp-bad/q-proj-width", "'model.mtp_layers.0.self_attn.q_proj.weight' has shape [64, 32] but the config needs [64, 64]"},
+      {"eagle3-llama3", "no num_nextn_predict_layers"},  // an EAGLE-3 head's directory is not a MiMo checkpoint
+  };
+  for (const auto& [name, want] : cases) {
+    SCOPED_TRACE(name);
+    EngineConfig c = test::base_engine_config(model);
+    c.speculative.method = "mtp";
+    c.speculative.model = tiny(name);
+    auto e = Engine::create(c);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().to_string();
+  }
+  // Without a directory the target's own is read: a GGUF file is not a checkpoint directory.
+  EngineConfig c = test::base_engine_config(model);
+  c.speculative.method = "mtp";
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("MTP module"), std::string::npos) << e.status().to_string();
+  // On CUDA (refused before any device work, so this holds in a CPU-only build too).
+  c.speculative.model = tiny("mimo-mtp");
+  c.device = "cuda";
+  e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("mtp runs on the CPU backend only"), std::string::npos) << e.status().to_string();
+}
+
+TEST(Eagle3Head, MalformedHeadsAreClearErrors) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  const std::map<std::string, std::string> cases = {
+      {"missing-fc", "tensor 'fc.weight' is missing"},
+      {"qkv-width", "'midlayer.self_attn.q_proj.weight' has shape [128, 128] but the config needs [128, 256]"},
+      {"vocab-mismatch", "vocab_size 1000 differs from the target's 512"},
+      {"lm-head-rows", "'lm_head.weight' has shape [200, 128] but the config needs [256, 128]"},
+      {"d2t-out-of-range", "outside the vocabulary"},
+      {"missing-d2t", "tensor 'd2t' is missing"},
+      {"layer-out-of-range", "captured layer 7 is not a layer of the target"},
+      {"two-layers", "num_hidden_layers 2"},
+  };
+  for (const auto& [name, want] : cases) {
+    SCOPED_TRACE(name);
+    EngineConfig c = test::base_engine_config(model);
+    c.speculative.method = "eagle3";
+    c.speculative.model = tiny("eagle3-bad/" + name);
+    auto e = Engine::create(c);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().to_string();
+    EXPECT_NE(e.status().message().find("EAGLE-3 head"), std::string::npos) << e.status().to_string();
+  }
+  // Not a directory of a head at all; no head path.
+  {
+    EngineConfig c = test::base_engine_config(model);
+    c.speculative.method = "eagle3";
+    c.speculative.model = tiny("llama3/model-f32.gguf");
+    auto e = Engine::create(c);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("config.json"), std::string::npos) << e.status().to_string();
+    c.speculative.model.clear();
+    e = Engine::create(c);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("needs the EAGLE-3 head's directory"), std::string::npos) << e.status().to_string();
+  }
+}
+
+// softmax(logits / temperature) of the target at the end of `ctx` (f64).
+std::vector<double> target_probs(ModelExecutor& ex, const std::vector<int32_t>& ctx, double temperature) {
+  ForwardBatch b;
+  const int32_t n = static_cast<int32_t>(ctx.size());
+  std::vector<int32_t> table;
+  for (int32_t i = 0; i <= n / 16; ++i) table.push_back(i + 1);
+  b.add_sequence(ctx, n, table, 16);
+  const Tensor& logits = ex.forward(b);
+  const int64_t V = logits.dim(1);
+  std::vector<double> p(static_cast<size_t>(V));
+  double mx = -1e300, z = 0;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits.data_as<const float>()[v] / temperature);
+  for (int64_t v = 0; v < V; ++v) z += p[v] = std::exp(logits.data_as<const float>()[v] / temperature - mx);
+  for (double& x : p) x /= z;
+  return p;
+}
+
+// Sampling through EAGLE-3 drafts keeps the target distribution: many seeded requests of three
+// tokens; the second token is verified against the echo head's draft (the target's greedy token,
+// so both acceptance and rejection are common) by the rejection rule (drafts
+// are capped so that all accepted cannot pass max_tokens: one draft after the first token). Given
+// the most frequent first token, the second's counts are compared with the target's
+// softmax(logits / temperature) by chi-square. The prompt and temperature are chosen (from the
+// target's own distributions, before any sampling) so that both the first token's mode and the
+// second token's spread give enough samples per bin.
+TEST(Eagle3Spec, SamplingKeepsTheTargetDistribution) {
+  const std::string model = tiny("llama3/model-f32.gguf");
+  const int n = 6000;
+  auto target = load_model(model);
+  ASSERT_TRUE(target.ok());
+  ThreadPool pool(2);
+  KvCacheSpec ks;
+  ks.num_blocks = 8;
+  ks.block_size = 16;
+  ks.dtype = DType::kF32;
+  auto ex = make_cpu_executor(*target->model, ks, pool);
+  std::vector<int32_t> prompt;
+  double temperature = 0;
+  int32_t mode = -1;
+  std::vector<double> p2;
+  int best_bins = 0;
+  for (double t : {1.5, 2.0, 3.0})
+    for (int i = 0; i < 40; ++i) {
+      const std::vector<int32_t> cand = test::mixed_prompt(i + 1, target->config.vocab_size);
+      const std::vector<double> p1 = target_probs(*ex, cand, t);
+      const int32_t m = static_cast<int32_t>(std::max_element(p1.begin(), p1.end()) - p1.begin());
+      std::vector<int32_t> ctx = cand;
+      ctx.push_back(m);
+      const std::vector<double> q = target_probs(*ex, ctx, t);
+      int bins = 0;
+      for (double x : q) bins += n * p1[m] * x >= 5;
+      if (bins > best_bins) {
+        best_bins = bins;
+        prompt = cand;
+        temperature = t;
+        mode = m;
+        p2 = q;
+      }
+    }
+  ASSERT_GE(best_bins, 5) << "no prompt spreads the second token enough";
+
+  EngineConfig c = test::base_engine_config(model);
+  c.speculative.method = "eagle3";
+  // The echo head drafts the target's greedy token: accepted with its probability, often.
+  c.speculative.model = tiny("eagle3-llama3-echo");
+  c.speculative.disable_by_batch_size = 0;
+  c.scheduler.max_num_seqs = 256;
+  auto e = Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < n; ++i) {
+    GenerateRequest g;
+    g.prompt_ids = prompt;
+    g.sampling.temperature = static_cast<float>(temperature);
+    g.sampling.seed = static_cast<uint64_t>(i) * 7919 + 1;
+    g.stop.max_tokens = 3;
+    g.stop.ignore_eos = true;
+    auto s = (*e)->submit(std::move(g));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  std::map<int32_t, int> second;  // second token -> count, given first == mode
+  int given = 0;
+  for (auto& s : streams) {
+    std::vector<int32_t> t;
+    while (auto o = s->next())
+      for (const auto& tok : o->tokens) t.push_back(tok.token);
+    ASSERT_EQ(t.size(), 3u);
+    if (t[0] != mode) continue;
+    ++given;
+    ++second[t[1]];
+  }
+  const EngineStats st = (*e)->stats();
+  EXPECT_GT(st.spec_num_draft_tokens, n / 2);  // most second tokens were verified drafts
+  EXPECT_GT(st.spec_num_accepted_tokens, n / 20);  // and both outcomes of the rule are common
+  EXPECT_LT(st.spec_num_accepted_tokens, st.spec_num_draft_tokens - n / 20);
+  ASSERT_GT(given, n / 20);
+  // Bins with an expected count >= 5; the rest lumped into one.
+  double chi2 = 0, rest_exp = 0;
+  int rest_obs = 0, bins = 0;
+  for (size_t v = 0; v < p2.size(); ++v) {
+    const double expct = p2[v] * given;
+    const auto it = second.find(static_cast<int32_t>(v));
+    const int o = it == second.end() ? 0 : it->second;
+    if (expct >= 5) {
+      chi2 += (o - expct) * (o - expct) / expct;
+      ++bins;
+    } else {
+      rest_exp += expct;
+      rest_obs += o;
+    }
+  }
+  if (rest_exp > 0) {
+    chi2 += (rest_obs - rest_exp) * (rest_obs - rest_exp) / rest_exp;
+    ++bins;
+  }
+  const double df = bins - 1;
+  ASSERT_GE(df, 3) << "too few bins";
+  // The 1e-6 upper quantile of chi-square(df) (Wilson-Hilferty, z = 4.75).
+  const double a = 2.0 / (9.0 * df), limit = df * std::pow(1 - a + 4.75 * std::sqrt(a), 3);
+  EXPECT_LT(chi2, limit) << "df " << df << ", " << given << " samples";
+  std::printf("[eagle3 sampling] temperature %.1f, first token %d in %d of %d; chi2 %.1f on %.0f df (limit %.1f); "
+              "drafts %lld, accepted %lld\n",
+              temperature, mode, given, n, chi2, df, limit, static_cast<long long>(st.spec_num_draft_tokens),
+              static_cast<long long>(st.spec_num_accepted_tokens));
+}
+
+}  // namespace
+}  // namespace pagoda
