@@ -72,8 +72,18 @@ const Variant kVariants[] = {
 
 std::string models(const std::string& rel) { return test::models_dir() + "/" + rel; }
 
+fs::path scratch_root() { return fs::temp_directory_path() / ("pagoda-quantize-test-" + std::to_string(::getpid())); }
+
+// The written checkpoints go when the test binary exits.
+struct ScratchCleanup {
+  ~ScratchCleanup() {
+    std::error_code ec;
+    fs::remove_all(scratch_root(), ec);
+  }
+} scratch_cleanup;
+
 std::string scratch(const std::string& name) {
-  const std::string d = (fs::temp_directory_path() / ("pagoda-quantize-test-" + std::to_string(::getpid())) / name).string();
+  const std::string d = (scratch_root() / name).string();
   fs::remove_all(d);
   return d;
 }
