@@ -158,10 +158,26 @@ bench_model() {  # SHAPE
 #   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
+#   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
+#             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
+#             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
+#             against bf16 (stage_onlinequant; about 170 s with the 1B model made)
 #   structured  prompt logprobs (CUDA vs CPU), the structured-output corpora on `serve --device cuda`,
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 #   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
 #             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
+stage_onlinequant() {
+  local f=$PAGODA_MODELS_DIR/tiny/llama3/model-f16.gguf q m
+  TAILN=3 step oq_base 30 $PAGODA perplexity $f -f README.md -c 64 --chunks 4 --device cuda --kv-dtype f32 --save-logits /tmp/oq.kl --json
+  for q in int4 int8 fp8; do
+    TAILN=14 step oq_$q 30 $PAGODA perplexity $f -f README.md -c 64 --chunks 4 --device cuda --kv-dtype f32 --quantization $q --kl-base /tmp/oq.kl --json
+  done
+  ensure_model 1b
+  m=$(model_dir 1b)
+  for q in none int4 int8; do
+    TAILN=8 step oq_bench1b_$q 60 $PAGODA bench -m $m --device cuda --quantization $q -p 512 -n 128 -b 1,8 -r 3
+  done
+}
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
@@ -541,6 +557,7 @@ for s in "$@"; do
     serve) stage_serve ;;
     structured) stage_structured ;;
     sbench) stage_sbench ;;
+    onlinequant) stage_onlinequant ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;

@@ -54,6 +54,7 @@ struct BenchOptions {
   std::string kv_dtype = "f16";
   std::string isa;
   bool json = false;
+  WeightQuantization quantization = WeightQuantization::kNone;
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
@@ -101,6 +102,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.model = o.model;
   cfg.threads = o.threads;
   cfg.device = o.device;
+  cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
@@ -288,6 +290,7 @@ int run_bench(const BenchOptions& o) {
   ModelLoadOptions lo;
   lo.max_model_len = max_len;
   lo.cpu_kernels = !cuda;
+  lo.quantization = o.quantization;
   const auto t_load = std::chrono::steady_clock::now();
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
@@ -570,6 +573,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_quantization_option(app, o->quantization);
   add_tuning_options(app, o->tuning_flags);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");

@@ -58,6 +58,7 @@ struct ThroughputOptions {
   KvTierOptions kv_tiers;
   uint64_t seed = 0;
   bool json = false;
+  WeightQuantization quantization = WeightQuantization::kNone;
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
@@ -148,6 +149,7 @@ int run_throughput(ThroughputOptions& o) {
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
   cfg.device = o.device;
+  cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   // Constrained vs unconstrained rounds run the same prompts: none may reuse another's blocks.
@@ -513,6 +515,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (default: engine's)")->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o->seed, "Seed of the random prompts")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_quantization_option(app, o->quantization);
   add_tuning_options(app, o->tuning);
   app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
   add_speculative_options(app, &o->spec);

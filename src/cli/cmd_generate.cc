@@ -38,6 +38,7 @@ struct GenerateOptions {
   std::string kv_dtype = "f16";
   int64_t max_model_len = 0;
   std::string device = "auto";
+  WeightQuantization quantization = WeightQuantization::kNone;
   std::string dtype = "auto";
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
@@ -57,6 +58,7 @@ int run_generate(GenerateOptions& o) {
   cfg.scheduler.max_num_seqs = 1;
   cfg.max_model_len = o.max_model_len;
   cfg.device = o.device;
+  cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
@@ -189,6 +191,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--max-model-len,-c,--ctx-size", o->max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+  add_quantization_option(app, o->quantization);
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
   add_tuning_options(app, o->tuning);

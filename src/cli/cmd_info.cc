@@ -52,7 +52,7 @@ TokenizerFacts tokenizer_facts(const WeightSource& src) {
   return f;
 }
 
-int run_info(const std::string& path, bool as_json) {
+int run_info(const std::string& path, bool as_json, WeightQuantization quantization) {
   auto src = load_weight_source(path);
   if (!src.ok()) {
     std::cerr << "pagoda info: " << src.status().to_string() << "\n";
@@ -62,6 +62,14 @@ int run_info(const std::string& path, bool as_json) {
   if (!cfg.ok()) {
     std::cerr << "pagoda info: " << cfg.status().to_string() << "\n";
     return 1;
+  }
+  if (quantization != WeightQuantization::kNone) {
+    // The weights as the engine would hold them: the linears quantized (reads every linear once).
+    src = quantize_weight_source(std::move(*src), *cfg, quantization, 0);
+    if (!src.ok()) {
+      std::cerr << "pagoda info: " << src.status().to_string() << "\n";
+      return 1;
+    }
   }
   int64_t params = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // dtype -> (tensors, bytes)
@@ -79,6 +87,7 @@ int run_info(const std::string& path, bool as_json) {
   nlohmann::json j;
   j["path"] = path;
   j["format"] = weight_format_name((*src)->format());
+  j["quantization"] = weight_quantization_name(quantization);
   j["config"] = cfg->to_json();
   j["parameters"] = params;
   const ParameterFootprint fp = checkpoint_footprint(*cfg, **src);
@@ -96,7 +105,10 @@ int run_info(const std::string& path, bool as_json) {
   }
   auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20)); };
   std::cout << fmt::format("model         {}\n", path);
-  std::cout << fmt::format("format        {}\n", weight_format_name((*src)->format()));
+  std::cout << fmt::format("format        {}{}\n", weight_format_name((*src)->format()),
+                           quantization == WeightQuantization::kNone
+                               ? std::string()
+                               : fmt::format(" (linears quantized on-line: {})", weight_quantization_name(quantization)));
   std::cout << fmt::format("architecture  {} ({})\n", arch_family_name(cfg->family), cfg->arch_name);
   std::cout << fmt::format("parameters    {} ({:.1f} M)\n", params, static_cast<double>(params) / 1e6);
   if (cfg->is_moe())
@@ -152,7 +164,9 @@ const CommandRegistration kInfo("info", "Describe a model (architecture, sizes, 
   auto json = std::make_shared<bool>(false);
   app->add_option("model,--model,-m", *path, "GGUF file or Hugging Face model directory")->required();
   app->add_flag("--json", *json, "Print JSON");
-  return [path, json] { return run_info(*path, *json); };
+  auto quantization = std::make_shared<WeightQuantization>(WeightQuantization::kNone);
+  add_quantization_option(app, *quantization);
+  return [path, json, quantization] { return run_info(*path, *json, *quantization); };
 });
 
 }  // namespace

@@ -29,6 +29,7 @@ struct MemplanOptions {
   std::string kv_cache_memory;
   std::string kv_dtype = "f16";
   std::string weight_dtype;    // config.json alone: overrides torch_dtype
+  WeightQuantization quantization = WeightQuantization::kNone;  // on-line quantization at load
   int32_t block_size = 16;
   KvTierOptions tiers;
   bool json = false;
@@ -60,6 +61,13 @@ int64_t parse_bytes(const std::string& s) {
   return static_cast<int64_t>(v * mul);
 }
 
+// Bytes of a declared tensor in native format `q` (rows of its innermost dimension).
+int64_t quantized_bytes(const TensorDecl& d, DType q) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < d.shape.size(); ++i) rows *= d.shape[i];
+  return rows * row_bytes(q, d.shape.back());
+}
+
 struct ModelFacts {
   ModelConfig config;
   int64_t weight_bytes = 0;
@@ -81,8 +89,17 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     f.weight_source = "GGUF tensor table";
     f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
       const GgufTensorInfo* t = gguf->find_tensor(d.gguf_name);
-      return t == nullptr ? -1 : static_cast<int64_t>(t->nbytes);
+      if (t == nullptr) return -1;
+      if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
+      return static_cast<int64_t>(t->nbytes);
     });
+    if (o.quantization != WeightQuantization::kNone) {
+      // The tensors are mapped, not read: the same count (and refusals) as the load's.
+      PAGODA_ASSIGN_OR_RETURN(auto src, load_weight_source(o.model));
+      PAGODA_ASSIGN_OR_RETURN(f.weight_bytes, online_quantized_bytes(f.config, *src, o.quantization));
+      f.weight_source = fmt::format("GGUF tensor table, the layers' linears quantized on-line ({})",
+                                    weight_quantization_name(o.quantization));
+    }
     return f;
   }
   std::ifstream in(config_path);
@@ -110,6 +127,23 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
   // GPTQ / AWQ / compressed-tensors: the decoder's linears in the native rows they load as.
   PAGODA_ASSIGN_OR_RETURN(std::optional<DType> packed, packed_int_linear_format(j));
+  if (o.quantization != WeightQuantization::kNone) {
+    if (packed)
+      return invalid_argument("--quantization {}: '{}' is already quantized (quantization_config); on-line quantization "
+                              "takes a 16-bit or f32 checkpoint",
+                              weight_quantization_name(o.quantization), config_path);
+    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+      if (!d.required) return -1;
+      if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
+      int64_t n = 1;
+      for (int64_t x : d.shape) n *= x;
+      return n / tr.block_size * tr.block_bytes;
+    });
+    f.weight_bytes = f.footprint.total_bytes;
+    f.weight_source = fmt::format("{} parameters from config.json: the layers' linears quantized on-line ({}), the rest {}",
+                                  params, weight_quantization_name(o.quantization), tr.name);
+    return f;
+  }
   if (packed && o.weight_dtype.empty()) {
     const auto& qt = dtype_traits(*packed);
     f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
@@ -213,6 +247,7 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
   app->add_option("--kv-cache-memory", o->kv_cache_memory, "Exact KV cache size (overrides the fraction)");
   app->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16, bf16, f32");
   app->add_option("--weight-dtype", o->weight_dtype, "Weights dtype when planning from config.json (default: torch_dtype)");
+  add_quantization_option(app, o->quantization);
   app->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
   add_kv_tier_options(app, &o->tiers);
   app->add_flag("--json", o->json, "Print JSON");

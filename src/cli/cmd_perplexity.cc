@@ -43,6 +43,7 @@ struct PerplexityOptions {
   int64_t ctx = 512;
   int64_t chunks = 0;  // 0: every whole chunk of the text
   std::string device = "auto";
+  WeightQuantization quantization = WeightQuantization::kNone;
   std::string dtype = "auto";
   bool cuda_graphs = true;
   int threads = 0;
@@ -160,6 +161,7 @@ int run_perplexity(PerplexityOptions o) {
   ModelLoadOptions lo;
   lo.max_model_len = o.ctx;
   lo.cpu_kernels = dev->type != Device::kCuda;
+  lo.quantization = o.quantization;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) return fail(loaded.status().to_string());
   const int64_t V = loaded->config.vocab_size;
@@ -258,6 +260,7 @@ const CommandRegistration kPerplexity(
       app->add_option("--chunks", o->chunks, "Chunks to score (0: every whole chunk of the text)")
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
       add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+      add_quantization_option(app, o->quantization);
       app->add_option("-t,--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 4096));
       app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32, f16, bf16, f8_e4m3 (CUDA)");
       app->add_option("--save-logits", o->save_logits, "Write this run's log-probabilities for a later --kl-base");

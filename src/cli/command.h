@@ -11,6 +11,7 @@
 
 #include "common/env_config.h"
 #include "common/tuning_config.h"
+#include "model/online_quantization.h"
 
 namespace pagoda::cli {
 
@@ -42,6 +43,23 @@ inline void add_device_options(CLI::App* app, std::string& device, std::string& 
                   "auto (the GPU when this build has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N");
   app->add_option("--dtype", dtype, "CUDA compute dtype: auto (f32 for f32 weights, else bf16), f32, bf16");
   app->add_flag_callback("--no-cuda-graphs", [&cuda_graphs] { cuda_graphs = false; }, "CUDA: run decode steps eagerly");
+}
+
+// --quantization none|int4|int8|fp8 (model/online_quantization.h): quantize a 16-bit checkpoint's
+// linears at load. An unknown value is refused by CLI11 with the list of modes.
+inline void add_quantization_option(CLI::App* app, WeightQuantization& q) {
+  app->add_option_function<std::string>(
+         "--quantization,-q",
+         [&q](const std::string& name) { q = *parse_weight_quantization(name); },
+         "Quantize a 16-bit checkpoint's linear weights at load: int4 (RTN in blocks of 32 as llama.cpp's Q4_0), int8 "
+         "(per-channel RTN, as Q8_0), fp8 (E4M3, per-channel scales; runs as bf16), none")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            auto q = parse_weight_quantization(v);
+            return q.ok() ? std::string() : q.status().message();
+          },
+          "none|int4|int8|fp8", "quantization"))
+      ->default_str("none");
 }
 
 // The tuning flags as given on the command line (unset: empty / -1 / false).

@@ -77,10 +77,10 @@ bool RequestStream::done() const {
 
 std::string EngineConfig::to_string() const {
   return fmt::format(
-      "model {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
+      "model {} | quantization {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
       "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {} | speculative {}",
-      model, threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
+      model, weight_quantization_name(quantization), threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
       scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string(),
       speculative.to_string());
@@ -441,6 +441,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const
   ModelLoadOptions lo;
   lo.max_model_len = config.max_model_len;
   lo.cpu_kernels = dev.type == Device::kCpu;
+  lo.quantization = config.quantization;
   lo.progress = config.load_progress;
   lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
     return precheck_memory_plan(config, mc, weight_bytes);

@@ -10,6 +10,7 @@
 #include "common/tuning_config.h"
 #include "core/speculative_config.h"
 #include "kv/kv_tier_config.h"
+#include "model/online_quantization.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -17,6 +18,9 @@ namespace pagoda {
 struct EngineConfig {
   std::string model;                 // .gguf file or Hugging Face directory
   std::string tokenizer;             // empty: the model's own
+  // On-line quantization of a 16-bit checkpoint's linears at load (model/online_quantization.h);
+  // the speculative draft model is loaded as it is.
+  WeightQuantization quantization = WeightQuantization::kNone;
   int threads = 0;                   // 0: one per core
   int64_t max_model_len = 0;         // 0: the model's context length (capped to what the KV cache holds? no: an error)
   int32_t block_size = 16;

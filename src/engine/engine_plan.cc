@@ -16,7 +16,9 @@ std::unique_ptr<EnginePlan> EnginePlan::open_for(const EngineConfig& config, boo
   const std::string dir = config.plan_cache.empty() ? default_plan_cache_dir() : config.plan_cache;
   if (dir == "off" || cuda) return plan;
   startup_profile::Scope phase("model/plan");
-  const std::string device = fmt::format("cpu {} isa {}", cpu_features().brand, isa_level_name(active_isa_level()));
+  // The packed weights depend on the on-line quantization too: it is part of the key and the file name.
+  const std::string device = fmt::format("cpu {} isa {} | quantization {}", cpu_features().brand,
+                                         isa_level_name(active_isa_level()), weight_quantization_name(config.quantization));
   auto key = plan_key(config.model, device);
   if (!key.ok()) {
     // The load reports a missing or unreadable model itself.
@@ -25,7 +27,10 @@ std::unique_ptr<EnginePlan> EnginePlan::open_for(const EngineConfig& config, boo
   }
   plan->enabled_ = true;
   plan->key_ = std::move(*key);
-  plan->path_ = plan_file_path(dir, config.model, "cpu");
+  plan->path_ = plan_file_path(
+      dir, config.model,
+      config.quantization == WeightQuantization::kNone ? std::string("cpu")
+                                                       : fmt::format("cpu-{}", weight_quantization_name(config.quantization)));
   auto in = PlanFile::open(plan->path_, plan->key_);
   if (in.ok()) {
     plan->in_ = std::move(*in);

@@ -53,12 +53,19 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   if (m.max_model_len <= 0 || m.max_model_len > kMaxContextLength)
     return invalid_argument("{}: max_model_len {} is out of range (1 to {})", path, m.max_model_len, kMaxContextLength);
+  const int load_threads = options.load_threads > 0 ? options.load_threads
+                                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (options.precheck) {
-    int64_t weight_bytes = 0;
-    for (const auto& name : m.weights->names())
-      if (const Tensor* t = m.weights->find(name)) weight_bytes += t->nbytes();
-    if (Status st = options.precheck(m.config, weight_bytes, m.max_model_len); !st.ok())
+    auto weight_bytes = online_quantized_bytes(m.config, *m.weights, options.quantization);
+    if (!weight_bytes.ok()) return Status(weight_bytes.status().code(), fmt::format("{}: {}", path, weight_bytes.status().message()));
+    if (Status st = options.precheck(m.config, *weight_bytes, m.max_model_len); !st.ok())
       return Status(st.code(), fmt::format("{}: {}", path, st.message()));
+  }
+  if (options.quantization != WeightQuantization::kNone) {
+    startup_profile::Scope quantize_phase(fmt::format("model/quantize ({})", weight_quantization_name(options.quantization)));
+    auto q = quantize_weight_source(std::move(m.weights), m.config, options.quantization, load_threads);
+    if (!q.ok()) return Status(q.status().code(), fmt::format("{}: {}", path, q.status().message()));
+    m.weights = std::move(q).value();
   }
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();
@@ -82,8 +89,7 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   params.packed_in = options.packed_in;
   params.packed_out = options.packed_out;
   params.packed_counts = options.packed_counts;
-  params.load_threads = options.load_threads > 0 ? options.load_threads
-                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  params.load_threads = load_threads;
   startup_profile::Scope weights_phase(options.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");
   auto model = family_of(m.config).load(m.config, naming, lookup, params);
   weights_phase.stop();

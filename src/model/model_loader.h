@@ -12,6 +12,7 @@
 #include "model/family.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/online_quantization.h"
 
 namespace pagoda {
 
@@ -23,6 +24,9 @@ struct ModelLoadOptions {
   bool cpu_kernels = true;
   // Threads that read and prepare the weights (0: one per core).
   int load_threads = 0;
+  // On-line quantization of a 16-bit / f32 checkpoint's decoder linears (model/online_quantization.h);
+  // the precheck sees the quantized bytes. An already-quantized checkpoint is a load error.
+  WeightQuantization quantization = WeightQuantization::kNone;
   // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
   // total; the last call has done == total. Empty: no reports.
   std::function<void(int64_t done, int64_t total)> progress;

@@ -1,0 +1,196 @@
+#include "model/online_quantization.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "loader/hf_model_dir.h"
+#include "model/family.h"
+#include "quant/grouped_int.h"
+#include "quant/quant.h"
+#include "quant/rtn.h"
+
+namespace pagoda {
+namespace {
+
+// The source's tensors with some replaced: names() and the containers are the base source's.
+class QuantizedWeightSource final : public WeightSource {
+ public:
+  QuantizedWeightSource(std::unique_ptr<WeightSource> base, std::map<std::string, Tensor> replaced)
+      : base_(std::move(base)), replaced_(std::move(replaced)) {}
+  WeightFormat format() const override { return base_->format(); }
+  const std::string& path() const override { return base_->path(); }
+  const Tensor* find(const std::string& name) const override {
+    auto it = replaced_.find(name);
+    return it != replaced_.end() ? &it->second : base_->find(name);
+  }
+  Result<const Tensor*> get(const std::string& name) const override {
+    auto it = replaced_.find(name);
+    if (it != replaced_.end()) return &it->second;
+    return base_->get(name);
+  }
+  std::vector<std::string> names() const override { return base_->names(); }
+  const GgufFile* gguf() const override { return base_->gguf(); }
+  const HfModelDir* hf_dir() const override { return base_->hf_dir(); }
+  const SafetensorsFile* safetensors() const override { return base_->safetensors(); }
+
+ private:
+  std::unique_ptr<WeightSource> base_;
+  std::map<std::string, Tensor> replaced_;
+};
+
+
+// One checkpoint tensor to quantize: its name, the source tensor and the format it becomes.
+struct Target {
+  std::string name;
+  const Tensor* tensor = nullptr;
+  DType format = DType::kF32;
+};
+
+Result<std::vector<Target>> plan_targets(const ModelConfig& config, const WeightSource& source, WeightQuantization q) {
+  const std::string what = fmt::format("--quantization {}", weight_quantization_name(q));
+  if (const HfModelDir* d = source.hf_dir()) {
+    const nlohmann::json& c = d->config();
+    if (c.contains("quantization_config")) {
+      const auto& qc = c["quantization_config"];
+      const std::string method = qc.is_object() ? qc.value("quant_method", std::string("?")) : std::string("?");
+      return invalid_argument("{}: '{}' is already quantized (config.json quantization_config, quant_method '{}'); "
+                              "on-line quantization takes a 16-bit or f32 checkpoint (load this one without --quantization)",
+                              what, source.path(), method);
+    }
+  }
+  const WeightNaming naming = source.format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
+  std::vector<Target> out;
+  for (const TensorDecl& d : family_of(config).tensor_table(config)) {
+    if (!quantizable_linear(d)) continue;
+    const std::optional<DType> format = online_quantized_format(d, q);
+    std::vector<std::string> names;
+    if (d.experts > 0 && naming == WeightNaming::kHuggingFace) {
+      for (int64_t e = 0; e < d.experts; ++e) names.push_back(expert_tensor_name(d, e));
+    } else {
+      names.push_back(decl_name(d, naming));
+    }
+    for (const std::string& name : names) {
+      const Tensor* t = source.find(name);
+      if (t == nullptr) continue;  // an absent optional tensor; the family's load reports missing required ones
+      const DType dt = t->dtype();
+      if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16)
+        return invalid_argument("{}: tensor '{}' of {} is already quantized ({}); on-line quantization takes a 16-bit "
+                                "or f32 checkpoint (load this one without --quantization)",
+                                what, name, source.path(), t->shape_string());
+      if (!format) continue;  // an input size that is not a multiple of 32: stays
+      out.push_back({name, t, *format});
+    }
+  }
+  return out;
+}
+
+Tensor quantize_tensor(const Tensor& src, DType format, WeightQuantization q) {
+  const int64_t k = src.dim(-1), rows = src.rows();
+  Tensor out = Tensor::empty(format, src.shape());
+  const int64_t group = online_quantization_group(k, q);
+  constexpr int64_t kRowsPerChunk = 64;
+  std::vector<float> f(static_cast<size_t>(kRowsPerChunk * k));
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerChunk) {
+    const int64_t n = std::min(kRowsPerChunk, rows - r0);
+    for (int64_t r = 0; r < n; ++r) quant::dequantize_row(src.dtype(), src.row_ptr(r0 + r), f.data() + r * k, k);
+    if (q == WeightQuantization::kInt4) {
+      for (int64_t r = 0; r < n; ++r) quant::quantize_row(DType::kQ4_0, f.data() + r * k, out.row_ptr(r0 + r), k);
+    } else if (q == WeightQuantization::kFp8) {
+      const quant::Fp8Rows fp8 = quant::fp8_e4m3_per_row(f.data(), n, k);
+      quant::fp8_rows_to_bf16(fp8, n, k, reinterpret_cast<uint16_t*>(out.row_ptr(r0)));
+    } else {
+      const quant::GroupedIntWeight w = quant::rtn_gptq(f.data(), n, k, 8, group, /*symmetric=*/true);
+      quant::write_native_rows(w, format, out.row_ptr(r0));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<WeightQuantization> parse_weight_quantization(std::string_view name) {
+  if (name == "none" || name.empty()) return WeightQuantization::kNone;
+  if (name == "int4") return WeightQuantization::kInt4;
+  if (name == "int8") return WeightQuantization::kInt8;
+  if (name == "fp8") return WeightQuantization::kFp8;
+  return invalid_argument("unknown quantization '{}' (none, {})", name, kWeightQuantizationModes);
+}
+
+std::string_view weight_quantization_name(WeightQuantization q) {
+  switch (q) {
+    case WeightQuantization::kNone: return "none";
+    case WeightQuantization::kInt4: return "int4";
+    case WeightQuantization::kInt8: return "int8";
+    case WeightQuantization::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+bool quantizable_linear(const TensorDecl& d) {
+  return d.linear && d.layer >= 0 && d.gguf_name.find("ffn_gate_inp") == std::string::npos;  // routers stay
+}
+
+int64_t online_quantization_group(int64_t k, WeightQuantization q) {
+  if (q == WeightQuantization::kNone || k <= 0 || k % 32 != 0) return 0;
+  if (q == WeightQuantization::kInt4) return 32;  // one Q4_0 block: its own fp16 scale costs nothing more
+  return k;  // int8, fp8: per output channel
+}
+
+std::optional<DType> online_quantized_format(const TensorDecl& d, WeightQuantization q) {
+  if (q == WeightQuantization::kNone || !quantizable_linear(d) || d.shape.empty()) return std::nullopt;
+  if (online_quantization_group(d.shape.back(), q) == 0) return std::nullopt;
+  switch (q) {
+    case WeightQuantization::kInt4: return DType::kQ4_0;
+    case WeightQuantization::kInt8: return DType::kQ8_0;
+    case WeightQuantization::kFp8: return DType::kBF16;
+    case WeightQuantization::kNone: break;
+  }
+  return std::nullopt;
+}
+
+Result<int64_t> online_quantized_bytes(const ModelConfig& config, const WeightSource& source, WeightQuantization q) {
+  int64_t bytes = 0;
+  for (const std::string& name : source.names())
+    if (const Tensor* t = source.find(name)) bytes += t->nbytes();
+  if (q == WeightQuantization::kNone) return bytes;
+  PAGODA_ASSIGN_OR_RETURN(const std::vector<Target> targets, plan_targets(config, source, q));
+  for (const Target& t : targets) bytes += t.tensor->rows() * row_bytes(t.format, t.tensor->dim(-1)) - t.tensor->nbytes();
+  return bytes;
+}
+
+Result<std::unique_ptr<WeightSource>> quantize_weight_source(std::unique_ptr<WeightSource> source,
+                                                             const ModelConfig& config, WeightQuantization q,
+                                                             int threads) {
+  if (q == WeightQuantization::kNone) return source;
+  PAGODA_ASSIGN_OR_RETURN(const std::vector<Target> targets, plan_targets(config, *source, q));
+  std::vector<Tensor> done(targets.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < targets.size(); i = next++) done[i] = quantize_tensor(*targets[i].tensor, targets[i].format, q);
+  };
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(targets.size())));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  std::map<std::string, Tensor> replaced;
+  int64_t before = 0, after = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    before += targets[i].tensor->nbytes();
+    after += done[i].nbytes();
+    replaced.emplace(targets[i].name, std::move(done[i]));
+  }
+  log_info("quantize", "--quantization {}: {} linears quantized to {} ({:.1f} MiB -> {:.1f} MiB)", weight_quantization_name(q),
+           targets.size(), targets.empty() ? "-" : std::string(dtype_name(targets[0].format)),
+           static_cast<double>(before) / 1048576.0, static_cast<double>(after) / 1048576.0);
+  return std::unique_ptr<WeightSource>(std::make_unique<QuantizedWeightSource>(std::move(source), std::move(replaced)));
+}
+
+}  // namespace pagoda
