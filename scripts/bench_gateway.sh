@@ -181,7 +181,7 @@ if paired_n:
     print(f"paired TTFT at {paired_conc} streams in all ({paired_conc // 2} through the gateway), {paired_n} pairs x {rounds} rounds: {txt}")
     verdicts.append((f"at {paired_conc // 2} streams through the gateway, median paired difference", ci[0]))
     verdicts.append(("  (the arms' p50 difference in the shared queue, which adds the admission-order penalty of "
-                     "a request that always reaches the worker after its direct twin: docs/decisions.md D-gw-2)", ci[1]))
+                     "a request that always reaches the worker after its direct twin: docs/decisions.md D66)", ci[1]))
 if lat_n:
     txt, ci = pooled("lat", "gateway")
     print(f"paired TTFT at concurrency 1 ({lat_n} pairs x {rounds} rounds, 4 tokens): {txt}")

@@ -11,7 +11,7 @@
 //         costs no byte, and the ggml rule keeps each block's largest weight exact where GPTQ's
 //         clips a positive extreme to 7 / 7.5 of it. SmolLM2-135M over the Vim manual, KL against
 //         f16: 0.41 (GPTQ g128/64), 0.33 (GPTQ g32), 0.23 (this rule) (docs/quantization.md;
-//         decisions.md#d-quant-1).
+//         decisions.md#d70).
 //   int8  GPTQ's symmetric RTN, one group per output channel (W8A16's per-channel scales), scale =
 //         fp16(2 max|row| / 255), codes + 128 in [0, 255]  ->  Q8_0 (d = scale, q = code - 128), exact.
 //   fp8   E4M3 weights with one f32 scale per output channel (max|row| / 448), as an FP8 W8A8
