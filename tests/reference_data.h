@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -34,6 +37,24 @@ inline int32_t argmax(const float* row, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (row[i] > row[best]) best = static_cast<int32_t>(i);
   return best;
+}
+
+// KL(softmax(want) || softmax(got)) of one row of n logits, in double.
+inline double kl_divergence(const float* want, const float* got, int64_t n) {
+  double mw = -INFINITY, mg = -INFINITY, zw = 0, zg = 0, kl = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    mw = std::max<double>(mw, want[i]);
+    mg = std::max<double>(mg, got[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    zw += std::exp(want[i] - mw);
+    zg += std::exp(got[i] - mg);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double lw = want[i] - mw - std::log(zw), lg = got[i] - mg - std::log(zg);
+    kl += std::exp(lw) * (lw - lg);
+  }
+  return kl;
 }
 
 }  // namespace pagoda::test

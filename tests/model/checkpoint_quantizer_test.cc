@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_greedy_run.h"
+#include "reference_data.h"
 #include "loader/hf_model_dir.h"
 #include "loader/safetensors.h"
 #include "model/checkpoint_quantizer.h"
@@ -146,24 +147,7 @@ TEST(CheckpointQuantizer, TensorsAreByteIdenticalToThePythonTools) {
 double mean_kl(const std::vector<float>& want, const std::vector<float>& got, int64_t V) {
   const int64_t T = static_cast<int64_t>(want.size()) / V;
   double sum = 0;
-  for (int64_t p = 0; p < T; ++p) {
-    const float* w = want.data() + p * V;
-    const float* g = got.data() + p * V;
-    double mw = -INFINITY, mg = -INFINITY, zw = 0, zg = 0, kl = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      mw = std::max<double>(mw, w[i]);
-      mg = std::max<double>(mg, g[i]);
-    }
-    for (int64_t i = 0; i < V; ++i) {
-      zw += std::exp(w[i] - mw);
-      zg += std::exp(g[i] - mg);
-    }
-    for (int64_t i = 0; i < V; ++i) {
-      const double lw = w[i] - mw - std::log(zw), lg = g[i] - mg - std::log(zg);
-      kl += std::exp(lw) * (lw - lg);
-    }
-    sum += kl;
-  }
+  for (int64_t p = 0; p < T; ++p) sum += test::kl_divergence(want.data() + p * V, got.data() + p * V, V);
   return sum / static_cast<double>(T);
 }
 

@@ -20,6 +20,7 @@
 
 #include "common/half.h"
 #include "cpu_greedy_run.h"
+#include "reference_data.h"
 #include "model/family.h"
 #include "model/model_loader.h"
 #include "model/online_quantization.h"
@@ -250,19 +251,7 @@ TEST(OnlineQuantization, ModelAgreesWithItsOwnUnquantizedForward) {
       for (int64_t p = 0; p < T; ++p) {
         const float* w = want.logits.data() + p * V;
         const float* g = got.logits.data() + p * V;
-        double mw = -INFINITY, mg = -INFINITY, zw = 0, zg = 0, kl = 0;
-        for (int64_t i = 0; i < V; ++i) {
-          mw = std::max<double>(mw, w[i]);
-          mg = std::max<double>(mg, g[i]);
-        }
-        for (int64_t i = 0; i < V; ++i) {
-          zw += std::exp(w[i] - mw);
-          zg += std::exp(g[i] - mg);
-        }
-        for (int64_t i = 0; i < V; ++i) {
-          const double lw = w[i] - mw - std::log(zw), lg = g[i] - mg - std::log(zg);
-          kl += std::exp(lw) * (lw - lg);
-        }
+        const double kl = test::kl_divergence(w, g, V);
         kl_sum += kl;
         kl_max = std::max(kl_max, kl);
         top1 += test::argmax(g, V) == test::argmax(w, V);
