@@ -262,13 +262,16 @@ def main() -> None:
                 row["error"] = str(e)
             del ref, lla
             if row.get("loads"):
-                gp = pagoda_greedy_cli(qpath, prompt, 32, a.threads)
-                gl = greedy_llama(qpath, prompt, 32, a.threads)
-                if gp is not None:
-                    same = 0
-                    while same < min(len(gp), len(gl)) and gp[same] == gl[same]:
-                        same += 1
-                    row["greedy"] = same
+                try:  # the greedy column alone: a failure there leaves the row's KL standing
+                    gp = pagoda_greedy_cli(qpath, prompt, 32, a.threads)
+                    gl = greedy_llama(qpath, prompt, 32, a.threads)
+                    if gp is not None:
+                        same = 0
+                        while same < min(len(gp), len(gl)) and gp[same] == gl[same]:
+                            same += 1
+                        row["greedy"] = same
+                except RuntimeError as e:
+                    row["greedy_error"] = str(e)
             if not a.no_bench and row.get("loads"):
                 row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)[:2]
                 row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)[:2]
