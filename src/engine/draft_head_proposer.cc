@@ -103,7 +103,7 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
   std::vector<int64_t> slots;
   std::vector<AttentionSeq> seqs;
   std::vector<float> features;
-  std::vector<size_t> finishing;  // active entries whose last row is in this pass
+  std::vector<Active*> finishing;  // the requests whose logits rows this pass computes, in row order
   auto clear = [&] {
     tokens.clear();
     positions.clear();
@@ -112,6 +112,24 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
     features.clear();
     logits_rows.clear();
     finishing.clear();
+  };
+  // Runs the head over the collected rows (input: the target's `feature_rows` or the head's own
+  // `hidden_rows`); logits row r's draft and output hidden state go to finishing[r].
+  auto run_pass = [&](const float* feature_rows, const float* hidden_rows) {
+    DraftHeadPass p;
+    p.tokens = tokens;
+    p.positions = positions;
+    p.slots = slots;
+    p.seqs = seqs;
+    p.features = feature_rows;
+    p.hidden = hidden_rows;
+    p.logits_rows = logits_rows;
+    forward_.forward(p);
+    for (size_t r = 0; r < finishing.size(); ++r) {
+      drafts[finishing[r]->i].push_back(forward_.drafts()[r]);
+      const float* h = forward_.out_hidden().data_as<const float>() + static_cast<int64_t>(r) * D;
+      finishing[r]->hidden.assign(h, h + D);
+    }
   };
   // Pass 0: the pending target states, in passes of at most max_pass_tokens_ rows; the last row
   // of a request gives its first draft.
@@ -142,25 +160,12 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
       done += take;
       if (done == a.pending) {
         logits_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
-        finishing.push_back(next);
+        finishing.push_back(&a);
         ++next;
         done = 0;
       }
     }
-    DraftHeadPass p;
-    p.tokens = tokens;
-    p.positions = positions;
-    p.slots = slots;
-    p.seqs = seqs;
-    p.features = features.data();
-    p.logits_rows = logits_rows;
-    forward_.forward(p);
-    for (size_t r = 0; r < finishing.size(); ++r) {
-      Active& a = active[finishing[r]];
-      drafts[a.i].push_back(forward_.drafts()[r]);
-      const float* h = forward_.out_hidden().data_as<const float>() + static_cast<int64_t>(r) * D;
-      a.hidden.assign(h, h + D);
-    }
+    run_pass(features.data(), nullptr);
   }
   for (Active& a : active) {
     a.st->fed += a.pending;
@@ -171,7 +176,6 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
   for (int32_t j = 1; j < max_k; ++j) {
     clear();
     hidden.clear();
-    std::vector<Active*> in_pass;
     for (Active& a : active) {
       if (a.want <= j) continue;
       const int32_t row = a.st->fed + j - 1;
@@ -186,22 +190,10 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
       slots.push_back(slot_of(*reqs[a.i].id, row));
       logits_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
       hidden.insert(hidden.end(), a.hidden.begin(), a.hidden.end());
-      in_pass.push_back(&a);
+      finishing.push_back(&a);
     }
-    if (in_pass.empty()) break;
-    DraftHeadPass p;
-    p.tokens = tokens;
-    p.positions = positions;
-    p.slots = slots;
-    p.seqs = seqs;
-    p.hidden = hidden.data();
-    p.logits_rows = logits_rows;
-    forward_.forward(p);
-    for (size_t r = 0; r < in_pass.size(); ++r) {
-      drafts[in_pass[r]->i].push_back(forward_.drafts()[r]);
-      const float* h = forward_.out_hidden().data_as<const float>() + static_cast<int64_t>(r) * D;
-      in_pass[r]->hidden.assign(h, h + D);
-    }
+    if (finishing.empty()) break;
+    run_pass(nullptr, hidden.data());
   }
   for (Active& a : active) a.st->shadow.num_computed_tokens = a.st->fed;
 }

@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "loader/hf_model_dir.h"
 #include "quant/grouped_int.h"
+#include "quant/rtn.h"
 
 namespace pagoda {
 namespace {
@@ -517,7 +518,7 @@ Result<Tensor> decode_fp8(const Module& m, const PackedConfig& c) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
       const float s = scale_at(SR == 1 && SC == 1 ? 0 : (n / br) * SC + k / bc);
-      o[n * K + k] = f32_to_bf16(fp8_e4m3_to_f32(w.data[n * K + k]) * s);
+      o[n * K + k] = quant::fp8_e4m3_scaled_to_bf16(w.data[n * K + k], s);
     }
   return out;
 }

@@ -6,15 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace pagoda {
+#include "loader/safetensors.h"
 
-uint32_t safetensors_element_bytes(const std::string& d) {
-  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") return 1;
-  if (d == "U16" || d == "I16" || d == "F16" || d == "BF16") return 2;
-  if (d == "U32" || d == "I32" || d == "F32") return 4;
-  if (d == "U64" || d == "I64" || d == "F64") return 8;
-  return 0;
-}
+namespace pagoda {
 
 Status write_safetensors(const std::string& path, std::vector<SafetensorsEntry> entries,
                          const std::map<std::string, std::string>& metadata) {
@@ -29,7 +23,7 @@ Status write_safetensors(const std::string& path, std::vector<SafetensorsEntry> 
   for (size_t i = 0; i < entries.size(); ++i) {
     const SafetensorsEntry& e = entries[i];
     if (i > 0 && entries[i - 1].name == e.name) return invalid_argument("{}: tensor '{}' is listed twice", path, e.name);
-    const uint32_t eb = safetensors_element_bytes(e.dtype_name);
+    const uint32_t eb = safetensors_element_bytes(e.dtype_name).value_or(0);
     if (eb == 0) return invalid_argument("{}: tensor '{}' has an unknown dtype '{}'", path, e.name, e.dtype_name);
     uint64_t numel = 1;
     for (int64_t d : e.shape) {

@@ -26,12 +26,9 @@ struct SafetensorsEntry {
   std::string name;
   std::string dtype_name;       // "F32", "F16", "BF16", "I32", "I64", "U8", "F8_E4M3", ...
   std::vector<int64_t> shape;   // outermost first
-  uint64_t nbytes = 0;          // numel x element size of dtype_name
+  uint64_t nbytes = 0;          // numel x element size of dtype_name (loader/safetensors.h)
   std::function<Result<std::vector<uint8_t>>()> produce;
 };
-
-// Element size of a safetensors dtype name, 0 for an unknown one.
-uint32_t safetensors_element_bytes(const std::string& dtype_name);
 
 Status write_safetensors(const std::string& path, std::vector<SafetensorsEntry> entries,
                          const std::map<std::string, std::string>& metadata = {{"format", "pt"}});

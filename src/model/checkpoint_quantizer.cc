@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/hf_model_dir.h"
+#include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
 #include "loader/weight_source.h"
 #include "model/family.h"
@@ -79,7 +80,7 @@ Result<QuantizeCheckpointReport> quantize_checkpoint(const std::string& in_dir, 
     ++total_linears;
     for (const PackedTensor& p : *layout) {
       const std::string part = p.suffix;
-      uint64_t nbytes = safetensors_element_bytes(p.dtype_name);
+      uint64_t nbytes = safetensors_element_bytes(p.dtype_name).value_or(0);  // 0: the writer refuses the dtype
       for (int64_t d : p.shape) nbytes *= static_cast<uint64_t>(d);
       entries.push_back({module + "." + part, p.dtype_name, p.shape, nbytes,
                          [t, module, part, spec, pending, packed_done, &progress, &total_linears]() -> Result<std::vector<uint8_t>> {

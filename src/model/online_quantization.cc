@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/thread_pool.h"
 #include "loader/hf_model_dir.h"
 #include "model/family.h"
 #include "quant/grouped_int.h"
@@ -170,16 +170,11 @@ Result<std::unique_ptr<WeightSource>> quantize_weight_source(std::unique_ptr<Wei
   if (q == WeightQuantization::kNone) return source;
   PAGODA_ASSIGN_OR_RETURN(const std::vector<Target> targets, plan_targets(config, *source, q));
   std::vector<Tensor> done(targets.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
+  std::atomic<size_t> next{0};  // tensors differ in size: each worker takes the next one
+  ThreadPool pool(threads);
+  pool.run([&](int, int) {
     for (size_t i = next++; i < targets.size(); i = next++) done[i] = quantize_tensor(*targets[i].tensor, targets[i].format, q);
-  };
-  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(targets.size())));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  });
   std::map<std::string, Tensor> replaced;
   int64_t before = 0, after = 0;
   for (size_t i = 0; i < targets.size(); ++i) {

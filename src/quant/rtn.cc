@@ -28,6 +28,15 @@ GroupedIntWeight make_weight(int64_t n, int64_t k, int bits, int64_t group) {
   return q;
 }
 
+// Widens [lo, hi] to hold every value of a group (the rules that keep zero in the range start
+// from [0, 0]).
+void widen_range(const float* x, int64_t len, float& lo, float& hi) {
+  for (int64_t j = 0; j < len; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+}
+
 // Codes of one group: clamp(round(w / scale) + zero, lo, hi) + offset, all in f32 as numpy.
 void encode_group(const float* w, int64_t len, float scale, float zero, float lo, float hi, int offset, uint8_t* out) {
   for (int64_t j = 0; j < len; ++j) {
@@ -48,10 +57,7 @@ GroupedIntWeight rtn_gptq(const float* w, int64_t n, int64_t k, int bits, int64_
     for (int64_t g = 0; g < G; ++g) {
       const float* x = w + r * k + g * group;
       float xmin = 0.0f, xmax = 0.0f;
-      for (int64_t j = 0; j < group; ++j) {
-        xmin = std::min(xmin, x[j]);
-        xmax = std::max(xmax, x[j]);
-      }
+      widen_range(x, group, xmin, xmax);
       if (symmetric) {
         xmax = std::max(std::abs(xmin), xmax);
         if (xmin < 0) xmin = -xmax;
@@ -77,10 +83,7 @@ GroupedIntWeight rtn_awq(const float* w, int64_t n, int64_t k, int64_t group) {
     for (int64_t g = 0; g < G; ++g) {
       const float* x = w + r * k + g * group;
       float mn = x[0], mx = x[0];
-      for (int64_t j = 1; j < group; ++j) {
-        mn = std::min(mn, x[j]);
-        mx = std::max(mx, x[j]);
-      }
+      widen_range(x + 1, group - 1, mn, mx);
       const float scale = fp16_round(std::max(mx - mn, 1e-5f) / 15.0f);
       const float zero = std::min(std::max(-round_even(mn / scale), 0.0f), 15.0f);
       const size_t cell = static_cast<size_t>(r * G + g);
@@ -104,10 +107,7 @@ GroupedIntWeight rtn_ct(const float* w, int64_t n, int64_t k, int bits, int64_t 
     for (int64_t g = 0; g < G; ++g) {
       const float* x = w + r * k + g * group;
       float mn = 0.0f, mx = 0.0f;
-      for (int64_t j = 0; j < group; ++j) {
-        mn = std::min(mn, x[j]);
-        mx = std::max(mx, x[j]);
-      }
+      widen_range(x, group, mn, mx);
       float scale, zp = 0.0f;
       if (symmetric) {
         scale = round_scale(std::max(std::abs(mn), mx) / ((qmax - qmin) / 2.0f));
@@ -144,7 +144,7 @@ void fp8_rows_to_bf16(const Fp8Rows& f, int64_t n, int64_t k, uint16_t* out) {
   for (int64_t r = 0; r < n; ++r) {
     const float s = f.scales[static_cast<size_t>(r)];
     for (int64_t c = 0; c < k; ++c)
-      out[r * k + c] = f32_to_bf16(fp8_e4m3_to_f32(f.codes[static_cast<size_t>(r * k + c)]) * s);
+      out[r * k + c] = fp8_e4m3_scaled_to_bf16(f.codes[static_cast<size_t>(r * k + c)], s);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/half.h"
 #include "quant/grouped_int.h"
 
 namespace pagoda::quant {
@@ -51,8 +52,11 @@ struct Fp8Rows {
 };
 Fp8Rows fp8_e4m3_per_row(const float* w, int64_t n, int64_t k);
 
-// The BF16 rows the engine runs an FP8 weight as: bf16(fp8 * scale[r]) (the FP8 checkpoint
-// loader's mapping, decisions.md#d56). out: n * k uint16.
+// The BF16 value the engine runs an FP8 weight element as: bf16(fp8 * scale), for checkpoints
+// (loader/packed_int_checkpoint.cc) and on-line quantization alike (decisions.md#d56).
+inline uint16_t fp8_e4m3_scaled_to_bf16(uint8_t code, float scale) { return f32_to_bf16(fp8_e4m3_to_f32(code) * scale); }
+
+// fp8_e4m3_scaled_to_bf16 of every element with its row's scale. out: n * k uint16.
 void fp8_rows_to_bf16(const Fp8Rows& f, int64_t n, int64_t k, uint16_t* out);
 
 }  // namespace pagoda::quant
