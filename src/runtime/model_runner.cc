@@ -374,7 +374,6 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
   if (ids.empty() || (spec_.disable_by_batch_size > 0 && static_cast<int32_t>(ids.size()) > spec_.disable_by_batch_size))
     return;
   std::vector<ProposeRequest> reqs;
-  std::vector<TokenConstraint*> constraints;  // per entry of reqs (null: unconstrained)
   reqs.reserve(ids.size());
   for (const std::string* id : ids) {
     ReqState& s = reqs_.at(*id);
@@ -394,7 +393,6 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
     p.max_drafts = s.spec_k > 0 ? s.spec_k : s.spec_k == 0 ? 1 : spec_.num_speculative_tokens;
     p.constraint = s.constraint.get();
     reqs.push_back(p);
-    constraints.push_back(s.constraint.get());
   }
   if (reqs.empty()) return;
   std::vector<std::vector<int32_t>> drafts;
@@ -403,7 +401,7 @@ void ModelRunner::propose(const std::vector<const std::string*>& ids, RunnerOutp
     // Structured output: drafts end before the first token the grammar forbids (it could never
     // be accepted; proposers draft deterministically, so the cut leaves the verified
     // distribution exact: runtime/spec_verifier.h).
-    if (constraints[i] && !drafts[i].empty()) drafts[i].resize(accepted_prefix(*constraints[i], drafts[i]));
+    if (reqs[i].constraint && !drafts[i].empty()) drafts[i].resize(accepted_prefix(*reqs[i].constraint, drafts[i]));
     if (!drafts[i].empty()) result.drafts.emplace_back(*reqs[i].id, std::move(drafts[i]));
   }
 }
