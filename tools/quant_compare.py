@@ -9,8 +9,10 @@
       (speed only: per type, pp512 / tg128 of both engines in alternating rounds, the best round of
       each, wall-clock and per process-CPU-second (the rate that does not move with other tenants'
       load, at one thread); written to OUT/NAME-bench.json, the quality results are left as they are)
+  .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc --greedy-only
+      (the greedy column only, written into each type's row of OUT/NAME-results.json)
 
-Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
+Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda (or --pagoda PATH).
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
 the F16 file; tools/gguf_convert.py (gguf.quants, independent of both engines) dequantizes that
 file to NAME-TYPE.f32.gguf, whose forward in Pagoda's f32 path is the reference. Over `--tokens`
@@ -58,7 +60,8 @@ def log(*a):
 
 
 def quantize(src: str, dst: str, ftype: int, threads: int, imatrix: str = None) -> None:
-    """llama_model_quantize, with an importance matrix (tools/imatrix.py's .npz) when given."""
+    """llama_model_quantize, with an importance matrix (tools/imatrix.py's .npz) when given; dst
+    appears only once complete."""
     import llama_cpp
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
@@ -73,9 +76,13 @@ def quantize(src: str, dst: str, ftype: int, threads: int, imatrix: str = None) 
             e.name, e.data, e.size = name.encode(), v.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), v.size
         keep.append(entries)  # the last entry stays zeroed: the list's terminator (name == NULL)
         p.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+    part = f"{dst}.part{os.getpid()}"  # renamed when complete: a concurrent run never reads half a file
+    rc = llama_cpp.llama_model_quantize(src.encode(), part.encode(), ctypes.byref(p))
     if rc != 0:
+        if os.path.exists(part):
+            os.remove(part)
         raise RuntimeError(f"llama_model_quantize rc={rc}")
+    os.replace(part, dst)
 
 
 def text_ids(model: str, n: int) -> list:
@@ -143,10 +150,13 @@ def paired_difference(a: np.ndarray, b: np.ndarray, block: int = 64) -> tuple:
 
 
 def greedy_llama(model: str, prompt: str, n: int, threads: int) -> list:
+    """Greedy continuation with llama.cpp; its context holds the prompt and the n new tokens however
+    many tokens the model's vocabulary spells the prompt in (a filler vocabulary spells it byte by byte)."""
     from llama_cpp import Llama
-    llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_threads_batch=threads, type_k=0,
+    ids = Llama(model_path=model, vocab_only=True, verbose=False).tokenize(prompt.encode(), add_bos=True)
+    llm = Llama(model_path=model, n_ctx=len(ids) + n + 8, n_threads=threads, n_threads_batch=threads, type_k=0,
                 type_v=0, logits_all=True, verbose=False)
-    llm.eval(llm.tokenize(prompt.encode(), add_bos=True))
+    llm.eval(ids)
     out = []
     for _ in range(n):
         t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
@@ -163,6 +173,22 @@ def pagoda_greedy_cli(model: str, prompt: str, n: int, threads: int) -> list:
     if r.returncode != 0:
         return None
     return [int(v) for v in r.stdout.split()]
+
+
+def greedy_agreement(model: str, prompt: str, n: int, threads: int) -> dict:
+    """{"greedy": identical leading tokens of both engines' n-token greedy continuations} or
+    {"greedy_error": why one engine's run failed}."""
+    try:
+        gp = pagoda_greedy_cli(model, prompt, n, threads)
+        if gp is None:
+            return {"greedy_error": "pagoda generate failed"}
+        gl = greedy_llama(model, prompt, n, threads)
+    except RuntimeError as e:
+        return {"greedy_error": str(e)}
+    same = 0
+    while same < min(len(gp), len(gl)) and gp[same] == gl[same]:
+        same += 1
+    return {"greedy": same}
 
 
 def bench_pagoda(model: str, threads: int) -> tuple:
@@ -201,6 +227,7 @@ def dtype_mix(model: str) -> str:
 
 
 def main() -> None:
+    global PAGODA
     ap = argparse.ArgumentParser()
     ap.add_argument("--f16", help="the F16 file llama.cpp's quantizer starts from")
     ap.add_argument("--given", help="an already quantized file: compare it alone (type 'given')")
@@ -210,11 +237,15 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bench", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="keep the quantized and f32 files")
+    ap.add_argument("--keep", action="store_true", help="keep the quantized files (the f32 reference is always removed)")
     ap.add_argument("--imatrix", help="tools/imatrix.py's .npz, given to the quantizer (Q2_K_S and IQ1-IQ3 need one)")
     ap.add_argument("--bench-only", action="store_true", help="pp512 / tg128 of both engines only (alternating rounds)")
     ap.add_argument("--rounds", type=int, default=3, help="--bench-only: alternating rounds per type")
+    ap.add_argument("--greedy-only", action="store_true",
+                    help="the greedy column alone, written into the rows of OUT/NAME-results.json")
+    ap.add_argument("--pagoda", default=PAGODA, help="the pagoda binary (default: build/pagoda of this checkout)")
     a = ap.parse_args()
+    PAGODA = a.pagoda
     if bool(a.f16) == bool(a.given):
         ap.error("give exactly one of --f16 and --given")
     if a.given:
@@ -222,6 +253,9 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     if a.bench_only:
         bench_types(a)
+        return
+    if a.greedy_only:
+        greedy_types(a)
         return
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
@@ -245,7 +279,7 @@ def main() -> None:
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gguf_convert.py"), qpath, fpath, "--to", "f32"],
                            check=True)
             ref = pagoda_logits(fpath, ids, a.out)
-            os.remove(fpath) if not a.keep else None
+            os.remove(fpath)
             lla = llama_logits(qpath, ids, a.threads)
             lla_kl = position_kl(ref, lla)
             row["llama_kl"], row["llama_top1"] = float(lla_kl.mean()), top1(ref, lla)
@@ -261,17 +295,8 @@ def main() -> None:
                 row["loads"] = False
                 row["error"] = str(e)
             del ref, lla
-            if row.get("loads"):
-                try:  # the greedy column alone: a failure there leaves the row's KL standing
-                    gp = pagoda_greedy_cli(qpath, prompt, 32, a.threads)
-                    gl = greedy_llama(qpath, prompt, 32, a.threads)
-                    if gp is not None:
-                        same = 0
-                        while same < min(len(gp), len(gl)) and gp[same] == gl[same]:
-                            same += 1
-                        row["greedy"] = same
-                except RuntimeError as e:
-                    row["greedy_error"] = str(e)
+            if row.get("loads"):  # a failure of the greedy column alone leaves the row's KL standing
+                row.update(greedy_agreement(qpath, prompt, 32, a.threads))
             if not a.no_bench and row.get("loads"):
                 row["pagoda_pp"], row["pagoda_tg"] = bench_pagoda(qpath, a.threads)[:2]
                 row["llama_pp"], row["llama_tg"] = bench_llama(qpath, a.threads)[:2]
@@ -284,6 +309,27 @@ def main() -> None:
         results[ty] = row
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, json.dumps(row))
+    print_table(results, a)
+
+
+def greedy_types(a) -> None:
+    """The greedy column alone: per type, both engines' 32-token greedy continuations of README.md's
+    first 400 characters, recorded in that type's row of the quality results (created if absent)."""
+    res_path = os.path.join(a.out, f"{a.name}-results.json")
+    results = json.load(open(res_path)) if os.path.exists(res_path) else {}
+    prompt = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()[:400]
+    for ty in a.types.split(","):
+        qpath = a.given or os.path.join(a.out, f"{a.name}-{ty}.gguf")
+        if not os.path.exists(qpath):
+            quantize(a.f16, qpath, FTYPES[ty], a.threads, a.imatrix)
+        row = results.setdefault(ty, {"type": ty, "mix": dtype_mix(qpath)})
+        row.pop("greedy", None)
+        row.pop("greedy_error", None)
+        row.update(greedy_agreement(qpath, prompt, 32, a.threads))
+        if not a.keep and not a.given:
+            os.remove(qpath)
+        json.dump(results, open(res_path, "w"), indent=1)
+        log(ty, "greedy", row.get("greedy", row.get("greedy_error")))
     print_table(results, a)
 
 
