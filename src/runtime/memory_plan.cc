@@ -70,7 +70,7 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
       if (p.weights >= p.workspace + p.logits) {
         // Q4_K stores 4.5 bits per weight.
         const double q4k = static_cast<double>(declared_parameter_count(in.config)) * 4.5 / 8.0;
-        advice = fmt::format("the weights are the largest term: 4-bit weights (q4_k) would take about {}, or use a smaller model",
+        advice = fmt::format("the weights are the largest term: 4-bit weights (q4_k) would take about {}, weight offload streams layers from host memory (--cpu-offload-gb), or use a smaller model",
                              bytes_str(static_cast<int64_t>(q4k)));
       } else {
         advice = "the activation workspace is the largest term: lower --max-num-batched-tokens or --max-num-seqs";
