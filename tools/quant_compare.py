@@ -9,6 +9,9 @@
       (speed only: per type, pp512 / tg128 of both engines in alternating rounds, the best round of
       each, wall-clock and per process-CPU-second (the rate that does not move with other tenants'
       load, at one thread); written to OUT/NAME-bench.json, the quality results are left as they are)
+  .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name olmoe --out /tmp/qc --agree-only [--tokens 64]
+      (no dequantized reference, for files whose f32 copy does not fit: the engines against each other
+      only, the agree and greedy columns; written to OUT/NAME-agree.json)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda.
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -214,6 +217,8 @@ def main() -> None:
     ap.add_argument("--imatrix", help="tools/imatrix.py's .npz, given to the quantizer (Q2_K_S and IQ1-IQ3 need one)")
     ap.add_argument("--bench-only", action="store_true", help="pp512 / tg128 of both engines only (alternating rounds)")
     ap.add_argument("--rounds", type=int, default=3, help="--bench-only: alternating rounds per type")
+    ap.add_argument("--agree-only", action="store_true",
+                    help="with --given: the engines against each other only (top-1 agreement, greedy), no f32 reference")
     a = ap.parse_args()
     if bool(a.f16) == bool(a.given):
         ap.error("give exactly one of --f16 and --given")
@@ -222,6 +227,11 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     if a.bench_only:
         bench_types(a)
+        return
+    if a.agree_only:
+        if not a.given:
+            ap.error("--agree-only needs --given")
+        agree_only(a)
         return
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
@@ -285,6 +295,31 @@ def main() -> None:
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, json.dumps(row))
     print_table(results, a)
+
+
+def agree_only(a) -> None:
+    """Teacher-forced argmax agreement over `--tokens` tokens of the text and the shared prefix of the
+    32-token greedy continuations, Pagoda against llama.cpp on one file (no reference forward). The
+    greedy prompt is README.md's first 100 characters: a filler vocabulary (tools/make_bench_models.py)
+    spells text byte by byte, and greedy_llama's context is 512 tokens."""
+    ids = text_ids(a.given, a.tokens)
+    prompt = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()[:100]
+    t0 = time.time()
+    lla = llama_logits(a.given, ids, a.threads)
+    pag = pagoda_logits(a.given, ids, a.out)
+    row = {"file": a.given, "mix": dtype_mix(a.given), "tokens": len(ids),
+           "agree": float((pag.argmax(-1) == lla.argmax(-1)).mean()),
+           "kl_llama_pagoda": float(position_kl(lla, pag).mean()),
+           "max_abs_logit_diff": float(np.abs(pag - lla).max())}
+    gp = pagoda_greedy_cli(a.given, prompt, 32, a.threads)
+    gl = greedy_llama(a.given, prompt, 32, a.threads)
+    same = 0
+    while gp is not None and same < min(len(gp), len(gl)) and gp[same] == gl[same]:
+        same += 1
+    row["greedy"] = same if gp is not None else None
+    row["seconds"] = round(time.time() - t0)
+    json.dump(row, open(os.path.join(a.out, f"{a.name}-agree.json"), "w"), indent=1)
+    print(json.dumps(row))
 
 
 def bench_types(a) -> None:
