@@ -3,26 +3,31 @@
 // --batch concurrent requests, each constrained to one of the schemas given (--json-schema files
 // and every *.json of --schema-dir, cycled over the rows), against a real tokenizer's vocabulary
 // (--tokenizer: a .gguf, a Hugging Face tokenizer.json or directory). Each step does what the
-// engine's before_sampling hook does for every constrained row while the device computes the
-// forward pass: advance the row's constraint by its last token, then fill the row's mask (through
-// core/token_constraint.h, the runner's interface), the rows split over a thread pool of
-// --threads workers as the runner splits them. That work is timed: the step's wall time, and per
-// row its own time. The next token of each row (not timed) is a random allowed token (seeded);
-// a row whose output may end stops with probability 1/2 and a finished row restarts as a new
-// request with the same schema, so steady state mixes new requests on warm grammars with long
-// ones. Uniform choice over the allowed tokens reaches far more distinct grammar states than a
-// model's output does: a harsher load on the mask caches than real traffic.
+// engine's before_sampling hook does while the device computes the forward pass: the runner's
+// own fill_constraint_masks (runtime/constraint_masks.h) on a pool of --threads workers, every
+// row advancing its constraint by its last token, then its mask. The next token of each row
+// (not timed) is a random allowed token (seeded); a row whose output may end stops with
+// probability 1/2, and a finished row restarts as a new request with the same schema, so steady
+// state mixes new requests on warm grammars with long ones. Uniform choice over the allowed
+// tokens reaches far more distinct grammar states than a model's output does (a random-weight
+// model's, as in the GPU benchmark, is close to it): a harsh load on the mask caches.
 //
 // Each round starts from a fresh constraint cache (every grammar compiled anew, every mask cache
-// empty: cold), runs --steps steps, and reports the step time and the per-row time (p50, p99,
-// max), the sum of the rows' times per step (the CPU work a step needs, whatever the thread
-// count) and the largest row of each step (the floor of a step's time on any number of threads
-// when one row is one thread's work), over the first --cold-steps steps (cold) and the rest (warm).
+// empty: cold) and runs --steps steps. Reported over the first --cold-steps steps of the rounds
+// (cold) and the rest (warm): the step's wall time; its CPU work (thread CPU time, so a machine
+// shared with other work does not inflate it): the rows' own work (advance, cached masks) plus
+// the mask computations (the MaskJob parts), summed per step; the largest single item of a step
+// (a row's own work or one part: no number of threads makes the step shorter); and the CPU time
+// of each distinct mask computed (all its parts).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -31,6 +36,7 @@
 #include "cli/command.h"
 #include "common/process_stats.h"
 #include "common/thread_pool.h"
+#include "runtime/constraint_masks.h"
 #include "engine/engine.h"
 #include "grammar/constraint.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +63,14 @@ double pct(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
+// This thread's CPU time: a row's work without the time the thread waited for a core (the
+// machine may be shared; a step's wall time includes that wait).
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct Dist {
   std::vector<double> v;
   nlohmann::json to_json() const { return {{"p50_us", 1e6 * pct(v, 0.5)}, {"p99_us", 1e6 * pct(v, 0.99)}, {"max_us", 1e6 * pct(v, 1.0)}}; }
@@ -64,7 +78,84 @@ struct Dist {
 };
 
 struct Phase {
-  Dist step, row, row_sum, row_max;
+  Dist step, cpu, largest, walk;
+};
+
+// Per-step CPU accounting of the timing decorators (thread CPU seconds, lock-free adds).
+struct StepCpu {
+  std::atomic<int64_t> total_ns{0}, largest_ns{0};
+  void add(double s) {
+    const int64_t ns = static_cast<int64_t>(s * 1e9);
+    total_ns.fetch_add(ns, std::memory_order_relaxed);
+    int64_t cur = largest_ns.load(std::memory_order_relaxed);
+    while (ns > cur && !largest_ns.compare_exchange_weak(cur, ns, std::memory_order_relaxed)) {
+    }
+  }
+};
+
+// A MaskJob timed part by part; its parts' CPU time summed (one distinct mask's cost).
+class TimedJob final : public MaskJob {
+ public:
+  TimedJob(std::shared_ptr<MaskJob> inner, StepCpu* cpu) : inner_(std::move(inner)), cpu_(cpu) {}
+  int32_t parts() const override { return inner_->parts(); }
+  void run_part(int32_t k) override {
+    const double a = thread_cpu_seconds();
+    inner_->run_part(k);
+    const double s = thread_cpu_seconds() - a;
+    cpu_->add(s);
+    ns_.fetch_add(static_cast<int64_t>(s * 1e9), std::memory_order_relaxed);
+  }
+  double seconds() const { return 1e-9 * static_cast<double>(ns_.load()); }
+
+ private:
+  std::shared_ptr<MaskJob> inner_;
+  StepCpu* cpu_;
+  std::atomic<int64_t> ns_{0};
+};
+
+// A row's constraint with its own calls timed; the jobs it hands out wrapped in TimedJob, one
+// wrapper per underlying job (rows sharing a job share the wrapper, as the runner shares jobs).
+struct StepJobs {
+  std::mutex mu;
+  std::map<MaskJob*, std::shared_ptr<TimedJob>> wrapped;
+};
+
+class TimedConstraint final : public TokenConstraint {
+ public:
+  TimedConstraint(std::unique_ptr<TokenConstraint> inner, StepCpu* cpu, StepJobs* jobs)
+      : inner_(std::move(inner)), cpu_(cpu), jobs_(jobs) {}
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  void fill_mask(std::span<uint32_t> mask) const override { timed([&] { inner_->fill_mask(mask); }); }
+  bool fill_mask_if_ready(std::span<uint32_t> mask, std::shared_ptr<MaskJob>* job) const override {
+    bool ready = false;
+    std::shared_ptr<MaskJob> inner_job;
+    timed([&] { ready = inner_->fill_mask_if_ready(mask, &inner_job); });
+    if (ready) return true;
+    std::lock_guard<std::mutex> lock(jobs_->mu);
+    auto& w = jobs_->wrapped[inner_job.get()];
+    if (!w) w = std::make_shared<TimedJob>(inner_job, cpu_);
+    *job = w;
+    return false;
+  }
+  bool accepts(int32_t token) const override { return inner_->accepts(token); }
+  bool advance(int32_t token) override {
+    bool ok = false;
+    timed([&] { ok = inner_->advance(token); });
+    return ok;
+  }
+  void rollback(int n) override { inner_->rollback(n); }
+  bool finished() const override { return inner_->finished(); }
+
+ private:
+  template <class F>
+  void timed(F&& f) const {
+    const double a = thread_cpu_seconds();
+    f();
+    cpu_->add(thread_cpu_seconds() - a);
+  }
+  std::unique_ptr<TokenConstraint> inner_;
+  StepCpu* cpu_;
+  StepJobs* jobs_;
 };
 
 struct Row {
@@ -72,7 +163,6 @@ struct Row {
   std::unique_ptr<TokenConstraint> c;
   int32_t last = -1;  // the token to advance by at the next step; -1: none (a new request)
   std::vector<uint32_t> mask;
-  double seconds = 0;
   std::mt19937_64 rng;
 };
 
@@ -106,7 +196,7 @@ int run_masks(const MasksBenchOptions& o) {
   const double cpu0 = process_cpu_seconds();
   Phase cold, warm;
   nlohmann::json rounds = nlohmann::json::array();
-  int64_t restarts = 0, misses = 0, hits = 0;
+  int64_t restarts = 0, misses = 0, hits = 0, walks = 0;
   for (int r = 0; r < o.rounds; ++r) {
     grammar::ConstraintCache cache(vocab, texts.size() + 1);
     std::vector<Row> rows(static_cast<size_t>(o.batch));
@@ -121,39 +211,31 @@ int run_masks(const MasksBenchOptions& o) {
         std::cerr << "pagoda bench masks: no schema compiles\n";
         return 1;
       }
-      rows[i].c = rows[i].spec->start();
       rows[i].mask.assign(static_cast<size_t>(vocab->mask_words()), 0u);
       rows[i].rng.seed(o.seed * 1000003u + static_cast<uint64_t>(r) * 65537u + i);
     }
     Phase round_cold, round_warm;
+    StepCpu cpu;
+    StepJobs jobs;
+    for (Row& row : rows) row.c = std::make_unique<TimedConstraint>(row.spec->start(), &cpu, &jobs);
+    std::vector<ConstraintMaskRow> mask_rows(rows.size());
     for (int s = 0; s < o.steps; ++s) {
+      cpu.total_ns = 0;
+      cpu.largest_ns = 0;
+      jobs.wrapped.clear();
+      for (size_t k = 0; k < rows.size(); ++k) mask_rows[k] = {rows[k].c.get(), std::span<uint32_t>(rows[k].mask)};
       const auto t0 = std::chrono::steady_clock::now();
-      auto work = [&](int64_t k) {
-        Row& row = rows[k];
-        const auto a = std::chrono::steady_clock::now();
-        if (row.last >= 0) row.c->advance(row.last);
-        row.c->fill_mask(row.mask);
-        row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-      };
-      const int64_t n = o.batch;
-      pool.run([&](int ith, int nth) {
-        for (int64_t k = n * ith / nth; k < n * (ith + 1) / nth; ++k) work(k);
+      fill_constraint_masks(pool, mask_rows, [&](size_t k) {
+        if (rows[k].last >= 0) rows[k].c->advance(rows[k].last);
       });
       const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      Phase& ph = s < o.cold_steps ? round_cold : round_warm;
-      Phase& all = s < o.cold_steps ? cold : warm;
-      double sum = 0, mx = 0;
-      for (const Row& row : rows) {
-        ph.row.v.push_back(row.seconds);
-        all.row.v.push_back(row.seconds);
-        sum += row.seconds;
-        mx = std::max(mx, row.seconds);
-      }
-      for (Phase* p : {&ph, &all}) {
+      for (Phase* p : {s < o.cold_steps ? &round_cold : &round_warm, s < o.cold_steps ? &cold : &warm}) {
         p->step.v.push_back(step_s);
-        p->row_sum.v.push_back(sum);
-        p->row_max.v.push_back(mx);
+        p->cpu.v.push_back(1e-9 * static_cast<double>(cpu.total_ns.load()));
+        p->largest.v.push_back(1e-9 * static_cast<double>(cpu.largest_ns.load()));
+        for (const auto& [inner, w] : jobs.wrapped) p->walk.v.push_back(w->seconds());
       }
+      walks += static_cast<int64_t>(jobs.wrapped.size());
       // The sampled tokens (not timed): a random allowed one; a stop id ends the request.
       std::vector<int32_t> allowed;
       for (Row& row : rows) {
@@ -166,7 +248,7 @@ int run_masks(const MasksBenchOptions& o) {
             else allowed.push_back(t);
           }
         if (allowed.empty() || (stop_allowed && row.rng() % 2 == 0)) {
-          row.c = row.spec->start();
+          row.c = std::make_unique<TimedConstraint>(row.spec->start(), &cpu, &jobs);
           row.last = -1;
           ++restarts;
           continue;
@@ -200,9 +282,11 @@ int run_masks(const MasksBenchOptions& o) {
                       {"restarts", restarts},
                       {"mask_cache_hits", hits},
                       {"mask_cache_misses", misses},
+                      {"masks_computed", walks},
                       {"cpu_seconds", cpu_s}};
   for (auto [name, ph] : {std::pair<const char*, Phase*>{"cold", &cold}, {"warm", &warm}})
-    j[name] = {{"step", ph->step.to_json()}, {"row", ph->row.to_json()}, {"row_sum", ph->row_sum.to_json()}, {"row_max", ph->row_max.to_json()}};
+    j[name] = {{"step_wall", ph->step.to_json()}, {"step_cpu", ph->cpu.to_json()}, {"step_largest_item", ph->largest.to_json()},
+               {"mask_computed", ph->walk.to_json()}, {"masks_computed", ph->walk.v.size()}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -212,10 +296,10 @@ int run_masks(const MasksBenchOptions& o) {
                            o.batch, files.size(), vocab->size(), o.tokenizer, pool.size(), o.rounds, o.steps, restarts, hits,
                            misses, cpu_s);
   for (auto [name, ph] : {std::pair<const char*, Phase*>{"cold", &cold}, {"warm", &warm}}) {
-    std::cout << fmt::format("{:>4} step wall time:      {}\n", name, ph->step.str());
-    std::cout << fmt::format("{:>4} row (request-step):  {}\n", name, ph->row.str());
-    std::cout << fmt::format("{:>4} sum of rows per step: {}\n", name, ph->row_sum.str());
-    std::cout << fmt::format("{:>4} largest row per step: {}\n", name, ph->row_max.str());
+    std::cout << fmt::format("{:>4} step wall time:          {}\n", name, ph->step.str());
+    std::cout << fmt::format("{:>4} step CPU work:           {}\n", name, ph->cpu.str());
+    std::cout << fmt::format("{:>4} largest item of a step:  {}\n", name, ph->largest.str());
+    std::cout << fmt::format("{:>4} mask computed ({:>5}):   {}\n", name, ph->walk.v.size(), ph->walk.str());
   }
   return 0;
 }
