@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "common/check.h"
 
@@ -13,8 +14,12 @@ size_t CompiledGrammar::KeyHash::operator()(const std::vector<uint32_t>& k) cons
   return static_cast<size_t>(XXH3_64bits(k.data(), k.size() * sizeof(uint32_t)));
 }
 
+namespace {
+std::atomic<uint64_t> next_grammar_id{1};
+}  // namespace
+
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocabulary> vocab, size_t cache_bytes)
-    : grammar_(std::move(g)), pda_(grammar_), vocab_(std::move(vocab)) {
+    : grammar_(std::move(g)), pda_(grammar_), vocab_(std::move(vocab)), id_(next_grammar_id.fetch_add(1)) {
   initial_ = pda_.initial();
   // Byte classes: bytes that every byte set of the grammar takes or refuses alike lead every
   // state to the same next state. Refined one distinct byte set at a time.
@@ -69,6 +74,34 @@ struct WalkTables {
   }
 };
 
+// This thread's tables of the walks of a few grammars (by CompiledGrammar::id_), kept across
+// walks: a walk then mostly finds the states and transitions that earlier walks (parts, states,
+// requests) of the same grammar computed. Bounded: kThreadTableGrammars grammars a thread (the
+// least recently walked dropped), kThreadTableStates states a table (then it starts over).
+constexpr size_t kThreadTableGrammars = 4;
+constexpr size_t kThreadTableStates = 4096;
+
+WalkTables& thread_tables(uint64_t grammar_id, int num_classes) {
+  thread_local std::vector<std::pair<uint64_t, std::unique_ptr<WalkTables>>> tables;  // most recent last
+  auto it = std::find_if(tables.begin(), tables.end(), [&](const auto& e) { return e.first == grammar_id; });
+  std::unique_ptr<WalkTables> t;
+  if (it != tables.end()) {
+    t = std::move(it->second);
+    tables.erase(it);
+  } else {
+    if (tables.size() >= kThreadTableGrammars) tables.erase(tables.begin());
+    t = std::make_unique<WalkTables>();
+    t->num_classes = num_classes;
+  }
+  if (t->states.size() >= kThreadTableStates) {
+    t->states.clear();
+    t->trans.clear();
+    t->ids.clear();
+  }
+  tables.emplace_back(grammar_id, std::move(t));
+  return *tables.back().second;
+}
+
 }  // namespace
 
 void CompiledGrammar::walk_nodes(const StackSet& state, uint32_t begin, uint32_t end, std::span<uint32_t> mask) const {
@@ -79,9 +112,7 @@ void CompiledGrammar::walk_nodes(const StackSet& state, uint32_t begin, uint32_t
   if (state.empty() || begin >= end) return;
   const int32_t* toks = vocab_->trie_tokens().data();
   const size_t nc = static_cast<size_t>(num_classes_);
-  WalkTables t;
-  t.num_classes = num_classes_;
-  t.intern(StackSet(state), pda_, class_byte_);
+  WalkTables& t = thread_tables(id_, num_classes_);
   auto step = [&](int32_t sid, uint8_t byte) {
     int32_t& nid = t.trans[static_cast<size_t>(sid) * nc + byte_class_[byte]];
     if (nid == -2) {
@@ -94,7 +125,9 @@ void CompiledGrammar::walk_nodes(const StackSet& state, uint32_t begin, uint32_t
   };
   // at[d]: the state after the first d bytes of the current node's prefix (-1: no stack takes
   // them). The ancestors of the first node come from its prefix (a token of its subtree).
-  std::vector<int32_t> at(vocab_->max_token_bytes() + 1, 0);
+  thread_local std::vector<int32_t> at;
+  at.assign(vocab_->max_token_bytes() + 1, 0);
+  at[0] = t.intern(StackSet(state), pda_, class_byte_);
   const uint32_t first_depth = nodes[begin].depth;
   const std::string& prefix = vocab_->bytes(vocab_->trie_tokens()[nodes[begin].tok_begin]);
   for (uint32_t d = 1; d < first_depth; ++d) at[d] = at[d - 1] < 0 ? -1 : step(at[d - 1], static_cast<uint8_t>(prefix[d - 1]));

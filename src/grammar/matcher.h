@@ -82,6 +82,7 @@ class CompiledGrammar {
   Grammar grammar_;
   Pda pda_;
   std::shared_ptr<const TokenVocabulary> vocab_;
+  const uint64_t id_;  // unique in the process: keys the walks' per-thread tables
   StackSet initial_;
   // Byte classes (bytes every byte set of the grammar treats alike) and a byte of each.
   std::array<uint8_t, 256> byte_class_{};
