@@ -196,7 +196,7 @@ int run_masks(const MasksBenchOptions& o) {
   const double cpu0 = process_cpu_seconds();
   Phase cold, warm;
   nlohmann::json rounds = nlohmann::json::array();
-  int64_t restarts = 0, misses = 0, hits = 0, walks = 0;
+  int64_t restarts = 0, misses = 0, hits = 0, walks = 0, evictions = 0;
   for (int r = 0; r < o.rounds; ++r) {
     grammar::ConstraintCache cache(vocab, texts.size() + 1);
     std::vector<Row> rows(static_cast<size_t>(o.batch));
@@ -264,6 +264,7 @@ int run_masks(const MasksBenchOptions& o) {
       const auto st = g->cache_stats();
       misses += st.misses;
       hits += st.hits;
+      evictions += st.evictions;
     }
     rounds.push_back({{"cold_step", round_cold.step.to_json()}, {"warm_step", round_warm.step.to_json()}});
     if (!o.json)
@@ -283,6 +284,7 @@ int run_masks(const MasksBenchOptions& o) {
                       {"mask_cache_hits", hits},
                       {"mask_cache_misses", misses},
                       {"masks_computed", walks},
+                      {"mask_cache_evictions", evictions},
                       {"cpu_seconds", cpu_s}};
   for (auto [name, ph] : {std::pair<const char*, Phase*>{"cold", &cold}, {"warm", &warm}})
     j[name] = {{"step_wall", ph->step.to_json()}, {"step_cpu", ph->cpu.to_json()}, {"step_largest_item", ph->largest.to_json()},
@@ -292,9 +294,9 @@ int run_masks(const MasksBenchOptions& o) {
     return 0;
   }
   std::cout << fmt::format("{} rows, {} schemas, vocabulary {} ({}), {} threads, {} rounds x {} steps; {} requests restarted; "
-                           "mask cache {} hits, {} misses; {:.2f} CPU s\n",
+                           "mask cache {} hits, {} misses, {} evictions; {:.2f} CPU s\n",
                            o.batch, files.size(), vocab->size(), o.tokenizer, pool.size(), o.rounds, o.steps, restarts, hits,
-                           misses, cpu_s);
+                           misses, evictions, cpu_s);
   for (auto [name, ph] : {std::pair<const char*, Phase*>{"cold", &cold}, {"warm", &warm}}) {
     std::cout << fmt::format("{:>4} step wall time:          {}\n", name, ph->step.str());
     std::cout << fmt::format("{:>4} step CPU work:           {}\n", name, ph->cpu.str());
