@@ -61,6 +61,7 @@ struct WalkTables {
   std::vector<StackSet> states;
   std::vector<int32_t> trans;  // [state][class]: -2 not computed; -1 dead
   std::unordered_map<std::vector<uint32_t>, int32_t, Hash> ids;
+  size_t bytes = 0;  // about what the states and their rows hold
 
   int32_t intern(StackSet&& s, const Pda& pda, const std::vector<uint8_t>& class_byte) {
     auto it = ids.find(s.flat);
@@ -69,6 +70,7 @@ struct WalkTables {
     ids.emplace(s.flat, id);
     const ByteSet next = pda.next_bytes(s);
     for (int c = 0; c < num_classes; ++c) trans.push_back(next.test(class_byte[c]) ? -2 : -1);
+    bytes += 2 * s.flat.size() * sizeof(uint32_t) + static_cast<size_t>(num_classes) * sizeof(int32_t) + 64;
     states.push_back(std::move(s));
     return id;
   }
@@ -77,9 +79,10 @@ struct WalkTables {
 // This thread's tables of the walks of a few grammars (by CompiledGrammar::id_), kept across
 // walks: a walk then mostly finds the states and transitions that earlier walks (parts, states,
 // requests) of the same grammar computed. Bounded: kThreadTableGrammars grammars a thread (the
-// least recently walked dropped), kThreadTableStates states a table (then it starts over).
+// least recently walked dropped), a table starting over past kThreadTableBytes (a walk's own
+// states always stay: a table is only reset between walks).
 constexpr size_t kThreadTableGrammars = 4;
-constexpr size_t kThreadTableStates = 4096;
+constexpr size_t kThreadTableBytes = size_t{2} << 20;
 
 WalkTables& thread_tables(uint64_t grammar_id, int num_classes) {
   thread_local std::vector<std::pair<uint64_t, std::unique_ptr<WalkTables>>> tables;  // most recent last
@@ -93,10 +96,11 @@ WalkTables& thread_tables(uint64_t grammar_id, int num_classes) {
     t = std::make_unique<WalkTables>();
     t->num_classes = num_classes;
   }
-  if (t->states.size() >= kThreadTableStates) {
+  if (t->bytes >= kThreadTableBytes) {
     t->states.clear();
     t->trans.clear();
     t->ids.clear();
+    t->bytes = 0;
   }
   tables.emplace_back(grammar_id, std::move(t));
   return *tables.back().second;
