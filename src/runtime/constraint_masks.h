@@ -1,13 +1,15 @@
 // The structured-output masks of one step on the thread pool: the runner's before_sampling on a
 // device executor (overlapping the forward pass) and `pagoda bench masks`.
 //
-// Three passes, each claimed one item at a time by the pool's workers (so a slow item does not
-// hold a fixed share of the others back): (1) per row, prepare(k) (the row's own work first:
-// advancing over the last step's tokens) and the mask if the constraint has it at hand
-// (TokenConstraint::fill_mask_if_ready); (2) the parts of every MaskJob the rows got, each job
-// once (rows in the same state share one), so that one expensive mask is spread over all
-// workers; (3) the masks of the rows that waited for a job. Fewer than kParallelMaskRows rows
-// run passes (1) and (3) on the calling thread; pass (2) uses the pool whenever there is a job.
+// One pool job a step (one fork-join, as before masks were split): the workers claim rows one at a
+// time (so a slow row holds no fixed share of the others back): prepare(k) (the row's own work
+// first: advancing over the last step's tokens), then the mask if the constraint has it at hand
+// (TokenConstraint::fill_mask_if_ready), else its MaskJob is listed, once however many rows share
+// it (rows in one state share one). Out of rows, the workers claim the listed jobs' parts one at a
+// time until none is left and no row is still running, so one expensive mask is spread over all
+// of them. Last, on the calling thread, the masks of the rows that waited for a job (a cache hit
+// each). Fewer than kParallelMaskRows rows (or a pool of one) run on the calling thread, only the
+// parts of their jobs on the pool.
 //
 // Thread-safety: prepare(k) and the rows' constraints are used by one worker at a time each.
 #pragma once
