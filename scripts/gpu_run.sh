@@ -158,6 +158,10 @@ bench_model() {  # SHAPE
 #   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
+#   offload8b weight offload on the 8B shape (stage_offload8b): pagoda bench resident, then with
+#             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
+#             tg32 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
+#             budget (--gpu-memory-utilization, auto offload). ~200 s with the model made
 #   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
 #             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
 #             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
@@ -169,6 +173,16 @@ bench_model() {  # SHAPE
 #   sgpt2     the structured-output tail at GPT-2's vocabulary: `pagoda bench masks` on the host's
 #             cores (two runs, ~10 s each), then the 1B shape constrained vs unconstrained in 8
 #             alternating rounds (stage_sgpt2; ~2.5 min, +~1.5 min making the 1B model if absent)
+stage_offload8b() {
+  ensure_model 8b
+  local m=$(model_dir 8b) total util
+  TAILN=8 step offload_resident_8b 60 $PAGODA bench -m $m --device cuda -p 512 -n 32 -b 1,64 -r 2
+  TAILN=10 step offload_bench_8b 150 $PAGODA bench -m $m --device cuda -p 512 -n 32 -b 1,64 -r 2 --cpu-offload-gb ${OFFLOAD_GB:-8.1}
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  util=$(awk "BEGIN { printf \"%.4f\", 10000 / ($total * 1.048576) }")
+  TAILN=12 step offload_budget10g_8b 150 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 64 --input-len 128 \
+    --output-len 32 --max-num-seqs 64 --gpu-memory-utilization $util
+}
 stage_onlinequant() {
   local f=$PAGODA_MODELS_DIR/tiny/llama3/model-f16.gguf q m
   TAILN=3 step oq_base 30 $PAGODA perplexity $f -f README.md -c 64 --chunks 4 --device cuda --kv-dtype f32 --save-logits /tmp/oq.kl --json
@@ -545,6 +559,7 @@ for s in "$@"; do
     env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; ls /usr/local/cuda/bin | tr "\n" " "; command -v ncu nsys' ;;
     alltests) stage_alltests ;;
     m8b) stage_model 8b ;;
+    offload8b) stage_offload8b ;;
     m8bpeaked) stage_model 8bpeaked ;;
     m1b) stage_model 1b ;;
     hf8b) stage_hf 8b ;;
