@@ -212,6 +212,8 @@ bool CompiledGrammar::fill_mask_if_ready(const StackSet& state, std::span<uint32
   }
   ++stats_.misses;
   auto job = std::make_shared<MaskWalk>(*this, state);
+  // Walks whose jobs were dropped unfinished leave expired entries: swept when they pile up.
+  if (walking_.size() >= 256) std::erase_if(walking_, [](const auto& e) { return e.second.expired(); });
   walking_[state.flat] = job;
   *walk = std::move(job);
   return false;

@@ -2,16 +2,20 @@
 // every request that uses the same constraint) and the per-request position in it
 // (GrammarMatcher).
 //
-// Masks: the allowed tokens of a state are found by walking the vocabulary trie with the state
-// (the states reached are interned and their byte transitions memoized within one walk),
-// pruning every subtree whose first byte no stack can take; stop ids are allowed exactly in
-// accepting states. Masks are cached per CompiledGrammar keyed by the (canonical) state: the
-// state fully determines the allowed set, so a hit is exact, and grammars revisit few distinct
-// states (inside a JSON string, after each digit of a number ...), so steady-state decoding costs
-// a hash lookup and a copy per step.
+// Masks: the allowed tokens of a state are found by walking the vocabulary trie (in preorder,
+// TokenVocabulary) with the state, one pass that jumps past every subtree no stack can enter.
+// Transitions are per byte class (bytes that every byte set of the grammar takes or refuses
+// alike); the states a walk reaches are interned with their transitions in tables of the calling
+// thread, kept for the next walks of the same grammar (bounded). Stop ids are allowed exactly in
+// accepting states. Masks are cached per CompiledGrammar keyed by the (canonical) state: the state
+// fully determines the allowed set, so a hit is exact, and grammars revisit few distinct states
+// (inside a JSON string, after each digit of a number ...), so steady-state decoding costs a hash
+// lookup and a copy per step. The cache holds kMaskCacheBytes of masks and evicts by the clock
+// algorithm. A mask not in the cache can also be computed as a MaskWalk, a job in parts that
+// several threads run at once (runtime/constraint_masks.h).
 //
-// Thread-safety: CompiledGrammar is safe to share (its cache is guarded by a mutex); a
-// GrammarMatcher belongs to one request and is used by one thread at a time.
+// Thread-safety: CompiledGrammar is safe to share (its cache is guarded by a mutex; the walk tables
+// are per thread); a GrammarMatcher belongs to one request and is used by one thread at a time.
 #pragma once
 
 #include <array>
