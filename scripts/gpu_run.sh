@@ -170,6 +170,9 @@ bench_model() {  # SHAPE
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 #   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
 #             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
+#   sgpt2     the structured-output tail at GPT-2's vocabulary: `pagoda bench masks` on the host's
+#             cores (two runs, ~10 s each), then the 1B shape constrained vs unconstrained in 8
+#             alternating rounds (stage_sgpt2; ~2.5 min, +~1.5 min making the 1B model if absent)
 stage_offload8b() {
   ensure_model 8b
   local m=$(model_dir 8b) total util
@@ -288,6 +291,21 @@ stage_sbench() {
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
   [ -f "$gpt2" ] && TAILN=10 step sbench_1b_gpt2 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
+}
+# The structured-output tail with GPT-2's 50,257-token vocabulary (stage_sgpt2): first the mask
+# work of a batch-64 step without a model on this host's cores (`pagoda bench masks`: step wall
+# time, CPU work, the largest single item of a step, cold and warm; people.json on every row, then
+# 64 rows over the 201 schemas), then the random Llama-3.2-1B shape constrained to people.json vs
+# unconstrained, 8 alternating rounds (every round's ratio is printed: the target is >= 0.9 in each).
+stage_sgpt2() {
+  local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
+  TAILN=9 step smasks_people 30 $PAGODA bench masks --tokenizer $gpt2 --json-schema bench/schemas/people.json \
+    --batch 64 --steps 256 --rounds 3
+  TAILN=9 step smasks_corpus 30 $PAGODA bench masks --tokenizer $gpt2 --json-schema bench/schemas/people.json \
+    --schema-dir bench/schemas/corpus --batch 64 --steps 256 --rounds 3
+  ensure_model 1b
+  TAILN=14 step sbench_1b_gpt2_r8 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 8 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
 # at batch 1 and 64, prefill 8192, and one wave of 256 requests of 1000 in / 200 out.
@@ -572,6 +590,7 @@ for s in "$@"; do
     serve) stage_serve ;;
     structured) stage_structured ;;
     sbench) stage_sbench ;;
+    sgpt2) stage_sgpt2 ;;
     onlinequant) stage_onlinequant ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
