@@ -160,8 +160,8 @@ bench_model() {  # SHAPE
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   offload8b weight offload on the 8B shape (stage_offload8b): pagoda bench resident, then with
 #             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
-#             tg32 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
-#             budget (--gpu-memory-utilization, auto offload). ~200 s with the model made
+#             tg16 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
+#             budget (--gpu-memory-utilization, auto offload). ~250 s with the model made
 #   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
 #             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
 #             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
@@ -176,12 +176,12 @@ bench_model() {  # SHAPE
 stage_offload8b() {
   ensure_model 8b
   local m=$(model_dir 8b) total util
-  TAILN=8 step offload_resident_8b 60 $PAGODA bench -m $m --device cuda -p 512 -n 32 -b 1,64 -r 2
-  TAILN=10 step offload_bench_8b 150 $PAGODA bench -m $m --device cuda -p 512 -n 32 -b 1,64 -r 2 --cpu-offload-gb ${OFFLOAD_GB:-8.1}
+  TAILN=8 step offload_resident_8b 60 $PAGODA bench -m $m --device cuda -p 512 -n 16 -b 1,64 -r 1
+  TAILN=10 step offload_bench_8b 120 $PAGODA bench -m $m --device cuda -p 512 -n 16 -b 1,64 -r 2 --cpu-offload-gb ${OFFLOAD_GB:-8.1}
   total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   util=$(awk "BEGIN { printf \"%.4f\", 10000 / ($total * 1.048576) }")
-  TAILN=12 step offload_budget10g_8b 150 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 64 --input-len 128 \
-    --output-len 32 --max-num-seqs 64 --gpu-memory-utilization $util
+  TAILN=12 step offload_budget10g_8b 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 64 --input-len 128 \
+    --output-len 16 --max-num-seqs 64 --gpu-memory-utilization $util
 }
 stage_onlinequant() {
   local f=$PAGODA_MODELS_DIR/tiny/llama3/model-f16.gguf q m
