@@ -1,9 +1,11 @@
 // libFuzzer target: the grammar front ends (src/grammar/): JSON Schema, regular expressions and
 // GBNF text -> Grammar, then matching. The first byte picks the front end; the rest is its
 // input. A compiled grammar must give a matcher whose byte-level state stays consistent: the
-// trie-walk mask over a 256-token single-byte vocabulary equals trying each byte, along a path
-// the mask itself chooses. Errors are normal outcomes; crashes, sanitizer reports and failed
+// trie-walk mask over a 256-token single-byte vocabulary equals trying each byte, and equals the
+// walk in parts (TokenVocabulary::part_starts, as a MaskWalk runs it), along a path the mask
+// itself chooses. Errors are normal outcomes; crashes, sanitizer reports and failed
 // checks are findings.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -43,9 +45,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!g.ok()) return 0;
   auto compiled = std::make_shared<const CompiledGrammar>(std::move(g).value(), byte_vocab());
   GrammarMatcher m(compiled);
-  std::vector<uint32_t> mask(byte_vocab()->mask_words());
+  std::vector<uint32_t> mask(byte_vocab()->mask_words()), whole(mask.size()), parts(mask.size());
+  const auto& starts = byte_vocab()->part_starts();
   for (int step = 0; step < 64 && !m.is_terminated(); ++step) {
     m.fill_mask(mask);
+    compiled->compute_mask(m.state(), whole);
+    std::fill(parts.begin(), parts.end(), 0u);
+    if (compiled->pda().accepting(m.state())) parts[256 >> 5] |= 1u << (256 & 31);
+    for (size_t k = 0; k + 1 < starts.size(); ++k) compiled->walk_nodes(m.state(), starts[k], starts[k + 1], parts);
+    check(parts == whole);
     int pick = -1;
     for (int t = 0; t < 257; ++t) {
       const bool allowed = (mask[t >> 5] >> (t & 31)) & 1;

@@ -158,6 +158,10 @@ bench_model() {  # SHAPE
 #   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
+#   offload8b weight offload on the 8B shape (stage_offload8b): pagoda bench resident, then with
+#             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
+#             tg16 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
+#             budget (--gpu-memory-utilization, auto offload). ~250 s with the model made
 #   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
 #             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
 #             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
@@ -166,6 +170,19 @@ bench_model() {  # SHAPE
 #             JSON-schema-constrained vs unconstrained batch-64 decode (stage_structured)
 #   sbench    the GPU test of structured outputs with speculation, then the constrained-vs-
 #             unconstrained batch-64 decode benchmarks of `structured` (stage_sbench, ~5 min)
+#   sgpt2     the structured-output tail at GPT-2's vocabulary: `pagoda bench masks` on the host's
+#             cores (two runs, ~10 s each), then the 1B shape constrained vs unconstrained in 8
+#             alternating rounds (stage_sgpt2; ~2.5 min, +~1.5 min making the 1B model if absent)
+stage_offload8b() {
+  ensure_model 8b
+  local m=$(model_dir 8b) total util
+  TAILN=8 step offload_resident_8b 60 $PAGODA bench -m $m --device cuda -p 512 -n 16 -b 1,64 -r 1
+  TAILN=10 step offload_bench_8b 120 $PAGODA bench -m $m --device cuda -p 512 -n 16 -b 1,64 -r 2 --cpu-offload-gb ${OFFLOAD_GB:-8.1}
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  util=$(awk "BEGIN { printf \"%.4f\", 10000 / ($total * 1.048576) }")
+  TAILN=12 step offload_budget10g_8b 120 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 64 --input-len 128 \
+    --output-len 16 --max-num-seqs 64 --gpu-memory-utilization $util
+}
 stage_onlinequant() {
   local f=$PAGODA_MODELS_DIR/tiny/llama3/model-f16.gguf q m
   TAILN=3 step oq_base 30 $PAGODA perplexity $f -f README.md -c 64 --chunks 4 --device cuda --kv-dtype f32 --save-logits /tmp/oq.kl --json
@@ -274,6 +291,21 @@ stage_sbench() {
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
   [ -f "$gpt2" ] && TAILN=10 step sbench_1b_gpt2 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
     --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 4 --sequential 0
+}
+# The structured-output tail with GPT-2's 50,257-token vocabulary (stage_sgpt2): first the mask
+# work of a batch-64 step without a model on this host's cores (`pagoda bench masks`: step wall
+# time, CPU work, the largest single item of a step, cold and warm; people.json on every row, then
+# 64 rows over the 201 schemas), then the random Llama-3.2-1B shape constrained to people.json vs
+# unconstrained, 8 alternating rounds (every round's ratio is printed: the target is >= 0.9 in each).
+stage_sgpt2() {
+  local gpt2=$PG/shared/tokenizers/vocab-vectors/ggml-vocab-gpt-2.gguf
+  TAILN=9 step smasks_people 30 $PAGODA bench masks --tokenizer $gpt2 --json-schema bench/schemas/people.json \
+    --batch 64 --steps 256 --rounds 3
+  TAILN=9 step smasks_corpus 30 $PAGODA bench masks --tokenizer $gpt2 --json-schema bench/schemas/people.json \
+    --schema-dir bench/schemas/corpus --batch 64 --steps 256 --rounds 3
+  ensure_model 1b
+  TAILN=14 step sbench_1b_gpt2_r8 150 $PAGODA bench throughput -m $(model_dir 1b) --tokenizer $gpt2 --device cuda \
+    --json-schema bench/schemas/people.json --num-prompts 64 --input-len 128 --output-len 256 --rounds 8 --sequential 0
 }
 # Where the time goes (--cuda-profile: every step eager, CUDA events between ops): decode
 # at batch 1 and 64, prefill 8192, and one wave of 256 requests of 1000 in / 200 out.
@@ -527,6 +559,7 @@ for s in "$@"; do
     env) step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; ls /usr/local/cuda/bin | tr "\n" " "; command -v ncu nsys' ;;
     alltests) stage_alltests ;;
     m8b) stage_model 8b ;;
+    offload8b) stage_offload8b ;;
     m8bpeaked) stage_model 8bpeaked ;;
     m1b) stage_model 1b ;;
     hf8b) stage_hf 8b ;;
@@ -557,6 +590,7 @@ for s in "$@"; do
     serve) stage_serve ;;
     structured) stage_structured ;;
     sbench) stage_sbench ;;
+    sgpt2) stage_sgpt2 ;;
     onlinequant) stage_onlinequant ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;

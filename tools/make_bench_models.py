@@ -2,8 +2,13 @@
 """Random-weight benchmark models of real shapes, written as GGUF (numpy + the gguf package).
 
   .venv-test/bin/python tools/make_bench_models.py [--shape llama3.2-1b] [--types f16,q8_0] [--out models/bench]
+  .venv-test/bin/python tools/make_bench_models.py --shape olmoe-1b-7b --types f16 --out /tmp/olmoe
 
-Weights are N(0, 0.02) (as transformers initialises them), norms 1. The GGUF carries a
+Weights are N(0, 0.02) (as transformers initialises them), norms 1; a MoE router is N(0, 1/sqrt(hidden))
+so that tokens spread over the experts. Mixture-of-experts tensors are named and stacked as
+llama.cpp's converter writes them (ffn_gate_inp [E, D]; ffn_{gate,up}_exps [E, F, D]; ffn_down_exps
+[E, D, F]). Tensors are generated and written one at a time (a 7B f16 file never sits in memory;
+llama-quantize makes the quantized files from the f16 one). The GGUF carries a
 SentencePiece-style vocabulary of the model's size (<unk>, <s>, </s>, 256 byte pieces, then
 filler pieces) so that llama.cpp and Pagoda both load it. For speed measurements only: the text
 such a model writes is noise.
@@ -12,13 +17,17 @@ import argparse
 import os
 
 import numpy as np
-from gguf import GGUFWriter, GGMLQuantizationType, LlamaFileType
+from gguf import GGML_QUANT_SIZES, GGUFWriter, GGMLQuantizationType, LlamaFileType
 from gguf.quants import quantize
 
 SHAPES = {
     # Llama-3.2-1B: hidden 2048, 16 layers, 32 heads / 8 kv, ffn 8192, vocab 128256, tied.
     "llama3.2-1b": dict(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=128256, tied=True,
                         theta=500000.0, ctx=8192),
+    # OLMoE-1B-7B-0924: hidden 2048, 16 layers, 16 heads (MHA), RMSNorm over the whole q and k,
+    # 64 experts top-8 (not renormalised) of width 1024, vocab 50304, untied: 6.9 B / 1.3 B active.
+    "olmoe-1b-7b": dict(arch="olmoe", hidden=2048, layers=16, heads=16, kv_heads=16, ffn=1024, vocab=50304,
+                        tied=False, theta=10000.0, ctx=4096, experts=64, experts_used=8),
 }
 TYPES = {"f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
          "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
@@ -44,7 +53,9 @@ def write(shape_name, type_name, out_dir, seed):
     rng = np.random.default_rng(seed)
     D, F, V, L = s["hidden"], s["ffn"], s["vocab"], s["layers"]
     hd = D // s["heads"]
-    w = GGUFWriter(path + ".tmp", "llama")
+    KV, E = s["kv_heads"] * hd, s.get("experts", 0)
+    arch = s.get("arch", "llama")
+    w = GGUFWriter(path + ".tmp", arch)
     w.add_name(f"{shape_name} random weights")
     w.add_context_length(s["ctx"])
     w.add_embedding_length(D)
@@ -55,6 +66,9 @@ def write(shape_name, type_name, out_dir, seed):
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(s["theta"])
     w.add_rope_dimension_count(hd)
+    if E:
+        w.add_expert_count(E)
+        w.add_expert_used_count(s["experts_used"])
     w.add_file_type(ftype)
     w.add_vocab_size(V)
     toks, scores, types = vocab(V)
@@ -66,37 +80,60 @@ def write(shape_name, type_name, out_dir, seed):
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
 
-    def mat(name, rows, cols):
-        x = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
-        if qtype == GGMLQuantizationType.F16:
-            w.add_tensor(name, x.astype(np.float16))
-        elif qtype == GGMLQuantizationType.BF16:  # round to nearest even: the top 16 bits of the f32
-            u = x.view(np.uint32)
-            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-            w.add_tensor(name, b.view(np.uint8).reshape(rows, cols * 2), raw_dtype=qtype)
-        else:
-            w.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)
-
-    def vec(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
-    mat("token_embd.weight", V, D)
-    vec("output_norm.weight", D)
+    # (name, shape, std): std None is a norm weight (ones, f32); 2-d and 3-d weights are in `qtype`
+    # except the router (f32, as llama.cpp's converter keeps ffn_gate_inp).
+    specs = [("token_embd.weight", (V, D), 0.02), ("output_norm.weight", (D,), None)]
+    if not s["tied"]:
+        specs.append(("output.weight", (V, D), 0.02))
     for i in range(L):
         p = f"blk.{i}."
-        vec(p + "attn_norm.weight", D)
-        mat(p + "attn_q.weight", D, D)
-        mat(p + "attn_k.weight", s["kv_heads"] * hd, D)
-        mat(p + "attn_v.weight", s["kv_heads"] * hd, D)
-        mat(p + "attn_output.weight", D, D)
-        vec(p + "ffn_norm.weight", D)
-        mat(p + "ffn_gate.weight", F, D)
-        mat(p + "ffn_up.weight", F, D)
-        mat(p + "ffn_down.weight", D, F)
-        print(f"{path}: layer {i + 1}/{L}", flush=True)
+        specs += [(p + "attn_norm.weight", (D,), None), (p + "attn_q.weight", (D, D), 0.02),
+                  (p + "attn_k.weight", (KV, D), 0.02), (p + "attn_v.weight", (KV, D), 0.02),
+                  (p + "attn_output.weight", (D, D), 0.02)]
+        if arch == "olmoe":
+            specs += [(p + "attn_q_norm.weight", (D,), None), (p + "attn_k_norm.weight", (KV,), None)]
+        specs.append((p + "ffn_norm.weight", (D,), None))
+        if E:
+            specs += [(p + "ffn_gate_inp.weight", (E, D), D ** -0.5), (p + "ffn_gate_exps.weight", (E, F, D), 0.02),
+                      (p + "ffn_down_exps.weight", (E, D, F), 0.02), (p + "ffn_up_exps.weight", (E, F, D), 0.02)]
+        else:
+            specs += [(p + "ffn_gate.weight", (F, D), 0.02), (p + "ffn_up.weight", (F, D), 0.02),
+                      (p + "ffn_down.weight", (D, F), 0.02)]
+
+    def stored(name, shape, std):
+        return std is None or "ffn_gate_inp" in name  # f32
+
+    def make(name, shape, std):
+        if std is None:
+            return np.ones(shape, dtype=np.float32)
+        x = rng.standard_normal(shape, dtype=np.float32)
+        x *= std
+        if stored(name, shape, std):
+            return x
+        if qtype == GGMLQuantizationType.F16:
+            return x.astype(np.float16)
+        if qtype == GGMLQuantizationType.BF16:  # round to nearest even: the top 16 bits of the f32
+            u = x.view(np.uint32)
+            return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).view(np.uint8).reshape(*shape[:-1], -1)
+        return quantize(x, qtype)
+
+    for name, shape, std in specs:
+        n = int(np.prod(shape))
+        if stored(name, shape, std):
+            w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * n)
+        elif qtype == GGMLQuantizationType.F16:
+            w.add_tensor_info(name, shape, np.dtype(np.float16), 2 * n)
+        else:  # raw: the shape in bytes per row, as add_tensor_info takes it
+            block, nbytes = GGML_QUANT_SIZES[qtype]
+            row = shape[-1] // block * nbytes
+            w.add_tensor_info(name, (*shape[:-1], row), np.dtype(np.uint8), n // shape[-1] * row, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for n, (name, shape, std) in enumerate(specs):
+        w.write_tensor_data(make(name, shape, std))
+        if name.endswith("ffn_norm.weight") or n == len(specs) - 1:
+            print(f"{path}: {name} ({n + 1}/{len(specs)})", flush=True)
     w.close()
     os.rename(path + ".tmp", path)
     print(f"{path}: written")

@@ -11,6 +11,9 @@
       load, at one thread); written to OUT/NAME-bench.json, the quality results are left as they are)
   .venv-peer/bin/python tools/quant_compare.py --f16 F16.gguf --name smollm2 --out /tmp/qc --greedy-only
       (the greedy column only, written into each type's row of OUT/NAME-results.json)
+  .venv-peer/bin/python tools/quant_compare.py --given FILE.gguf --name olmoe --out /tmp/qc --agree-only [--tokens 64]
+      (no dequantized reference, for files whose f32 copy does not fit: the engines against each other
+      only, the agree and greedy columns; written to OUT/NAME-agree.json)
 
 Needs .venv-peer (scripts/setup_peer.sh: llama-cpp-python, numpy, gguf) and build/pagoda (or --pagoda PATH).
 Per type: llama.cpp's quantizer (llama_model_quantize, as llama-quantize) writes NAME-TYPE.gguf from
@@ -244,6 +247,8 @@ def main() -> None:
     ap.add_argument("--greedy-only", action="store_true",
                     help="the greedy column alone, written into the rows of OUT/NAME-results.json")
     ap.add_argument("--pagoda", default=PAGODA, help="the pagoda binary (default: build/pagoda of this checkout)")
+    ap.add_argument("--agree-only", action="store_true",
+                    help="with --given: the engines against each other only (top-1 agreement, greedy), no f32 reference")
     a = ap.parse_args()
     PAGODA = a.pagoda
     if bool(a.f16) == bool(a.given):
@@ -256,6 +261,11 @@ def main() -> None:
         return
     if a.greedy_only:
         greedy_types(a)
+        return
+    if a.agree_only:
+        if not a.given:
+            ap.error("--agree-only needs --given")
+        agree_only(a)
         return
     res_path = os.path.join(a.out, f"{a.name}-results.json")
     results = json.load(open(res_path)) if os.path.exists(res_path) else {}
@@ -326,11 +336,31 @@ def greedy_types(a) -> None:
         row.pop("greedy", None)
         row.pop("greedy_error", None)
         row.update(greedy_agreement(qpath, prompt, 32, a.threads))
+        if "greedy" in row:
+            row.setdefault("loads", True)  # pagoda generate ran the file
         if not a.keep and not a.given:
             os.remove(qpath)
         json.dump(results, open(res_path, "w"), indent=1)
         log(ty, "greedy", row.get("greedy", row.get("greedy_error")))
     print_table(results, a)
+def agree_only(a) -> None:
+    """Teacher-forced argmax agreement over `--tokens` tokens of the text and the shared prefix of the
+    32-token greedy continuations, Pagoda against llama.cpp on one file (no reference forward). The
+    greedy prompt is README.md's first 100 characters: a filler vocabulary (tools/make_bench_models.py)
+    spells text byte by byte, and a short prompt keeps the run short on a large file."""
+    ids = text_ids(a.given, a.tokens)
+    prompt = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()[:100]
+    t0 = time.time()
+    lla = llama_logits(a.given, ids, a.threads)
+    pag = pagoda_logits(a.given, ids, a.out)
+    row = {"file": a.given, "mix": dtype_mix(a.given), "tokens": len(ids),
+           "agree": float((pag.argmax(-1) == lla.argmax(-1)).mean()),
+           "kl_llama_pagoda": float(position_kl(lla, pag).mean()),
+           "max_abs_logit_diff": float(np.abs(pag - lla).max())}
+    row.update(greedy_agreement(a.given, prompt, 32, a.threads))
+    row["seconds"] = round(time.time() - t0)
+    json.dump(row, open(os.path.join(a.out, f"{a.name}-agree.json"), "w"), indent=1)
+    print(json.dumps(row))
 
 
 def bench_types(a) -> None:

@@ -68,6 +68,8 @@ struct BenchOptions {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   double memory_utilization = 0.9;
+  std::string cpu_offload;
+  int64_t cpu_offload_bytes = 0;  // resolved from cpu_offload before run_bench
   TuningFlags tuning_flags;
   TuningConfig tuning;  // resolved from tuning_flags and the environment before run_bench
   SpeculativeOptions spec_flags;
@@ -112,6 +114,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.scheduler.max_num_seqs = o.max_num_seqs;
   cfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   if (o.device != "cpu") cfg.memory_utilization = o.memory_utilization;
+  cfg.cpu_offload_bytes = o.cpu_offload_bytes;
   cfg.speculative = o.speculative;
   const int64_t vocab = loaded.config.vocab_size;
   ThreadPool pool(o.threads);
@@ -356,6 +359,7 @@ int run_bench(const BenchOptions& o) {
       co.cuda_graphs = o.cuda_graphs;
       co.batch_invariant = o.batch_invariant;
       co.prefill_tile_q = o.prefill_tile;
+      co.cpu_offload_bytes = std::max<int64_t>(0, o.cpu_offload_bytes);  // auto: none (no memory plan here)
       co.tuning = o.tuning;
       auto r = make_cuda_executor(*loaded->model, spec, co);
       if (!r.ok()) {
@@ -437,6 +441,15 @@ int run_bench(const BenchOptions& o) {
       // load (one thread; with several, spinning workers count too).
       const double mean_cpu = std::accumulate(cpu.begin(), cpu.end(), 0.0) / cpu.size();
       if (mean_cpu > 0) r["tokens_per_cpu_s"] = tokens / mean_cpu;
+      // Weight offload: every forward pass copies the streamed layers host -> device; the bound is
+      // that copy at the bandwidth measured at start-up.
+      const WeightStreamingStats ws = ex->weight_streaming();
+      if (ws.bytes_per_pass > 0 && ws.bandwidth > 0) {
+        const double passes = test.rfind("pp", 0) == 0 ? 1.0 : static_cast<double>(o.gen);
+        r["offload_bytes_per_s"] = passes * ws.bytes_per_pass / mean_time;
+        r["offload_bound_ratio"] = passes * ws.bytes_per_pass / mean_time / ws.bandwidth;
+        r["offload_ms_per_streamed_layer"] = mean_time / passes / ws.layers * 1e3;
+      }
       r["bytes_read"] = bytes;
       r["bandwidth_gb_s"] = bytes / mean_time / 1e9;
       r["bandwidth_ratio"] = bytes / mean_time / bandwidth;
@@ -538,6 +551,13 @@ int run_bench(const BenchOptions& o) {
                                  has_flops ? fmt::format("{:.1f}", r["gflop_s"].get<double>()) : "-",
                                  has_flops ? fmt::format("{:.1f}%", 100 * r["compute_peak_ratio"].get<double>()) : "-");
       }
+      for (const auto& r : records)
+        if (r.contains("offload_bound_ratio"))
+          std::cout << fmt::format("offload {}: {:.2f} GB/s of streamed weights = {:.1f}% of the measured host -> device "
+                                   "bandwidth; {:.2f} ms a forward pass per streamed layer\n",
+                                   r["test"].get<std::string>(), r["offload_bytes_per_s"].get<double>() / 1e9,
+                                   100 * r["offload_bound_ratio"].get<double>(),
+                                   r["offload_ms_per_streamed_layer"].get<double>());
       std::cout.flush();
     }
   }
@@ -586,6 +606,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Offline throughput: tokens per step")->check(CLI::Range(1, 1073741824));
   app->add_option("--memory-utilization,--gpu-memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory")->check(CLI::Range(0.0, 1.0));
   add_speculative_options(app, &o->spec_flags);
+  add_cpu_offload_option(app, &o->cpu_offload);
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)
@@ -602,6 +623,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
     }
     o->tuning = *tuning;
     if (!resolve_speculative_options(o->spec_flags, o->speculative, "bench")) return 2;
+    if (!resolve_cpu_offload_option(o->cpu_offload, o->cpu_offload_bytes, "bench")) return 2;
     return run_bench(*o);
   };
 });

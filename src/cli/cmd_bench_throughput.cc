@@ -56,6 +56,7 @@ struct ThroughputOptions {
   int max_num_seqs = 256;
   int64_t kv_cache_memory = 0;
   KvTierOptions kv_tiers;
+  std::string cpu_offload;
   uint64_t seed = 0;
   bool json = false;
   WeightQuantization quantization = WeightQuantization::kNone;
@@ -148,6 +149,7 @@ int run_throughput(ThroughputOptions& o) {
   if (!resolve_speculative_options(o.spec, cfg.speculative, "bench throughput")) return 2;
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
+  if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "bench throughput")) return 2;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
@@ -520,6 +522,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
   add_speculative_options(app, &o->spec);
   add_kv_tier_options(app, &o->kv_tiers);
+  add_cpu_offload_option(app, &o->cpu_offload);
   app->add_flag("--json", o->json, "Print JSON");
   app->add_option("--json-schema", o->json_schema,
                   "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")

@@ -42,6 +42,7 @@ struct GenerateOptions {
   std::string dtype = "auto";
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
+  std::string cpu_offload;
   bool verbose = false;
   bool profile_startup = false;
   std::string plan_cache;
@@ -62,6 +63,7 @@ int run_generate(GenerateOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
+  if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "generate")) return 2;
   cfg.plan_cache = o.plan_cache;
   if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
@@ -194,6 +196,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   add_quantization_option(app, o->quantization);
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
+  add_cpu_offload_option(app, &o->cpu_offload);
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");

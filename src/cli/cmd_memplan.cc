@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,9 @@
 #include "loader/packed_int_checkpoint.h"
 #include "model/model_loader.h"
 #include "model/family.h"
+#include "engine/engine_config.h"
 #include "runtime/memory_plan.h"
+#include "runtime/weight_offload_plan.h"
 
 namespace pagoda::cli {
 namespace {
@@ -32,6 +35,8 @@ struct MemplanOptions {
   WeightQuantization quantization = WeightQuantization::kNone;  // on-line quantization at load
   int32_t block_size = 16;
   KvTierOptions tiers;
+  std::string cpu_offload;     // --cpu-offload-gb G|auto (options.h)
+  double h2d_gb_s = 25;        // host -> device bandwidth the offload prediction assumes
   bool json = false;
 };
 
@@ -73,7 +78,19 @@ struct ModelFacts {
   int64_t weight_bytes = 0;
   std::string weight_source;
   ParameterFootprint footprint;
+  std::vector<int64_t> layer_linear_bytes;  // [num_layers]: each layer's matmul weights (offload)
 };
+
+// The footprint, noting each layer's matmul weight bytes into f.layer_linear_bytes on the way.
+ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t(const TensorDecl&)>& bytes_of) {
+  f.layer_linear_bytes.assign(static_cast<size_t>(std::max<int64_t>(0, f.config.num_layers)), 0);
+  return parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+    const int64_t b = bytes_of(d);
+    if (b > 0 && d.linear && d.layer >= 0 && d.layer < static_cast<int64_t>(f.layer_linear_bytes.size()))
+      f.layer_linear_bytes[static_cast<size_t>(d.layer)] += b;
+    return b;
+  });
+}
 
 Result<ModelFacts> model_facts(const MemplanOptions& o) {
   namespace fs = std::filesystem;
@@ -87,7 +104,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_gguf(*gguf));
     for (const auto& t : gguf->tensors()) f.weight_bytes += static_cast<int64_t>(t.nbytes);
     f.weight_source = "GGUF tensor table";
-    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
       const GgufTensorInfo* t = gguf->find_tensor(d.gguf_name);
       if (t == nullptr) return -1;
       if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
@@ -118,7 +135,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   // Quantized dtypes: bytes per element from the block layout.
   const auto& tr = dtype_traits(*wdt);
   f.weight_bytes = params / tr.block_size * tr.block_bytes;
-  f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+  f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
     if (!d.required) return -1;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
@@ -132,7 +149,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       return invalid_argument("--quantization {}: '{}' is already quantized (quantization_config); on-line quantization "
                               "takes a 16-bit or f32 checkpoint",
                               weight_quantization_name(o.quantization), config_path);
-    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
       if (!d.required) return -1;
       if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
       int64_t n = 1;
@@ -146,7 +163,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   }
   if (packed && o.weight_dtype.empty()) {
     const auto& qt = dtype_traits(*packed);
-    f.footprint = parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
       if (!d.required) return -1;
       int64_t n = 1;
       for (int64_t x : d.shape) n *= x;
@@ -200,7 +217,36 @@ int run_memplan(const MemplanOptions& o) {
   const KvTierConfig tiers = resolve_kv_tier_options(o.tiers);
   in.kv_host_tier_bytes = tiers.host_bytes;
   in.kv_disk_tier_bytes = tiers.disk_dir.empty() ? 0 : tiers.disk_bytes;
+  int64_t offload_bytes = 0;
+  if (!resolve_cpu_offload_option(o.cpu_offload, offload_bytes, "memplan")) return 2;
+  // Weight offload (runtime/weight_offload_plan.h), as the engine plans it on a GPU: an explicit
+  // size, or (auto) the fewest layers that make one sequence of max_model_len fit.
+  WeightOffloadPlan offload = plan_weight_offload(facts->layer_linear_bytes, std::max<int64_t>(0, offload_bytes));
   auto plan = plan_memory(in);
+  if (offload_bytes == EngineConfig::kAutoOffload && !plan.ok() && in.kv_cache_memory <= 0) {
+    MemoryPlanInput probe = in;
+    probe.weight_bytes = 0;
+    probe.kv_cache_memory = int64_t{1} << 50;  // any size that fits: the fixed terms are what is read
+    if (auto fixed = plan_memory(probe); fixed.ok()) {
+      const int64_t max_len = fixed->max_model_len;
+      const int64_t kv_min = (max_len / in.block_size + 3) * fixed->block_bytes;
+      const int64_t budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.device_memory));
+      int64_t in_layers = 0;
+      for (int64_t b : facts->layer_linear_bytes) in_layers += b;
+      offload = plan_weight_offload_to_fit(facts->layer_linear_bytes, facts->weight_bytes - in_layers,
+                                           budget - fixed->workspace - fixed->logits - fixed->runtime_overhead - kv_min);
+      if (offload.streamed_bytes < 0) offload = plan_weight_offload(facts->layer_linear_bytes, 0);
+    }
+  }
+  if (offload.num_streamed() > 0) {
+    in.weight_bytes = facts->weight_bytes - offload.device_saving();
+    in.offloaded_weight_bytes = offload.streamed_bytes;
+    const double passes = o.h2d_gb_s * 1e9 / static_cast<double>(offload.streamed_bytes);
+    in.offload_summary = fmt::format("{}; at {:.0f} GB/s host -> device (--h2d-gb-s) at most {:.2f} forward passes/s "
+                                     "(decode steps: tokens/s at batch 1, x batch size above)",
+                                     offload.summary(), o.h2d_gb_s, passes);
+    plan = plan_memory(in);
+  }
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
@@ -250,6 +296,9 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
   add_quantization_option(app, o->quantization);
   app->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
   add_kv_tier_options(app, &o->tiers);
+  add_cpu_offload_option(app, &o->cpu_offload);
+  app->add_option("--h2d-gb-s", o->h2d_gb_s, "Host -> device bandwidth for the offload prediction, GB/s (PCIe 4.0 x16 "
+                  "about 25, 5.0 x16 about 50; pagoda bench --cpu-offload-gb measures it)")->check(CLI::Range(0.1, 10000.0));
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_memplan(*o); };
 });

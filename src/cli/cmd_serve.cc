@@ -42,6 +42,7 @@ struct ServeCliOptions {
   server::ServeOptions serve;
   EngineConfig engine;
   KvTierOptions kv_tiers;
+  std::string cpu_offload;
   std::string kv_dtype = "f16";
   std::string rate_limit;
   double rps = 0, tpm = 0;
@@ -126,6 +127,7 @@ int run_serve(ServeCliOptions& o) {
   o.engine.kv_dtype = *kv;
   o.engine.enable_prefix_caching = !o.no_prefix_caching;
   o.engine.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
+  if (!resolve_cpu_offload_option(o.cpu_offload, o.engine.cpu_offload_bytes, "serve")) return 2;
   if (!resolve_speculative_options(o.spec, o.engine.speculative, "serve")) return 2;
   auto tuning = resolve_tuning(o.tuning);
   if (!tuning.ok()) {
@@ -275,6 +277,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f16, bf16, f32, f8_e4m3 (fp8; CUDA only)");
   app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)")->check(CLI::NonNegativeNumber);
   add_kv_tier_options(app, &o->kv_tiers);
+  add_cpu_offload_option(app, &o->cpu_offload);
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");

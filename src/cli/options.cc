@@ -1,11 +1,14 @@
 #include "cli/options.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "engine/device_choice.h"
+#include "engine/engine_config.h"
 #include "model/model_loader.h"
 
 namespace pagoda::cli {
@@ -61,6 +64,28 @@ KvTierConfig resolve_kv_tier_options(const KvTierOptions& o) {
   c.disk_dir = o.disk_dir;
   c.disk_bytes = static_cast<int64_t>(o.disk_gb * 1073741824.0);
   return c;
+}
+
+void add_cpu_offload_option(CLI::App* app, std::string* o) {
+  app->add_option("--cpu-offload-gb", *o,
+                  "CUDA: GiB of weights (whole layers) kept in pinned host memory and streamed to the GPU every forward "
+                  "pass; auto: only when the model does not fit; 0: never")
+      ->default_str("auto");
+}
+
+bool resolve_cpu_offload_option(const std::string& o, int64_t& bytes, std::string_view cmd) {
+  if (o.empty() || o == "auto") {
+    bytes = EngineConfig::kAutoOffload;
+    return true;
+  }
+  char* end = nullptr;
+  const double gb = std::strtod(o.c_str(), &end);
+  if (end == o.c_str() || *end != '\0' || !(gb >= 0) || gb > 1e6) {
+    std::cerr << "pagoda " << cmd << ": --cpu-offload-gb must be a number of GiB >= 0 or auto, got '" << o << "'\n";
+    return false;
+  }
+  bytes = static_cast<int64_t>(gb * 1073741824.0);
+  return true;
 }
 
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {

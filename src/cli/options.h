@@ -58,6 +58,14 @@ struct KvTierOptions {
 void add_kv_tier_options(CLI::App* app, KvTierOptions* o);
 KvTierConfig resolve_kv_tier_options(const KvTierOptions& o);
 
+// --cpu-offload-gb G|auto (CUDA weight offload, EngineConfig::cpu_offload_bytes): GiB of matmul
+// weights, whole layers, kept in pinned host memory and streamed to the GPU every forward pass;
+// "auto" (the default): only when the model would not fit otherwise; 0: never (a model that does
+// not fit is refused). Resolved into bytes (EngineConfig::kAutoOffload for auto); false with a
+// "pagoda CMD: ..." error on stderr.
+void add_cpu_offload_option(CLI::App* app, std::string* o);
+bool resolve_cpu_offload_option(const std::string& o, int64_t& bytes, std::string_view cmd);
+
 // Range validators of the numeric options; CLI11 prints "--opt: Value X not in range [A - B]".
 inline CLI::Range port_range() { return CLI::Range(0, 65535); }
 

@@ -20,12 +20,31 @@
 
 namespace pagoda {
 
+// The computation of one mask that is not at hand, in parts that may run on different threads at
+// the same time (each part once); when every part has run, the constraint's fill_mask finds the
+// mask ready. Several rows in the same state may get the same job (run its parts once).
+class MaskJob {
+ public:
+  virtual ~MaskJob() = default;
+  virtual int32_t parts() const = 0;
+  // Thread-safe for distinct k in [0, parts()).
+  virtual void run_part(int32_t k) = 0;
+};
+
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   virtual int32_t vocab_size() const = 0;
   // Writes (vocab_size() + 31) / 32 words. Never all zero (a dead end allows the stop ids).
   virtual void fill_mask(std::span<uint32_t> mask) const = 0;
+  // fill_mask when the mask is at hand (true). Otherwise false, the mask unspecified, and *job
+  // the work that computes it: run its parts (spread over threads), then fill_mask. The default:
+  // always at hand.
+  virtual bool fill_mask_if_ready(std::span<uint32_t> mask, std::shared_ptr<MaskJob>* job) const {
+    (void)job;
+    fill_mask(mask);
+    return true;
+  }
   // Whether advance(token) would succeed (speculative decoding: reject a draft token).
   virtual bool accepts(int32_t token) const = 0;
   // Moves past `token`; false (state unchanged) if the constraint forbids it.

@@ -40,6 +40,11 @@ struct EngineConfig {
   std::string dtype = "auto";        // CUDA compute dtype: auto (f32 for f32 weights, else bf16) | f32 | bf16
   bool cuda_graphs = true;           // CUDA: decode steps replayed from graphs captured at start-up
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
+  // CUDA weight offload (runtime/weight_offload_plan.h): bytes of matmul weights kept in pinned host
+  // memory and streamed every forward pass; kAutoOffload: only as many as the model needs to fit
+  // the memory budget with one sequence of max_model_len (none when it fits); 0: never.
+  static constexpr int64_t kAutoOffload = -1;
+  int64_t cpu_offload_bytes = kAutoOffload;
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)
   // Engine plan cache (engine/engine_plan.h): "" the default (common/env_config.h:

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "common/log.h"
 #include "common/startup_profile.h"
 #include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
@@ -14,6 +15,7 @@
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
 #include "runtime/ngram_proposer.h"
+#include "runtime/weight_offload_plan.h"
 
 namespace pagoda {
 namespace {
@@ -163,7 +165,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     // Device memory: the CUDA executor's own terms (weights in its compute dtype, workspace,
     // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
     // is already in use there.
-    PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms terms, cuda_memory_terms(*model.model, co));
+    co.cpu_offload_bytes = std::max<int64_t>(0, config.cpu_offload_bytes);
+    PAGODA_ASSIGN_OR_RETURN(CudaMemoryTerms terms, cuda_memory_terms(*model.model, co));
     if (core->draft_model_.model) {
       // The draft's executor terms, its lookahead and null blocks, and a block per target block.
       PAGODA_RETURN_IF_ERROR(cuda_supports_model(core->draft_model_.config));
@@ -173,13 +176,35 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                              (draft_lookahead_blocks(config) + 1) * in.draft_kv_bytes_per_token * config.block_size;
     }
     PAGODA_ASSIGN_OR_RETURN(const CudaMemoryInfo info, cuda_memory_info(dev.index));
-    in.weight_bytes = terms.weights;
     in.workspace_bytes = terms.workspace;
     in.logits_bytes = terms.logits;
     in.overhead_bytes = terms.overhead;
     in.device_memory = info.total;
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
+    if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0) {
+      // Auto offload: the fewest streamed layers that leave room for one sequence of max_model_len.
+      const int64_t one_sequence = (in.max_model_len + config.block_size - 1) / config.block_size + 2;  // + null block
+      const int64_t kv_min = one_sequence * config.block_size *
+                             (mc.kv_bytes_per_token(config.kv_dtype) + in.draft_kv_bytes_per_token);
+      const int64_t budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(info.total));
+      const int64_t weight_budget =
+          budget - terms.workspace - terms.logits - terms.overhead - in.device_reserved - in.draft_fixed_bytes - kv_min;
+      if (terms.weights > weight_budget) {
+        PAGODA_ASSIGN_OR_RETURN(const CudaLayerWeightBytes lb, cuda_layer_weight_bytes(*model.model, co));
+        const WeightOffloadPlan fit = plan_weight_offload_to_fit(lb.layers, lb.outside, weight_budget);
+        if (fit.num_streamed() > 0) {
+          co.cpu_offload_bytes = fit.streamed_bytes;
+          PAGODA_ASSIGN_OR_RETURN(terms, cuda_memory_terms(*model.model, co));
+          log_info("engine", "the model's weights ({:.2f} GB on the device) do not fit the budget with one sequence of {} "
+                   "tokens: weight offload chosen ({}); --cpu-offload-gb 0 refuses instead",
+                   (terms.weights + terms.offloaded) / 1e9, in.max_model_len, fit.summary());
+        }
+      }
+    }
+    in.weight_bytes = terms.weights;
+    in.offloaded_weight_bytes = terms.offloaded;
+    in.offload_summary = terms.offload_summary;
   }
   PAGODA_ASSIGN_OR_RETURN(core->plan_, plan_memory(in));
   core->max_model_len_ = core->plan_.max_model_len;

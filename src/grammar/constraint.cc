@@ -59,6 +59,9 @@ class GrammarConstraint final : public TokenConstraint {
   explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> g) : m_(std::move(g)) {}
   int32_t vocab_size() const override { return m_.grammar().vocab().size(); }
   void fill_mask(std::span<uint32_t> mask) const override { m_.fill_mask(mask); }
+  bool fill_mask_if_ready(std::span<uint32_t> mask, std::shared_ptr<MaskJob>* job) const override {
+    return m_.fill_mask_if_ready(mask, job);
+  }
   bool accepts(int32_t token) const override { return m_.accepts_token(token); }
   bool advance(int32_t token) override { return m_.accept_token(token); }
   void rollback(int n) override { m_.rollback(n); }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/check.h"
+
 namespace pagoda::grammar {
 
 TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<int32_t> stop_ids)
@@ -20,34 +22,48 @@ void TokenVocabulary::build_trie() {
   std::vector<int32_t> order;
   for (int32_t i = 0; i < size(); ++i)
     if (!bytes_[i].empty() && !is_stop(i)) order.push_back(i);
+  // Sorted by bytes, a prefix before its extensions: the tokens in trie preorder.
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b] || (bytes_[a] == bytes_[b] && a < b); });
   trie_tokens_ = order;
   for (int32_t t : order) max_token_bytes_ = std::max(max_token_bytes_, bytes_[t].size());
-  nodes_.assign(1, Node{});
-  // Breadth-first: each queue entry is (node, [lo, hi) of `order` sharing the node's prefix, depth).
-  struct Item {
-    uint32_t node, lo, hi, depth;
-  };
-  std::vector<Item> queue{{0, 0, static_cast<uint32_t>(order.size()), 0}};
-  for (size_t q = 0; q < queue.size(); ++q) {
-    const Item it = queue[q];
-    uint32_t i = it.lo;
-    while (i < it.hi && bytes_[order[i]].size() == it.depth) ++i;
-    nodes_[it.node].tok_begin = it.lo;
-    nodes_[it.node].tok_end = i;
-    nodes_[it.node].child_begin = static_cast<uint32_t>(nodes_.size());
-    while (i < it.hi) {
-      const uint8_t b = static_cast<uint8_t>(bytes_[order[i]][it.depth]);
-      uint32_t j = i;
-      while (j < it.hi && static_cast<uint8_t>(bytes_[order[j]][it.depth]) == b) ++j;
-      Node child;
-      child.byte = b;
-      nodes_.push_back(child);
-      queue.push_back({static_cast<uint32_t>(nodes_.size() - 1), i, j, it.depth + 1});
-      i = j;
-    }
-    nodes_[it.node].child_end = static_cast<uint32_t>(nodes_.size());
+  PAGODA_CHECK(max_token_bytes_ < (1u << 24), "a token of {} bytes", max_token_bytes_);
+  nodes_.clear();
+  add_subtree(0, static_cast<uint32_t>(order.size()), 0, 0);
+  Node last{};
+  last.skip = static_cast<uint32_t>(nodes_.size()) + 1;
+  last.tok_begin = static_cast<uint32_t>(order.size());
+  nodes_.push_back(last);
+  const uint32_t n = num_nodes();
+  part_starts_.assign(1, std::min(1u, n));
+  for (uint32_t k = 1; k < kWalkParts; ++k) {
+    uint32_t i = std::max(part_starts_.back() + 1, static_cast<uint32_t>(1 + static_cast<uint64_t>(n - 1) * k / kWalkParts));
+    while (i < n && nodes_[i].depth > 2) ++i;
+    if (i < n) part_starts_.push_back(i);
   }
+  part_starts_.push_back(n);
+  for (uint32_t i = 1; i < n; i = nodes_[i].skip) first_byte_nodes_[nodes_[i].byte] = nodes_[i].skip - i;
+}
+
+// The node of the prefix shared by trie_tokens_[lo, hi) (of `depth` bytes, the last `byte`), then
+// its subtree; returns the node's index.
+uint32_t TokenVocabulary::add_subtree(uint32_t lo, uint32_t hi, uint32_t depth, uint8_t byte) {
+  const uint32_t self = static_cast<uint32_t>(nodes_.size());
+  Node n{};
+  n.tok_begin = lo;
+  n.depth = depth;
+  n.byte = byte;
+  nodes_.push_back(n);
+  uint32_t i = lo;
+  while (i < hi && bytes_[trie_tokens_[i]].size() == depth) ++i;
+  while (i < hi) {
+    const uint8_t b = static_cast<uint8_t>(bytes_[trie_tokens_[i]][depth]);
+    uint32_t j = i;
+    while (j < hi && static_cast<uint8_t>(bytes_[trie_tokens_[j]][depth]) == b) ++j;
+    add_subtree(i, j, depth + 1, b);
+    i = j;
+  }
+  nodes_[self].skip = static_cast<uint32_t>(nodes_.size());
+  return self;
 }
 
 }  // namespace pagoda::grammar

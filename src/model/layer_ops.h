@@ -83,8 +83,11 @@ class LayerOps {
   virtual void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) = 0;
   // logits = rms_norm(residual[logits rows]) @ w^T, w [V, D]
   virtual void final_logits(const NormArgs& norm, LinearId w) = 0;
-  // After layer `layer`'s last op (debug hooks; backends may ignore it).
-  virtual void end_layer(int64_t layer) {}
+  // Before layer `layer`'s first op and after its last one: a layer's weights are those its ops
+  // name in between (model/layer_linears.h). Backends may ignore them (the CUDA backend streams
+  // offloaded layers' weights there; hidden-state capture reads the residual at a layer's end).
+  virtual void begin_layer(int64_t /*layer*/) {}
+  virtual void end_layer(int64_t /*layer*/) {}
 
   // Ops of the Gemma and MoE families (model/families/gemma.cc, moe.cc). A backend that does not
   // implement them must refuse such models at load; reaching these defaults aborts.

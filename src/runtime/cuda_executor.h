@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tuning_config.h"
@@ -42,12 +43,18 @@ struct CudaExecutorOptions {
   bool cuda_graphs = true;           // capture decode steps per batch-size bucket at start-up
   bool batch_invariant = false;
   int prefill_tile_q = 128;          // queries per block of the tensor-core prefill kernel: 64 or 128
+  // Weight offload (runtime/weight_offload_plan.h): at least this many bytes of matmul weights, whole
+  // layers spread over the model, stay in pinned host memory and stream to the device every forward
+  // pass; 0: every weight resident.
+  int64_t cpu_offload_bytes = 0;
   TuningConfig tuning;               // kernel choices, profiler and block trace (validated at start)
 };
 
 // The memory planner's terms for a CUDA executor with these options (bytes on the device).
 struct CudaMemoryTerms {
-  int64_t weights = 0;
+  int64_t weights = 0;     // resident weights plus the offload slots
+  int64_t offloaded = 0;   // weight bytes that stay in pinned host memory (cpu_offload_bytes' plan)
+  std::string offload_summary;  // WeightOffloadPlan::summary(); empty: no offload
   int64_t workspace = 0;   // activations for max_num_tokens + attention split buffers
   int64_t logits = 0;      // logits + sampling scratch for max_num_seqs rows
   int64_t overhead = 0;    // cuBLASLt workspace, graphs, allocator slack
@@ -64,6 +71,15 @@ struct CudaMemoryInfo {
 Result<CudaMemoryInfo> cuda_memory_info(int device);
 
 Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutorOptions& options);
+
+// The device bytes of each layer's matmul weights in the executor's formats ([num_layers]), and of
+// the weights outside the layers (embedding, output head, norms, RoPE tables): the inputs of an
+// offload plan (plan_weight_offload_to_fit).
+struct CudaLayerWeightBytes {
+  std::vector<int64_t> layers;
+  int64_t outside = 0;
+};
+Result<CudaLayerWeightBytes> cuda_layer_weight_bytes(const Model& model, const CudaExecutorOptions& options);
 
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, const KvCacheSpec& spec,
                                                           const CudaExecutorOptions& options);

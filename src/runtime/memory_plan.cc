@@ -52,6 +52,8 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   p.block_bytes = p.kv_bytes_per_token * in.block_size;
   p.draft_fixed = in.draft_fixed_bytes;
   const int64_t draft_block_bytes = in.draft_kv_bytes_per_token * in.block_size;
+  p.offloaded_weights = in.offloaded_weight_bytes;
+  p.offload = in.offload_summary;
   const int64_t fixed = p.weights + p.workspace + p.logits + p.runtime_overhead + p.draft_fixed;
   int64_t kv_budget;
   if (in.kv_cache_memory > 0) {
@@ -68,7 +70,7 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
       if (p.weights >= p.workspace + p.logits) {
         // Q4_K stores 4.5 bits per weight.
         const double q4k = static_cast<double>(declared_parameter_count(in.config)) * 4.5 / 8.0;
-        advice = fmt::format("the weights are the largest term: 4-bit weights (q4_k) would take about {}, or use a smaller model",
+        advice = fmt::format("the weights are the largest term: 4-bit weights (q4_k) would take about {}, weight offload streams layers from host memory (--cpu-offload-gb), or use a smaller model",
                              bytes_str(static_cast<int64_t>(q4k)));
       } else {
         advice = "the activation workspace is the largest term: lower --max-num-batched-tokens or --max-num-seqs";
@@ -121,6 +123,8 @@ std::string MemoryPlan::to_string() const {
   os << fmt::format("memory plan: weights {} + workspace {} + logits {} + overhead {} + KV cache {} = {} (budget {})\n",
                     bytes_str(weights), bytes_str(workspace), bytes_str(logits), bytes_str(runtime_overhead),
                     bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
+  if (offloaded_weights > 0)
+    os << fmt::format("weight offload: {} in pinned host memory: {}\n", bytes_str(offloaded_weights), offload);
   if (draft_fixed > 0)
     os << fmt::format("draft model (in the total): fixed {} + KV cache {}\n", bytes_str(draft_fixed), bytes_str(draft_kv_cache));
   os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
@@ -146,7 +150,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"max_concurrency", max_concurrency}, {"kv_window", kv_window}, {"kv_tokens_per_sequence", kv_tokens_per_sequence},
           {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
           {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}, {"draft_fixed", draft_fixed},
-          {"draft_kv_cache", draft_kv_cache}};
+          {"draft_kv_cache", draft_kv_cache}, {"offloaded_weights", offloaded_weights}, {"offload", offload}};
 }
 
 int64_t host_memory_bytes() {

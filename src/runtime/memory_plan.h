@@ -49,6 +49,10 @@ struct MemoryPlanInput {
   // then holds num_blocks blocks of the target's and as many of the draft's. 0: no draft model.
   int64_t draft_fixed_bytes = 0;
   int64_t draft_kv_bytes_per_token = 0;
+  // Weight offload (CUDA): weight bytes in pinned host memory (outside the budget; weight_bytes
+  // counts the resident ones and the slots) and the plan's summary line; 0 / empty: none.
+  int64_t offloaded_weight_bytes = 0;
+  std::string offload_summary;
 };
 
 struct MemoryPlan {
@@ -77,6 +81,8 @@ struct MemoryPlan {
   // blocks (the lookahead blocks are in draft_fixed).
   int64_t draft_fixed = 0;
   int64_t draft_kv_cache = 0;
+  int64_t offloaded_weights = 0;  // MemoryPlanInput::offloaded_weight_bytes
+  std::string offload;            // MemoryPlanInput::offload_summary
 
   std::string to_string() const;  // the start-up printout
   nlohmann::json to_json() const;

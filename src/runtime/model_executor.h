@@ -62,6 +62,13 @@ struct DeviceMemoryStats {
   int64_t total = 0;
 };
 
+// Weight offload as the executor runs it (runtime/weight_offload_plan.h); zeros: none.
+struct WeightStreamingStats {
+  int64_t bytes_per_pass = 0;  // copied host -> device by every forward pass
+  double bandwidth = 0;        // host -> device bytes/s, measured at start-up
+  int64_t layers = 0;          // streamed layers
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
@@ -101,6 +108,7 @@ class ModelExecutor {
   virtual DeviceMemoryStats device_memory() const { return {}; }
   // One line for start-up logs: device, compute path, graphs.
   virtual std::string describe() const { return device_name(); }
+  virtual WeightStreamingStats weight_streaming() const { return {}; }
   // Bytes of the matmul weights one forward step reads, in the layout the executor keeps them in
   // (device formats on a GPU); -1: the host tensors' bytes (the CPU reads the file's blocks).
   virtual int64_t linear_weight_bytes() const { return -1; }

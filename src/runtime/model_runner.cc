@@ -5,12 +5,13 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/constraint_masks.h"
+
 namespace pagoda {
 
 namespace {
 constexpr double kAcceptanceDecay = 0.9;  // weight of a verification after each later one
 constexpr int32_t kProbeInterval = 8;     // steps between one-draft probes when speculation is off
-constexpr int64_t kParallelConstraints = 8;  // constrained requests a step from which their work goes to the pool
 }  // namespace
 
 Rng token_rng(uint64_t seed, int64_t index) {
@@ -240,20 +241,18 @@ RunnerOutput ModelRunner::execute(const SchedulerOutput& out) {
       }
     }
     // Structured outputs: the constraints' work (advancing over last step's tokens, the masks)
-    // overlaps the device's forward pass, on the pool when there is enough of it.
+    // overlaps the device's forward pass, spread over the pool (runtime/constraint_masks.h).
     auto before_sampling = [&] {
-      const int64_t n_c = static_cast<int64_t>(constrained.size());
-      auto work = [&](int64_t k) {
+      std::vector<ConstraintMaskRow> mask_rows(constrained.size());
+      for (size_t k = 0; k < constrained.size(); ++k) {
+        ReqState& s = *to_sample[constrained[k]];
+        mask_rows[k].constraint = s.constraint.get();
+        if (drafts[constrained[k]].empty()) mask_rows[k].mask = std::span<uint32_t>(s.mask);
+      }
+      fill_constraint_masks(pool_, mask_rows, [&](size_t k) {
         ReqState& s = *to_sample[constrained[k]];
         sync_constraint(s);
-        fill_draft_masks(s, drafts[constrained[k]]);
-      };
-      if (n_c < kParallelConstraints) {
-        for (int64_t k = 0; k < n_c; ++k) work(k);
-        return;
-      }
-      pool_.run([&](int ith, int nth) {
-        for (int64_t k = n_c * ith / nth; k < n_c * (ith + 1) / nth; ++k) work(k);
+        if (!drafts[constrained[k]].empty()) fill_draft_masks(s, drafts[constrained[k]]);
       });
     };
     std::vector<SampleResult> sampled;

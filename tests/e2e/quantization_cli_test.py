@@ -146,8 +146,10 @@ LLAMA3_70B = {
 def test_memplan_llama3_70b_int4_fits_one_80gb_gpu(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(LLAMA3_70B))
+    rc, out, err = run("memplan", cfg, "--memory", "80GB", "--max-model-len", "8192", "--json", "--cpu-offload-gb", "0")
+    assert rc != 0 and not json.loads(out)["fits"], "bf16 70B must not fit 80 GB resident"
     rc, out, err = run("memplan", cfg, "--memory", "80GB", "--max-model-len", "8192", "--json")
-    assert rc != 0 and not json.loads(out)["fits"], "bf16 70B must not fit 80 GB"
+    assert rc == 0 and json.loads(out)["plan"]["offloaded_weights"] > 0, "auto offload: bf16 70B streams layers"
     rc, out, err = run("memplan", cfg, "--memory", "80GB", "--max-model-len", "8192", "--json", "--quantization", "int4")
     assert rc == 0, out + err
     j = json.loads(out)

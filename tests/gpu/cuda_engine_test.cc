@@ -688,6 +688,108 @@ TEST(CudaEngine, SeededSamplingReproducesOnTheDevice) {
   }
 }
 
+// Weight offload (runtime/weight_offload_plan.h, backend/cuda/weight_streamer.h): layers whose
+// weights stream from pinned host memory every forward pass give the resident model's greedy
+// tokens (batch-invariant mode: the same arithmetic, so the same tokens; decode graphs replay the
+// copies), with one, half and every layer streamed; the memory plan counts the slots instead of
+// the streamed layers, and a budget the whole model does not fit chooses offload by itself.
+TEST(CudaEngine, WeightOffloadKeepsGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  for (const auto& [model, tok] : engine_models()) {
+    for (bool invariant : {true, false}) {
+      std::vector<std::vector<int32_t>> resident;
+      int64_t resident_weights = 0;
+      for (const double share : {0.0, 0.01, 0.5, 1.0}) {
+        EngineConfig c = cuda_config(model, tok);
+        c.batch_invariant = invariant;
+        c.cpu_offload_bytes = 0;
+        if (share > 0) {
+          ModelLoadOptions lo;
+          lo.cpu_kernels = false;
+          auto probe = load_model(model, lo);
+          ASSERT_TRUE(probe.ok());
+          int64_t bytes = 0;
+          for (const LinearEntry& e : probe->model->weights().linears)
+            for (const Tensor& p : e.parts) bytes += p.nbytes();
+          c.cpu_offload_bytes = std::max<int64_t>(1, static_cast<int64_t>(share * bytes));
+        }
+        auto engine = Engine::create(c);
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        const MemoryPlan& plan = (*engine)->memory_plan();
+        if (share == 0) {
+          EXPECT_EQ(plan.offloaded_weights, 0);
+          resident_weights = plan.weights;
+        } else {
+          EXPECT_GT(plan.offloaded_weights, 0) << share;
+          EXPECT_NE(plan.offload.find("stream from host memory"), std::string::npos) << plan.offload;
+          if (share == 1.0 && (*engine)->model_config().num_layers >= 4) {
+            EXPECT_LT(plan.weights, resident_weights) << plan.to_string();  // layers less two slots
+          }
+        }
+        const int64_t vocab = (*engine)->model_config().vocab_size;
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        for (int i = 0; i < 12; ++i) {
+          GenerateRequest g;
+          g.prompt_ids = mixed_prompt(i, vocab);
+          g.sampling.temperature = 0;
+          g.stop.max_tokens = 6 + i % 7;
+          g.stop.ignore_eos = true;
+          streams.push_back(*(*engine)->submit(g));
+        }
+        std::vector<std::vector<int32_t>> out;
+        for (auto& st : streams) out.push_back(collect(*st).tokens[0]);
+        if (share == 0) {
+          resident = out;
+          continue;
+        }
+        int same = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          same += out[i] == resident[i];
+          if (invariant) {
+            EXPECT_EQ(out[i], resident[i]) << model << " share " << share << " request " << i;
+          }
+        }
+        std::printf("[cuda-offload] %s batch-invariant %d, %s: %d/12 requests as resident\n", model.c_str(), invariant,
+                    plan.offload.c_str(), same);
+      }
+    }
+    // Auto: a budget below the resident weights picks offload instead of refusing (streaming
+    // saves layers less two slots: a model of 4 layers or more).
+    EngineConfig c = cuda_config(model, tok);
+    c.kv_cache_memory = 0;
+    auto info = cuda_memory_info(0);
+    ASSERT_TRUE(info.ok());
+    ModelLoadOptions lo;
+    lo.cpu_kernels = false;
+    auto loaded = load_model(model, lo);
+    ASSERT_TRUE(loaded.ok());
+    if (loaded->config.num_layers < 4) continue;
+    ThreadPool pool(2);
+    c.cpu_offload_bytes = 0;
+    auto base = EngineCore::create(c, std::move(*loaded), pool);
+    ASSERT_TRUE(base.ok()) << base.status().to_string();
+    const MemoryPlan p0 = (*base)->memory_plan();
+    base->reset();
+    // The budget: the plan's fixed terms, with the weights 40 % smaller, and one sequence of KV.
+    const int64_t need = p0.total - p0.kv_cache + (p0.max_model_len / c.block_size + 3) * p0.block_bytes -
+                         static_cast<int64_t>(0.4 * double(p0.weights));
+    c.memory_utilization = double(need) / double(info->total);  // p0's overhead counts what is in use
+    for (const int64_t mode : {int64_t{0}, EngineConfig::kAutoOffload}) {
+      c.cpu_offload_bytes = mode;
+      auto again = load_model(model, lo);
+      ASSERT_TRUE(again.ok());
+      auto core = EngineCore::create(c, std::move(*again), pool);
+      if (mode == 0) {
+        EXPECT_FALSE(core.ok()) << "the resident model fit a budget meant to be too small";
+        continue;
+      }
+      ASSERT_TRUE(core.ok()) << core.status().to_string();
+      EXPECT_GT((*core)->memory_plan().offloaded_weights, 0) << (*core)->memory_plan().to_string();
+      std::printf("[cuda-offload] auto: %s\n", (*core)->memory_plan().to_string().c_str());
+    }
+  }
+}
+
 TEST(CudaEngine, PlannedMemoryMatchesAllocated) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {

@@ -12,6 +12,7 @@
 // Padding rows have context 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
 #include "common/startup_profile.h"
+#include "model/layer_linears.h"
 
 namespace pagoda::cuda_impl {
 
@@ -43,7 +44,7 @@ Status CudaExecutor::init() {
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
   init_phase.stop();
-  upload_weights();
+  PAGODA_RETURN_IF_ERROR(upload_weights());
   startup_profile::Scope kv_phase("engine core/executor/kv cache and workspace");
 
   // KV cache: per layer K then V, each [num_blocks, KVH, block_size, Dh].
@@ -97,17 +98,31 @@ std::string CudaExecutor::describe() const {
   std::string weights;
   for (const auto& [name, bytes] : formats) weights += fmt::format("{}{} {:.1f} MiB", weights.empty() ? "" : ", ", name, bytes / 1048576.0);
   return fmt::format("cuda:{} ({}, {} SMs) | compute {} | weights {} | kv {} | prefill attention {} | graphs {}{} | "
-                     "batch-invariant {} | NVML {}",
+                     "batch-invariant {} | NVML {} | offload {}",
                      opt_.device, gpu_name_, sms_, dtype_name(act_), weights, dtype_name(spec_.dtype),
                      use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
                      profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
                      : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"
                                                    : "",
-                     opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no");
+                     opt_.batch_invariant ? "on" : "off", cuda::nvml_available() ? "yes" : "no", streamer_.describe());
 }
 
-void CudaExecutor::upload_weights() {
+void CudaExecutor::upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* base, uint8_t* run_base) {
+  const LinearEntry& e = model_.weights().linears[i];
+  cuda::DeviceWeight& dw = linears_[i];
+  int64_t row = 0;  // parts stacked along N, each copied, converted or dequantized on the way
+  for (const Tensor& part : e.parts) {
+    const cuda::DeviceWeightSegment* seg = &dw.segments.front();
+    for (const auto& sg : dw.segments)
+      if (row >= sg.row0 && row < sg.row0 + sg.n) seg = &sg;
+    up.upload(part, seg->format, base + seg->offset + cuda::device_weight_bytes(seg->format, row - seg->row0, dw.k));
+    row += part.dim(0);
+  }
+  for (auto& seg : dw.segments) seg.data = run_base + seg.offset;
+}
+
+Status CudaExecutor::upload_weights() {
   startup_profile::Scope phase("engine core/executor/weights upload");
   const ModelWeights& w = model_.weights();
   cuda::WeightUploader up(stream_);
@@ -116,6 +131,7 @@ void CudaExecutor::upload_weights() {
   linears_.resize(w.linears.size());
   const bool native = cuda::native_quant(opt_);
   const std::vector<bool> dense_only = cuda::dense_only_linears(model_);
+  std::vector<bool> done(w.linears.size(), false);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
@@ -123,6 +139,7 @@ void CudaExecutor::upload_weights() {
     dw.k = e.k();
     if (e.parts.size() == 1 && e.parts[0].data() == w.token_embd.data()) {
       dw.segments = {{act_, 0, dw.n, 0, embed_.get()}};  // the tied output projection reads the embedding's copy
+      done[i] = true;
       continue;
     }
     if (e.input_order.defined()) {
@@ -130,19 +147,38 @@ void CudaExecutor::upload_weights() {
       CUDA_CHECK(cudaMemcpy(dw.input_order.get(), e.input_order.data(), static_cast<size_t>(e.input_order.nbytes()),
                             cudaMemcpyHostToDevice));
     }
-    int64_t bytes = 0;
-    dw.segments = cuda::plan_device_weight(e, act_, native && !dense_only[i], &bytes);
-    dw.storage.reset(static_cast<size_t>(bytes));
-    for (auto& seg : dw.segments) seg.data = dw.storage.as<uint8_t>() + seg.offset;
-    int64_t row = 0;  // parts stacked along N, each copied, converted or dequantized on the way
-    for (const Tensor& part : e.parts) {
-      const cuda::DeviceWeightSegment* seg = &dw.segments.front();
-      for (const auto& sg : dw.segments)
-        if (row >= sg.row0 && row < sg.row0 + sg.n) seg = &sg;
-      up.upload(part, seg->format,
-                dw.storage.as<uint8_t>() + seg->offset + cuda::device_weight_bytes(seg->format, row - seg->row0, dw.k));
-      row += part.dim(0);
+    dw.segments = cuda::plan_device_weight(e, act_, native && !dense_only[i], nullptr);
+  }
+  // Offloaded layers: each uploaded into slot 0 at its linears' offsets (layer_region_bytes),
+  // stored into its pinned host region, and run from its slot.
+  const WeightOffloadPlan plan = cuda::offload_plan_for(model_, act_, opt_);
+  if (plan.num_streamed() > 0) {
+    const LayerLinears ll = layer_linears(model_);
+    const std::vector<int64_t> lb = cuda::linear_device_bytes(model_, act_, native);
+    std::vector<int64_t> layer_bytes;
+    for (const auto& ids : ll.layers) layer_bytes.push_back(cuda::layer_region_bytes(ids, lb));
+    PAGODA_RETURN_IF_ERROR(streamer_.init(plan, layer_bytes));
+    for (size_t l = 0; l < ll.layers.size(); ++l) {
+      if (!plan.streamed[l]) continue;
+      uint8_t* staging = streamer_.staging();
+      int64_t offset = 0;
+      for (LinearId id : ll.layers[l]) {
+        const size_t i = static_cast<size_t>(id.index);
+        offset = cuda::align_up(offset, cuda::kSegmentAlign);
+        upload_linear(up, i, staging + offset, streamer_.slot_for(static_cast<int64_t>(l)) + offset);
+        offset += lb[i];
+        done[i] = true;
+      }
+      streamer_.store_layer(static_cast<int64_t>(l), staging, stream_);
     }
+  }
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    if (done[i]) continue;
+    cuda::DeviceWeight& dw = linears_[i];
+    int64_t bytes = 0;
+    cuda::plan_device_weight(w.linears[i], act_, native && !dense_only[i], &bytes);
+    dw.storage.reset(static_cast<size_t>(bytes));
+    upload_linear(up, i, dw.storage.as<uint8_t>(), dw.storage.as<uint8_t>());
   }
   // The experts' device pointers (dense_only_linears: one segment in the compute dtype each).
   expert_sets_.resize(w.expert_sets.size());
@@ -184,6 +220,8 @@ void CudaExecutor::upload_weights() {
   const double s = phase.elapsed();
   phase.set_detail(fmt::format("{:.2f} GB read from the mapped file, {:.2f} GB/s", up.bytes_read() / 1e9,
                                up.bytes_read() / 1e9 / std::max(s, 1e-9)));
+  if (streamer_.active()) streamer_.measure_bandwidth();
+  return {};
 }
 
 void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {

@@ -27,6 +27,7 @@
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/step_graph_shape.h"
 #include "backend/cuda/step_timer.h"
+#include "backend/cuda/weight_streamer.h"
 #include "backend/cuda/weight_uploader.h"
 #include "model/family.h"
 #include "ops/linear.h"
@@ -132,6 +133,10 @@ class CudaExecutor final : public ModelExecutor {
 
   std::string device_name() const override { return fmt::format("cuda:{}", opt_.device); }
   std::string describe() const override;
+  WeightStreamingStats weight_streaming() const override {
+    if (!streamer_.active()) return {};
+    return {streamer_.plan().streamed_bytes, streamer_.bandwidth(), streamer_.plan().num_streamed()};
+  }
   const Tensor& forward(const ForwardBatch& batch) override;
   bool samples_on_device() const override { return true; }
   void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs, std::vector<SampleResult>& results,
@@ -180,7 +185,10 @@ class CudaExecutor final : public ModelExecutor {
  private:
   class StepOps;  // the layer ops of one launch_forward()
 
-  void upload_weights();
+  Status upload_weights();
+  // Linear entry i into device memory at `base` (its storage, or a streamed layer's region); its
+  // segments' data pointers then point into `run_base` (where it runs from: base, or the slot).
+  void upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* base, uint8_t* run_base);
   void allocate_workspace(int64_t tokens, int64_t logits_rows);
   // Every bucket's graphs now (TuningConfig::graph_capture "start"; a workspace that grew).
   void capture_graphs();
@@ -276,6 +284,7 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<cuda::DeviceWeight> linears_;                 // by LinearId (model/model_weights.h)
   std::vector<DeviceBuffer> vectors_;                       // by VectorId: [n] f32
   std::vector<DeviceExpertSet> expert_sets_;                // by ExpertSetId
+  cuda::WeightStreamer streamer_;                           // offloaded layers (opt_.cpu_offload_bytes)
   DeviceBuffer kv_;
   int64_t kv_layer_bytes_ = 0;
   PinnedBuffer host_kv_;

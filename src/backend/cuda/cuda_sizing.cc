@@ -4,6 +4,7 @@
 
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
+#include "model/layer_linears.h"
 #include "ops/linear.h"
 
 namespace pagoda {
@@ -108,6 +109,32 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   return total;
 }
 
+std::vector<int64_t> linear_device_bytes(const Model& m, DType act, bool native) {
+  const ModelWeights& w = m.weights();
+  const std::vector<bool> dense = dense_only_linears(m);
+  std::vector<int64_t> bytes(w.linears.size(), 0);
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;
+    plan_device_weight(w.linears[i], act, native && !dense[i], &bytes[i]);
+  }
+  return bytes;
+}
+
+int64_t layer_region_bytes(const std::vector<LinearId>& ids, const std::vector<int64_t>& linear_bytes) {
+  int64_t offset = 0;
+  for (LinearId id : ids) offset = align_up(offset, kSegmentAlign) + linear_bytes.at(static_cast<size_t>(id.index));
+  return offset;
+}
+
+WeightOffloadPlan offload_plan_for(const Model& m, DType act, const CudaExecutorOptions& o) {
+  if (o.cpu_offload_bytes <= 0) return plan_weight_offload({}, 0);
+  const LayerLinears ll = layer_linears(m);
+  const std::vector<int64_t> lb = linear_device_bytes(m, act, native_quant(o));
+  std::vector<int64_t> layers;
+  for (const auto& ids : ll.layers) layers.push_back(layer_region_bytes(ids, lb));
+  return plan_weight_offload(layers, o.cpu_offload_bytes);
+}
+
 int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens) {
   int64_t k = 0;
   for (const LinearEntry& e : m.weights().linears)
@@ -142,6 +169,17 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
+  const WeightOffloadPlan offload = cuda::offload_plan_for(model, act, options);
+  if (offload.num_streamed() > 0) {
+    // Streamed layers' linears leave the device; their slots come in.
+    const LayerLinears ll = layer_linears(model);
+    const std::vector<int64_t> lb = cuda::linear_device_bytes(model, act, cuda::native_quant(options));
+    for (size_t l = 0; l < ll.layers.size(); ++l)
+      if (offload.streamed[l])
+        for (LinearId id : ll.layers[l]) t.offloaded += lb[static_cast<size_t>(id.index)];
+    t.weights += offload.slots * offload.slot_bytes - t.offloaded;
+    t.offload_summary = offload.summary();
+  }
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
                 cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
@@ -149,6 +187,20 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;
   return t;
+}
+
+Result<CudaLayerWeightBytes> cuda_layer_weight_bytes(const Model& model, const CudaExecutorOptions& options) {
+  PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
+  const LayerLinears ll = layer_linears(model);
+  const std::vector<int64_t> lb = cuda::linear_device_bytes(model, act, cuda::native_quant(options));
+  CudaLayerWeightBytes out;
+  int64_t in_layers = 0;
+  for (const auto& ids : ll.layers) {
+    out.layers.push_back(cuda::layer_region_bytes(ids, lb));
+    for (LinearId id : ids) in_layers += lb[static_cast<size_t>(id.index)];
+  }
+  out.outside = cuda::weight_bytes_for(model, act, cuda::native_quant(options)) - in_layers;
+  return out;
 }
 
 }  // namespace pagoda

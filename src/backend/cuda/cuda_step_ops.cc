@@ -86,7 +86,11 @@ class CudaExecutor::StepOps final : public LayerOps {
 
   // The hidden-state capture (CudaExecutor::set_hidden_capture): the residual stream is complete
   // at a layer's end (its adds are GEMM epilogues into it).
+  // Offloaded layers (cuda::WeightStreamer): the layer's copy is awaited before its first op, and
+  // its slot handed to the next copy after its last.
+  void begin_layer(int64_t layer) override { ex_.streamer_.begin_layer(layer, ex_.stream_); }
   void end_layer(int64_t layer) override {
+    ex_.streamer_.end_layer(layer, ex_.stream_);
     if (!ex_.capture_.empty()) ex_.capture_layer(layer, T_);
   }
 
@@ -388,6 +392,7 @@ class CudaExecutor::StepOps final : public LayerOps {
 void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   cuda::block_trace_begin_step();
   StepOps ops(*this, in, sh);
+  streamer_.begin_forward(stream_);
   model_.forward(ops);
 }
 

@@ -37,6 +37,7 @@ class DenseDecoderModel final : public Model {
     ops.embed();
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const DenseDecoderLayer& ly = layers_[static_cast<size_t>(l)];
+      ops.begin_layer(l);
       ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
       ops.rope_kv_attention({l, ly.qkv_bias, ly.q_norm, ly.k_norm, eps});
       ops.linear_residual(ly.wo);

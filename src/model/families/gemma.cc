@@ -211,6 +211,7 @@ class GemmaModel final : public Model {
     ops.scale_residual(static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size))));
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const GemmaLayer& ly = layers_[static_cast<size_t>(l)];
+      ops.begin_layer(l);
       ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
       att.layer = l;
       att.q_norm = ly.q_norm;

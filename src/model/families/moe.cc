@@ -187,6 +187,7 @@ class MoeModel final : public Model {
     ops.embed();
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const MoeLayer& ly = layers_[static_cast<size_t>(l)];
+      ops.begin_layer(l);
       ops.norm_qkv({ly.attn_norm, eps}, ly.wqkv);
       att.layer = l;
       att.qkv_bias = ly.qkv_bias;

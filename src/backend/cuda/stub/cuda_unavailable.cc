@@ -15,6 +15,9 @@ Result<CudaMemoryInfo> cuda_memory_info(int) { return unimplemented("{}", kNoCud
 Result<CudaMemoryTerms> cuda_memory_terms(const Model&, const CudaExecutorOptions&) {
   return unimplemented("{}", kNoCuda);
 }
+Result<CudaLayerWeightBytes> cuda_layer_weight_bytes(const Model&, const CudaExecutorOptions&) {
+  return unimplemented("{}", kNoCuda);
+}
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model&, const KvCacheSpec&, const CudaExecutorOptions&) {
   return unimplemented("{}", kNoCuda);
 }
