@@ -177,16 +177,19 @@ void CompiledGrammar::store_locked(const std::vector<uint32_t>& key, std::span<c
   clock_.push_back(&it->first);
 }
 
+bool CompiledGrammar::lookup_locked(const StackSet& state, std::span<uint32_t> mask) const {
+  auto it = cache_.find(state.flat);
+  if (it == cache_.end()) return false;
+  ++stats_.hits;
+  it->second.referenced = true;
+  std::copy(it->second.mask.begin(), it->second.mask.end(), mask.begin());
+  return true;
+}
+
 void CompiledGrammar::fill_mask(const StackSet& state, std::span<uint32_t> mask) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(state.flat);
-    if (it != cache_.end()) {
-      ++stats_.hits;
-      it->second.referenced = true;
-      std::copy(it->second.mask.begin(), it->second.mask.end(), mask.begin());
-      return;
-    }
+    if (lookup_locked(state, mask)) return;
     ++stats_.misses;
   }
   compute_mask(state, mask);
@@ -196,13 +199,7 @@ void CompiledGrammar::fill_mask(const StackSet& state, std::span<uint32_t> mask)
 
 bool CompiledGrammar::fill_mask_if_ready(const StackSet& state, std::span<uint32_t> mask, std::shared_ptr<MaskJob>* walk) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = cache_.find(state.flat);
-  if (it != cache_.end()) {
-    ++stats_.hits;
-    it->second.referenced = true;
-    std::copy(it->second.mask.begin(), it->second.mask.end(), mask.begin());
-    return true;
-  }
+  if (lookup_locked(state, mask)) return true;
   auto w = walking_.find(state.flat);
   if (w != walking_.end()) {
     if (auto live = w->second.lock()) {

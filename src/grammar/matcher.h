@@ -79,6 +79,8 @@ class CompiledGrammar {
     std::vector<uint32_t> mask;
     bool referenced = false;  // used since the clock hand last passed (second chance)
   };
+  // The cached mask of `state` into `mask` (mu_ held): false when it is not cached.
+  bool lookup_locked(const StackSet& state, std::span<uint32_t> mask) const;
   // Caches a computed mask (mu_ held), evicting by the clock algorithm when full.
   void store_locked(const std::vector<uint32_t>& key, std::span<const uint32_t> mask) const;
   void walk_done(const StackSet& state, std::span<const uint32_t> mask) const;

@@ -17,6 +17,7 @@
 #include "grammar/constraint.h"
 #include "grammar/json_schema_compiler.h"
 #include "grammar/matcher.h"
+#include "unit/grammar_brute_force_mask.h"
 #include "runtime/constraint_masks.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -51,24 +52,6 @@ std::vector<std::string> corpus_schemas() {
   std::vector<std::string> out{read((bench / "people.json").string())};
   for (const auto& f : files) out.push_back(read(f));
   return out;
-}
-
-std::vector<uint32_t> brute_force_mask(const CompiledGrammar& g, const StackSet& st) {
-  const auto& vocab = g.vocab();
-  std::vector<uint32_t> m(vocab.mask_words(), 0);
-  for (int32_t t = 0; t < vocab.size(); ++t) {
-    bool ok;
-    if (vocab.is_stop(t)) {
-      ok = g.pda().accepting(st);
-    } else if (vocab.bytes(t).empty()) {
-      ok = false;
-    } else {
-      StackSet s = st;
-      ok = g.pda().advance_bytes(&s, vocab.bytes(t));
-    }
-    if (ok) m[t >> 5] |= 1u << (t & 31);
-  }
-  return m;
 }
 
 int popcount(const std::vector<uint32_t>& m) {

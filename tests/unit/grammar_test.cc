@@ -10,6 +10,7 @@
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_schema_compiler.h"
 #include "grammar/matcher.h"
+#include "unit/grammar_brute_force_mask.h"
 #include "grammar/regex_compiler.h"
 
 namespace pagoda::grammar {
@@ -253,24 +254,6 @@ std::shared_ptr<const TokenVocabulary> test_vocab() {
   v.push_back("");  // stop
   const int32_t n = static_cast<int32_t>(v.size());
   return std::make_shared<TokenVocabulary>(std::move(v), std::vector<int32_t>{n - 2, n - 1});
-}
-
-std::vector<uint32_t> brute_force_mask(const CompiledGrammar& g, const StackSet& st) {
-  const auto& vocab = g.vocab();
-  std::vector<uint32_t> m(vocab.mask_words(), 0);
-  for (int32_t t = 0; t < vocab.size(); ++t) {
-    bool ok;
-    if (vocab.is_stop(t)) {
-      ok = g.pda().accepting(st);
-    } else if (vocab.bytes(t).empty()) {
-      ok = false;
-    } else {
-      StackSet s = st;
-      ok = g.pda().advance_bytes(&s, vocab.bytes(t));
-    }
-    if (ok) m[t >> 5] |= 1u << (t & 31);
-  }
-  return m;
 }
 
 // Random walks through the grammar by tokens; at each state the trie mask equals brute force.
