@@ -220,7 +220,8 @@ int run_memplan(const MemplanOptions& o) {
   int64_t offload_bytes = 0;
   if (!resolve_cpu_offload_option(o.cpu_offload, offload_bytes, "memplan")) return 2;
   // Weight offload (runtime/weight_offload_plan.h), as the engine plans it on a GPU: an explicit
-  // size, or (auto) the fewest layers that make one sequence of max_model_len fit.
+  // size, or (auto) the fewest layers that make one sequence of --max-model-len tokens fit (of at
+  // most 4096 when it is the model's context).
   WeightOffloadPlan offload = plan_weight_offload(facts->layer_linear_bytes, std::max<int64_t>(0, offload_bytes));
   auto plan = plan_memory(in);
   if (offload_bytes == EngineConfig::kAutoOffload && !plan.ok() && in.kv_cache_memory <= 0) {
@@ -228,7 +229,8 @@ int run_memplan(const MemplanOptions& o) {
     probe.weight_bytes = 0;
     probe.kv_cache_memory = int64_t{1} << 50;  // any size that fits: the fixed terms are what is read
     if (auto fixed = plan_memory(probe); fixed.ok()) {
-      const int64_t max_len = fixed->max_model_len;
+      const int64_t max_len = o.max_model_len > 0 ? fixed->max_model_len
+                                                  : std::min<int64_t>(fixed->max_model_len, EngineConfig::kAutoOffloadKvTokens);
       const int64_t kv_min = (max_len / in.block_size + 3) * fixed->block_bytes;
       const int64_t budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.device_memory));
       int64_t in_layers = 0;

@@ -42,8 +42,10 @@ struct EngineConfig {
   bool batch_invariant = false;      // CUDA: fixed-order kernels, tokens independent of the batch (slow)
   // CUDA weight offload (runtime/weight_offload_plan.h): bytes of matmul weights kept in pinned host
   // memory and streamed every forward pass; kAutoOffload: only as many as the model needs to fit
-  // the memory budget with one sequence of max_model_len (none when it fits); 0: never.
+  // the memory budget with one sequence of max_model_len tokens (at most kAutoOffloadKvTokens when
+  // max_model_len is 0: the model's context) (none when it fits); 0: never.
   static constexpr int64_t kAutoOffload = -1;
+  static constexpr int64_t kAutoOffloadKvTokens = 4096;
   int64_t cpu_offload_bytes = kAutoOffload;
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)

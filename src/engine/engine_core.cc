@@ -183,8 +183,14 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
     if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0) {
-      // Auto offload: the fewest streamed layers that leave room for one sequence of max_model_len.
-      const int64_t one_sequence = (in.max_model_len + config.block_size - 1) / config.block_size + 2;  // + null block
+      // Auto offload: the fewest streamed layers that leave room for one sequence of the
+      // max_model_len asked for, or of at most kAutoOffloadKvTokens tokens when it is the model's
+      // own context (a long context's KV is the planner's error to report, with its advice, not a
+      // reason to stream more).
+      const int64_t kv_tokens = config.max_model_len > 0
+                                    ? in.max_model_len
+                                    : std::min<int64_t>(in.max_model_len, EngineConfig::kAutoOffloadKvTokens);
+      const int64_t one_sequence = (kv_tokens + config.block_size - 1) / config.block_size + 2;  // + null block
       const int64_t kv_min = one_sequence * config.block_size *
                              (mc.kv_bytes_per_token(config.kv_dtype) + in.draft_kv_bytes_per_token);
       const int64_t budget = static_cast<int64_t>(in.memory_utilization * static_cast<double>(info.total));
@@ -198,7 +204,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
           PAGODA_ASSIGN_OR_RETURN(terms, cuda_memory_terms(*model.model, co));
           log_info("engine", "the model's weights ({:.2f} GB on the device) do not fit the budget with one sequence of {} "
                    "tokens: weight offload chosen ({}); --cpu-offload-gb 0 refuses instead",
-                   (terms.weights + terms.offloaded) / 1e9, in.max_model_len, fit.summary());
+                   (terms.weights + terms.offloaded) / 1e9, kv_tokens, fit.summary());
         }
       }
     }
