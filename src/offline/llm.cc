@@ -92,14 +92,20 @@ Result<std::vector<Completion>> GenerationRun::collect(const std::function<bool(
     result[i].outputs.resize(static_cast<size_t>(n_[i]));
     for (int32_t k = 0; k < n_[i]; ++k) result[i].outputs[static_cast<size_t>(k)].index = k;
   }
+  // Polled every 50 ms whether outputs arrive or not: a busy batch delivers a delta every step,
+  // so a check only on timeouts would wait for the batch's end.
+  constexpr auto kPoll = std::chrono::milliseconds(50);
+  auto last_poll = std::chrono::steady_clock::now();
   while (!batch_->done()) {
-    auto o = batch_->next_for(std::chrono::milliseconds(50));
-    if (!o) {
+    auto o = batch_->next_for(kPoll);
+    const auto now = std::chrono::steady_clock::now();
+    if (!o || now - last_poll >= kPoll) {
+      last_poll = now;
       if (interrupted && interrupted()) {
         batch_->cancel();
         return make_status(StatusCode::kCancelled, "generation interrupted");
       }
-      continue;
+      if (!o) continue;
     }
     const size_t i = o->request_index;
     const RequestOutput& out = o->output;

@@ -99,7 +99,7 @@ class GenerationRun {
   bool done() const { return batch_->done(); }
   void cancel() { batch_->cancel(); }
   // Reads the run to its end and returns one Completion per prompt, in prompt order, samples by
-  // index. `interrupted` is polled about every 50 ms while waiting; when it returns true the run
+  // index. `interrupted` is polled about every 50 ms, outputs arriving or not; when it returns true the run
   // is cancelled and kCancelled returned. A sample that failed in the engine: kInternal with its
   // message.
   Result<std::vector<Completion>> collect(const std::function<bool()>& interrupted = {});
