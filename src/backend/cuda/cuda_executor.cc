@@ -12,7 +12,6 @@
 // Padding rows have context 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
 #include "common/startup_profile.h"
-#include "model/layer_linears.h"
 
 namespace pagoda::cuda_impl {
 
@@ -149,24 +148,21 @@ Status CudaExecutor::upload_weights() {
     }
     dw.segments = cuda::plan_device_weight(e, act_, native && !dense_only[i], nullptr);
   }
-  // Offloaded layers: each uploaded into slot 0 at its linears' offsets (layer_region_bytes),
+  // Offloaded layers: each uploaded into slot 0 at its linears' offsets (LayerWeightBytes::region),
   // stored into its pinned host region, and run from its slot.
-  const WeightOffloadPlan plan = cuda::offload_plan_for(model_, act_, opt_);
-  if (plan.num_streamed() > 0) {
-    const LayerLinears ll = layer_linears(model_);
-    const std::vector<int64_t> lb = cuda::linear_device_bytes(model_, act_, native);
-    std::vector<int64_t> layer_bytes;
-    for (const auto& ids : ll.layers) layer_bytes.push_back(cuda::layer_region_bytes(ids, lb));
-    PAGODA_RETURN_IF_ERROR(streamer_.init(plan, layer_bytes));
-    for (size_t l = 0; l < ll.layers.size(); ++l) {
+  if (opt_.cpu_offload_bytes > 0) {
+    const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model_, act_, native);
+    const WeightOffloadPlan plan = cuda::offload_plan_for(b, opt_);
+    PAGODA_RETURN_IF_ERROR(streamer_.init(plan, b.region));
+    for (size_t l = 0; l < b.linears.layers.size(); ++l) {
       if (!plan.streamed[l]) continue;
       uint8_t* staging = streamer_.staging();
       int64_t offset = 0;
-      for (LinearId id : ll.layers[l]) {
+      for (LinearId id : b.linears.layers[l]) {
         const size_t i = static_cast<size_t>(id.index);
         offset = cuda::align_up(offset, cuda::kSegmentAlign);
         upload_linear(up, i, staging + offset, streamer_.slot_for(static_cast<int64_t>(l)) + offset);
-        offset += lb[i];
+        offset += b.linear[i];
         done[i] = true;
       }
       streamer_.store_layer(static_cast<int64_t>(l), staging, stream_);

@@ -4,7 +4,6 @@
 
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
-#include "model/layer_linears.h"
 #include "ops/linear.h"
 
 namespace pagoda {
@@ -109,30 +108,31 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   return total;
 }
 
-std::vector<int64_t> linear_device_bytes(const Model& m, DType act, bool native) {
+LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native) {
   const ModelWeights& w = m.weights();
   const std::vector<bool> dense = dense_only_linears(m);
-  std::vector<int64_t> bytes(w.linears.size(), 0);
+  LayerWeightBytes b;
+  b.linears = layer_linears(m);
+  b.linear.assign(w.linears.size(), 0);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;
-    plan_device_weight(w.linears[i], act, native && !dense[i], &bytes[i]);
+    plan_device_weight(w.linears[i], act, native && !dense[i], &b.linear[i]);
   }
-  return bytes;
+  for (const auto& ids : b.linears.layers) {
+    int64_t offset = 0;
+    for (LinearId id : ids) {
+      const int64_t bytes = b.linear[static_cast<size_t>(id.index)];
+      offset = align_up(offset, kSegmentAlign) + bytes;
+      b.in_layers += bytes;
+    }
+    b.region.push_back(offset);
+  }
+  return b;
 }
 
-int64_t layer_region_bytes(const std::vector<LinearId>& ids, const std::vector<int64_t>& linear_bytes) {
-  int64_t offset = 0;
-  for (LinearId id : ids) offset = align_up(offset, kSegmentAlign) + linear_bytes.at(static_cast<size_t>(id.index));
-  return offset;
-}
-
-WeightOffloadPlan offload_plan_for(const Model& m, DType act, const CudaExecutorOptions& o) {
-  if (o.cpu_offload_bytes <= 0) return plan_weight_offload({}, 0);
-  const LayerLinears ll = layer_linears(m);
-  const std::vector<int64_t> lb = linear_device_bytes(m, act, native_quant(o));
-  std::vector<int64_t> layers;
-  for (const auto& ids : ll.layers) layers.push_back(layer_region_bytes(ids, lb));
-  return plan_weight_offload(layers, o.cpu_offload_bytes);
+WeightOffloadPlan offload_plan_for(const LayerWeightBytes& b, const CudaExecutorOptions& o) {
+  return plan_weight_offload(o.cpu_offload_bytes > 0 ? std::span<const int64_t>(b.region) : std::span<const int64_t>(),
+                             o.cpu_offload_bytes);
 }
 
 int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens) {
@@ -169,14 +169,13 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
-  const WeightOffloadPlan offload = cuda::offload_plan_for(model, act, options);
-  if (offload.num_streamed() > 0) {
+  if (options.cpu_offload_bytes > 0) {
     // Streamed layers' linears leave the device; their slots come in.
-    const LayerLinears ll = layer_linears(model);
-    const std::vector<int64_t> lb = cuda::linear_device_bytes(model, act, cuda::native_quant(options));
-    for (size_t l = 0; l < ll.layers.size(); ++l)
+    const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));
+    const WeightOffloadPlan offload = cuda::offload_plan_for(b, options);
+    for (size_t l = 0; l < b.linears.layers.size(); ++l)
       if (offload.streamed[l])
-        for (LinearId id : ll.layers[l]) t.offloaded += lb[static_cast<size_t>(id.index)];
+        for (LinearId id : b.linears.layers[l]) t.offloaded += b.linear[static_cast<size_t>(id.index)];
     t.weights += offload.slots * offload.slot_bytes - t.offloaded;
     t.offload_summary = offload.summary();
   }
@@ -191,16 +190,8 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
 
 Result<CudaLayerWeightBytes> cuda_layer_weight_bytes(const Model& model, const CudaExecutorOptions& options) {
   PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
-  const LayerLinears ll = layer_linears(model);
-  const std::vector<int64_t> lb = cuda::linear_device_bytes(model, act, cuda::native_quant(options));
-  CudaLayerWeightBytes out;
-  int64_t in_layers = 0;
-  for (const auto& ids : ll.layers) {
-    out.layers.push_back(cuda::layer_region_bytes(ids, lb));
-    for (LinearId id : ids) in_layers += lb[static_cast<size_t>(id.index)];
-  }
-  out.outside = cuda::weight_bytes_for(model, act, cuda::native_quant(options)) - in_layers;
-  return out;
+  const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));
+  return CudaLayerWeightBytes{b.region, cuda::weight_bytes_for(model, act, cuda::native_quant(options)) - b.in_layers};
 }
 
 }  // namespace pagoda

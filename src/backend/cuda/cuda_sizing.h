@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/layer_linears.h"
 #include "model/model.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/weight_offload_plan.h"
@@ -58,14 +59,19 @@ bool tied_output(const Model& m);
 // Whether GGUF quantized weights stay in their blocks (TuningConfig::quant_weights "native").
 bool native_quant(const CudaExecutorOptions& o);
 int64_t weight_bytes_for(const Model& m, DType act, bool native_quant);
-// Device bytes of each linear entry (by index) in its device layout; 0 for the tied output
-// projection (it reads the embedding).
-std::vector<int64_t> linear_device_bytes(const Model& m, DType act, bool native_quant);
-// A layer's matmul weights share one region (offload): each linear at a multiple of 256 bytes, in
-// the order of `ids`; the region's bytes.
-int64_t layer_region_bytes(const std::vector<LinearId>& ids, const std::vector<int64_t>& linear_bytes);
-// The offload plan of these options (none when cpu_offload_bytes is 0).
-WeightOffloadPlan offload_plan_for(const Model& m, DType act, const CudaExecutorOptions& o);
+// Each layer's matmul weights on the device (offload): the linears a layer names
+// (model/layer_linears.h), each linear's device bytes (by index; 0 for the tied output projection,
+// which reads the embedding), and each layer's region, its linears at multiples of kSegmentAlign
+// in that order.
+struct LayerWeightBytes {
+  LayerLinears linears;
+  std::vector<int64_t> linear;  // [linear entries]
+  std::vector<int64_t> region;  // [num_layers]
+  int64_t in_layers = 0;        // sum of linear[] over the layers' linears
+};
+LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native_quant);
+// The offload plan of these options over those layers (none when cpu_offload_bytes is 0).
+WeightOffloadPlan offload_plan_for(const LayerWeightBytes& b, const CudaExecutorOptions& o);
 // The act-order gather's scratch: tokens x the largest K of a weight with an input order, in act.
 int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens);
 // Scratch of the native quantized matmuls: the largest quantized weight dequantized to `act` (the
