@@ -91,6 +91,13 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   return in;
 }
 
+// The draft model's executor options: the target's, its weights all resident (the offload the
+// target's options ask for is sized for the target).
+CudaExecutorOptions draft_options(CudaExecutorOptions co) {
+  co.cpu_offload_bytes = 0;
+  return co;
+}
+
 int64_t draft_lookahead_blocks(const EngineConfig& config) {
   const int64_t bs = config.block_size;
   return int64_t{config.scheduler.max_num_seqs} * ((config.speculative.num_speculative_tokens + bs - 1) / bs + 1);
@@ -170,7 +177,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     if (core->draft_model_.model) {
       // The draft's executor terms, its lookahead and null blocks, and a block per target block.
       PAGODA_RETURN_IF_ERROR(cuda_supports_model(core->draft_model_.config));
-      PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms dt, cuda_memory_terms(*core->draft_model_.model, co));
+      PAGODA_ASSIGN_OR_RETURN(const CudaMemoryTerms dt, cuda_memory_terms(*core->draft_model_.model, draft_options(co)));
       in.draft_kv_bytes_per_token = core->draft_model_.config.kv_bytes_per_token(config.kv_dtype);
       in.draft_fixed_bytes = dt.weights + dt.workspace + dt.logits + dt.overhead +
                              (draft_lookahead_blocks(config) + 1) * in.draft_kv_bytes_per_token * config.block_size;
@@ -255,7 +262,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   core->runner_ = std::make_unique<ModelRunner>(*core->executor_, config.block_size, pool);
   if (config.speculative.enabled()) {
     co.max_model_len = core->max_model_len_;
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(co, cuda));
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Proposer> proposer, core->make_proposer(draft_options(co), cuda));
     core->runner_->set_speculation(config.speculative, std::move(proposer));
   }
   return core;
