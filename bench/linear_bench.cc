@@ -142,6 +142,8 @@ int register_all() {
   for (DType t : {DType::kF32, DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
                   DType::kQ6_K})
     reg(Shape{"formats", "2048x2048", 2048, 2048}, t);
+  // the 2-bit layout (q2_k; tq1_0 and tq2_0 run its kernels) and q3_k (q6_k's) at the decode size
+  for (DType t : {DType::kQ2_K, DType::kTQ2_0, DType::kQ3_K}) reg(llama[2], t);
   return 0;
 }
 const int registered = register_all();

@@ -217,20 +217,40 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r = sb + F::kHeader + j * F::kRecord;
       constexpr bool kPer16 = F::kQ6 || F::kQ2;  // two scales per sub-block (elements 0..15, 16..31)
-      const __m256 d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
-      const __m256 d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
+      __m256 d0, d1;
       __m256 mlo = _mm256_setzero_ps(), mhi = _mm256_setzero_ps();
       if constexpr (F::kQ2) {
-        mlo = _mm256_mul_ps(msup, widen8(r + F::kMinsAt + 8 * h, false));
-        mhi = _mm256_mul_ps(msup, widen8(r + F::kMinsAt + 16 + 8 * h, false));
+        // scale | min << 4 per row
+        const __m256i slo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 8 * h)));
+        const __m256i shi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 16 + 8 * h)));
+        const __m256i m15 = _mm256_set1_epi32(15);
+        d0 = _mm256_mul_ps(dsup, _mm256_cvtepi32_ps(_mm256_and_si256(slo, m15)));
+        d1 = _mm256_mul_ps(dsup, _mm256_cvtepi32_ps(_mm256_and_si256(shi, m15)));
+        mlo = _mm256_mul_ps(msup, _mm256_cvtepi32_ps(_mm256_srli_epi32(slo, 4)));
+        mhi = _mm256_mul_ps(msup, _mm256_cvtepi32_ps(_mm256_srli_epi32(shi, 4)));
+      } else {
+        d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
+        d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
       }
       const uint8_t* cp = r + 32;
       __m256i ilo[MT], ihi[MT];
       for (int t = 0; t < MT; ++t) ilo[t] = ihi[t] = _mm256_setzero_si256();
+      __m256i raw_lo = _mm256_setzero_si256(), raw_hi = _mm256_setzero_si256();  // q2_k: the two code vectors
+      if constexpr (F::kQ2) {
+        raw_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 32 * h));
+        raw_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 + 32 * h));
+      }
       for (int c = 0; c < 4; ++c) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 * c + 32 * h));
-        __m256i lo = _mm256_and_si256(raw, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        __m256i lo, hi;
+        if constexpr (F::kQ2) {
+          const __m256i low2 = _mm256_set1_epi8(3);
+          lo = _mm256_and_si256(_mm256_srli_epi16(raw_lo, 2 * c), low2);
+          hi = _mm256_and_si256(_mm256_srli_epi16(raw_hi, 2 * c), low2);
+        } else {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 * c + 32 * h));
+          lo = _mm256_and_si256(raw, low4);
+          hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
         if constexpr (F::kHigh || F::kQ6) {
           uint32_t mlo, mhi;
           __builtin_memcpy(&mlo, cp + 256 + 8 * c + 4 * h, 4);

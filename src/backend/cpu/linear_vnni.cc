@@ -165,6 +165,11 @@ template <DType T>
 inline __m512i kcode(const uint8_t* r, int v, __m512i low4) {
   using F = KFmt<T>;
   const uint8_t* cp = r + 32;
+  if constexpr (F::kQ2) {
+    const __m512i raw = _mm512_loadu_si512(cp + 64 * (v >> 2));
+    const __m512i sh = (v & 3) == 0 ? raw : _mm512_srli_epi16(raw, 2 * (v & 3));
+    return _mm512_and_si512(sh, _mm512_set1_epi8(3));
+  }
   const __m512i raw = _mm512_loadu_si512(cp + 64 * (v & 3));
   __m512i c = v < 4 ? _mm512_and_si512(raw, low4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
   if constexpr (F::kHigh || F::kQ6) c = add_high(c, cp + 256 + 8 * v, 16);
@@ -218,13 +223,21 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
             }
           }
           for (int g = 0; g < G; ++g) {
-            const __m512 dsc = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g])), widen_i8(r[g] + 16 * h));
-            for (int t = 0; t < TT; ++t)
-              acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
             if constexpr (F::kQ2) {
+              // scale | min << 4 per row
+              const __m512i sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[g] + 16 * h)));
+              const __m512 dsc = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g])),
+                                               _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15))));
               const __m512 dmn = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g] + 64)),
-                                               widen_u8(r[g] + F::kMinsAt + 16 * h));
-              for (int t = 0; t < TT; ++t) acc[g][t] = _mm512_fnmadd_ps(dmn, bcast_f(xs16 + 2 * t + h), acc[g][t]);
+                                               _mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4)));
+              for (int t = 0; t < TT; ++t) {
+                acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
+                acc[g][t] = _mm512_fnmadd_ps(dmn, bcast_f(xs16 + 2 * t + h), acc[g][t]);
+              }
+            } else {
+              const __m512 dsc = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sb[g])), widen_i8(r[g] + 16 * h));
+              for (int t = 0; t < TT; ++t)
+                acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dsc, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
             }
           }
         }

@@ -133,7 +133,7 @@ void pack_iq4_xs(const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
 }
 
 // Per row and super-block: codes[256] and sub-block scales of a k-quant block, in the kernel
-// dtype's terms (q3_k / tq: q6_k codes q + 32).
+// dtype's terms (q3_k: q6_k codes q + 32; tq: q2_k codes q + 1 with scale and min 1, dmin = d).
 struct KBlock {
   float d = 0, dmin = 0;
   uint8_t codes[256];
@@ -147,13 +147,14 @@ KBlock read_k_block(DType t, const uint8_t* p) {
   if (has_superblock_codes(t)) {
     SuperBlockCodes c;
     decode_superblock(t, p, &c);
-    const int bias = t == DType::kQ2_K ? 0 : 32;
+    const bool tq = t == DType::kTQ1_0 || t == DType::kTQ2_0;
+    const int bias = t == DType::kQ2_K ? 0 : tq ? 1 : 32;
     k.d = c.d;
-    k.dmin = c.dmin;
+    k.dmin = tq ? c.d : c.dmin;
     for (int e = 0; e < 256; ++e) k.codes[e] = static_cast<uint8_t>(c.q[e] + bias);
     for (int s = 0; s < 16; ++s) {
       k.sc16[s] = c.sc[s];
-      k.m16[s] = c.m[s];
+      k.m16[s] = tq ? 1 : c.m[s];
     }
   } else if (t == DType::kQ4_K || t == DType::kQ5_K) {
     const uint16_t* dd = reinterpret_cast<const uint16_t*>(p);
@@ -213,13 +214,18 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
         for (int j = 0; j < 8; ++j) {
           uint8_t* r = sb + header + j * rec;
           const uint8_t* c32 = kb.codes + 32 * j;
-          if (q6 || q2) {
+          if (q2) {
+            r[row] = static_cast<uint8_t>(kb.sc16[2 * j] | (kb.m16[2 * j] << 4));
+            r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1] | (kb.m16[2 * j + 1] << 4));
+            uint8_t* codes = r + 32;
+            for (int v = 0; v < 8; ++v)
+              for (int i = 0; i < 4; ++i)
+                codes[64 * (v / 4) + 4 * row + i] |= static_cast<uint8_t>((c32[4 * v + i] & 3) << (2 * (v % 4)));
+            continue;
+          }
+          if (q6) {
             r[row] = static_cast<uint8_t>(kb.sc16[2 * j]);
             r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1]);
-            if (q2) {
-              r[QintKLayout<DType::kQ2_K>::kMinsAt + row] = static_cast<uint8_t>(kb.m16[2 * j]);
-              r[QintKLayout<DType::kQ2_K>::kMinsAt + 16 + row] = static_cast<uint8_t>(kb.m16[2 * j + 1]);
-            }
           } else {
             r[row] = kb.sc[j];
             r[16 + row] = kb.m[j];
@@ -312,9 +318,9 @@ void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
 
 DType kernel_dtype(DType t) {
   switch (t) {
-    case DType::kQ3_K:
+    case DType::kQ3_K: return DType::kQ6_K;
     case DType::kTQ1_0:
-    case DType::kTQ2_0: return DType::kQ6_K;
+    case DType::kTQ2_0: return DType::kQ2_K;
     case DType::kIQ4_NL: return DType::kQ8_0;
     default: return t;
   }
