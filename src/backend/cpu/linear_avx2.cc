@@ -213,13 +213,15 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
   for (int64_t s = 0; s < ns; ++s, sb += F::kSuper) {
     const __m256 dsup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb) + 8 * h);
     __m256 msup = _mm256_setzero_ps();
-    if constexpr (!F::kQ6) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
+    if constexpr (!F::kQ6 && !F::kTQ) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r = sb + F::kHeader + j * F::kRecord;
       constexpr bool kPer16 = F::kQ6 || F::kQ2;  // two scales per sub-block (elements 0..15, 16..31)
-      __m256 d0, d1;
+      __m256 d0 = dsup, d1 = msup;
       __m256 mlo = _mm256_setzero_ps(), mhi = _mm256_setzero_ps();
-      if constexpr (F::kQ2) {
+      if constexpr (F::kTQ) {
+        // the row scale alone
+      } else if constexpr (F::kQ2) {
         // scale | min << 4 per row
         const __m256i slo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 8 * h)));
         const __m256i shi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 16 + 8 * h)));
@@ -232,17 +234,17 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
         d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
         d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
       }
-      const uint8_t* cp = r + 32;
+      const uint8_t* cp = r + F::kCodesAt;
       __m256i ilo[MT], ihi[MT];
       for (int t = 0; t < MT; ++t) ilo[t] = ihi[t] = _mm256_setzero_si256();
       __m256i raw_lo = _mm256_setzero_si256(), raw_hi = _mm256_setzero_si256();  // q2_k: the two code vectors
-      if constexpr (F::kQ2) {
+      if constexpr (F::kQ2 || F::kTQ) {
         raw_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 32 * h));
         raw_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 + 32 * h));
       }
       for (int c = 0; c < 4; ++c) {
         __m256i lo, hi;
-        if constexpr (F::kQ2) {
+        if constexpr (F::kQ2 || F::kTQ) {
           const __m256i low2 = _mm256_set1_epi8(3);
           lo = _mm256_and_si256(_mm256_srli_epi16(raw_lo, 2 * c), low2);
           hi = _mm256_and_si256(_mm256_srli_epi16(raw_hi, 2 * c), low2);
@@ -278,6 +280,10 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
           const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
           acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(-32.f * slo)), acc[t]);
           acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(-32.f * shi)), acc[t]);
+        } else if constexpr (F::kTQ) {
+          const __m256 fs = _mm256_cvtepi32_ps(_mm256_add_epi32(ilo[t], ihi[t]));
+          acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), fs, acc[t]);
+          acc[t] = _mm256_fnmadd_ps(d0, _mm256_set1_ps(xs[t]), acc[t]);  // the code offset 1
         } else if constexpr (F::kQ2) {
           const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
           acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(ilo[t]), acc[t]);
@@ -339,6 +345,7 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ4_K: qgemm_k_t<DType::kQ4_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_k_t<DType::kQ5_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_k_t<DType::kQ6_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kTQ2_0: qgemm_k_t<DType::kTQ2_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     default: __builtin_trap();
   }
 }

@@ -164,8 +164,8 @@ inline __m512 widen_i8(const uint8_t* p) {
 template <DType T>
 inline __m512i kcode(const uint8_t* r, int v, __m512i low4) {
   using F = KFmt<T>;
-  const uint8_t* cp = r + 32;
-  if constexpr (F::kQ2) {
+  const uint8_t* cp = r + F::kCodesAt;
+  if constexpr (F::kQ2 || F::kTQ) {
     const __m512i raw = _mm512_loadu_si512(cp + 64 * (v >> 2));
     const __m512i sh = (v & 3) == 0 ? raw : _mm512_srli_epi16(raw, 2 * (v & 3));
     return _mm512_and_si512(sh, _mm512_set1_epi8(3));
@@ -192,6 +192,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
   const float* xd = a.d + i0;
   const float* xs = a.s + i0;
   const int32_t* xc16 = F::kQ6 ? a.c16 + 2 * i0 : nullptr;
+  const int32_t* xc = F::kTQ ? a.c + i0 : nullptr;
   const float* xs16 = a.s16 + 2 * i0;
   for (int64_t s = 0; s < ns; ++s) {
     for (int j = 0; j < 8; ++j) {
@@ -204,7 +205,28 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
             for (int64_t l = 0; l < F::kHeader; l += 64) _mm_prefetch(reinterpret_cast<const char*>(sb[g] + F::kSuper + kPrefetchBytes + l), _MM_HINT_T0);
         }
       }
-      if constexpr (F::kQ6 || F::kQ2) {
+      if constexpr (F::kTQ) {
+        // one 8-long chain per sub-block from -sum(x codes) (the code offset 1), one row scale
+        __m512i is[G][TT];
+        for (int t = 0; t < TT; ++t) {
+          const __m512i init = bcast_i(xc + t);
+          for (int g = 0; g < G; ++g) is[g][t] = init;
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          __m512i c[G];
+          for (int g = 0; g < G; ++g) c[g] = kcode<T>(r[g], v, low4);
+          for (int t = 0; t < TT; ++t) {
+            const __m512i xv = bcast_x(xq + 32 * t + 4 * v);
+            for (int g = 0; g < G; ++g) is[g][t] = _mm512_dpbusd_epi32(is[g][t], c[g], xv);
+          }
+        }
+        for (int g = 0; g < G; ++g) {
+          const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(sb[g]));
+          for (int t = 0; t < TT; ++t)
+            acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
+        }
+      } else if constexpr (F::kQ6 || F::kQ2) {
         // two halves of 16 with their own scales: elements 0..15 are dwords 0..3, 16..31 dwords 4..7
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
@@ -273,6 +295,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
       xd += kTile;
       xs += kTile;
       if constexpr (F::kQ6) xc16 += 2 * kTile;
+      if constexpr (F::kTQ) xc += kTile;
       xs16 += 2 * kTile;
     }
     for (int g = 0; g < G; ++g) sb[g] += F::kSuper;
@@ -354,6 +377,7 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ4_K: qgemm_t<DType::kQ4_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_t<DType::kQ5_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_t<DType::kQ6_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kTQ2_0: qgemm_t<DType::kTQ2_0, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     default: __builtin_trap();
   }
 }
@@ -365,6 +389,7 @@ int32_t act_offset(DType t) {
     case DType::kQ8_0: return QFmt<DType::kQ8_0>::kOffset;
     case DType::kIQ4_XS: return QFmt<DType::kIQ4_XS>::kOffset;
     case DType::kQ6_K: return 32;
+    case DType::kTQ2_0: return 1;
     default: return 0;
   }
 }
