@@ -19,21 +19,23 @@
 //    128 (q8_0, iq4_xs), 0 (q4_1/q5_1). The layout turns a 64-byte load into one dword per row, so
 //    the integer dot with a broadcast activation dword (vpdpbusd) accumulates 16 rows' dot products
 //    in the 16 lanes: no horizontal sums anywhere.
-//  * "qint k" family (q4_k, q5_k, q6_k, q2_k, tq2_0; q3_k packed as q6_k, tq1_0 as tq2_0): per row
-//    group and 256-element super-block, a header of f32 d[16] and (q4_k, q5_k, q2_k) f32 dmin[16] (the
+//  * "qint k" family (q4_k, q5_k, q6_k, q3_k, q2_k, tq2_0; tq1_0 packed as tq2_0): per row group
+//    and 256-element super-block, a header of f32 d[16] and (q4_k, q5_k, q2_k) f32 dmin[16] (the
 //    rows' super-block scales, exact fp16 -> f32), then 8 records, one per 32-element sub-block j:
 //      q4_k/q5_k: sc[16] u8, m[16] u8 (6-bit scale and min of sub-block j of each row), the
 //                 4-bit code chunks as above, q5_k the 5th-bit masks as above.
 //                 Value: d[r] * sc[r] * code - dmin[r] * m[r].
 //      q6_k:      sc_lo[16] i8, sc_hi[16] i8 (the scales of elements 0..15 / 16..31), low-nibble
 //                 chunks as above, then two sets of 8 64-bit masks (bit 4, bit 5 of the code).
-//                 Value: d[r] * sc * (code - 32). q3_k: code = q + 32 (28..35), sc its scale
-//                 (sc - 32): the same values exactly.
+//                 Value: d[r] * sc * (code - 32).
 //      q2_k:      sm_lo[16], sm_hi[16] u8: scale | min << 4 (4 bits each) of elements 0..15 /
 //                 16..31 of each row, then the 2-bit codes (0..3) in two vectors of 64 bytes: in
 //                 vector q, byte 4r+i bits 2c..2c+1 hold row r's element 4(4q+c)+i (so the 64 bytes
 //                 >> 2c & 3 are the code dword vector 4q+c, in the byte order of the chunks above).
 //                 Value: d[r] * sc * code - dmin[r] * m.
+//      q3_k:      sc_lo[16] i8, sc_hi[16] i8 (as q6_k; sc in -32..31), the 2-bit code vectors of
+//                 q2_k (bits 0..1 of the code), then 8 64-bit masks (bit 2), code = q + 4 (0..7).
+//                 Value: d[r] * sc * (code - 4).
 //      tq2_0:     the 2-bit code vectors of q2_k alone (no sub-block scales), code = q + 1 (0..2).
 //                 Value: d[r] * (code - 1) (tq1_0 and tq2_0 hold the same ternary values).
 // Rows past N in the last group are zero.
@@ -65,16 +67,20 @@ template <DType T>
 struct QintKLayout {
   static constexpr bool kQ6 = T == DType::kQ6_K;
   static constexpr bool kQ2 = T == DType::kQ2_K;
+  static constexpr bool kQ3 = T == DType::kQ3_K;
   static constexpr bool kTQ = T == DType::kTQ2_0;
+  static constexpr bool k2Bit = kQ2 || kQ3 || kTQ;  // 2-bit code vectors (else 4-bit chunks)
   static constexpr bool kHigh = T == DType::kQ5_K;
-  static constexpr int64_t kHeader = (kQ6 || kTQ) ? 64 : 128;
+  static constexpr int64_t kHeader = (kQ6 || kQ3 || kTQ) ? 64 : 128;
   static constexpr int64_t kCodesAt = kTQ ? 0 : 32;  // in a sub-block record
-  static constexpr int64_t kRecord = kTQ ? 128 : kQ2 ? 32 + 128 : 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
+  static constexpr int64_t kMasksAt = 32 + 128;      // q3_k: the bit-2 masks
+  static constexpr int64_t kRecord =
+      kTQ ? 128 : kQ2 ? 32 + 128 : kQ3 ? 32 + 128 + 64 : 32 + 256 + (kQ6 ? 128 : (kHigh ? 64 : 0));
   static constexpr int64_t kSuper = kHeader + 8 * kRecord;
 };
 
-// The dtype whose packed layout and kernels serve weights of dtype t (t itself, or q6_k for q3_k,
-// tq2_0 for tq1_0, q8_0 for iq4_nl). pack_weight reads t's blocks and writes this layout.
+// The dtype whose packed layout and kernels serve weights of dtype t (t itself, or tq2_0 for tq1_0,
+// q8_0 for iq4_nl). pack_weight reads t's blocks and writes this layout.
 DType kernel_dtype(DType t);
 
 // Bytes of one (group, block) record of a qint format.

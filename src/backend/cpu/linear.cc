@@ -99,7 +99,7 @@ void run_split(ThreadPool& pool, int64_t groups, int64_t m, int64_t gq, int64_t 
 }
 
 // What the integer kernels of a packed weight read besides the codes: the code offset folded into
-// c (0: none) and whether c16 (q6_k layout's -32 * per-16 sums) is needed.
+// c (0: none) and whether c16 (-32 * per-16 sums: the q6_k and q3_k kernels') is needed.
 struct ActNeed {
   const KernelTable* kt = nullptr;
   int32_t c_offset = 0;
@@ -109,7 +109,7 @@ struct ActNeed {
 ActNeed act_need(const LinearWeight& w) {
   ActNeed n{w.kernels, 0, false};
   const int32_t off = w.kernels->act_offset ? w.kernels->act_offset(w.kernel_dtype) : 0;
-  if (w.kernel_dtype == DType::kQ6_K) {
+  if (w.kernel_dtype == DType::kQ6_K || w.kernel_dtype == DType::kQ3_K) {
     n.c16 = off != 0;
   } else {
     n.c_offset = off;

@@ -213,10 +213,11 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
   for (int64_t s = 0; s < ns; ++s, sb += F::kSuper) {
     const __m256 dsup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb) + 8 * h);
     __m256 msup = _mm256_setzero_ps();
-    if constexpr (!F::kQ6 && !F::kTQ) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
+    if constexpr (F::kHeader == 128) msup = _mm256_loadu_ps(reinterpret_cast<const float*>(sb + 64) + 8 * h);
     for (int j = 0; j < 8; ++j) {
       const uint8_t* r = sb + F::kHeader + j * F::kRecord;
-      constexpr bool kPer16 = F::kQ6 || F::kQ2;  // two scales per sub-block (elements 0..15, 16..31)
+      constexpr bool kPer16 = F::kQ6 || F::kQ3 || F::kQ2;  // two scales per sub-block (elements 0..15, 16..31)
+      constexpr bool kSigned = F::kQ6 || F::kQ3;
       __m256 d0 = dsup, d1 = msup;
       __m256 mlo = _mm256_setzero_ps(), mhi = _mm256_setzero_ps();
       if constexpr (F::kTQ) {
@@ -231,23 +232,30 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
         mlo = _mm256_mul_ps(msup, _mm256_cvtepi32_ps(_mm256_srli_epi32(slo, 4)));
         mhi = _mm256_mul_ps(msup, _mm256_cvtepi32_ps(_mm256_srli_epi32(shi, 4)));
       } else {
-        d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, F::kQ6));
-        d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, F::kQ6));
+        d0 = _mm256_mul_ps(dsup, widen8(r + 8 * h, kSigned));
+        d1 = _mm256_mul_ps(kPer16 ? dsup : msup, widen8(r + 16 + 8 * h, kSigned));
       }
       const uint8_t* cp = r + F::kCodesAt;
       __m256i ilo[MT], ihi[MT];
       for (int t = 0; t < MT; ++t) ilo[t] = ihi[t] = _mm256_setzero_si256();
       __m256i raw_lo = _mm256_setzero_si256(), raw_hi = _mm256_setzero_si256();  // q2_k: the two code vectors
-      if constexpr (F::kQ2 || F::kTQ) {
+      if constexpr (F::k2Bit) {
         raw_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 32 * h));
         raw_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 + 32 * h));
       }
       for (int c = 0; c < 4; ++c) {
         __m256i lo, hi;
-        if constexpr (F::kQ2 || F::kTQ) {
+        if constexpr (F::k2Bit) {
           const __m256i low2 = _mm256_set1_epi8(3);
           lo = _mm256_and_si256(_mm256_srli_epi16(raw_lo, 2 * c), low2);
           hi = _mm256_and_si256(_mm256_srli_epi16(raw_hi, 2 * c), low2);
+          if constexpr (F::kQ3) {
+            uint32_t mlo, mhi;
+            __builtin_memcpy(&mlo, r + F::kMasksAt + 8 * c + 4 * h, 4);
+            __builtin_memcpy(&mhi, r + F::kMasksAt + 8 * (c + 4) + 4 * h, 4);
+            lo = _mm256_or_si256(lo, expand_bits(mlo, 4));
+            hi = _mm256_or_si256(hi, expand_bits(mhi, 4));
+          }
         } else {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 64 * c + 32 * h));
           lo = _mm256_and_si256(raw, low4);
@@ -276,10 +284,11 @@ inline void qint_k_tile(const uint8_t* sb, int64_t ns, const ActQ8& a, int64_t t
       }
       for (int t = 0; t < MT; ++t) {
         const __m256 dx = _mm256_set1_ps(xd[t]);
-        if constexpr (F::kQ6) {
+        if constexpr (F::kQ6 || F::kQ3) {
+          constexpr float kOff = F::kQ6 ? -32.f : -4.f;  // the code offset
           const float slo = xs16[2 * t], shi = xs16[2 * t + 1];
-          acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(-32.f * slo)), acc[t]);
-          acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(-32.f * shi)), acc[t]);
+          acc[t] = _mm256_fmadd_ps(d0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo[t]), dx, _mm256_set1_ps(kOff * slo)), acc[t]);
+          acc[t] = _mm256_fmadd_ps(d1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi[t]), dx, _mm256_set1_ps(kOff * shi)), acc[t]);
         } else if constexpr (F::kTQ) {
           const __m256 fs = _mm256_cvtepi32_ps(_mm256_add_epi32(ilo[t], ihi[t]));
           acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), fs, acc[t]);
@@ -342,6 +351,7 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ8_0: qgemm_t<DType::kQ8_0>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kIQ4_XS: qgemm_t<DType::kIQ4_XS>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ2_K: qgemm_k_t<DType::kQ2_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ3_K: qgemm_k_t<DType::kQ3_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ4_K: qgemm_k_t<DType::kQ4_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_k_t<DType::kQ5_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_k_t<DType::kQ6_K>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;

@@ -165,10 +165,12 @@ template <DType T>
 inline __m512i kcode(const uint8_t* r, int v, __m512i low4) {
   using F = KFmt<T>;
   const uint8_t* cp = r + F::kCodesAt;
-  if constexpr (F::kQ2 || F::kTQ) {
+  if constexpr (F::k2Bit) {
     const __m512i raw = _mm512_loadu_si512(cp + 64 * (v >> 2));
     const __m512i sh = (v & 3) == 0 ? raw : _mm512_srli_epi16(raw, 2 * (v & 3));
-    return _mm512_and_si512(sh, _mm512_set1_epi8(3));
+    const __m512i c = _mm512_and_si512(sh, _mm512_set1_epi8(3));
+    if constexpr (F::kQ3) return add_high(c, r + F::kMasksAt + 8 * v, 4);
+    return c;
   }
   const __m512i raw = _mm512_loadu_si512(cp + 64 * (v & 3));
   __m512i c = v < 4 ? _mm512_and_si512(raw, low4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
@@ -191,7 +193,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
   const int8_t* xq = a.q + 32 * i0;
   const float* xd = a.d + i0;
   const float* xs = a.s + i0;
-  const int32_t* xc16 = F::kQ6 ? a.c16 + 2 * i0 : nullptr;
+  const int32_t* xc16 = (F::kQ6 || F::kQ3) ? a.c16 + 2 * i0 : nullptr;
   const int32_t* xc = F::kTQ ? a.c + i0 : nullptr;
   const float* xs16 = a.s16 + 2 * i0;
   for (int64_t s = 0; s < ns; ++s) {
@@ -226,13 +228,16 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
           for (int t = 0; t < TT; ++t)
             acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, bcast_f(xd + t)), _mm512_cvtepi32_ps(is[g][t]), acc[g][t]);
         }
-      } else if constexpr (F::kQ6 || F::kQ2) {
+      } else if constexpr (F::kQ6 || F::kQ3 || F::kQ2) {
         // two halves of 16 with their own scales: elements 0..15 are dwords 0..3, 16..31 dwords 4..7
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           __m512i is[G][TT];
           for (int t = 0; t < TT; ++t) {
-            const __m512i init = F::kQ6 ? bcast_i(xc16 + 2 * t + h) : _mm512_setzero_si512();
+            // q6_k: c16 = -32 * sum(x codes); q3_k's offset 4: c16 / 8 (exact)
+            const __m512i init = F::kQ6   ? bcast_i(xc16 + 2 * t + h)
+                                 : F::kQ3 ? _mm512_srai_epi32(bcast_i(xc16 + 2 * t + h), 3)
+                                          : _mm512_setzero_si512();
             for (int g = 0; g < G; ++g) is[g][t] = init;
           }
 #pragma GCC unroll 4
@@ -294,7 +299,7 @@ inline void qktile(const uint8_t* const* sb0, int64_t ns, const ActQ8& a, int64_
       xq += 32 * kTile;
       xd += kTile;
       xs += kTile;
-      if constexpr (F::kQ6) xc16 += 2 * kTile;
+      if constexpr (F::kQ6 || F::kQ3) xc16 += 2 * kTile;
       if constexpr (F::kTQ) xc += kTile;
       xs16 += 2 * kTile;
     }
@@ -374,6 +379,7 @@ void qgemm_impl(DType t, const uint8_t* packed, int64_t k, int64_t g0, int64_t g
     case DType::kQ8_0: qgemm_t<DType::kQ8_0, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kIQ4_XS: qgemm_t<DType::kIQ4_XS, false>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ2_K: qgemm_t<DType::kQ2_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
+    case DType::kQ3_K: qgemm_t<DType::kQ3_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ4_K: qgemm_t<DType::kQ4_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ5_K: qgemm_t<DType::kQ5_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
     case DType::kQ6_K: qgemm_t<DType::kQ6_K, true>(packed, k, g0, g1, a, m0, m1, y, ldy, n_total); break;
@@ -388,7 +394,8 @@ int32_t act_offset(DType t) {
     case DType::kQ5_0: return QFmt<DType::kQ5_0>::kOffset;
     case DType::kQ8_0: return QFmt<DType::kQ8_0>::kOffset;
     case DType::kIQ4_XS: return QFmt<DType::kIQ4_XS>::kOffset;
-    case DType::kQ6_K: return 32;
+    case DType::kQ6_K:
+    case DType::kQ3_K: return 32;
     case DType::kTQ2_0: return 1;
     default: return 0;
   }

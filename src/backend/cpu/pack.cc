@@ -133,7 +133,7 @@ void pack_iq4_xs(const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
 }
 
 // Per row and super-block: codes[256] and sub-block scales of a k-quant block, in the kernel
-// dtype's terms (q3_k: q6_k codes q + 32; tq: codes q + 1).
+// dtype's terms (q3_k: codes q + 4; tq: codes q + 1).
 struct KBlock {
   float d = 0, dmin = 0;
   uint8_t codes[256];
@@ -148,7 +148,7 @@ KBlock read_k_block(DType t, const uint8_t* p) {
     SuperBlockCodes c;
     decode_superblock(t, p, &c);
     const bool tq = t == DType::kTQ1_0 || t == DType::kTQ2_0;
-    const int bias = t == DType::kQ2_K ? 0 : tq ? 1 : 32;
+    const int bias = t == DType::kQ2_K ? 0 : tq ? 1 : t == DType::kQ3_K ? 4 : 32;
     k.d = c.d;
     k.dmin = c.dmin;
     for (int e = 0; e < 256; ++e) k.codes[e] = static_cast<uint8_t>(c.q[e] + bias);
@@ -201,8 +201,8 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
   const DType kt = kernel_dtype(t);
   const int64_t ns = k / 256, groups = (n + kGroupRows - 1) / kGroupRows;
   const int64_t sbb = qint_k_superblock_bytes(kt), bb = dtype_traits(t).block_bytes, rb = ns * bb;
-  const bool q6 = kt == DType::kQ6_K, q2 = kt == DType::kQ2_K, tq = kt == DType::kTQ2_0;
-  const int64_t header = (q6 || tq) ? 64 : 128, rec = (sbb - header) / 8;
+  const bool q6 = kt == DType::kQ6_K, q2 = kt == DType::kQ2_K, q3 = kt == DType::kQ3_K, tq = kt == DType::kTQ2_0;
+  const int64_t header = (q6 || q3 || tq) ? 64 : 128, rec = (sbb - header) / 8;
   std::memset(dst, 0, groups * ns * sbb);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t s = 0; s < ns; ++s) {
@@ -210,19 +210,23 @@ void pack_qint_k(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) 
       for (int64_t row = 0; row < kGroupRows && g * kGroupRows + row < n; ++row) {
         const KBlock kb = read_k_block(t, w + (g * kGroupRows + row) * rb + s * bb);
         std::memcpy(sb + 4 * row, &kb.d, 4);
-        if (!q6 && !tq) std::memcpy(sb + 64 + 4 * row, &kb.dmin, 4);
+        if (header == 128) std::memcpy(sb + 64 + 4 * row, &kb.dmin, 4);
         for (int j = 0; j < 8; ++j) {
           uint8_t* r = sb + header + j * rec;
           const uint8_t* c32 = kb.codes + 32 * j;
-          if (q2 || tq) {
+          if (q2 || q3 || tq) {
             if (q2) {
               r[row] = static_cast<uint8_t>(kb.sc16[2 * j] | (kb.m16[2 * j] << 4));
               r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1] | (kb.m16[2 * j + 1] << 4));
+            } else if (q3) {
+              r[row] = static_cast<uint8_t>(kb.sc16[2 * j]);
+              r[16 + row] = static_cast<uint8_t>(kb.sc16[2 * j + 1]);
             }
-            uint8_t* codes = r + (q2 ? 32 : 0);
+            uint8_t* codes = r + (tq ? 0 : 32);
             for (int v = 0; v < 8; ++v)
               for (int i = 0; i < 4; ++i)
                 codes[64 * (v / 4) + 4 * row + i] |= static_cast<uint8_t>((c32[4 * v + i] & 3) << (2 * (v % 4)));
+            if (q3) set_mask_bits(r + QintKLayout<DType::kQ3_K>::kMasksAt, static_cast<int>(row), c32, 2);
             continue;
           }
           if (q6) {
@@ -320,7 +324,6 @@ void pack_float(DType t, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
 
 DType kernel_dtype(DType t) {
   switch (t) {
-    case DType::kQ3_K: return DType::kQ6_K;
     case DType::kTQ1_0: return DType::kTQ2_0;
     case DType::kIQ4_NL: return DType::kQ8_0;
     default: return t;
@@ -336,6 +339,7 @@ PackKind pack_kind(DType t) {
     case DType::kQ8_0:
     case DType::kIQ4_XS: return PackKind::kQint;
     case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -366,6 +370,7 @@ int64_t qint_k_superblock_bytes(DType t) {
     case DType::kQ6_K: return QintKLayout<DType::kQ6_K>::kSuper;
     case DType::kQ2_K: return QintKLayout<DType::kQ2_K>::kSuper;
     case DType::kTQ2_0: return QintKLayout<DType::kTQ2_0>::kSuper;
+    case DType::kQ3_K: return QintKLayout<DType::kQ3_K>::kSuper;
     default: return 0;
   }
 }
