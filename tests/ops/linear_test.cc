@@ -178,6 +178,7 @@ TEST(LinearFused, MixedDtypesMatchSeparateCalls) {
       {{DType::kQ4_K, 48}, {DType::kQ4_K, 16}, {DType::kQ6_K, 16}},      // c16 for the last group only
       {{DType::kQ3_K, 33}, {DType::kQ2_K, 17}, {DType::kIQ4_XS, 9}},     // three groups
       {{DType::kIQ4_NL, 20}, {DType::kF16, 12}, {DType::kIQ4_NL, 12}},  // float between integer groups
+      {{DType::kTQ2_0, 24}, {DType::kQ4_0, 16}, {DType::kQ3_K, 16}, {DType::kQ6_K, 8}},  // c offsets 1, 8; c16 shared
   };
   for (const auto& mix : mixes) {
     std::vector<Tensor> ws;

@@ -131,7 +131,7 @@ struct KernelTable {
   bool qgemm_k;  // qgemm also takes the qint k family
   int64_t act_tile;  // ActQ8::tile the qgemm of this table reads; token splits are multiples of it
   // Integer code offset the qgemm of this table folds into its integer dots for weight dtype t
-  // (ActQ8::offset and c; q6_k: c16), 0 for none. Null: none for every dtype.
+  // (ActQ8::offset and c; q6_k and q3_k: c16), 0 for none. Null: none for every dtype.
   int32_t (*act_offset)(DType t);
   // Optional GEMM form of fgemm for many tokens (null: fgemm serves every M). pack_x: x rows
   // [m0, m1) of m_total (m0 a multiple of kXTile) -> xp (packed_x_floats(m_total, k) floats, layout
