@@ -46,11 +46,27 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
   }
 }
 
-// Native quantized weights: the int8 GEMV per segment for few rows (outputs at the segment's
-// columns; a SwiGLU over gate/up in two formats goes through gu_ and the swiglu kernel), else the
-// weight dequantized into the scratch and the dense path.
+// Native quantized weights: the int8 GEMV or the tensor-core matmul per segment for few rows
+// (outputs at the segment's columns; a SwiGLU over gate/up in two formats goes through gu_ and the
+// swiglu kernel), else the weight dequantized into the scratch and the dense path.
 void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   const int64_t N = w.n, K = w.k;
+  if (quant_mma(M, w)) {
+    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
+      for (const auto& seg : w.segments)
+        cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
+                             GemmOut::kStoreAct, stream_);
+      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
+      return;
+    }
+    for (const auto& seg : w.segments) {
+      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
+                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
+      cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+    }
+    return;
+  }
   if (quant_gemv(M, w)) {
     cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
     if (mode == GemmOut::kSwiGlu && !w.uniform()) {
@@ -189,7 +205,7 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
       cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
       e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
-    } else if (e.quant_gemv(T_, gu)) {  // gate/up + SwiGLU in one int8 GEMV
+    } else if (e.quant_gemv(T_, gu) || e.quant_mma(T_, gu)) {  // gate/up + SwiGLU in one quantized matmul
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
       e.profiler_.mark("rms_norm", e.stream_);

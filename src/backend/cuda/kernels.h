@@ -273,6 +273,14 @@ void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K,
 constexpr int kQuantGemvMaxM = 8;
 void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                 void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
+// y[M, N] = x W^T for bf16 activations x [M, K] (row stride K, 16-byte aligned) and a quantized W
+// [N, K] (N = 2F: [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. The
+// weights are dequantized in registers to the bf16 values dequantize_weight writes and multiplied
+// on tensor cores with f32 accumulation; a row's result does not depend on M or the other rows.
+// 1 <= M <= kQuantMmaMaxM.
+constexpr int kQuantMmaMaxM = 64;
+void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
+                    GemmOut mode, cudaStream_t s);
 // out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
 // quant::dequantize_row computes it on the host (f32; bf16 rounds that).
 void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
