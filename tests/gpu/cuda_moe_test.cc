@@ -40,6 +40,7 @@ struct MoeCase {
   bool normalize;
   bool shared;      // a shared expert's output and gate (Qwen2-MoE)
   bool one_expert;  // every token's top choice is expert 1 (k == 1: one segment of T rows)
+  bool ties = false;  // logits in groups of 4 equal values: the lower expert wins a tie
 };
 
 // The host side of a random MoE layer and its device copy in `dtype`.
@@ -63,7 +64,9 @@ struct MoeLayer {
     for (int64_t t = 0; t < T; ++t) {
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng);
-      for (int64_t e = 0; e < E; ++e) logits[t * E + e] = -3.0f + 6.0f * (perm[e] + 0.5f + jitter[t * E + e]) / E;
+      for (int64_t e = 0; e < E; ++e)
+        logits[t * E + e] = c.ties ? static_cast<float>(perm[e] / 4) * 0.5f - 2.0f
+                                   : -3.0f + 6.0f * (perm[e] + 0.5f + jitter[t * E + e]) / E;
     }
     if (c.one_expert)
       for (int64_t t = 0; t < T; ++t) logits[t * E + 1] = 20.0f;
@@ -141,12 +144,18 @@ struct MoeRun {
   }
 };
 
-// Route, sort, experts (gemv or SIMT), combine into a zero residual; returns the residual.
-std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
+// Route and sort (fused_route: the single-block moe_route_sort, else moe_route + moe_sort),
+// experts (gemv or SIMT), combine into a zero residual; returns the residual.
+std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused_route = false) {
   const MoeCase& c = L.c;
   const int64_t P = c.T * c.k;
-  cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
-  cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  if (fused_route) {
+    cuda::moe_route_sort(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(),
+                         r.order.as<int32_t>(), r.segments, nullptr);
+  } else {
+    cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
+    cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  }
   cuda::MoeMatmulParams up;
   up.x = L.d_x.get();
   up.ldx = c.D;
@@ -203,6 +212,10 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
 }
 
 const MoeCase kCases[] = {
+    {1, 64, 8, 256, 64, false, false, false},   // OLMoE-like decode: 8 of 64 experts, 56 unselected
+    {2, 64, 8, 256, 64, false, false, false},
+    {8, 64, 8, 256, 64, true, false, false},
+    {5, 64, 8, 128, 64, false, false, false, true},  // ties among the router logits
     {1, 8, 2, 64, 96, true, false, false},      // Mixtral-like decode
     {3, 64, 8, 256, 128, false, true, false},   // OLMoE / Qwen2-MoE-like decode batch, shared expert
     {40, 16, 4, 128, 64, true, false, false},   // every expert reached
@@ -210,46 +223,55 @@ const MoeCase kCases[] = {
     {300, 128, 8, 64, 32, true, true, false},   // 2400 pairs over 128 experts
 };
 
+// Both routings (moe_route + moe_sort, and the fused moe_route_sort) against the CPU's routing and
+// a stable host sort.
 TEST(CudaMoe, RoutingMatchesTheCpuAndTheSortIsStable) {
   PAGODA_REQUIRE_GPU();
   for (const MoeCase& c : kCases) {
-    MoeLayer L(c, DType::kF32, 100 + c.T);
-    MoeRun r(c, DType::kF32);
-    run_layer(L, r, true);
-    const int64_t P = c.T * c.k;
-    std::vector<int32_t> want_ids(P);
-    std::vector<float> want_w(P);
-    moe_route(L.logits.data(), c.T, c.E, c.k, c.normalize, want_ids.data(), want_w.data());
-    const auto ids = to_host<int32_t>(r.ids, P);
-    const auto w = to_host<float>(r.weights, P);
-    ASSERT_EQ(ids, want_ids) << "T " << c.T << " E " << c.E;
-    for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6 * std::max(1.0f, want_w[i])) << "pair " << i;
-    // order: the pairs stably sorted by expert; segments: the active experts ascending.
-    std::vector<int32_t> want_order(P);
-    std::iota(want_order.begin(), want_order.end(), 0);
-    std::stable_sort(want_order.begin(), want_order.end(), [&](int32_t a, int32_t b) { return want_ids[a] < want_ids[b]; });
-    EXPECT_EQ(to_host<int32_t>(r.order, P), want_order) << "T " << c.T;
-    const auto seg = to_host<int32_t>(r.seg, 3 * c.E + 3);
-    std::vector<int32_t> count(c.E, 0);
-    for (int32_t e : want_ids) ++count[e];
-    int32_t s = 0, begin = 0, tile = 0;
-    for (int64_t e = 0; e < c.E; ++e) {
-      if (count[e] == 0) continue;
-      EXPECT_EQ(seg[s], e);                   // expert
-      EXPECT_EQ(seg[c.E + s], begin);         // begin
-      EXPECT_EQ(seg[2 * c.E + 1 + s], tile);  // tile
-      begin += count[e];
-      tile += (count[e] + cuda::kMoeTile - 1) / cuda::kMoeTile;
-      ++s;
-    }
-    EXPECT_EQ(seg[3 * c.E + 2], s) << "active experts";
-    EXPECT_EQ(seg[c.E + s], P);
-    EXPECT_EQ(seg[2 * c.E + 1 + s], tile);
-    if (c.one_expert) {
-      EXPECT_EQ(s, 1);
-    }
-    if (c.T == 40) {
-      EXPECT_EQ(s, c.E) << "the case meant to reach every expert";
+    for (bool fused : {false, true}) {
+      SCOPED_TRACE(fused ? "moe_route_sort" : "moe_route + moe_sort");
+      MoeLayer L(c, DType::kF32, 100 + c.T);
+      MoeRun r(c, DType::kF32);
+      CUDA_CHECK(cudaMemset(r.seg.get(), 0xff, r.seg.bytes()));  // no entry left from an earlier write
+      run_layer(L, r, true, fused);
+      const int64_t P = c.T * c.k;
+      std::vector<int32_t> want_ids(P);
+      std::vector<float> want_w(P);
+      moe_route(L.logits.data(), c.T, c.E, c.k, c.normalize, want_ids.data(), want_w.data());
+      const auto ids = to_host<int32_t>(r.ids, P);
+      const auto w = to_host<float>(r.weights, P);
+      ASSERT_EQ(ids, want_ids) << "T " << c.T << " E " << c.E;
+      for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6 * std::max(1.0f, want_w[i])) << "pair " << i;
+      // order: the pairs stably sorted by expert; segments: the active experts ascending.
+      std::vector<int32_t> want_order(P);
+      std::iota(want_order.begin(), want_order.end(), 0);
+      std::stable_sort(want_order.begin(), want_order.end(), [&](int32_t a, int32_t b) { return want_ids[a] < want_ids[b]; });
+      EXPECT_EQ(to_host<int32_t>(r.order, P), want_order) << "T " << c.T;
+      const auto seg = to_host<int32_t>(r.seg, 3 * c.E + 3);
+      std::vector<int32_t> count(c.E, 0);
+      for (int32_t e : want_ids) ++count[e];
+      int32_t s = 0, begin = 0, tile = 0;
+      for (int64_t e = 0; e < c.E; ++e) {
+        if (count[e] == 0) continue;
+        EXPECT_EQ(seg[s], e);                   // expert
+        EXPECT_EQ(seg[c.E + s], begin);         // begin
+        EXPECT_EQ(seg[2 * c.E + 1 + s], tile);  // tile
+        begin += count[e];
+        tile += (count[e] + cuda::kMoeTile - 1) / cuda::kMoeTile;
+        ++s;
+      }
+      EXPECT_EQ(seg[3 * c.E + 2], s) << "active experts";
+      EXPECT_EQ(seg[c.E + s], P);
+      EXPECT_EQ(seg[2 * c.E + 1 + s], tile);
+      if (c.one_expert) {
+        EXPECT_EQ(s, 1);
+      }
+      if (c.T == 40) {
+        EXPECT_EQ(s, c.E) << "the case meant to reach every expert";
+      }
+      if (c.ties) {  // each token's top choices include equal probabilities (groups of 4 equal logits)
+        EXPECT_EQ(want_w[0], want_w[1]);
+      }
     }
   }
 }
@@ -261,7 +283,8 @@ TEST(CudaMoe, LayerMatchesTheReferenceOnBothExpertPaths) {
       MoeLayer L(c, dt, 7 + c.T);
       for (bool gemv : {true, false}) {
         MoeRun r(c, dt);
-        const auto got = run_layer(L, r, gemv);
+        // The executor's choice: the fused routing for the steps that take the GEMV.
+        const auto got = run_layer(L, r, gemv, gemv && c.T <= cuda::kMoeGemvMaxTokens);
         const auto ref = L.reference(to_host<int32_t>(r.ids, c.T * c.k), to_host<float>(r.weights, c.T * c.k));
         double worst = 0, peak = 0;
         for (size_t i = 0; i < ref.size(); ++i) {

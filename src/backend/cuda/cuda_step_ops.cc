@@ -209,7 +209,8 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
   // Mixture of experts (model/families/moe.cc; kernels.h moe.cu): rms_norm -> hidden; the router
-  // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device; the
+  // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device (one
+  // single-block kernel for steps of up to kMoeGemvMaxTokens tokens, else two); the
   // experts over their pairs' rows (the grouped GEMV for small steps: only the selected experts'
   // weights are read, once per 4 of their rows; else the grouped SIMT GEMM and a SwiGLU kernel);
   // the shared expert through the dense matmuls; the weighted combine adds into the residual.
@@ -223,15 +224,20 @@ class CudaExecutor::StepOps final : public LayerOps {
     e.profiler_.mark("rms_norm", s);
     e.linear(e.hidden_.get(), e.weight(a.router), T_, e.moe_logits_.get(), GemmOut::kStoreF32);
     e.profiler_.mark("moe router", s);
-    cuda::moe_route(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
-                    e.moe_weights_.as<float>(), s);
     cuda::MoeSegments seg;
     int32_t* sb = e.moe_seg_.as<int32_t>();
     seg.expert = sb;
     seg.begin = sb + E;
     seg.tile = sb + 2 * E + 1;
     seg.count = sb + 3 * E + 2;
-    cuda::moe_sort(e.moe_ids_.as<int32_t>(), P, E, e.moe_order_.as<int32_t>(), seg, s);
+    if (T_ <= cuda::kMoeGemvMaxTokens) {  // one single-block launch (P <= 32 * 16 pairs)
+      cuda::moe_route_sort(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
+                           e.moe_weights_.as<float>(), e.moe_order_.as<int32_t>(), seg, s);
+    } else {
+      cuda::moe_route(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
+                      e.moe_weights_.as<float>(), s);
+      cuda::moe_sort(e.moe_ids_.as<int32_t>(), P, E, e.moe_order_.as<int32_t>(), seg, s);
+    }
     e.profiler_.mark("moe route+sort", s);
 
     const bool gemv = !e.opt_.batch_invariant && T_ <= cuda::kMoeGemvMaxTokens;

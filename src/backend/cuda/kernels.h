@@ -308,6 +308,11 @@ void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normal
 // ids [P] -> order [P]: the pairs sorted by expert, ascending pair index within an expert
 // (stable), and seg. One block per expert.
 void moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* order, const MoeSegments& seg, cudaStream_t s);
+// moe_route then moe_sort (the same ids, weights, order and seg) in one single-block launch, for
+// small steps: T * k <= kMoeRouteSortMaxPairs.
+constexpr int64_t kMoeRouteSortMaxPairs = 4096;
+void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
+                    int32_t* order, const MoeSegments& seg, cudaStream_t s);
 // Upper bound of the SIMT GEMM's tiles for P pairs over E experts (its grid).
 int64_t moe_max_tiles(int64_t P, int64_t E);
 

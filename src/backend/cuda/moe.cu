@@ -5,8 +5,10 @@
 // exit, so the whole MoE layer is one fixed launch sequence, capturable in a CUDA graph, with no
 // host synchronisation.
 //
-// Launched without programmatic dependent launch: each kernel starts once its predecessor has
-// completed, and the PDL kernels after them wait for their completion (device_utils.cuh).
+// Every kernel is launched with programmatic dependent launch (device_utils.cuh): it lets the next
+// kernel be scheduled at once and waits for its predecessor before it reads anything (nothing a
+// MoE kernel reads first is independent of the routing), so the launch gaps between the layer's
+// short kernels overlap the predecessor's tail.
 #include <algorithm>
 #include <climits>
 
@@ -20,6 +22,8 @@ namespace {
 constexpr int kRouteWarps = 4;                    // tokens a block of moe_route
 constexpr int kRouteSlots = kMoeMaxExperts / 32;  // experts a lane holds
 constexpr int kSortThreads = 256;
+constexpr int kRouteSortThreads = 512;  // the fused route + sort's one block
+constexpr int kCombineThreads = 128;    // columns a block of moe_combine
 constexpr int kGemvWarps = 8;    // output rows a block of the grouped GEMV
 constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves
 constexpr int kGemvUnroll = 4;   // 16-byte weight loads in flight per lane and weight row
@@ -27,14 +31,11 @@ constexpr int kTk = 16;          // k slice of the grouped SIMT GEMM
 
 // ---- routing ----
 
-// One warp a token: softmax over the E router logits, the k largest probabilities (ties: the
-// lower expert), optionally renormalised to sum 1 (ops/moe.h's moe_route).
-__global__ __launch_bounds__(kRouteWarps * 32) void moe_route_kernel(const float* __restrict__ logits, int T, int E,
-                                                                     int k, bool normalize, int32_t* __restrict__ ids,
-                                                                     float* __restrict__ weights) {
-  const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (t >= T) return;
-  const float* l = logits + static_cast<int64_t>(t) * E;
+// One warp a token: softmax over the E router logits l, the k largest probabilities (ties: the
+// lower expert), optionally renormalised to sum 1 (ops/moe.h's moe_route), into id[k] and w[k];
+// also into sid[k] when given (shared memory of the fused route + sort).
+__device__ __forceinline__ void route_token(const float* __restrict__ l, int E, int k, bool normalize, int lane,
+                                            int32_t* __restrict__ id, float* __restrict__ w, int32_t* sid) {
   float p[kRouteSlots];
   float mx = -INFINITY;
 #pragma unroll
@@ -61,9 +62,7 @@ __global__ __launch_bounds__(kRouteWarps * 32) void moe_route_kernel(const float
     p[i] *= inv;
     key[i] = lane + 32 * i < E ? (p[i] == p[i] ? p[i] : -1.0f) : -3.0f;
   }
-  int32_t* id = ids + static_cast<int64_t>(t) * k;
-  float* w = weights + static_cast<int64_t>(t) * k;
-  float kept = 0.0f;
+  float kept = 0.0f, mine_w = 0.0f;  // lane j < k keeps choice j's probability
   for (int j = 0; j < k; ++j) {
     float bv = -4.0f;
     int be = INT_MAX;
@@ -91,13 +90,25 @@ __global__ __launch_bounds__(kRouteWarps * 32) void moe_route_kernel(const float
       }
     const float pw = __shfl_sync(0xffffffffu, mine, be & 31);
     kept += pw;
-    if (lane == 0) {
+    if (lane == j) {
       id[j] = be;
-      w[j] = pw;
+      mine_w = pw;
+      if (sid != nullptr) sid[j] = be;
     }
   }
-  if (normalize && lane == 0)
-    for (int j = 0; j < k; ++j) w[j] /= kept;
+  if (lane < k) w[lane] = normalize ? mine_w / kept : mine_w;
+}
+
+// One warp a token (route_token).
+__global__ __launch_bounds__(kRouteWarps * 32) void moe_route_kernel(const float* __restrict__ logits, int T, int E,
+                                                                     int k, bool normalize, int32_t* __restrict__ ids,
+                                                                     float* __restrict__ weights) {
+  pdl_trigger();
+  pdl_wait();
+  const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (t >= T) return;
+  route_token(logits + static_cast<int64_t>(t) * E, E, k, normalize, lane, ids + static_cast<int64_t>(t) * k,
+              weights + static_cast<int64_t>(t) * k, nullptr);
 }
 
 // ---- the sort of pairs by expert ----
@@ -111,8 +122,10 @@ __global__ __launch_bounds__(kSortThreads) void moe_sort_kernel(const int32_t* _
   __shared__ int hist[kMoeMaxExperts];
   __shared__ int warp_total[kSortThreads / 32];
   __shared__ int info[3];
+  pdl_trigger();
   const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < E; i += kSortThreads) hist[i] = 0;
+  pdl_wait();
   __syncthreads();
   for (int p = tid; p < P; p += kSortThreads) atomicAdd(&hist[ids[p]], 1);
   __syncthreads();
@@ -162,6 +175,90 @@ __global__ __launch_bounds__(kSortThreads) void moe_sort_kernel(const int32_t* _
   }
 }
 
+// ---- fused route + sort (small steps) ----
+
+// One block: every token routed (a warp a token, route_token), its choices kept in shared memory;
+// the histogram of the P = T * k pairs' experts; one warp's scan of it (a lane per kRouteSlots
+// consecutive experts) writes the segments; then one warp walks the pairs in ascending order, 32 at
+// a time, and places each at its expert's cursor plus its rank among the chunk's lanes of the same
+// expert (__match_any_sync), which keeps the order stable. The same ids, weights, order and
+// segments as moe_route + moe_sort, in one launch.
+__global__ __launch_bounds__(kRouteSortThreads) void moe_route_sort_kernel(const float* __restrict__ logits, int T,
+                                                                           int E, int k, bool normalize,
+                                                                           int32_t* __restrict__ ids,
+                                                                           float* __restrict__ weights,
+                                                                           int32_t* __restrict__ order,
+                                                                           MoeSegments seg) {
+  __shared__ int32_t sid[kMoeRouteSortMaxPairs];
+  __shared__ int cursor[kMoeMaxExperts];  // pairs per expert, then the expert's next sorted position
+  pdl_trigger();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < E; i += kRouteSortThreads) cursor[i] = 0;
+  pdl_wait();
+  for (int t = warp; t < T; t += kRouteSortThreads / 32) {
+    const int64_t p0 = static_cast<int64_t>(t) * k;
+    route_token(logits + static_cast<int64_t>(t) * E, E, k, normalize, lane, ids + p0, weights + p0, sid + p0);
+  }
+  __syncthreads();
+  const int P = T * k;
+  for (int p = tid; p < P; p += kRouteSortThreads) atomicAdd(&cursor[sid[p]], 1);
+  __syncthreads();
+  if (warp == 0) {
+    int c[kRouteSlots];
+    int pairs = 0, active = 0, tiles = 0;
+#pragma unroll
+    for (int i = 0; i < kRouteSlots; ++i) {
+      const int e = lane * kRouteSlots + i;
+      c[i] = e < E ? cursor[e] : 0;
+      pairs += c[i];
+      active += c[i] > 0;
+      tiles += (c[i] + kMoeTile - 1) / kMoeTile;
+    }
+    int begin = pairs, s = active, tile = tiles;  // inclusive scans over the lanes, then exclusive
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int b = __shfl_up_sync(0xffffffffu, begin, o), a = __shfl_up_sync(0xffffffffu, s, o),
+                ti = __shfl_up_sync(0xffffffffu, tile, o);
+      if (lane >= o) {
+        begin += b;
+        s += a;
+        tile += ti;
+      }
+    }
+    begin -= pairs;
+    s -= active;
+    tile -= tiles;
+#pragma unroll
+    for (int i = 0; i < kRouteSlots; ++i) {
+      const int e = lane * kRouteSlots + i;
+      if (c[i] == 0) continue;
+      seg.expert[s] = e;
+      seg.begin[s] = begin;
+      seg.tile[s] = tile;
+      cursor[e] = begin;
+      ++s;
+      begin += c[i];
+      tile += (c[i] + kMoeTile - 1) / kMoeTile;
+    }
+    if (lane == 31) {  // its running values are the totals
+      *seg.count = s;
+      seg.begin[s] = begin;
+      seg.tile[s] = tile;
+    }
+    __syncwarp();
+    for (int base = 0; base < P; base += 32) {
+      const int p = base + lane;
+      const int e = p < P ? sid[p] : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const int rank = __popc(peers & ((1u << lane) - 1u));
+      if (e >= 0) order[cursor[e] + rank] = p;
+      __syncwarp();
+      if (e >= 0 && rank == 0) cursor[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
+}
+
 // ---- grouped matmuls ----
 
 // acc += dot of 16 bytes of weights and 16 bytes of inputs (8 bf16 or 4 f32), in element order.
@@ -206,6 +303,8 @@ __device__ __forceinline__ void store_out(const MoeMatmulParams& a, int pos, int
 // rounded as the dense path rounds it (swiglu.cuh).
 template <class T, GemmOut MODE>
 __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulParams a) {
+  pdl_trigger();
+  pdl_wait();
   const int s = blockIdx.y;
   if (s >= *a.seg.count) return;
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
@@ -278,6 +377,8 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
   __shared__ float xs[kTk][kMoeTile + 4];
   __shared__ float ws[kTk][kMoeTile + 4];
   __shared__ int info[3];
+  pdl_trigger();
+  pdl_wait();
   const int tile = blockIdx.y, tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int nseg = *a.seg.count;
   if (tile >= a.seg.tile[nseg]) return;  // the same for the whole block
@@ -346,18 +447,27 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
 
 // ---- combine ----
 
-// Block t: residual[t] += sigmoid(hidden[t] . shared_gate) * shared_out[t] (optional) + the
-// token's k expert outputs weighted, added in ascending expert order (ops/moe.h's order).
+// Block (t, y): columns [y * kCombineThreads, ...) of token t, a thread a column:
+// residual[t] += sigmoid(hidden[t] . shared_gate) * shared_out[t] (optional) + the token's k expert
+// outputs weighted, added in ascending expert order (ops/moe.h's order). The k loads of a column are
+// issued together; the slot order (a token's experts are distinct: the rank of each by expert) is
+// computed once a block.
 template <class T>
-__global__ __launch_bounds__(256) void moe_combine_kernel(MoeCombineParams a) {
+__global__ __launch_bounds__(kCombineThreads) void moe_combine_kernel(MoeCombineParams a) {
   __shared__ float scratch[33];
+  __shared__ int slot[kMoeMaxTopK];
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, k = a.top_k, D = a.D;
-  int slot[kMoeMaxTopK];
-  for (int j = 0; j < k; ++j) {  // insertion sort of the slots by expert
-    const int e = a.ids[static_cast<int64_t>(t) * k + j];
-    int i = j;
-    for (; i > 0 && a.ids[static_cast<int64_t>(t) * k + slot[i - 1]] > e; --i) slot[i] = slot[i - 1];
-    slot[i] = j;
+  const int64_t p0 = static_cast<int64_t>(t) * k;
+  if (static_cast<int>(threadIdx.x) < k) {
+    const int j = threadIdx.x, e = a.ids[p0 + j];
+    int r = 0;
+    for (int i = 0; i < k; ++i) {
+      const int o = a.ids[p0 + i];
+      r += o < e || (o == e && i < j);
+    }
+    slot[r] = j;
   }
   float sg = 0.0f;
   if (a.shared_out != nullptr && a.shared_gate_logits != nullptr) {
@@ -366,19 +476,24 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(MoeCombineParams a) {
     const T* h = static_cast<const T*>(a.hidden) + static_cast<int64_t>(t) * D;
     const T* g = static_cast<const T*>(a.shared_gate);
     float dot = 0.0f;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) dot = fmaf(to_f32(h[d]), to_f32(g[d]), dot);
+    for (int d = threadIdx.x; d < D; d += kCombineThreads) dot = fmaf(to_f32(h[d]), to_f32(g[d]), dot);
     dot = block_sum(dot, scratch);
     sg = 1.0f / (1.0f + expf(-dot));
   }
-  float* res = a.residual + static_cast<int64_t>(t) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = a.shared_out != nullptr ? a.shared_out[static_cast<int64_t>(t) * D + d] * sg : 0.0f;
-    for (int jj = 0; jj < k; ++jj) {
-      const int64_t pair = static_cast<int64_t>(t) * k + slot[jj];
-      o += a.weights[pair] * a.expert_out[pair * D + d];
-    }
-    res[d] += o;
+  __syncthreads();
+  const int d = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (d >= D) return;
+  float v[kMoeMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    const int64_t pair = p0 + slot[j < k ? j : 0];
+    v[j] = j < k ? a.weights[pair] * a.expert_out[pair * D + d] : 0.0f;
   }
+  float o = a.shared_out != nullptr ? a.shared_out[static_cast<int64_t>(t) * D + d] * sg : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j)
+    if (j < k) o += v[j];
+  a.residual[static_cast<int64_t>(t) * D + d] += o;
 }
 
 template <class T>
@@ -387,16 +502,16 @@ void launch_matmul(const MoeMatmulParams& p, bool gemv, unsigned max_segments, u
     const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
     const dim3 grid(static_cast<unsigned>(ceil_div(n_out, kGemvWarps)), max_segments);
     switch (p.mode) {
-      case GemmOut::kSwiGlu: moe_gemv_kernel<T, GemmOut::kSwiGlu><<<grid, kGemvWarps * 32, 0, s>>>(p); break;
-      case GemmOut::kStoreF32: moe_gemv_kernel<T, GemmOut::kStoreF32><<<grid, kGemvWarps * 32, 0, s>>>(p); break;
-      case GemmOut::kStoreAct: moe_gemv_kernel<T, GemmOut::kStoreAct><<<grid, kGemvWarps * 32, 0, s>>>(p); break;
+      case GemmOut::kSwiGlu: launch_pdl(moe_gemv_kernel<T, GemmOut::kSwiGlu>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
+      case GemmOut::kStoreF32: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreF32>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
+      case GemmOut::kStoreAct: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreAct>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
       default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
     }
   } else {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
     switch (p.mode) {
-      case GemmOut::kStoreF32: moe_gemm_kernel<T, GemmOut::kStoreF32><<<grid, 256, 0, s>>>(p); break;
-      case GemmOut::kStoreAct: moe_gemm_kernel<T, GemmOut::kStoreAct><<<grid, 256, 0, s>>>(p); break;
+      case GemmOut::kStoreF32: launch_pdl(moe_gemm_kernel<T, GemmOut::kStoreF32>, grid, dim3(256), 0, s, p); break;
+      case GemmOut::kStoreAct: launch_pdl(moe_gemm_kernel<T, GemmOut::kStoreAct>, grid, dim3(256), 0, s, p); break;
       default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the SIMT path stores f32 or act (SwiGLU is a separate kernel)");
     }
   }
@@ -409,15 +524,25 @@ void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normal
   PAGODA_CUDA_REQUIRE(E >= 1 && E <= kMoeMaxExperts && k >= 1 && k <= E && k <= kMoeMaxTopK,
                       "moe_route: 1 <= k <= E <= 256, k <= 16");
   if (T <= 0) return;
-  moe_route_kernel<<<static_cast<unsigned>(ceil_div(T, kRouteWarps)), kRouteWarps * 32, 0, s>>>(
-      logits, static_cast<int>(T), static_cast<int>(E), static_cast<int>(k), normalize, ids, weights);
+  launch_pdl(moe_route_kernel, dim3(static_cast<unsigned>(ceil_div(T, kRouteWarps))), dim3(kRouteWarps * 32), 0, s,
+             logits, static_cast<int>(T), static_cast<int>(E), static_cast<int>(k), normalize, ids, weights);
   CUDA_CHECK_LAUNCH();
 }
 
 void moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* order, const MoeSegments& seg, cudaStream_t s) {
   PAGODA_CUDA_REQUIRE(E >= 1 && E <= kMoeMaxExperts && P >= 1 && P < (int64_t{1} << 30), "moe_sort: 1 <= E <= 256, P >= 1");
-  moe_sort_kernel<<<static_cast<unsigned>(E), kSortThreads, 0, s>>>(ids, static_cast<int>(P), static_cast<int>(E), order,
-                                                                     seg);
+  launch_pdl(moe_sort_kernel, dim3(static_cast<unsigned>(E)), dim3(kSortThreads), 0, s, ids, static_cast<int>(P),
+             static_cast<int>(E), order, seg);
+  CUDA_CHECK_LAUNCH();
+}
+
+void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
+                    int32_t* order, const MoeSegments& seg, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(E >= 1 && E <= kMoeMaxExperts && k >= 1 && k <= E && k <= kMoeMaxTopK,
+                      "moe_route_sort: 1 <= k <= E <= 256, k <= 16");
+  PAGODA_CUDA_REQUIRE(T >= 1 && T * k <= kMoeRouteSortMaxPairs, "moe_route_sort: 1 <= T * k <= 4096");
+  launch_pdl(moe_route_sort_kernel, dim3(1), dim3(kRouteSortThreads), 0, s, logits, static_cast<int>(T),
+             static_cast<int>(E), static_cast<int>(k), normalize, ids, weights, order, seg);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -445,8 +570,9 @@ void moe_combine(const MoeCombineParams& p, DType dtype, cudaStream_t s) {
                           (p.hidden != nullptr && p.shared_gate != nullptr),
                       "moe_combine: the shared expert needs its gate and the normalised input");
   if (p.T <= 0) return;
-  if (dtype == DType::kF32) moe_combine_kernel<float><<<static_cast<unsigned>(p.T), 256, 0, s>>>(p);
-  else moe_combine_kernel<bf16><<<static_cast<unsigned>(p.T), 256, 0, s>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(ceil_div(p.D, kCombineThreads)));
+  if (dtype == DType::kF32) launch_pdl(moe_combine_kernel<float>, grid, dim3(kCombineThreads), 0, s, p);
+  else launch_pdl(moe_combine_kernel<bf16>, grid, dim3(kCombineThreads), 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
