@@ -14,6 +14,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_utils.cuh"
 #include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
@@ -24,24 +25,50 @@ constexpr int kRouteSlots = kMoeMaxExperts / 32;  // experts a lane holds
 constexpr int kSortThreads = 256;
 constexpr int kRouteSortThreads = 512;  // the fused route + sort's one block
 constexpr int kCombineThreads = 128;    // columns a block of moe_combine
+constexpr int kRouterWarps = 8;         // router rows (experts) a block of moe_norm_route
+constexpr int kRouterPre = 8;           // 16-byte router chunks a lane loads before waiting
+constexpr int kMmaThreads = 128;        // the tensor-core grouped GEMM: 4 warps of 32 x 32 outputs
+constexpr int kMmaBK = 32;              // its k slice
+constexpr int kMmaLd = kMmaBK + 8;      // its shared-memory row stride (elements): 80 bytes
 constexpr int kGemvWarps = 8;    // output rows a block of the grouped GEMV
-constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves
-constexpr int kGemvUnroll = 4;   // 16-byte weight loads in flight per lane and weight row
+constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves (steps of 2+)
+constexpr int kGemvLoads = 8;    // 16-byte weight loads in flight a lane over two weight rows (4 a row)
 constexpr int kTk = 16;          // k slice of the grouped SIMT GEMM
+
+// acc += dot of 16 bytes of weights and 16 bytes of inputs (8 bf16 or 4 f32), in element order.
+template <class T>
+__device__ __forceinline__ float dot16(const uint4& w, const uint4& x, float acc) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float* a = reinterpret_cast<const float*>(&w);
+    const float* b = reinterpret_cast<const float*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fmaf(a[i], b[i], acc);
+  } else {
+    const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
+      acc = fmaf(fa.x, fb.x, acc);
+      acc = fmaf(fa.y, fb.y, acc);
+    }
+  }
+  return acc;
+}
 
 // ---- routing ----
 
 // One warp a token: softmax over the E router logits l, the k largest probabilities (ties: the
 // lower expert), optionally renormalised to sum 1 (ops/moe.h's moe_route), into id[k] and w[k];
 // also into sid[k] when given (shared memory of the fused route + sort).
-__device__ __forceinline__ void route_token(const float* __restrict__ l, int E, int k, bool normalize, int lane,
+__device__ __forceinline__ void route_token(const float* l, int E, int k, bool normalize, int lane,
                                             int32_t* __restrict__ id, float* __restrict__ w, int32_t* sid) {
   float p[kRouteSlots];
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kRouteSlots; ++i) {
     const int e = lane + 32 * i;
-    p[i] = e < E ? l[e] : -INFINITY;
+    p[i] = e < E ? __ldcg(l + e) : -INFINITY;  // through L2: other blocks of the launch may have written l
     mx = fmaxf(mx, p[i]);
   }
   mx = warp_max(mx);
@@ -177,12 +204,82 @@ __global__ __launch_bounds__(kSortThreads) void moe_sort_kernel(const int32_t* _
 
 // ---- fused route + sort (small steps) ----
 
-// One block: every token routed (a warp a token, route_token), its choices kept in shared memory;
-// the histogram of the P = T * k pairs' experts; one warp's scan of it (a lane per kRouteSlots
-// consecutive experts) writes the segments; then one warp walks the pairs in ascending order, 32 at
-// a time, and places each at its expert's cursor plus its rank among the chunk's lanes of the same
-// expert (__match_any_sync), which keeps the order stable. The same ids, weights, order and
-// segments as moe_route + moe_sort, in one launch.
+// By one block of NT threads: every token routed (a warp a token, route_token), its choices kept
+// in shared memory sid [T * k]; the histogram of the P = T * k pairs' experts; one warp's scan of
+// it (a lane per kRouteSlots consecutive experts) writes the segments; then one warp walks the
+// pairs in ascending order, 32 at a time, and places each at its expert's cursor plus its rank
+// among the chunk's lanes of the same expert (__match_any_sync), which keeps the order stable.
+// The same ids, weights, order and segments as moe_route + moe_sort. cursor: shared [E].
+template <int NT>
+__device__ __forceinline__ void route_sort_block(const float* logits, int T, int E, int k, bool normalize,
+                                                 int32_t* __restrict__ ids, float* __restrict__ weights,
+                                                 int32_t* __restrict__ order, const MoeSegments& seg, int32_t* sid,
+                                                 int* cursor) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < E; i += NT) cursor[i] = 0;
+  for (int t = warp; t < T; t += NT / 32) {
+    const int64_t p0 = static_cast<int64_t>(t) * k;
+    route_token(logits + static_cast<int64_t>(t) * E, E, k, normalize, lane, ids + p0, weights + p0, sid + p0);
+  }
+  __syncthreads();
+  const int P = T * k;
+  for (int p = tid; p < P; p += NT) atomicAdd(&cursor[sid[p]], 1);
+  __syncthreads();
+  if (warp != 0) return;
+  int c[kRouteSlots];
+  int pairs = 0, active = 0, tiles = 0;
+#pragma unroll
+  for (int i = 0; i < kRouteSlots; ++i) {
+    const int e = lane * kRouteSlots + i;
+    c[i] = e < E ? cursor[e] : 0;
+    pairs += c[i];
+    active += c[i] > 0;
+    tiles += (c[i] + kMoeTile - 1) / kMoeTile;
+  }
+  int begin = pairs, s = active, tile = tiles;  // inclusive scans over the lanes, then exclusive
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int b = __shfl_up_sync(0xffffffffu, begin, o), a = __shfl_up_sync(0xffffffffu, s, o),
+              ti = __shfl_up_sync(0xffffffffu, tile, o);
+    if (lane >= o) {
+      begin += b;
+      s += a;
+      tile += ti;
+    }
+  }
+  begin -= pairs;
+  s -= active;
+  tile -= tiles;
+#pragma unroll
+  for (int i = 0; i < kRouteSlots; ++i) {
+    const int e = lane * kRouteSlots + i;
+    if (c[i] == 0) continue;
+    seg.expert[s] = e;
+    seg.begin[s] = begin;
+    seg.tile[s] = tile;
+    cursor[e] = begin;
+    ++s;
+    begin += c[i];
+    tile += (c[i] + kMoeTile - 1) / kMoeTile;
+  }
+  if (lane == 31) {  // its running values are the totals
+    *seg.count = s;
+    seg.begin[s] = begin;
+    seg.tile[s] = tile;
+  }
+  __syncwarp();
+  for (int base = 0; base < P; base += 32) {
+    const int p = base + lane;
+    const int e = p < P ? sid[p] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    if (e >= 0) order[cursor[e] + rank] = p;
+    __syncwarp();
+    if (e >= 0 && rank == 0) cursor[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
 __global__ __launch_bounds__(kRouteSortThreads) void moe_route_sort_kernel(const float* __restrict__ logits, int T,
                                                                            int E, int k, bool normalize,
                                                                            int32_t* __restrict__ ids,
@@ -192,95 +289,70 @@ __global__ __launch_bounds__(kRouteSortThreads) void moe_route_sort_kernel(const
   __shared__ int32_t sid[kMoeRouteSortMaxPairs];
   __shared__ int cursor[kMoeMaxExperts];  // pairs per expert, then the expert's next sorted position
   pdl_trigger();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < E; i += kRouteSortThreads) cursor[i] = 0;
   pdl_wait();
-  for (int t = warp; t < T; t += kRouteSortThreads / 32) {
-    const int64_t p0 = static_cast<int64_t>(t) * k;
-    route_token(logits + static_cast<int64_t>(t) * E, E, k, normalize, lane, ids + p0, weights + p0, sid + p0);
+  route_sort_block<kRouteSortThreads>(logits, T, E, k, normalize, ids, weights, order, seg, sid, cursor);
+}
+
+// ---- fused norm + router + route + sort (decode) ----
+
+// Block b: router rows (experts) [8 b, 8 b + 8), a warp a row, its first kRouterPre 16-byte
+// chunks a lane loaded before waiting (they do not depend on earlier kernels). For each token m
+// in turn the block normalises residual row m into shared memory in the compute dtype
+// (block_rms_norm_row: the rms_norm kernel's arithmetic; block 0 also writes it to hidden), then
+// every warp's dot product with it (a lane's chunks in order, then the warp sum) -> logits f32.
+// The last block to finish (a counter, reset by that block for the next launch) routes and sorts
+// (route_sort_block) from the logits, read through L2.
+template <class T>
+__global__ __launch_bounds__(kRouterWarps * 32) void moe_norm_route_kernel(MoeNormRouteParams a) {
+  extern __shared__ uint4 xs4[];  // one normalised row: D values of T
+  __shared__ float scratch[33];
+  __shared__ int32_t sid[kMoeNormRouteMaxTokens * kMoeMaxTopK];
+  __shared__ int cursor[kMoeMaxExperts];
+  __shared__ bool last;
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, n = blockIdx.x * kRouterWarps + (threadIdx.x >> 5);
+  const int E = static_cast<int>(a.E), D = static_cast<int>(a.D), kc = D / (16 / static_cast<int>(sizeof(T)));
+  const bool active = n < E;
+  const uint4* wr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.router) + static_cast<int64_t>(active ? n : 0) * D);
+  uint4 pre[kRouterPre];
+#pragma unroll
+  for (int u = 0; u < kRouterPre; ++u)
+    pre[u] = active && lane + 32 * u < kc ? load_stream<true>(wr + lane + 32 * u) : make_uint4(0, 0, 0, 0);
+  pdl_wait();
+  T* xs = reinterpret_cast<T*>(xs4);
+  const int T_ = static_cast<int>(a.T);
+  for (int m = 0; m < T_; ++m) {
+    const float4* xr = reinterpret_cast<const float4*>(a.residual + static_cast<int64_t>(m) * D);
+    T* hid = static_cast<T*>(a.hidden) + static_cast<int64_t>(m) * D;
+    const bool write = blockIdx.x == 0;
+    block_rms_norm_row<4>(xr, reinterpret_cast<const float4*>(a.norm_w), D / 4, a.eps, scratch, [&](int j, const float4& y) {
+      store4(xs, int64_t{4} * j, y);
+      if (write) store4(hid, int64_t{4} * j, y);
+    });
+    __syncthreads();
+    if (active) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kRouterPre; ++u)
+        if (lane + 32 * u < kc) acc = dot16<T>(pre[u], xs4[lane + 32 * u], acc);
+      for (int c = lane + 32 * kRouterPre; c < kc; c += 32) acc = dot16<T>(load_stream<false>(wr + c), xs4[c], acc);
+      acc = warp_sum(acc);
+      if (lane == 0) a.logits[static_cast<int64_t>(m) * E + n] = acc;
+    }
+    __syncthreads();  // xs is rewritten by the next row
   }
+  __threadfence();  // this block's logits visible device-wide before it is counted
   __syncthreads();
-  const int P = T * k;
-  for (int p = tid; p < P; p += kRouteSortThreads) atomicAdd(&cursor[sid[p]], 1);
+  if (threadIdx.x == 0) last = atomicAdd(a.done, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (warp == 0) {
-    int c[kRouteSlots];
-    int pairs = 0, active = 0, tiles = 0;
-#pragma unroll
-    for (int i = 0; i < kRouteSlots; ++i) {
-      const int e = lane * kRouteSlots + i;
-      c[i] = e < E ? cursor[e] : 0;
-      pairs += c[i];
-      active += c[i] > 0;
-      tiles += (c[i] + kMoeTile - 1) / kMoeTile;
-    }
-    int begin = pairs, s = active, tile = tiles;  // inclusive scans over the lanes, then exclusive
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int b = __shfl_up_sync(0xffffffffu, begin, o), a = __shfl_up_sync(0xffffffffu, s, o),
-                ti = __shfl_up_sync(0xffffffffu, tile, o);
-      if (lane >= o) {
-        begin += b;
-        s += a;
-        tile += ti;
-      }
-    }
-    begin -= pairs;
-    s -= active;
-    tile -= tiles;
-#pragma unroll
-    for (int i = 0; i < kRouteSlots; ++i) {
-      const int e = lane * kRouteSlots + i;
-      if (c[i] == 0) continue;
-      seg.expert[s] = e;
-      seg.begin[s] = begin;
-      seg.tile[s] = tile;
-      cursor[e] = begin;
-      ++s;
-      begin += c[i];
-      tile += (c[i] + kMoeTile - 1) / kMoeTile;
-    }
-    if (lane == 31) {  // its running values are the totals
-      *seg.count = s;
-      seg.begin[s] = begin;
-      seg.tile[s] = tile;
-    }
-    __syncwarp();
-    for (int base = 0; base < P; base += 32) {
-      const int p = base + lane;
-      const int e = p < P ? sid[p] : -1;
-      const unsigned peers = __match_any_sync(0xffffffffu, e);
-      const int rank = __popc(peers & ((1u << lane) - 1u));
-      if (e >= 0) order[cursor[e] + rank] = p;
-      __syncwarp();
-      if (e >= 0 && rank == 0) cursor[e] += __popc(peers);
-      __syncwarp();
-    }
-  }
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *a.done = 0;
+  route_sort_block<kRouterWarps * 32>(a.logits, T_, E, static_cast<int>(a.k), a.normalize, a.ids, a.weights, a.order,
+                                      a.seg, sid, cursor);
 }
 
 // ---- grouped matmuls ----
-
-// acc += dot of 16 bytes of weights and 16 bytes of inputs (8 bf16 or 4 f32), in element order.
-template <class T>
-__device__ __forceinline__ float dot16(const uint4& w, const uint4& x, float acc) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float* a = reinterpret_cast<const float*>(&w);
-    const float* b = reinterpret_cast<const float*>(&x);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc = fmaf(a[i], b[i], acc);
-  } else {
-    const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
-    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
-      acc = fmaf(fa.x, fb.x, acc);
-      acc = fmaf(fa.y, fb.y, acc);
-    }
-  }
-  return acc;
-}
 
 // Input row (element offset) of sorted position `pos`.
 __device__ __forceinline__ int64_t input_row(const MoeMatmulParams& a, int pos) {
@@ -308,6 +380,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulPara
   const int s = blockIdx.y;
   if (s >= *a.seg.count) return;
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  constexpr int kGemvUnroll = kGemvLoads / 2;  // loads in flight per weight row
   const int n_out = MODE == GemmOut::kSwiGlu ? a.N / 2 : a.N;
   const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (n >= n_out) return;
@@ -364,6 +437,72 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulPara
         } else {
           store_out<T, MODE>(a, r0 + m, n, acc[m][0]);
         }
+      }
+    }
+  }
+}
+
+// Batch 1 (every segment one row: MoeMatmulParams::max_rows == 1): block (x, s) of a grid of
+// gemv1_blocks(...) x segments; its warps take outputs n = x * kGemvWarps + warp, then n + the
+// grid's warps, ..., two weight rows at a time (gate and up, or two outputs), kGemvLoads 16-byte
+// loads in flight a lane. Fewer, longer-lived blocks than one a row: each block's chain of
+// dependent reads (segment count, segment, expert pointer, gathered input row) is paid once for
+// several rows. Any segment length is computed correctly (its rows in turn).
+template <class T, GemmOut MODE>
+__global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv1_kernel(MoeMatmulParams a) {
+  pdl_trigger();
+  pdl_wait();
+  const int s = blockIdx.y;
+  if (s >= *a.seg.count) return;
+  constexpr bool kGlu = MODE == GemmOut::kSwiGlu;
+  constexpr int R = 2, U = kGemvLoads / R;
+  const int n_out = kGlu ? a.N / 2 : a.N;
+  const int lane = threadIdx.x & 31, warps = gridDim.x * kGemvWarps;
+  const int step = kGlu ? warps : 2 * warps;  // outputs the grid's warps take per pass
+  const int begin = a.seg.begin[s], end = a.seg.begin[s + 1];
+  const T* w = static_cast<const T*>(a.w[a.seg.expert[s]]);
+  const int kc = a.K / (16 / static_cast<int>(sizeof(T)));
+  const T* x = static_cast<const T*>(a.x);
+  for (int pos = begin; pos < end; ++pos) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + input_row(a, pos) * a.ldx);
+    for (int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5); n < n_out; n += step) {
+      int row[R];
+      bool valid[R];
+      row[0] = n;
+      valid[0] = true;
+      row[1] = kGlu ? n + n_out : n + warps;
+      valid[1] = kGlu || n + warps < n_out;
+      const uint4* wr[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(valid[r] ? row[r] : n) * a.K);
+      float acc[R] = {0.0f, 0.0f};
+      for (int c0 = lane; c0 < kc; c0 += 32 * U) {
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = c0 + 32 * u < kc && valid[r] ? load_stream<false>(wr[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int c = c0 + 32 * u;
+          if (c >= kc) break;
+          const uint4 xv = __ldg(xr + c);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r] = dot16<T>(wv[u][r], xv, acc[r]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+      if (lane != 0) continue;
+      if constexpr (kGlu) {
+        T* y = static_cast<T*>(a.y) + static_cast<int64_t>(pos) * a.ldy + n;
+        if constexpr (std::is_same_v<T, float>) *y = silu_mul(acc[0], acc[1]);
+        else *y = swiglu_out(acc[0], acc[1]);
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (valid[r]) store_out<T, MODE>(a, pos, row[r], acc[r]);
       }
     }
   }
@@ -445,6 +584,113 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
   }
 }
 
+// Block (x, tile): the SIMT kernel's kMoeTile x kMoeTile output tile, on tensor cores (bf16):
+// 4 warps of 32 x 32 outputs, m16n8k16 mma with f32 accumulators. A (the segment's gathered input
+// rows) and B (the expert's weight rows, [N, K] row-major: the mma's column-major operand) pass
+// through shared memory in k slices of kMmaBK, copied with cp.async one slice ahead (two stages),
+// read with ldmatrix; rows padded to kMmaLd elements so that ldmatrix's 8 row reads hit distinct
+// banks. Rows past the segment or N and k past K are zero-filled (K a multiple of 8).
+template <GemmOut MODE>
+__global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulParams a) {
+  __shared__ __align__(16) bf16 as[2][kMoeTile][kMmaLd];
+  __shared__ __align__(16) bf16 bs[2][kMoeTile][kMmaLd];
+  __shared__ int info[3];
+  pdl_trigger();
+  pdl_wait();
+  const int tile = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nseg = *a.seg.count;
+  if (tile >= a.seg.tile[nseg]) return;  // the same for the whole block
+  if (tid == 0) {
+    int s = 0;
+    while (a.seg.tile[s + 1] <= tile) ++s;
+    const int m0 = a.seg.begin[s] + (tile - a.seg.tile[s]) * kMoeTile;
+    info[0] = m0;
+    info[1] = min(m0 + kMoeTile, a.seg.begin[s + 1]);
+    info[2] = a.seg.expert[s];
+  }
+  __syncthreads();
+  const int m0 = info[0], m_end = info[1];
+  const int n0 = blockIdx.x * kMoeTile, N = a.N, K = a.K;
+  const bf16* w = static_cast<const bf16*>(a.w[info[2]]);
+  const bf16* x = static_cast<const bf16*>(a.x);
+  // This thread's 16-byte chunks of a slice: rows lr + 32 i (i < 2) of each tile, k offset lc.
+  constexpr int kRowsPerPass = kMmaThreads / (kMmaBK / 8);
+  static_assert(kMoeTile % kRowsPerPass == 0);
+  constexpr int kPasses = kMoeTile / kRowsPerPass;
+  const int lr = tid / (kMmaBK / 8), lc = (tid % (kMmaBK / 8)) * 8;
+  const bf16* arow[kPasses];
+  const bf16* brow[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = lr + kRowsPerPass * i;
+    arow[i] = m0 + r < m_end ? x + input_row(a, m0 + r) * a.ldx : nullptr;
+    brow[i] = n0 + r < N ? w + static_cast<int64_t>(n0 + r) * K : nullptr;
+  }
+  auto load = [&](int stage, int k0) {
+    const int k = k0 + lc;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = lr + kRowsPerPass * i;
+      const bool va = arow[i] != nullptr && k < K, vb = brow[i] != nullptr && k < K;
+      cp_async16(&as[stage][r][lc], va ? arow[i] + k : x, va);
+      cp_async16(&bs[stage][r][lc], vb ? brow[i] + k : w, vb);
+    }
+    cp_async_commit();
+  };
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  const int nk = (K + kMmaBK - 1) / kMmaBK;
+  load(0, 0);
+  for (int kt = 0; kt < nk; ++kt) {
+    if (kt + 1 < nk) {
+      load((kt + 1) & 1, (kt + 1) * kMmaBK);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int st = kt & 1;
+#pragma unroll
+    for (int kk = 0; kk < kMmaBK; kk += 16) {
+      uint32_t af[2][4], bfr[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(af[mi], &as[st][wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+      // B: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) of each 16 columns
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj)
+        ldmatrix_x4(bfr[nj], &bs[st][wn + nj * 16 + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+          mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2], bfr[ni >> 1][(ni & 1) * 2 + 1], bf16{});
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's copy
+  }
+  // C fragment: rows g and g + 8 of each m16 tile, columns 2 (lane % 4) + {0, 1} of each n8 tile.
+  const int g = lane >> 2, q = (lane & 3) * 2;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int pos = m0 + wm + mi * 16 + g + h * 8;
+      if (pos >= m_end) continue;
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int n = n0 + wn + ni * 8 + q;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (n + e < N) store_out<bf16, MODE>(a, pos, n + e, acc[mi][ni][h * 2 + e]);
+      }
+    }
+}
+
 // ---- combine ----
 
 // Block (t, y): columns [y * kCombineThreads, ...) of token t, a thread a column:
@@ -497,15 +743,57 @@ __global__ __launch_bounds__(kCombineThreads) void moe_combine_kernel(MoeCombine
 }
 
 template <class T>
+void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
+  const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
+  const dim3 grid(static_cast<unsigned>(ceil_div(n_out, kGemvWarps)), max_segments), block(kGemvWarps * 32);
+  switch (p.mode) {
+    case GemmOut::kSwiGlu: launch_pdl(moe_gemv_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
+    case GemmOut::kStoreF32: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
+    case GemmOut::kStoreAct: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreAct>, grid, block, 0, s, p); break;
+    default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
+  }
+}
+
+// Blocks a segment of moe_gemv1_kernel: about 4 blocks an SM over the whole grid, at most one a
+// kGemvWarps x 2 outputs.
+unsigned gemv1_blocks(int n_out, unsigned max_segments) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const int64_t want = ceil_div(int64_t{4} * sms, static_cast<int64_t>(max_segments));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, 2 * kGemvWarps))));
+}
+
+template <class T>
+void launch_gemv1(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
+  const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
+  const dim3 grid(gemv1_blocks(n_out, max_segments), max_segments), block(kGemvWarps * 32);
+  switch (p.mode) {
+    case GemmOut::kSwiGlu: launch_pdl(moe_gemv1_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
+    case GemmOut::kStoreF32: launch_pdl(moe_gemv1_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
+    case GemmOut::kStoreAct: launch_pdl(moe_gemv1_kernel<T, GemmOut::kStoreAct>, grid, block, 0, s, p); break;
+    default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
+  }
+}
+
+template <class T>
 void launch_matmul(const MoeMatmulParams& p, bool gemv, unsigned max_segments, unsigned max_tiles, cudaStream_t s) {
   if (gemv) {
-    const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
-    const dim3 grid(static_cast<unsigned>(ceil_div(n_out, kGemvWarps)), max_segments);
-    switch (p.mode) {
-      case GemmOut::kSwiGlu: launch_pdl(moe_gemv_kernel<T, GemmOut::kSwiGlu>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
-      case GemmOut::kStoreF32: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreF32>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
-      case GemmOut::kStoreAct: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreAct>, grid, dim3(kGemvWarps * 32), 0, s, p); break;
-      default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
+    if (p.max_rows == 1) launch_gemv1<T>(p, max_segments, s);
+    else launch_gemv<T>(p, max_segments, s);
+  } else if (p.tensor_cores) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
+    if constexpr (std::is_same_v<T, bf16>) {
+      switch (p.mode) {
+        case GemmOut::kStoreF32: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreF32>, grid, dim3(kMmaThreads), 0, s, p); break;
+        case GemmOut::kStoreAct: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreAct>, grid, dim3(kMmaThreads), 0, s, p); break;
+        default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM stores f32 or act");
+      }
+    } else {
+      PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM is bf16");
     }
   } else {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
@@ -546,6 +834,24 @@ void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t k, bool n
   CUDA_CHECK_LAUNCH();
 }
 
+bool moe_norm_route_supported(int64_t T, int64_t D, DType dtype) {
+  return T >= 1 && T <= kMoeNormRouteMaxTokens && D % 8 == 0 && D * (dtype == DType::kF32 ? 4 : 2) <= 48 * 1024 &&
+         (dtype == DType::kF32 || dtype == DType::kBF16);
+}
+
+void moe_norm_route(const MoeNormRouteParams& p, DType dtype, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(moe_norm_route_supported(p.T, p.D, dtype), "moe_norm_route: 1 <= T <= 4, D % 8 == 0, f32 | bf16");
+  PAGODA_CUDA_REQUIRE(p.E >= 1 && p.E <= kMoeMaxExperts && p.k >= 1 && p.k <= p.E && p.k <= kMoeMaxTopK,
+                      "moe_norm_route: 1 <= k <= E <= 256, k <= 16");
+  PAGODA_CUDA_REQUIRE(aligned16(p.residual) && aligned16(p.norm_w) && aligned16(p.router) && aligned16(p.hidden),
+                      "moe_norm_route: 16-byte aligned rows");
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.E, kRouterWarps)));
+  const size_t smem = static_cast<size_t>(p.D * (dtype == DType::kF32 ? 4 : 2));
+  if (dtype == DType::kF32) launch_pdl(moe_norm_route_kernel<float>, grid, dim3(kRouterWarps * 32), smem, s, p);
+  else launch_pdl(moe_norm_route_kernel<bf16>, grid, dim3(kRouterWarps * 32), smem, s, p);
+  CUDA_CHECK_LAUNCH();
+}
+
 int64_t moe_max_tiles(int64_t P, int64_t E) { return ceil_div(P, kMoeTile) + std::min(E, P); }
 
 void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s) {
@@ -556,6 +862,9 @@ void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s
   const int64_t per16 = dtype == DType::kF32 ? 4 : 8;  // elements in 16 bytes
   PAGODA_CUDA_REQUIRE(!gemv || (p.K % per16 == 0 && p.ldx % per16 == 0 && aligned16(p.x)),
                       "moe_matmul: the GEMV reads 16-byte aligned rows (K and the input stride multiples of 16 bytes)");
+  PAGODA_CUDA_REQUIRE(gemv || !p.tensor_cores ||
+                          (dtype == DType::kBF16 && p.K % 8 == 0 && p.ldx % 8 == 0 && aligned16(p.x)),
+                      "moe_matmul: the tensor-core GEMM takes bf16 with 16-byte aligned rows (K, ldx multiples of 8)");
   const unsigned max_segments = static_cast<unsigned>(std::min(p.E, p.P));
   const unsigned max_tiles = static_cast<unsigned>(moe_max_tiles(p.P, p.E));
   PAGODA_CUDA_REQUIRE(max_tiles <= 65535u, "moe_matmul: too many pairs for one launch");
