@@ -219,6 +219,7 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused
 
 const MoeCase kCases[] = {
     {1, 64, 8, 256, 64, false, false, false},   // OLMoE-like decode: 8 of 64 experts, 56 unselected
+    {1, 64, 8, 2048, 256, true, false, false},  // OLMoE's width: moe_gemv1's warps take several outputs
     {2, 64, 8, 256, 64, false, false, false},
     {8, 64, 8, 256, 64, true, false, false},
     {5, 64, 8, 128, 64, false, false, false, true},  // ties among the router logits

@@ -233,10 +233,11 @@ class CudaExecutor::StepOps final : public LayerOps {
 
   // Mixture of experts (model/families/moe.cc; kernels.h moe.cu): rms_norm -> hidden; the router
   // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device (decode
-  // steps: all of that in one moe_norm_route launch; else route()); the
-  // experts over their pairs' rows (the grouped GEMV for small steps: only the selected experts'
-  // weights are read, once per 4 of their rows; else the grouped SIMT GEMM and a SwiGLU kernel);
-  // the shared expert through the dense matmuls; the weighted combine adds into the residual.
+  // steps: all of that in one moe_norm_route launch; else route_unfused()); the experts over their
+  // pairs' rows (the grouped GEMV for small steps: only the selected experts' weights are read,
+  // once per 4 of their rows; else the grouped tensor-core GEMM, or the SIMT one in
+  // --batch-invariant mode and f32, and a SwiGLU kernel); the shared expert through the dense
+  // matmuls; the weighted combine adds into the residual.
   void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
     CudaExecutor& e = ex_;
     const DeviceExpertSet& set = e.expert_sets_.at(static_cast<size_t>(a.experts.index));

@@ -6,9 +6,9 @@
 // host synchronisation.
 //
 // Every kernel is launched with programmatic dependent launch (device_utils.cuh): it lets the next
-// kernel be scheduled at once and waits for its predecessor before it reads anything (nothing a
-// MoE kernel reads first is independent of the routing), so the launch gaps between the layer's
-// short kernels overlap the predecessor's tail.
+// kernel be scheduled at once and waits for its predecessor before it reads anything that an
+// earlier kernel wrote (only moe_norm_route reads something first: its router weights), so the
+// launch gaps between the layer's short kernels overlap the predecessor's tail.
 #include <algorithm>
 #include <climits>
 
