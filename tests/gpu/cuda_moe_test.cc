@@ -146,8 +146,8 @@ struct MoeRun {
 };
 
 // Route and sort (fused_route: the single-block moe_route_sort, else moe_route + moe_sort),
-// experts (gemv, else the SIMT GEMM or with mma the tensor-core one), combine into a zero residual;
-// returns the residual.
+// experts (gemv, else the SIMT GEMM or with mma the tensor-core one), combine into a zero residual
+// (one token through the GEMV without a shared expert: moe_down_combine); returns the residual.
 std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused_route = false, bool mma = false) {
   const MoeCase& c = L.c;
   const int64_t P = c.T * c.k;
@@ -198,6 +198,11 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused
   dn.max_rows = c.T;
   dn.tensor_cores = mma;
   dn.mode = cuda::GemmOut::kStoreF32;
+  if (gemv && c.T == 1 && !c.shared) {  // the executor's choice: the combine inside the down GEMV
+    cuda::moe_down_combine(dn, r.weights.as<float>(), r.residual.as<float>(), L.dtype, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<float>(r.residual, c.T * c.D);
+  }
   cuda::moe_matmul(dn, L.dtype, gemv, nullptr);
   cuda::MoeCombineParams cp;
   cp.expert_out = r.out.as<float>();
@@ -224,6 +229,7 @@ const MoeCase kCases[] = {
     {8, 64, 8, 256, 64, true, false, false},
     {5, 64, 8, 128, 64, false, false, false, true},  // ties among the router logits
     {1, 8, 2, 64, 96, true, false, false},      // Mixtral-like decode
+    {1, 60, 4, 128, 64, true, true, false},     // Qwen2-MoE-like decode: one token with a shared expert
     {3, 64, 8, 256, 128, false, true, false},   // OLMoE / Qwen2-MoE-like decode batch, shared expert
     {40, 16, 4, 128, 64, true, false, false},   // every expert reached
     {200, 4, 1, 64, 32, false, false, true},    // one expert: a segment of 200 rows (4 SIMT tiles)

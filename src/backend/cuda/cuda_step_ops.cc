@@ -237,7 +237,8 @@ class CudaExecutor::StepOps final : public LayerOps {
   // pairs' rows (the grouped GEMV for small steps: only the selected experts' weights are read,
   // once per 4 of their rows; else the grouped tensor-core GEMM, or the SIMT one in
   // --batch-invariant mode and f32, and a SwiGLU kernel); the shared expert through the dense
-  // matmuls; the weighted combine adds into the residual.
+  // matmuls; the weighted combine adds into the residual (one token without a shared expert: inside
+  // the down projection, moe_down_combine).
   void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
     CudaExecutor& e = ex_;
     const DeviceExpertSet& set = e.expert_sets_.at(static_cast<size_t>(a.experts.index));
@@ -324,6 +325,11 @@ class CudaExecutor::StepOps final : public LayerOps {
     down.max_rows = T_;
     down.tensor_cores = mma;
     down.mode = GemmOut::kStoreF32;
+    if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
+      cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
+      e.profiler_.mark("moe down gemv+combine", s);
+      return;
+    }
     cuda::moe_matmul(down, e.act_, gemv, s);
     e.profiler_.mark(gemv ? "moe down gemv" : (mma ? "moe down gemm (mma)" : "moe down gemm"), s);
 

@@ -365,6 +365,12 @@ struct MoeMatmulParams {
 };
 void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s);
 
+// One token (p.max_rows == 1: a segment is one pair), no shared expert: moe_matmul's down
+// projection (p as for kStoreF32 with the GEMV; p.scatter: the pairs' order) and moe_combine in one
+// launch: residual[0, n] += the sum over the active experts in ascending order of weights[pair] *
+// (x[pos] . w[e][n]). A warp an output column, 4 experts' rows streamed together.
+void moe_down_combine(const MoeMatmulParams& p, const float* weights, float* residual, DType dtype, cudaStream_t s);
+
 // residual[t, :] += sigmoid(g[t]) * shared_out[t, :] (when shared_out) + the sum over the token's k
 // pairs in ascending expert order of weights[p] * expert_out[p, :], the shared expert's gate logit
 // g[t] = shared_gate_logits[t] when given, else hidden[t] . shared_gate.

@@ -34,6 +34,7 @@ constexpr int kGemvWarps = 8;    // output rows a block of the grouped GEMV
 constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves (steps of 2+)
 constexpr int kGemvLoads = 8;    // 16-byte weight loads in flight a lane over two weight rows (4 a row)
 constexpr int kTk = 16;          // k slice of the grouped SIMT GEMM
+constexpr int kDownSegs = 4;     // segments (experts) a warp of moe_down_combine streams together
 
 // acc += dot of 16 bytes of weights and 16 bytes of inputs (8 bf16 or 4 f32), in element order.
 template <class T>
@@ -508,6 +509,63 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv1_kernel(MoeMatmulPar
   }
 }
 
+// One token (every segment one row), no shared expert: the down projection and the combine in one
+// launch. Warp n: output column n over every active segment in ascending expert order,
+// kDownSegs segments' weight rows streamed together (4 loads in flight a row and lane), each
+// segment's dot product as moe_gemv1 computes it, then residual[n] += the sum of
+// weights[pair] * dot in ascending expert order (moe_combine's order).
+template <class T>
+__global__ __launch_bounds__(kGemvWarps * 32) void moe_down_combine_kernel(MoeMatmulParams a,
+                                                                         const float* __restrict__ weights,
+                                                                         float* __restrict__ residual) {
+  pdl_trigger();
+  pdl_wait();
+  const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (n >= a.N) return;
+  constexpr int U = kGemvLoads / 2;
+  const int nseg = *a.seg.count;
+  const int kc = a.K / (16 / static_cast<int>(sizeof(T)));
+  const T* x = static_cast<const T*>(a.x);
+  float o = 0.0f;
+  for (int s0 = 0; s0 < nseg; s0 += kDownSegs) {
+    const uint4* wr[kDownSegs];
+    const uint4* xr[kDownSegs];
+    bool valid[kDownSegs];
+#pragma unroll
+    for (int i = 0; i < kDownSegs; ++i) {
+      const int sg = min(s0 + i, nseg - 1);
+      valid[i] = s0 + i < nseg;
+      wr[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w[a.seg.expert[sg]]) + static_cast<int64_t>(n) * a.K);
+      xr[i] = reinterpret_cast<const uint4*>(x + input_row(a, a.seg.begin[sg]) * a.ldx);
+    }
+    float acc[kDownSegs];
+#pragma unroll
+    for (int i = 0; i < kDownSegs; ++i) acc[i] = 0.0f;
+    for (int c0 = lane; c0 < kc; c0 += 32 * U) {
+      uint4 wv[U][kDownSegs];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < kDownSegs; ++i)
+          wv[u][i] = c0 + 32 * u < kc && valid[i] ? load_stream<false>(wr[i] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c >= kc) break;
+#pragma unroll
+        for (int i = 0; i < kDownSegs; ++i)
+          if (valid[i]) acc[i] = dot16<T>(wv[u][i], __ldg(xr[i] + c), acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kDownSegs; ++i) {
+      acc[i] = warp_sum(acc[i]);
+      if (valid[i]) o += weights[a.scatter[a.seg.begin[s0 + i]]] * acc[i];
+    }
+  }
+  if (lane == 0) residual[n] += o;
+}
+
 // Block (x, tile): a kMoeTile x kMoeTile output tile of one segment (the segment whose tiles
 // [seg.tile[s], seg.tile[s + 1]) hold blockIdx.y), 4 x 4 outputs a thread, every output one f32
 // FMA chain over k in order (gemv.cu's gemm_simt: the same result whatever the other rows are).
@@ -870,6 +928,19 @@ void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s
   PAGODA_CUDA_REQUIRE(max_tiles <= 65535u, "moe_matmul: too many pairs for one launch");
   if (dtype == DType::kF32) launch_matmul<float>(p, gemv, max_segments, max_tiles, s);
   else launch_matmul<bf16>(p, gemv, max_segments, max_tiles, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+void moe_down_combine(const MoeMatmulParams& p, const float* weights, float* residual, DType dtype, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16, "moe_down_combine: f32 or bf16");
+  PAGODA_CUDA_REQUIRE(p.max_rows == 1 && p.scatter != nullptr && p.N >= 1 && p.K >= 1,
+                      "moe_down_combine: one token (max_rows 1), the pairs' order as scatter");
+  const int64_t per16 = dtype == DType::kF32 ? 4 : 8;
+  PAGODA_CUDA_REQUIRE(p.K % per16 == 0 && p.ldx % per16 == 0 && aligned16(p.x),
+                      "moe_down_combine: 16-byte aligned rows (K and the input stride multiples of 16 bytes)");
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kGemvWarps))), block(kGemvWarps * 32);
+  if (dtype == DType::kF32) launch_pdl(moe_down_combine_kernel<float>, grid, block, 0, s, p, weights, residual);
+  else launch_pdl(moe_down_combine_kernel<bf16>, grid, block, 0, s, p, weights, residual);
   CUDA_CHECK_LAUNCH();
 }
 
