@@ -453,15 +453,16 @@ template <class T, GemmOut MODE>
 __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv1_kernel(MoeMatmulParams a) {
   pdl_trigger();
   pdl_wait();
-  const int s = blockIdx.y;
-  if (s >= *a.seg.count) return;
+  const int s = blockIdx.y;  // < min(E, P): the segment table's entries exist
+  // The count and the segment's entries are read together (one round trip, not two).
+  const int nseg = *a.seg.count, begin = a.seg.begin[s], end = a.seg.begin[s + 1], expert = a.seg.expert[s];
+  if (s >= nseg) return;
   constexpr bool kGlu = MODE == GemmOut::kSwiGlu;
   constexpr int R = 2, U = kGemvLoads / R;
   const int n_out = kGlu ? a.N / 2 : a.N;
   const int lane = threadIdx.x & 31, warps = gridDim.x * kGemvWarps;
   const int step = kGlu ? warps : 2 * warps;  // outputs the grid's warps take per pass
-  const int begin = a.seg.begin[s], end = a.seg.begin[s + 1];
-  const T* w = static_cast<const T*>(a.w[a.seg.expert[s]]);
+  const T* w = static_cast<const T*>(a.w[expert]);
   const int kc = a.K / (16 / static_cast<int>(sizeof(T)));
   const T* x = static_cast<const T*>(a.x);
   for (int pos = begin; pos < end; ++pos) {
@@ -523,20 +524,29 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_down_combine_kernel(MoeMa
   const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (n >= a.N) return;
   constexpr int U = kGemvLoads / 2;
-  const int nseg = *a.seg.count;
   const int kc = a.K / (16 / static_cast<int>(sizeof(T)));
   const T* x = static_cast<const T*>(a.x);
+  const int nseg = *a.seg.count;  // >= 1; read with the first segments' entries (the loop's first pass needs no count)
+  const int max_seg = static_cast<int>(min(a.E, a.P));  // entries of the segment table a step may hold
   float o = 0.0f;
-  for (int s0 = 0; s0 < nseg; s0 += kDownSegs) {
+  int s0 = 0;
+  do {
     const uint4* wr[kDownSegs];
     const uint4* xr[kDownSegs];
     bool valid[kDownSegs];
+    int expert[kDownSegs], pos[kDownSegs];
 #pragma unroll
     for (int i = 0; i < kDownSegs; ++i) {
-      const int sg = min(s0 + i, nseg - 1);
+      const int sg = min(s0 + i, max_seg - 1);
+      expert[i] = a.seg.expert[sg];
+      pos[i] = a.seg.begin[sg];
+    }
+#pragma unroll
+    for (int i = 0; i < kDownSegs; ++i) {
       valid[i] = s0 + i < nseg;
-      wr[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w[a.seg.expert[sg]]) + static_cast<int64_t>(n) * a.K);
-      xr[i] = reinterpret_cast<const uint4*>(x + input_row(a, a.seg.begin[sg]) * a.ldx);
+      const int e = valid[i] ? expert[i] : expert[0];  // past the count: any valid expert's row, not read
+      wr[i] = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w[e]) + static_cast<int64_t>(n) * a.K);
+      xr[i] = reinterpret_cast<const uint4*>(x + input_row(a, valid[i] ? pos[i] : pos[0]) * a.ldx);
     }
     float acc[kDownSegs];
 #pragma unroll
@@ -560,9 +570,10 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_down_combine_kernel(MoeMa
 #pragma unroll
     for (int i = 0; i < kDownSegs; ++i) {
       acc[i] = warp_sum(acc[i]);
-      if (valid[i]) o += weights[a.scatter[a.seg.begin[s0 + i]]] * acc[i];
+      if (valid[i]) o += weights[a.scatter[pos[i]]] * acc[i];
     }
-  }
+    s0 += kDownSegs;
+  } while (s0 < nseg);
   if (lane == 0) residual[n] += o;
 }
 
