@@ -371,72 +371,75 @@ __device__ __forceinline__ void store_out(const MoeMatmulParams& a, int pos, int
   }
 }
 
-// Block (x, s): kGemvWarps output rows of active segment s; a warp reads its weight row(s) once per
-// kGemvRows of the segment's token rows. kSwiGlu: rows n (gate) and N/2 + n (up), y = silu(g) * u
+// Block (x, s) of a grid of gemv_blocks(...) x segments: its warps take output rows n = x *
+// kGemvWarps + warp, then n + the grid's warps, ... of active segment s (fewer, longer-lived blocks:
+// each block's dependent reads of the segment table are paid once for several rows); a warp reads
+// a weight row (two: gate and up) once per kGemvRows of the segment's token rows. kSwiGlu: rows n (gate) and N/2 + n (up), y = silu(g) * u
 // rounded as the dense path rounds it (swiglu.cuh).
 template <class T, GemmOut MODE>
 __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulParams a) {
   pdl_trigger();
   pdl_wait();
-  const int s = blockIdx.y;
-  if (s >= *a.seg.count) return;
+  const int s = blockIdx.y;  // < min(E, P): the segment table's entries exist
+  const int nseg = *a.seg.count, begin = a.seg.begin[s], end = a.seg.begin[s + 1], expert = a.seg.expert[s];
+  if (s >= nseg) return;
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
   constexpr int kGemvUnroll = kGemvLoads / 2;  // loads in flight per weight row
   const int n_out = MODE == GemmOut::kSwiGlu ? a.N / 2 : a.N;
-  const int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (n >= n_out) return;
-  const int begin = a.seg.begin[s], end = a.seg.begin[s + 1];
-  const T* w = static_cast<const T*>(a.w[a.seg.expert[s]]);
-  const uint4* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n + r * n_out) * a.K);
+  const int lane = threadIdx.x & 31;
+  const T* w = static_cast<const T*>(a.w[expert]);
   const int kc = a.K / (16 / static_cast<int>(sizeof(T)));
   const T* x = static_cast<const T*>(a.x);
-  for (int r0 = begin; r0 < end; r0 += kGemvRows) {
-    const int mc = min(kGemvRows, end - r0);
-    const uint4* xr[kGemvRows];
+  for (int n = blockIdx.x * kGemvWarps + (threadIdx.x >> 5); n < n_out; n += gridDim.x * kGemvWarps) {
+    const uint4* wr[R];
 #pragma unroll
-    for (int m = 0; m < kGemvRows; ++m)
-      xr[m] = reinterpret_cast<const uint4*>(x + input_row(a, r0 + min(m, mc - 1)) * a.ldx);
-    float acc[kGemvRows][R];
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n + r * n_out) * a.K);
+    for (int r0 = begin; r0 < end; r0 += kGemvRows) {
+      const int mc = min(kGemvRows, end - r0);
+      const uint4* xr[kGemvRows];
 #pragma unroll
-    for (int m = 0; m < kGemvRows; ++m)
+      for (int m = 0; m < kGemvRows; ++m)
+        xr[m] = reinterpret_cast<const uint4*>(x + input_row(a, r0 + min(m, mc - 1)) * a.ldx);
+      float acc[kGemvRows][R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-    for (int c0 = lane; c0 < kc; c0 += 32 * kGemvUnroll) {
-      uint4 wv[kGemvUnroll][R];
+      for (int m = 0; m < kGemvRows; ++m)
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u)
+        for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+      for (int c0 = lane; c0 < kc; c0 += 32 * kGemvUnroll) {
+        uint4 wv[kGemvUnroll][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = c0 + 32 * u < kc ? load_stream<false>(wr[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+        for (int u = 0; u < kGemvUnroll; ++u)
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int c = c0 + 32 * u;
-        if (c >= kc) break;
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = c0 + 32 * u < kc ? load_stream<false>(wr[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          const int c = c0 + 32 * u;
+          if (c >= kc) break;
+#pragma unroll
+          for (int m = 0; m < kGemvRows; ++m) {
+            if (m >= mc) break;
+            const uint4 xv = __ldg(xr[m] + c);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[m][r] = dot16<T>(wv[u][r], xv, acc[m][r]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kGemvRows; ++m)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
+      if (lane == 0) {
 #pragma unroll
         for (int m = 0; m < kGemvRows; ++m) {
           if (m >= mc) break;
-          const uint4 xv = __ldg(xr[m] + c);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[m][r] = dot16<T>(wv[u][r], xv, acc[m][r]);
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kGemvRows; ++m)
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < kGemvRows; ++m) {
-        if (m >= mc) break;
-        if constexpr (MODE == GemmOut::kSwiGlu) {
-          T* y = static_cast<T*>(a.y) + static_cast<int64_t>(r0 + m) * a.ldy + n;
-          if constexpr (std::is_same_v<T, float>) *y = silu_mul(acc[m][0], acc[m][1]);
-          else *y = swiglu_out(acc[m][0], acc[m][1]);
-        } else {
-          store_out<T, MODE>(a, r0 + m, n, acc[m][0]);
+          if constexpr (MODE == GemmOut::kSwiGlu) {
+            T* y = static_cast<T*>(a.y) + static_cast<int64_t>(r0 + m) * a.ldy + n;
+            if constexpr (std::is_same_v<T, float>) *y = silu_mul(acc[m][0], acc[m][1]);
+            else *y = swiglu_out(acc[m][0], acc[m][1]);
+          } else {
+            store_out<T, MODE>(a, r0 + m, n, acc[m][0]);
+          }
         }
       }
     }
@@ -444,7 +447,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulPara
 }
 
 // Batch 1 (every segment one row: MoeMatmulParams::max_rows == 1): block (x, s) of a grid of
-// gemv1_blocks(...) x segments; its warps take outputs n = x * kGemvWarps + warp, then n + the
+// gemv_blocks(...) x segments; its warps take outputs n = x * kGemvWarps + warp, then n + the
 // grid's warps, ..., two weight rows at a time (gate and up, or two outputs), kGemvLoads 16-byte
 // loads in flight a lane. Fewer, longer-lived blocks than one a row: each block's chain of
 // dependent reads (segment count, segment, expert pointer, gathered input row) is paid once for
@@ -811,10 +814,23 @@ __global__ __launch_bounds__(kCombineThreads) void moe_combine_kernel(MoeCombine
   a.residual[static_cast<int64_t>(t) * D + d] += o;
 }
 
+// Blocks a segment of the grouped GEMVs: about 4 blocks an SM over the whole grid, at most one a
+// kGemvWarps x per_warp outputs (per_warp: the outputs a warp takes in one pass).
+unsigned gemv_blocks(int n_out, int per_warp, unsigned max_segments) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const int64_t want = ceil_div(int64_t{4} * sms, static_cast<int64_t>(max_segments));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, per_warp * kGemvWarps))));
+}
+
 template <class T>
 void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
   const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
-  const dim3 grid(static_cast<unsigned>(ceil_div(n_out, kGemvWarps)), max_segments), block(kGemvWarps * 32);
+  const dim3 grid(gemv_blocks(n_out, 1, max_segments), max_segments), block(kGemvWarps * 32);
   switch (p.mode) {
     case GemmOut::kSwiGlu: launch_pdl(moe_gemv_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
     case GemmOut::kStoreF32: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
@@ -823,23 +839,10 @@ void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s
   }
 }
 
-// Blocks a segment of moe_gemv1_kernel: about 4 blocks an SM over the whole grid, at most one a
-// kGemvWarps x 2 outputs.
-unsigned gemv1_blocks(int n_out, unsigned max_segments) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  const int64_t want = ceil_div(int64_t{4} * sms, static_cast<int64_t>(max_segments));
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, 2 * kGemvWarps))));
-}
-
 template <class T>
 void launch_gemv1(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
   const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
-  const dim3 grid(gemv1_blocks(n_out, max_segments), max_segments), block(kGemvWarps * 32);
+  const dim3 grid(gemv_blocks(n_out, 2, max_segments), max_segments), block(kGemvWarps * 32);
   switch (p.mode) {
     case GemmOut::kSwiGlu: launch_pdl(moe_gemv1_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
     case GemmOut::kStoreF32: launch_pdl(moe_gemv1_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
