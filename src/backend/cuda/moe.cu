@@ -907,7 +907,9 @@ void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t k, bool n
 }
 
 bool moe_norm_route_supported(int64_t T, int64_t D, DType dtype) {
-  return T >= 1 && T <= kMoeNormRouteMaxTokens && D % 8 == 0 && D * (dtype == DType::kF32 ? 4 : 2) <= 40 * 1024 /* + ~1.5 KiB static: under the 48 KiB default */ &&
+  // The row in dynamic shared memory: at most 40 KiB, so that with the ~1.5 KiB of static shared
+  // memory the block stays under the 48 KiB default.
+  return T >= 1 && T <= kMoeNormRouteMaxTokens && D % 8 == 0 && D * (dtype == DType::kF32 ? 4 : 2) <= 40 * 1024 &&
          (dtype == DType::kF32 || dtype == DType::kBF16);
 }
 
