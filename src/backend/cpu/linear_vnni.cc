@@ -11,8 +11,9 @@
 // ports as the limit. Each (group, token) pair is one 8-long vpdpbusd chain per block (12 chains
 // in flight hide the 5-cycle latency), then a convert and two float ops: acc += (d_w * d_x) *
 // float(dot). The formats' code offsets (q4_0 8, q5_0 16, q8_0 128 on codes stored unsigned,
-// q6_k 32) are integer: the chain starts from -offset * sum(x codes) (ActQ8::c, c16) instead of
-// an FMA per token and block. Mins (q4_1, q5_1, q4_k, q5_k) are one more FMA with d * sum(x).
+// q6_k 32, q3_k 4, tq2_0 1) are integer: the chain starts from -offset * sum(x codes) (ActQ8::c,
+// c16; q3_k c16 / 8) instead of an FMA per token and block. Mins (q4_1, q5_1, q4_k, q5_k, q2_k)
+// are one more FMA with d * sum(x).
 //
 // Batch invariance: the float operations for one (row, token) are the same sequence whatever the
 // tile shape (1-2 groups, 1-6 tokens) and schedule (GEMV or GEMM), and integer dots are exact, so
