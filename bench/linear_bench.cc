@@ -1,8 +1,10 @@
 // linear() on the projection shapes of SmolLM2-135M (hidden 576, ffn 1536, vocab 49152; q4_1,
 // q8_0) and Llama-3.2-1B (hidden 2048, ffn 8192, vocab 128256; f16, q8_0), GEMV (M = 1) and GEMM
-// (M = 512), 1 and 2 threads. Counters: GB/s = weight bytes / time (the decode roofline), GFLOP/s
-// = 2 M N K / time, and their ratios to the machine's measured read bandwidth / peak (measured
-// once per thread count; the int paths are compared with the VNNI peak, float with the FMA peak).
+// (M = 512), 1 and 2 threads; the other formats on a 2048 x 2048 shape, and q2_k, tq2_0, q3_k (the
+// 2-bit code layouts) on Llama's FFN shape. Counters: GB/s = weight bytes / time (the decode
+// roofline), GFLOP/s = 2 M N K / time, and their ratios to the machine's measured read bandwidth /
+// peak (measured once per thread count; the int paths are compared with the VNNI peak, float with
+// the FMA peak).
 //
 //   build/bench/pagoda_kernel_bench --benchmark_filter=Linear --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
