@@ -14,6 +14,7 @@
 #include "engine/draft_head_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
+#include "model/layer_linears.h"
 #include "runtime/ngram_proposer.h"
 #include "runtime/split_executor.h"
 #include "runtime/weight_offload_plan.h"
@@ -108,6 +109,19 @@ int64_t split_device_layers(const EngineConfig& config, const ModelConfig& mc) {
   return config.n_gpu_layers > 0 && config.n_gpu_layers < mc.num_layers ? config.n_gpu_layers : 0;
 }
 
+// The CPU part of a split reads layers [first, L) and the output head through the CPU kernels: the
+// model must have been loaded with them prepared (ModelLoadOptions::cpu_kernels_from_layer).
+Status check_cpu_part_weights(const Model& model, int64_t first) {
+  const LayerLinears ll = layer_linears(model);
+  std::vector<LinearId> ids = ll.outside;
+  for (size_t l = static_cast<size_t>(first); l < ll.layers.size(); ++l) ids.insert(ids.end(), ll.layers[l].begin(), ll.layers[l].end());
+  for (LinearId id : ids)
+    if (model.weights().linear(id).cpu == nullptr)
+      return invalid_argument("--n-gpu-layers {}: weight '{}' of the CPU part was loaded without CPU kernels (load the model "
+                              "with ModelLoadOptions::cpu_kernels_from_layer = {})",
+                              first, model.weights().linear(id).name, first);
+  return {};
+}
 
 int64_t draft_lookahead_blocks(const EngineConfig& config) {
   const int64_t bs = config.block_size;
@@ -166,6 +180,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     if (config.speculative.enabled() && config.speculative.method == "eagle3")
       return unimplemented("--n-gpu-layers: speculative method eagle3 reads the target's hidden states, which a CPU + GPU "
                            "layer split does not capture (use ngram or draft)");
+    PAGODA_RETURN_IF_ERROR(check_cpu_part_weights(*model.model, gpu_layers));
     log_info("engine", "layer split: layers [0, {}) on {}, layers [{}, {}) and the output head on the CPU", gpu_layers,
              config.device, gpu_layers, mc.num_layers);
   }
