@@ -111,7 +111,7 @@ TEST(MemoryPlan, LayerSplitCountsTheDeviceLayersAndCapsTheHostKv) {
   EXPECT_EQ(in.split_host_kv_bytes, int64_t{2} << 30);  // 4096 tokens x 64 KiB < 2 GiB
   auto p = plan_memory(in);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  const int64_t half_block = 16 * 8 * 128 * 2 * 16;  // 2 (K, V) x 16 layers x 8 heads x 128 x 2 bytes = 64 KiB a token
+  const int64_t half_block = 2 * 16 * 8 * 128 * 2 * 16;  // 2 (K, V) x 16 layers x 8 heads x 128 x 2 bytes: 64 KiB a token
   EXPECT_EQ(p->kv_bytes_per_token, half_block / 16);
   EXPECT_EQ(p->block_bytes, half_block);
   EXPECT_EQ(p->num_blocks, (int64_t{2} << 30) / half_block - 1);  // the host cap, far below the device's room
