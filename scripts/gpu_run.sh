@@ -320,6 +320,45 @@ stage_profile() {
   TAILN=20 step prof_prefill_$1 60 $PAGODA bench -m $m --device cuda --cuda-profile -p 8192 -n 0 -r 1
   TAILN=40 step prof_tp_$1 100 $PAGODA bench -m $m --device cuda --cuda-profile -p 0 -n 0 --requests 256 --input-len 1000 --output-len ${PROF_TP_OUT:-100} --max-num-seqs 256
 }
+# The online-quantized (--quantization Q, default int4) model's decode: tok/s and per-op device
+# times of a batch-1 step. ~60 s after the model exists.
+stage_profile_quant() {
+  local m q=${PROF_QUANT:-int4}
+  ensure_model $1
+  m=$(model_dir $1)
+  TAILN=6 step qdecode_${q}_$1 60 $PAGODA bench -m $m --device cuda --quantization $q -p 0 -n 128 -b 1,8 -r 3
+  TAILN=40 step qprof_${q}_$1 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-profile -p 0 -n 32 -b 1 -r 1
+}
+# A Llama-3-70B-shaped Q8_0 model (75 GB, random codes: tools/make_bench_models.py q8_0-raw, written
+# to /dev/shm) in a 48 GB budget (an L40S-class card: --gpu-memory-utilization 48e9 / the H200's
+# 150.75e9 bytes): auto offload streams what does not fit; batch 1 and 64 decode against the
+# host-to-device bound, then the greedy tokens of the offloaded and the fully resident model
+# (which fits the H200) side by side. ~4 min with the file's ~1.5 min.
+stage_offload70b() {
+  local f=$SHM/llama3-70b-random.q8_0-raw.gguf u=0.3184
+  [ -f $f ] || TAILN=2 step make_70b 240 python3 tools/make_bench_models.py --shape llama3-70b --types q8_0-raw --out $SHM
+  TAILN=16 step off70b_bench 200 $PAGODA bench -m $f --device cuda --gpu-memory-utilization $u -p 0 -n 16 -b 1,64 -r 1
+  TAILN=3 step off70b_ids 120 $PAGODA generate -m $f --device cuda --gpu-memory-utilization $u -p "Once upon a time" -n 16 --temperature 0 --ids
+  TAILN=3 step res70b_ids 120 $PAGODA generate -m $f --device cuda -p "Once upon a time" -n 16 --temperature 0 --ids
+  TAILN=8 step res70b_bench 120 $PAGODA bench -m $f --device cuda -p 0 -n 16 -b 1 -r 1
+}
+# The quantized matmuls on the random 8B with on-line int4 / int8 weights: the kernel tests, then
+# decode at batch 1, 8 and 64 with the default paths (int8 GEMV up to 8 rows, the tensor-core
+# matmul to 64), the tensor-core matmul from one row (--cuda-quant-gemv-max-rows 0), and without it
+# (--cuda-quant-mma-max-rows 0: the GEMV, then dequantize + cuBLASLt); bf16 batch 64 as the
+# reference the issue names. ~2 min after the model exists.
+stage_quantmma() {
+  local m q
+  ensure_model 8b
+  m=$(model_dir 8b)
+  TAILN=4 step qtests 120 $TESTS --gtest_filter='CudaQuant.*'
+  for q in ${QMMA_TYPES:-int4 int8}; do
+    TAILN=7 step qmma_${q}_default 60 $PAGODA bench -m $m --device cuda --quantization $q -p 512 -n 128 -b 1,8,64 -r 3
+    TAILN=6 step qmma_${q}_mma_from_1 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-gemv-max-rows 0 -p 0 -n 128 -b 1,2,4,8 -r 3
+    TAILN=6 step qmma_${q}_without 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-mma-max-rows 0 -p 0 -n 128 -b 8,64 -r 3
+  done
+  TAILN=4 step qmma_bf16 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 8,64 -r 3
+}
 # One wave of 256 requests (1000 in / 300 out; graphs on): a quick proxy of the 1000 x 1000/1000 run.
 stage_wave() {
   local m
@@ -578,6 +617,7 @@ for s in "$@"; do
     alltests) stage_alltests ;;
     m8b) stage_model 8b ;;
     offload8b) stage_offload8b ;;
+    offload70b) stage_offload70b ;;
     m8bpeaked) stage_model 8bpeaked ;;
     m1b) stage_model 1b ;;
     hf8b) stage_hf 8b ;;
@@ -587,6 +627,8 @@ for s in "$@"; do
     rm8b) rm -rf "$(model_dir 8b)" ;;
     prof8b) stage_profile 8b ;;
     prof1b) stage_profile 1b ;;
+    profq8b) stage_profile_quant 8b ;;
+    quantmma) stage_quantmma ;;
     wave8b) stage_wave 8b ;;
     wavesimt8b) PAGODA_ROW_ATTENTION=simt stage_wave 8b simt ;;
     decode8b) stage_decode1 8b ;;

@@ -3,6 +3,7 @@
 
   .venv-test/bin/python tools/make_bench_models.py [--shape llama3.2-1b] [--types f16,q8_0] [--out models/bench]
   .venv-test/bin/python tools/make_bench_models.py --shape olmoe-1b-7b --types f16 --out /tmp/olmoe
+  python3 tools/make_bench_models.py --shape llama3-70b --types q8_0-raw --out /dev/shm   (75 GB, ~1-2 min)
 
 Weights are N(0, 0.02) (as transformers initialises them), norms 1; a MoE router is N(0, 1/sqrt(hidden))
 so that tokens spread over the experts. Mixture-of-experts tensors are named and stacked as
@@ -12,6 +13,9 @@ llama-quantize makes the quantized files from the f16 one). The GGUF carries a
 SentencePiece-style vocabulary of the model's size (<unk>, <s>, </s>, 256 byte pieces, then
 filler pieces) so that llama.cpp and Pagoda both load it. For speed measurements only: the text
 such a model writes is noise.
+Type q8_0-raw writes Q8_0 blocks directly from random bytes (codes uniform in [-128, 127], one
+fp16 scale d = 0.02 * sqrt(3) / 127.5 for every block: std ~0.02), with no quantizer in the loop,
+so a 70B-shaped file takes about a minute instead of hours.
 """
 import argparse
 import os
@@ -28,11 +32,24 @@ SHAPES = {
     # 64 experts top-8 (not renormalised) of width 1024, vocab 50304, untied: 6.9 B / 1.3 B active.
     "olmoe-1b-7b": dict(arch="olmoe", hidden=2048, layers=16, heads=16, kv_heads=16, ffn=1024, vocab=50304,
                         tied=False, theta=10000.0, ctx=4096, experts=64, experts_used=8),
+    # Llama-3-70B: hidden 8192, 80 layers, 64 heads / 8 kv, ffn 28672, vocab 128256, untied.
+    "llama3-70b": dict(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256, tied=False,
+                       theta=500000.0, ctx=8192),
 }
 TYPES = {"f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
          "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
          "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
-         "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0)}
+         "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
+         "q8_0-raw": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0)}
+
+
+def raw_q8_0(rng, shape):
+    """Q8_0 blocks of random codes and a constant scale, as [rows, row bytes] uint8."""
+    rows, k = int(np.prod(shape[:-1])), shape[-1]
+    blocks = np.empty((rows, k // 32, 34), dtype=np.uint8)
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(0.02 * 3 ** 0.5 / 127.5).tobytes(), dtype=np.uint8)
+    blocks[:, :, 2:] = np.frombuffer(rng.bytes(rows * k), dtype=np.uint8).reshape(rows, k // 32, 32)
+    return blocks.reshape(*shape[:-1], -1)
 
 
 def vocab(n):
@@ -106,6 +123,8 @@ def write(shape_name, type_name, out_dir, seed):
     def make(name, shape, std):
         if std is None:
             return np.ones(shape, dtype=np.float32)
+        if type_name == "q8_0-raw" and not stored(name, shape, std):
+            return raw_q8_0(rng, shape)
         x = rng.standard_normal(shape, dtype=np.float32)
         x *= std
         if stored(name, shape, std):

@@ -13,16 +13,19 @@ Status TuningConfig::validate() const {
     return invalid_argument("quantized weights must be native or dequantize, got '{}'", quant_weights);
   if (quant_gemv_max_rows < 0 || quant_gemv_max_rows > kTuningMaxQuantGemvRows)
     return invalid_argument("quantized GEMV rows must be in [0, {}], got {}", kTuningMaxQuantGemvRows, quant_gemv_max_rows);
+  if (quant_mma_max_rows < 0 || quant_mma_max_rows > kTuningMaxQuantMmaRows)
+    return invalid_argument("quantized tensor-core matmul rows must be in [0, {}], got {}", kTuningMaxQuantMmaRows,
+                            quant_mma_max_rows);
   if (graph_capture != "lazy" && graph_capture != "start")
     return invalid_argument("graph capture must be lazy or start, got '{}'", graph_capture);
   return {};
 }
 
 std::string TuningConfig::to_string() const {
-  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}) | profile {} | "
+  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}) | profile {} | "
                      "block trace {} | graph capture {}",
                      row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
-                     quant_weights, quant_gemv_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
+                     quant_weights, quant_gemv_max_rows, quant_mma_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
 }
 
 }  // namespace pagoda

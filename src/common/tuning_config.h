@@ -16,6 +16,8 @@ namespace pagoda {
 inline constexpr int kTuningMaxGemvRows = 4;
 // The most rows a quantized linear layer can give the CUDA int8 GEMV (kernels.h, kQuantGemvMaxM).
 inline constexpr int kTuningMaxQuantGemvRows = 8;
+// The most rows a quantized linear layer can give the CUDA tensor-core matmul (kQuantMmaMaxM).
+inline constexpr int kTuningMaxQuantMmaRows = 64;
 
 struct TuningConfig {
   // Decode attention kernel of the CUDA backend: "auto" (tensor cores for 16-bit caches, the SIMT
@@ -40,6 +42,11 @@ struct TuningConfig {
   // cuBLASLt, 0..kTuningMaxQuantGemvRows. Env PAGODA_QUANT_GEMV_MAX_ROWS, flag
   // --cuda-quant-gemv-max-rows.
   int quant_gemv_max_rows = kTuningMaxQuantGemvRows;
+  // Rows up to which native quantized layers over bf16 activations use the tensor-core matmul
+  // (weights dequantized in registers, no activation quantization), for the rows the int8 GEMV
+  // does not take; 0..kTuningMaxQuantMmaRows, 0: off. Env PAGODA_QUANT_MMA_MAX_ROWS, flag
+  // --cuda-quant-mma-max-rows.
+  int quant_mma_max_rows = kTuningMaxQuantMmaRows;
   // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds
   // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
   // flag --cuda-block-trace.
@@ -51,7 +58,7 @@ struct TuningConfig {
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
-  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8) |
+  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 64) |
   // profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };

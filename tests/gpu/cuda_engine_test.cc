@@ -691,11 +691,15 @@ TEST(CudaEngine, SeededSamplingReproducesOnTheDevice) {
 // Weight offload (runtime/weight_offload_plan.h, backend/cuda/weight_streamer.h): layers whose
 // weights stream from pinned host memory every forward pass give the resident model's greedy
 // tokens (batch-invariant mode: the same arithmetic, so the same tokens; decode graphs replay the
-// copies), with one, half and every layer streamed; the memory plan counts the slots instead of
+// copies), with one, half and every layer streamed, 16-bit, f32 and q8_0 weights; the memory plan counts the slots instead of
 // the streamed layers, and a budget the whole model does not fit chooses offload by itself.
 TEST(CudaEngine, WeightOffloadKeepsGreedyOutput) {
   PAGODA_REQUIRE_GPU();
-  for (const auto& [model, tok] : engine_models()) {
+  // Also native quantized weights: their layers stream in the device layout (planar q8_0 rows).
+  auto models = engine_models();
+  const std::string q8 = test::models_dir() + "/tiny/llama3/model-q8_0.gguf";
+  if (fs::exists(q8)) models.push_back({q8, ""});
+  for (const auto& [model, tok] : models) {
     for (bool invariant : {true, false}) {
       std::vector<std::vector<int32_t>> resident;
       int64_t resident_weights = 0;

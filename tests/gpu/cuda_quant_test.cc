@@ -1,7 +1,9 @@
 // The native quantized matmuls of the CUDA backend (quant_matmul.cu) against plain references, per
 // GGUF format: dequantize_weight against the host's quant::dequantize_row (the same values), and
 // the int8 GEMV (every mode, M = 1 .. kQuantGemvMaxM) against a double matmul over the
-// dequantized weights and the unquantized activations, within the int8-activation error budget.
+// dequantized weights and the unquantized activations, within the int8-activation error budget,
+// and the tensor-core matmul (every mode, M up to kQuantMmaMaxM) against one over the bf16-rounded
+// dequantized weights, within f32 summation error.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
 // counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
 // (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
@@ -163,6 +165,72 @@ TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
             sw[m * F + i] = g / (1.0f + std::exp(-g)) * u;
           }
         EXPECT_LT(nmse(from_bf16(to_host<uint16_t>(y, M * F)), sw), kBudget) << where << " (swiglu)";
+      }
+    }
+  }
+}
+
+TEST(CudaQuant, TensorCoreMatmulMatchesTheBf16DequantizedMatmulInEveryMode) {
+  PAGODA_REQUIRE_GPU();
+  // The kernel multiplies the bf16 values dequantize_weight writes by bf16 activations with f32
+  // accumulation: against a double matmul over those same bf16 weights the error is f32 summation
+  // only (bf16 outputs: their rounding). K 288 and 2816: a last round of 1 and 3 units (9 and 88
+  // units); N = 154 and 18: a last column tile of 2; M across the one- and four-m-tile kernels.
+  for (DType f : kFormats) {
+    for (int64_t K : {256, 2816, 288, 8448}) {
+      if (K % dtype_traits(f).block_size != 0) continue;
+      const int64_t N = K > 4096 ? 2 * 9 : 2 * 77;  // even: [gate; up] for SwiGLU
+      const auto q = quantize_matrix(f, N, K, 13 + static_cast<uint32_t>(K));
+      const auto wv = bf16_round(q.values);
+      auto dw = upload(f, q, N, K);
+      for (int64_t M : {1, 3, 8, 16, 17, 40, 64}) {
+        const auto x = bf16_round(random_floats(M * K, 70 + static_cast<uint32_t>(M), -2, 2));
+        auto dx = to_device(to_bf16(x));
+        const auto ref = matmul_ref(x, wv, M, N, K);
+        const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M);
+        constexpr double kF32Budget = 1e-9, kBf16Budget = 2e-5;
+        // Stored into y with a guard column past N.
+        const int64_t ld = N + 3;
+        std::vector<float> init(static_cast<size_t>(M * ld), 1234.5f);
+        auto dy = to_device(init);
+        cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, dy.get(), ld, cuda::GemmOut::kStoreF32, nullptr);
+        const auto y = to_host<float>(dy, M * ld);
+        std::vector<float> got;
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) got.push_back(y[m * ld + n]);
+          for (int64_t n = N; n < ld; ++n) ASSERT_EQ(y[m * ld + n], 1234.5f) << where << " guard";
+        }
+        EXPECT_LT(nmse(got, ref), kF32Budget) << where;
+        // A row's result does not depend on M: the first row alone (M = 1) gives the same bits.
+        auto d1 = to_device(to_bf16(std::vector<float>(x.begin(), x.begin() + K)));
+        cuda::DeviceBuffer y1(N * 4);
+        cuda::gemm_quant_mma(d1.get(), dw.get(), f, 1, N, K, y1.get(), N, cuda::GemmOut::kStoreF32, nullptr);
+        const auto one = to_host<float>(y1, N);
+        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], got[n]) << where << " row 0 at M = 1, column " << n;
+        // Accumulated into a prefilled y.
+        const auto base = random_floats(M * ld, 5);
+        auto dyb = to_device(base);
+        cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, dyb.get(), ld, cuda::GemmOut::kAddF32, nullptr);
+        const auto acc = to_host<float>(dyb, M * ld);
+        std::vector<float> acc_got, acc_ref;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < ld; ++n) {
+            acc_got.push_back(acc[m * ld + n] - base[m * ld + n]);
+            acc_ref.push_back(n < N ? ref[m * N + n] : 0.0f);
+          }
+        EXPECT_LT(nmse(acc_got, acc_ref), kF32Budget) << where << " (add)";
+        cuda::DeviceBuffer yb(M * N * 2);
+        cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, yb.get(), N, cuda::GemmOut::kStoreAct, nullptr);
+        EXPECT_LT(nmse(from_bf16(to_host<uint16_t>(yb, M * N)), ref), kBf16Budget) << where << " (bf16)";
+        const int64_t F = N / 2;
+        cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, yb.get(), F, cuda::GemmOut::kSwiGlu, nullptr);
+        std::vector<float> sw(M * F);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < F; ++i) {
+            const float g = bf16_to_f32(f32_to_bf16(ref[m * N + i])), u = bf16_to_f32(f32_to_bf16(ref[m * N + F + i]));
+            sw[m * F + i] = g / (1.0f + std::exp(-g)) * u;
+          }
+        EXPECT_LT(nmse(from_bf16(to_host<uint16_t>(yb, M * F)), sw), kBf16Budget) << where << " (swiglu)";
       }
     }
   }

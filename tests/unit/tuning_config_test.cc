@@ -24,7 +24,7 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
-            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8) | profile off | block "
+            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 64) | profile off | block "
             "trace off | graph capture lazy");
 }
 
@@ -35,6 +35,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
                                            {"PAGODA_GEMV_MAX_ROWS", "4"},
                                            {"PAGODA_QUANT_WEIGHTS", "dequantize"},
                                            {"PAGODA_QUANT_GEMV_MAX_ROWS", "2"},
+                                           {"PAGODA_QUANT_MMA_MAX_ROWS", "16"},
                                            {"PAGODA_CUDA_PROFILE", "1"},
                                            {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"},
                                            {"PAGODA_GRAPH_CAPTURE", "start"}}))
@@ -47,8 +48,9 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.block_trace, "/tmp/trace.bin");
   EXPECT_EQ(t.quant_weights, "dequantize");
   EXPECT_EQ(t.quant_gemv_max_rows, 2);
+  EXPECT_EQ(t.quant_mma_max_rows, 16);
   EXPECT_EQ(t.to_string(),
-            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2) | profile on | block "
+            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16) | profile on | block "
             "trace /tmp/trace.bin | graph capture start");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
@@ -61,6 +63,7 @@ TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
       {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_GRAPH_CAPTURE", "eager"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
       {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
+      {{"PAGODA_QUANT_MMA_MAX_ROWS", "65"}},    {{"PAGODA_QUANT_MMA_MAX_ROWS", "-2"}},
   };
   for (const auto& vars : bad) {
     TuningConfig t;

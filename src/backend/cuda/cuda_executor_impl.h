@@ -227,6 +227,12 @@ class CudaExecutor final : public ModelExecutor {
   bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
     return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
   }
+  // Whether they take the tensor-core matmul instead: bf16 activations, more rows than the GEMV
+  // takes and at most tuning.quant_mma_max_rows (not batch-invariant).
+  bool quant_mma(int64_t M, const cuda::DeviceWeight& w) const {
+    return w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && !quant_gemv(M, w) &&
+           M <= opt_.tuning.quant_mma_max_rows;
+  }
   const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
   const float* vec(VectorId id) const {
     return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;

@@ -21,6 +21,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_utils.cuh"
 #include "backend/cuda/quant_layout.h"
 #include "backend/cuda/swiglu.cuh"
 
@@ -399,6 +400,170 @@ void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
   }
 }
 
+// ---- tensor-core matmul over bf16 activations ---------------------------------------------
+//
+// gemm_quant_mma: y = x W^T for up to 64 rows of bf16 x. Each weight unit is dequantized in
+// registers to the bf16 values dequantize_weight writes (w = s * q + mn in f32, rounded) and
+// multiplied on tensor cores (m16n8k16, f32 accumulators), so no activation quantization runs
+// and a row's result is the dequantized matmul's up to the summation order.
+// A warp computes an 8-column tile (two for SwiGLU: gate columns n0.. and up columns F + n0..) for
+// every m tile of 16 rows, over the rounds r = w, w + 8, ... of its block's K (a round: 4 units,
+// 128 inputs); the 8 warps' partial sums are added in warp order through shared memory, so
+// results do not depend on M or on the other rows.
+// The k order inside a round is permuted, identically for x and W (a dot product does not depend
+// on it): in mma step j (0..7) lane (g, t) holds, as its k slots {2t, 2t+1, 2t+8, 2t+9}, elements
+// 4j .. 4j + 3 of unit 4r + t, so each lane decodes one whole unit a round (consecutive lanes,
+// consecutive units of a row: 64-byte runs) and reads that unit's 32 inputs of rows g and g + 8.
+
+constexpr int kMmaWarps = 8;
+
+struct QMmaArgs {
+  const bf16* x;     // [M, K]
+  const uint8_t* w;  // rows of row_bytes bytes, in the device layout (quant_layout.h)
+  int64_t row_bytes;
+  int n_out, K, M;   // n_out: outputs (F for SwiGLU, whose up rows start at row F)
+  void* y;
+  int64_t ldy;
+};
+
+// Elements 4j .. 4j + 3 of a decoded unit as two bf16 pairs (the lower element in the low half).
+__device__ __forceinline__ void unit_quad_bf16(const Unit& u, int j, uint32_t& lo, uint32_t& hi) {
+  const float s = j < 4 ? u.sa : u.sb;
+  const uint32_t q = static_cast<uint32_t>(u.q[j]);
+  const float w0 = s * static_cast<float>(static_cast<int8_t>(q & 0xFF)) + u.mn;
+  const float w1 = s * static_cast<float>(static_cast<int8_t>((q >> 8) & 0xFF)) + u.mn;
+  const float w2 = s * static_cast<float>(static_cast<int8_t>((q >> 16) & 0xFF)) + u.mn;
+  const float w3 = s * static_cast<float>(static_cast<int8_t>(q >> 24)) + u.mn;
+  lo = pack2(w0, w1, bf16{});
+  hi = pack2(w2, w3, bf16{});
+}
+
+// MT m tiles (M <= 16 MT).
+template <class D, int MT, GemmOut MODE>
+__global__ __launch_bounds__(kMmaWarps * 32) void gemm_quant_mma_kernel(QMmaArgs a) {
+  constexpr int NT = MODE == GemmOut::kSwiGlu ? 2 : 1;
+  constexpr int kVals = MT * NT * 4;
+  __shared__ float partial[kMmaWarps][kVals][32];
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 8;
+  const int units = a.K / 32, rounds = (units + 3) / 4;
+  // Column n0 + g; past n_out, the last row again (read, not stored).
+  const int col = min(n0 + g, a.n_out - 1);
+  const uint8_t* rows[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) rows[nt] = a.w + static_cast<int64_t>(col + nt * a.n_out) * a.row_bytes;
+  auto decode = [&](int r, Unit (&wu)[NT]) {
+    const int u = 4 * r + t;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (u < units) {
+        wu[nt] = D::decode(rows[nt], u, units);
+      } else {  // past K: zero weights (the inputs there are zero too)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) wu[nt].q[i] = 0;
+        wu[nt].sa = wu[nt].sb = wu[nt].mn = 0.0f;
+      }
+    }
+  };
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mt][nt][c] = 0.0f;
+  Unit cur[NT];
+  if (warp < rounds) decode(warp, cur);  // weights only: before the wait
+  pdl_wait();
+  for (int r = warp; r < rounds; r += kMmaWarps) {
+    Unit next[NT];
+    if (r + kMmaWarps < rounds) decode(r + kMmaWarps, next);
+    const int u = 4 * r + t;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {  // inputs 8 jj .. 8 jj + 7 of unit u: mma steps 2 jj, 2 jj + 1
+      uint4 xv[MT][2];                // rows 16 mt + g and 16 mt + g + 8
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = 16 * mt + g + 8 * h;
+          xv[mt][h] = (m < a.M && u < units)
+                          ? __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(m) * a.K + 32 * u + 8 * jj))
+                          : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * jj + half;
+        uint32_t b[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) unit_quad_bf16(cur[nt], j, b[nt][0], b[nt][1]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t af[4] = {half ? xv[mt][0].z : xv[mt][0].x, half ? xv[mt][1].z : xv[mt][1].x,
+                                  half ? xv[mt][0].w : xv[mt][0].y, half ? xv[mt][1].w : xv[mt][1].y};
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816(acc[mt][nt], af, b[nt][0], b[nt][1], bf16{});
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) cur[nt] = next[nt];
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) partial[warp][(mt * NT + nt) * 4 + c][lane] = acc[mt][nt][c];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      // C fragment: value c of lane (g, t) is row g (c < 2) or g + 8, column 2t + (c & 1).
+      const int m = 16 * mt + g + (c >= 2 ? 8 : 0), n = n0 + 2 * t + (c & 1);
+      float v[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        v[nt] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kMmaWarps; ++w) v[nt] += partial[w][(mt * NT + nt) * 4 + c][lane];
+      }
+      if (m >= a.M || n >= a.n_out) continue;
+      const int64_t at = static_cast<int64_t>(m) * a.ldy + n;
+      if constexpr (MODE == GemmOut::kSwiGlu) {
+        static_cast<bf16*>(a.y)[at] = swiglu_out(v[0], v[1]);
+      } else if constexpr (MODE == GemmOut::kStoreF32) {
+        static_cast<float*>(a.y)[at] = v[0];
+      } else if constexpr (MODE == GemmOut::kAddF32) {
+        static_cast<float*>(a.y)[at] += v[0];
+      } else {
+        static_cast<bf16*>(a.y)[at] = __float2bfloat16_rn(v[0]);
+      }
+    }
+}
+
+template <class D, int MT>
+void launch_mma_mt(const QMmaArgs& a, GemmOut mode, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_out, 8))), block(kMmaWarps * 32);
+  switch (mode) {
+    case GemmOut::kStoreF32: launch_pdl(gemm_quant_mma_kernel<D, MT, GemmOut::kStoreF32>, grid, block, 0, s, a); break;
+    case GemmOut::kAddF32: launch_pdl(gemm_quant_mma_kernel<D, MT, GemmOut::kAddF32>, grid, block, 0, s, a); break;
+    case GemmOut::kStoreAct: launch_pdl(gemm_quant_mma_kernel<D, MT, GemmOut::kStoreAct>, grid, block, 0, s, a); break;
+    case GemmOut::kSwiGlu: launch_pdl(gemm_quant_mma_kernel<D, MT, GemmOut::kSwiGlu>, grid, block, 0, s, a); break;
+  }
+}
+
+// One m tile up to 16 rows, four (rows 17 .. 64: the mma's zero rows cost no memory traffic).
+template <class D>
+void launch_mma(const QMmaArgs& a, GemmOut mode, cudaStream_t s) {
+  if (a.M <= 16) launch_mma_mt<D, 1>(a, mode, s);
+  else launch_mma_mt<D, 4>(a, mode, s);
+}
+
 // ---- dequantize -------------------------------------------------------------------------
 
 // One thread a unit: 32 outputs, written as 16-byte stores (4 for bf16, 8 for f32).
@@ -473,6 +638,26 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
   a.ldy = ldy;
   const bool ok = dispatch_format(format, [&](auto d) { launch_gemv<decltype(d)>(a, M, mode, s); });
   PAGODA_CUDA_REQUIRE(ok, "gemv_quant: no kernel for this weight format");
+  CUDA_CHECK_LAUNCH();
+}
+
+void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
+                    GemmOut mode, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(M >= 1 && M <= kQuantMmaMaxM, "gemm_quant_mma: 1 <= M <= kQuantMmaMaxM");
+  PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0 && K % 32 == 0, "gemm_quant_mma: K must be whole blocks");
+  PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemm_quant_mma: SwiGLU needs [gate; up] rows");
+  QMmaArgs a{};
+  a.x = static_cast<const bf16*>(x);
+  a.w = static_cast<const uint8_t*>(w);
+  a.row_bytes = device_row_bytes(format, K);
+  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
+  a.K = static_cast<int>(K);
+  a.M = static_cast<int>(M);
+  a.y = y;
+  a.ldy = ldy;
+  if (a.n_out <= 0) return;
+  const bool ok = dispatch_format(format, [&](auto d) { launch_mma<decltype(d)>(a, mode, s); });
+  PAGODA_CUDA_REQUIRE(ok, "gemm_quant_mma: no kernel for this weight format");
   CUDA_CHECK_LAUNCH();
 }
 
