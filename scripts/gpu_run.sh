@@ -159,7 +159,7 @@ bench_model() {  # SHAPE
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
 #   ngl8b     CPU + GPU layer split on the 8B F16 GGUF of peerstart: pagoda bench --n-gpu-layers 16
-#             and llama-bench -ngl 16, pp512 + tg128, two alternating rounds (stage_ngl8b; ~150 s
+#             and llama-bench -ngl 16, pp512 + tg128, two alternating rounds (stage_ngl8b; ~200 s
 #             after the peer is ready)
 #   offload8b weight offload on the 8B shape (stage_offload8b): pagoda bench resident, then with
 #             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
@@ -517,15 +517,17 @@ stage_quant8b() {
 # CPU + GPU layer split on the 8B shape (needs peerstart earlier in the call: the llama.cpp build
 # and /dev/shm/m8b-f16.gguf): half the layers on the GPU, the other half and the output head on
 # the host's cores, pp512 and tg128 at batch 1: `pagoda bench --n-gpu-layers NGL` and llama.cpp's
-# `llama-bench -ngl NGL` on the same F16 GGUF, alternating (NGL default 16 of 32; THREADS default
-# the host's cores). About 150 s after the peer is ready.
+# `llama-bench -ngl NGL` on the same F16 GGUF, two alternating rounds (NGL default 16 of 32; THREADS
+# default the host's cores). llama.cpp's -ngl puts the last NGL layers on the GPU and, by default,
+# copies CPU-resident weights to the GPU for large batches (its prompt processing); Pagoda's CPU
+# part computes its layers on the CPU at every batch size. About 200 s after the peer is ready.
 stage_ngl8b() {
   TAILN=2 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
   local f16=$SHM/m8b-f16.gguf n=${NGL:-16} t=${THREADS:-$(nproc)} i
   [ -f $f16 ] || { log "=== ngl8b: no $f16 (run peerstart first)"; return 1; }
   for i in 1 2; do
-    TAILN=8 step ngl_pagoda_${n}_$i 100 $PAGODA bench -m $f16 --device cuda --n-gpu-layers $n -t $t -p 512 -n 128 -r 1
-    TAILN=6 step ngl_llamacpp_${n}_$i 100 /tmp/lc/build/bin/llama-bench -m $f16 -ngl $n -t $t -p 512 -n 128 -r 1
+    TAILN=8 step ngl_pagoda_${n}_$i 120 $PAGODA bench -m $f16 --device cuda --n-gpu-layers $n -t $t -p 512 -n 128 -r 1
+    TAILN=6 step ngl_llamacpp_${n}_$i 120 /tmp/lc/build/bin/llama-bench -m $f16 -ngl $n -t $t -p 512 -n 128 -r 1
   done
 }
 
