@@ -158,6 +158,10 @@ bench_model() {  # SHAPE
 #   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
 #             (lazy and start-up graph capture); needs peerstart earlier in the call (stage_cold8b)
+#   ngltests  the layer split's GPU tests (CudaLayerSplit.*; GPU references made if absent), ~60 s
+#   ngl8b     CPU + GPU layer split on the 8B F16 GGUF of peerstart: pagoda bench --n-gpu-layers 16
+#             and llama-bench -ngl 16, pp512 + tg128, two alternating rounds (stage_ngl8b; ~200 s
+#             after the peer is ready)
 #   offload8b weight offload on the 8B shape (stage_offload8b): pagoda bench resident, then with
 #             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
 #             tg16 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
@@ -511,6 +515,29 @@ stage_quant8b() {
   done
 }
 
+# CPU + GPU layer split on the 8B shape (needs peerstart earlier in the call: the llama.cpp build
+# and /dev/shm/m8b-f16.gguf): half the layers on the GPU, the other half and the output head on
+# the host's cores, pp512 and tg128 at batch 1: `pagoda bench --n-gpu-layers NGL` and llama.cpp's
+# `llama-bench -ngl NGL` on the same F16 GGUF, two alternating rounds (NGL default 16 of 32; THREADS
+# default the host's cores). llama.cpp's -ngl puts the last NGL layers on the GPU and, by default,
+# copies CPU-resident weights to the GPU for large batches (its prompt processing); Pagoda's CPU
+# part computes its layers on the CPU at every batch size. About 200 s after the peer is ready.
+# The layer split's GPU tests (tests/gpu/cuda_layer_split_test.cc): the tiny f32 Llama-3 and the
+# random bf16 Qwen3 of the GPU references (made first if absent, ~60 s); about 60 s.
+stage_ngltests() {
+  [ -f /tmp/gpuref/index.json ] || step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
+  TAILN=12 step ngltests 150 $TESTS --gtest_filter='CudaLayerSplit.*'
+}
+stage_ngl8b() {
+  TAILN=2 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
+  local f16=$SHM/m8b-f16.gguf n=${NGL:-16} t=${THREADS:-$(nproc)} i
+  [ -f $f16 ] || { log "=== ngl8b: no $f16 (run peerstart first)"; return 1; }
+  for i in 1 2; do
+    TAILN=8 step ngl_pagoda_${n}_$i 120 $PAGODA bench -m $f16 --device cuda --n-gpu-layers $n -t $t -p 512 -n 128 -r 1
+    TAILN=6 step ngl_llamacpp_${n}_$i 120 /tmp/lc/build/bin/llama-bench -m $f16 -ngl $n -t $t -p 512 -n 128 -r 1
+  done
+}
+
 # Cold start of the 8B shape from /dev/shm (needs peerstart earlier in the call: the llama.cpp
 # build and /dev/shm/m8b-f16.gguf; llama-quantize makes the BF16 copy): launch to first token of
 # `pagoda generate --device cuda -n 1` (--profile-startup: the phase table) on the BF16 and F16
@@ -640,6 +667,8 @@ for s in "$@"; do
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;
     cold8b) stage_cold8b ;;
+    ngl8b) stage_ngl8b ;;
+    ngltests) stage_ngltests ;;
     spectests) stage_spectests ;;
     spec8b) stage_spec ;;
     specdraft8b) stage_spec draft ;;

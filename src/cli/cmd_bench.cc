@@ -32,6 +32,7 @@
 #include "engine/engine_core.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
+#include "runtime/split_executor.h"
 #include "engine/device_spec.h"
 #include "runtime/memory_plan.h"
 
@@ -70,6 +71,7 @@ struct BenchOptions {
   double memory_utilization = 0.9;
   std::string cpu_offload;
   int64_t cpu_offload_bytes = 0;  // resolved from cpu_offload before run_bench
+  int64_t n_gpu_layers = -1;      // CPU + GPU layer split (EngineConfig::n_gpu_layers)
   TuningFlags tuning_flags;
   TuningConfig tuning;  // resolved from tuning_flags and the environment before run_bench
   SpeculativeOptions spec_flags;
@@ -115,6 +117,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   if (o.device != "cpu") cfg.memory_utilization = o.memory_utilization;
   cfg.cpu_offload_bytes = o.cpu_offload_bytes;
+  cfg.n_gpu_layers = o.n_gpu_layers;
   cfg.speculative = o.speculative;
   const int64_t vocab = loaded.config.vocab_size;
   ThreadPool pool(o.threads);
@@ -292,7 +295,9 @@ int run_bench(const BenchOptions& o) {
       cuda || (o.prompt == 0 && o.gen == 0) ? MachineCeilings{} : measure_ceilings_in_child(o.threads);
   ModelLoadOptions lo;
   lo.max_model_len = max_len;
-  lo.cpu_kernels = !cuda;
+  // A layer split's CPU part reads its layers prepared for the CPU kernels (from layer N on).
+  lo.cpu_kernels = !cuda || o.n_gpu_layers > 0;
+  lo.cpu_kernels_from_layer = cuda ? std::max<int64_t>(0, o.n_gpu_layers) : 0;
   lo.quantization = o.quantization;
   const auto t_load = std::chrono::steady_clock::now();
   auto loaded = load_model(o.model, lo);
@@ -302,7 +307,8 @@ int run_bench(const BenchOptions& o) {
   }
   const double load_s = seconds_since(t_load);
   const ModelConfig cfg = loaded->config;
-  ThreadPool pool(cuda ? 1 : o.threads);
+  const int64_t split_layers = cuda && o.n_gpu_layers > 0 && o.n_gpu_layers < cfg.num_layers ? o.n_gpu_layers : 0;
+  ThreadPool pool(cuda && split_layers == 0 ? 1 : o.threads);
   nlohmann::json records = nlohmann::json::array();
   nlohmann::json out;
   out["model"] = o.model;
@@ -361,12 +367,16 @@ int run_bench(const BenchOptions& o) {
       co.prefill_tile_q = o.prefill_tile;
       co.cpu_offload_bytes = std::max<int64_t>(0, o.cpu_offload_bytes);  // auto: none (no memory plan here)
       co.tuning = o.tuning;
+      if (split_layers > 0) co.layers = {0, split_layers};
       auto r = make_cuda_executor(*loaded->model, spec, co);
       if (!r.ok()) {
         std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
         return 1;
       }
       ex = std::move(*r);
+      if (split_layers > 0)
+        ex = make_split_executor(std::move(ex), make_cpu_executor(*loaded->model, spec, pool, {split_layers, -1}),
+                                 cfg.num_layers);
     } else {
       if (*kv_dtype == DType::kF8E4M3) {
         std::cerr << "pagoda bench: --kv-dtype f8_e4m3 needs --device cuda\n";
@@ -607,6 +617,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--memory-utilization,--gpu-memory-utilization", o->memory_utilization, "Offline throughput on a GPU: fraction of its memory")->check(CLI::Range(0.0, 1.0));
   add_speculative_options(app, &o->spec_flags);
   add_cpu_offload_option(app, &o->cpu_offload);
+  add_n_gpu_layers_option(app, &o->n_gpu_layers);
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)
@@ -624,6 +635,11 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
     o->tuning = *tuning;
     if (!resolve_speculative_options(o->spec_flags, o->speculative, "bench")) return 2;
     if (!resolve_cpu_offload_option(o->cpu_offload, o->cpu_offload_bytes, "bench")) return 2;
+    if (o->n_gpu_layers == 0 && o->device.starts_with("cuda")) o->device = "cpu";  // llama.cpp's -ngl 0: all on the CPU
+    if (o->n_gpu_layers > 0 && !o->device.starts_with("cuda")) {
+      std::cerr << "pagoda bench: --n-gpu-layers " << o->n_gpu_layers << " puts layers on a GPU: it needs --device cuda\n";
+      return 2;
+    }
     return run_bench(*o);
   };
 });

@@ -57,6 +57,7 @@ struct ThroughputOptions {
   int64_t kv_cache_memory = 0;
   KvTierOptions kv_tiers;
   std::string cpu_offload;
+  int64_t n_gpu_layers = -1;
   uint64_t seed = 0;
   bool json = false;
   WeightQuantization quantization = WeightQuantization::kNone;
@@ -150,6 +151,7 @@ int run_throughput(ThroughputOptions& o) {
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
   if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "bench throughput")) return 2;
+  cfg.n_gpu_layers = o.n_gpu_layers;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
@@ -523,6 +525,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   add_speculative_options(app, &o->spec);
   add_kv_tier_options(app, &o->kv_tiers);
   add_cpu_offload_option(app, &o->cpu_offload);
+  add_n_gpu_layers_option(app, &o->n_gpu_layers);
   app->add_flag("--json", o->json, "Print JSON");
   app->add_option("--json-schema", o->json_schema,
                   "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")

@@ -43,6 +43,7 @@ struct GenerateOptions {
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
   std::string cpu_offload;
+  int64_t n_gpu_layers = -1;
   bool verbose = false;
   bool profile_startup = false;
   std::string plan_cache;
@@ -64,6 +65,7 @@ int run_generate(GenerateOptions& o) {
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
   if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "generate")) return 2;
+  cfg.n_gpu_layers = o.n_gpu_layers;
   cfg.plan_cache = o.plan_cache;
   if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
@@ -197,6 +199,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
   add_cpu_offload_option(app, &o->cpu_offload);
+  add_n_gpu_layers_option(app, &o->n_gpu_layers);
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");

@@ -36,6 +36,7 @@ struct MemplanOptions {
   int32_t block_size = 16;
   KvTierOptions tiers;
   std::string cpu_offload;     // --cpu-offload-gb G|auto (options.h)
+  int64_t n_gpu_layers = -1;   // --n-gpu-layers N (options.h): a CPU + GPU layer split
   double h2d_gb_s = 25;        // host -> device bandwidth the offload prediction assumes
   bool json = false;
 };
@@ -79,6 +80,7 @@ struct ModelFacts {
   std::string weight_source;
   ParameterFootprint footprint;
   std::vector<int64_t> layer_linear_bytes;  // [num_layers]: each layer's matmul weights (offload)
+  int64_t output_bytes = 0;                  // the untied output head's (0: tied to the embedding)
 };
 
 // The footprint, noting each layer's matmul weight bytes into f.layer_linear_bytes on the way.
@@ -88,6 +90,7 @@ ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t
     const int64_t b = bytes_of(d);
     if (b > 0 && d.linear && d.layer >= 0 && d.layer < static_cast<int64_t>(f.layer_linear_bytes.size()))
       f.layer_linear_bytes[static_cast<size_t>(d.layer)] += b;
+    if (b > 0 && d.gguf_name == "output.weight") f.output_bytes = b;
     return b;
   });
 }
@@ -219,12 +222,30 @@ int run_memplan(const MemplanOptions& o) {
   in.kv_disk_tier_bytes = tiers.disk_dir.empty() ? 0 : tiers.disk_bytes;
   int64_t offload_bytes = 0;
   if (!resolve_cpu_offload_option(o.cpu_offload, offload_bytes, "memplan")) return 2;
+  const int64_t L = facts->config.num_layers;
+  if (o.n_gpu_layers == 0) {
+    std::cerr << "pagoda memplan: --n-gpu-layers 0 runs every layer on the CPU: plan it without the flag (and --memory "
+                 "of this host)\n";
+    return 2;
+  }
+  if (o.n_gpu_layers > 0 && o.n_gpu_layers < L) {
+    // A layer split: the device holds layers [0, N) and the rest (embedding, norms); the later
+    // layers' linears and the output head are the CPU's.
+    if (!o.cpu_offload.empty() && o.cpu_offload != "auto" && offload_bytes > 0) {
+      std::cerr << "pagoda memplan: --n-gpu-layers and --cpu-offload-gb both keep weights off the GPU: use one of them\n";
+      return 2;
+    }
+    offload_bytes = 0;
+    for (int64_t l = o.n_gpu_layers; l < L; ++l) in.weight_bytes -= facts->layer_linear_bytes[static_cast<size_t>(l)];
+    in.weight_bytes -= facts->output_bytes;
+    set_layer_split(in, o.n_gpu_layers);
+  }
   // Weight offload (runtime/weight_offload_plan.h), as the engine plans it on a GPU: an explicit
   // size, or (auto) the fewest layers that make one sequence of --max-model-len tokens fit (of at
   // most 4096 when it is the model's context).
   WeightOffloadPlan offload = plan_weight_offload(facts->layer_linear_bytes, std::max<int64_t>(0, offload_bytes));
   auto plan = plan_memory(in);
-  if (offload_bytes == EngineConfig::kAutoOffload && !plan.ok() && in.kv_cache_memory <= 0) {
+  if (offload_bytes == EngineConfig::kAutoOffload && !plan.ok() && in.kv_cache_memory <= 0 && in.split_device_layers == 0) {
     MemoryPlanInput probe = in;
     probe.weight_bytes = 0;
     probe.kv_cache_memory = int64_t{1} << 50;  // any size that fits: the fixed terms are what is read
@@ -298,6 +319,7 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
   add_quantization_option(app, o->quantization);
   app->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 4096));
   add_kv_tier_options(app, &o->tiers);
+  add_n_gpu_layers_option(app, &o->n_gpu_layers);
   add_cpu_offload_option(app, &o->cpu_offload);
   app->add_option("--h2d-gb-s", o->h2d_gb_s, "Host -> device bandwidth for the offload prediction, GB/s (PCIe 4.0 x16 "
                   "about 25, 5.0 x16 about 50; pagoda bench --cpu-offload-gb measures it)")->check(CLI::Range(0.1, 10000.0));

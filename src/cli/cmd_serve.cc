@@ -278,6 +278,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("--kv-cache-memory", e.kv_cache_memory, "KV cache bytes (default: enough for every sequence, at most 2 GiB)")->check(CLI::NonNegativeNumber);
   add_kv_tier_options(app, &o->kv_tiers);
   add_cpu_offload_option(app, &o->cpu_offload);
+  add_n_gpu_layers_option(app, &e.n_gpu_layers);
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");

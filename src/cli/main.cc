@@ -1,6 +1,8 @@
 // `pagoda` executable: dispatches to the registered subcommands (cmd_*.cc).
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/options.h"
@@ -27,8 +29,15 @@ int main(int argc, char** argv) {
     add_log_level_option(sub);
     actions.emplace_back(sub, cmd.setup(sub));
   }
+  // llama.cpp's spelling -ngl (CLI11 names of one dash have one letter).
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) {
+    if (a == "-ngl") a = "--n-gpu-layers";
+    arg_ptrs.push_back(a.data());
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -88,6 +88,13 @@ bool resolve_cpu_offload_option(const std::string& o, int64_t& bytes, std::strin
   return true;
 }
 
+void add_n_gpu_layers_option(CLI::App* app, int64_t* n) {
+  app->add_option("--n-gpu-layers", *n,
+                  "CPU + GPU layer split (llama.cpp's -ngl): with --device cuda the first N layers run on the GPU, the "
+                  "rest and the output head on the CPU; -1: all on the GPU; 0: all on the CPU")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20));
+}
+
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {
   app->add_option("--speculative-config", o->json,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'");

@@ -66,6 +66,11 @@ KvTierConfig resolve_kv_tier_options(const KvTierOptions& o);
 void add_cpu_offload_option(CLI::App* app, std::string* o);
 bool resolve_cpu_offload_option(const std::string& o, int64_t& bytes, std::string_view cmd);
 
+// --n-gpu-layers N (llama.cpp's -ngl, rewritten to this name by main; EngineConfig::n_gpu_layers):
+// with --device cuda the first N decoder layers on the GPU, the rest and the output head on the
+// CPU; -1 (the default) or >= the model's layers: all on the GPU; 0: all on the CPU.
+void add_n_gpu_layers_option(CLI::App* app, int64_t* n);
+
 // Range validators of the numeric options; CLI11 prints "--opt: Value X not in range [A - B]".
 inline CLI::Range port_range() { return CLI::Range(0, 65535); }
 

@@ -10,6 +10,7 @@
 #include "engine/engine_plan.h"
 #include "engine/device_spec.h"
 #include "engine/stop_matcher.h"
+#include "common/log.h"
 #include "common/startup_profile.h"
 #include "grammar/constraint.h"
 #include "template/chat_template.h"
@@ -79,11 +80,30 @@ std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | quantization {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
-      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | {} | speculative {}",
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | n_gpu_layers {} | {} | speculative {}",
       model, weight_quantization_name(quantization), threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
-      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant, tuning.to_string(),
+      scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant,
+      n_gpu_layers < 0 ? std::string("all") : std::to_string(n_gpu_layers), tuning.to_string(),
       speculative.to_string());
+}
+
+Result<EngineConfig> resolve_layer_split(const EngineConfig& config) {
+  PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
+  if (config.n_gpu_layers < -1)
+    return invalid_argument("--n-gpu-layers must be >= 0 (or -1: every layer on the GPU), got {}", config.n_gpu_layers);
+  EngineConfig out = config;
+  if (dev.type != Device::kCuda) {
+    if (config.n_gpu_layers > 0)
+      return invalid_argument("--n-gpu-layers {} puts layers on a GPU: it needs --device cuda (the device is {})",
+                              config.n_gpu_layers, config.device);
+    return out;
+  }
+  if (config.n_gpu_layers == 0) {
+    log_info("engine", "--n-gpu-layers 0: every layer on the CPU (the CPU backend, as --device cpu)");
+    out.device = "cpu";
+  }
+  return out;
 }
 
 // ---- EngineLoop: the engine thread and text output ----
@@ -436,11 +456,15 @@ void EngineLoop::run() {
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
 Engine::~Engine() { shutdown(); }
 
-Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const ExecutorDecorator& decorate) {
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& requested, const ExecutorDecorator& decorate) {
+  PAGODA_ASSIGN_OR_RETURN(const EngineConfig config, resolve_layer_split(requested));
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   ModelLoadOptions lo;
   lo.max_model_len = config.max_model_len;
-  lo.cpu_kernels = dev.type == Device::kCpu;
+  // A layer split's CPU part reads its layers' weights prepared for the CPU kernels (the device
+  // part's stay views: EngineConfig::n_gpu_layers).
+  lo.cpu_kernels = dev.type == Device::kCpu || config.n_gpu_layers > 0;
+  lo.cpu_kernels_from_layer = dev.type == Device::kCpu ? 0 : std::max<int64_t>(0, config.n_gpu_layers);
   lo.quantization = config.quantization;
   lo.progress = config.load_progress;
   lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {

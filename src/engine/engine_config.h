@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "common/status.h"
 #include "common/tuning_config.h"
 #include "core/speculative_config.h"
 #include "kv/kv_tier_config.h"
@@ -47,6 +48,11 @@ struct EngineConfig {
   static constexpr int64_t kAutoOffload = -1;
   static constexpr int64_t kAutoOffloadKvTokens = 4096;
   int64_t cpu_offload_bytes = kAutoOffload;
+  // CPU + GPU layer split (llama.cpp's -ngl; runtime/split_executor.h): with a CUDA device, the
+  // first n_gpu_layers decoder layers (and the embedding) run on the GPU, the rest and the output
+  // head on the CPU from the mapped file. -1 or >= the model's layers: every layer on the GPU; 0:
+  // the whole model on the CPU (as --device cpu). On the CPU device only -1 and 0 are accepted.
+  int64_t n_gpu_layers = -1;
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)
   // Engine plan cache (engine/engine_plan.h): "" the default (common/env_config.h:
@@ -57,5 +63,10 @@ struct EngineConfig {
 
   std::string to_string() const;
 };
+
+// The configuration a layer split resolves to: --n-gpu-layers 0 with a CUDA device is the CPU
+// device (llama.cpp's -ngl 0 runs every layer on the CPU); any other value is kept. An error when
+// n_gpu_layers asks for GPU layers without a CUDA device, or is below -1.
+Result<EngineConfig> resolve_layer_split(const EngineConfig& config);
 
 }  // namespace pagoda

@@ -14,7 +14,9 @@
 #include "engine/draft_head_proposer.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
+#include "model/layer_linears.h"
 #include "runtime/ngram_proposer.h"
+#include "runtime/split_executor.h"
 #include "runtime/weight_offload_plan.h"
 
 namespace pagoda {
@@ -91,11 +93,34 @@ MemoryPlanInput memory_plan_input(const EngineConfig& config, const ModelConfig&
   return in;
 }
 
-// The draft model's executor options: the target's, its weights all resident (the offload the
-// target's options ask for is sized for the target).
+// The draft model's executor options: the target's, its weights all resident and every layer on
+// the device (the offload and the layer split the target's options ask for are the target's).
 CudaExecutorOptions draft_options(CudaExecutorOptions co) {
   co.cpu_offload_bytes = 0;
+  co.layers = {};
   return co;
+}
+
+// A CPU + GPU layer split (EngineConfig::n_gpu_layers, resolved by resolve_layer_split): the number
+// of layers on the device when the split is on (0 < N < layers), else 0.
+int64_t split_device_layers(const EngineConfig& config, const ModelConfig& mc) {
+  auto dev = parse_device(config.device);
+  if (!dev.ok() || dev->type != Device::kCuda) return 0;
+  return config.n_gpu_layers > 0 && config.n_gpu_layers < mc.num_layers ? config.n_gpu_layers : 0;
+}
+
+// The CPU part of a split reads layers [first, L) and the output head through the CPU kernels: the
+// model must have been loaded with them prepared (ModelLoadOptions::cpu_kernels_from_layer).
+Status check_cpu_part_weights(const Model& model, int64_t first) {
+  const LayerLinears ll = layer_linears(model);
+  std::vector<LinearId> ids = ll.outside;
+  for (size_t l = static_cast<size_t>(first); l < ll.layers.size(); ++l) ids.insert(ids.end(), ll.layers[l].begin(), ll.layers[l].end());
+  for (LinearId id : ids)
+    if (model.weights().linear(id).cpu == nullptr)
+      return invalid_argument("--n-gpu-layers {}: weight '{}' of the CPU part was loaded without CPU kernels (load the model "
+                              "with ModelLoadOptions::cpu_kernels_from_layer = {})",
+                              first, model.weights().linear(id).name, first);
+  return {};
 }
 
 int64_t draft_lookahead_blocks(const EngineConfig& config) {
@@ -120,6 +145,7 @@ Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, i
     in.device_memory = info->total;
     in.device_reserved = info->total - info->free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
+    set_layer_split(in, split_device_layers(config, mc));
   }
   return plan_memory(in).status();
 }
@@ -138,6 +164,26 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     return unimplemented("speculative method mtp runs on the CPU backend only: the MTP module reads the target's output "
                          "head, which the CUDA backend keeps on the device only (use --device cpu, or method eagle3, "
                          "ngram or draft on CUDA)");
+  // A CPU + GPU layer split: the first N layers on the device, the rest and the head on the CPU.
+  const int64_t gpu_layers = split_device_layers(config, mc);
+  {
+    PAGODA_ASSIGN_OR_RETURN(const EngineConfig resolved, resolve_layer_split(config));
+    if (resolved.device != config.device)
+      return invalid_argument("--n-gpu-layers 0 with a CUDA device is the CPU device: resolve_layer_split() first");
+  }
+  if (gpu_layers > 0) {
+    if (config.cpu_offload_bytes > 0)
+      return invalid_argument("--n-gpu-layers and --cpu-offload-gb both keep weights off the GPU: use one of them");
+    if (config.kv_tiers.host_bytes > 0 || !config.kv_tiers.disk_dir.empty())
+      return unimplemented("--n-gpu-layers: the KV host and disk tiers (and swap preemption) are not supported with a "
+                           "CPU + GPU layer split");
+    if (config.speculative.enabled() && config.speculative.method == "eagle3")
+      return unimplemented("--n-gpu-layers: speculative method eagle3 reads the target's hidden states, which a CPU + GPU "
+                           "layer split does not capture (use ngram or draft)");
+    PAGODA_RETURN_IF_ERROR(check_cpu_part_weights(*model.model, gpu_layers));
+    log_info("engine", "layer split: layers [0, {}) on {}, layers [{}, {}) and the output head on the CPU", gpu_layers,
+             config.device, gpu_layers, mc.num_layers);
+  }
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -173,6 +219,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
     // is already in use there.
     co.cpu_offload_bytes = std::max<int64_t>(0, config.cpu_offload_bytes);
+    if (gpu_layers > 0) co.layers = {0, gpu_layers};
     PAGODA_ASSIGN_OR_RETURN(CudaMemoryTerms terms, cuda_memory_terms(*model.model, co));
     if (core->draft_model_.model) {
       // The draft's executor terms, its lookahead and null blocks, and a block per target block.
@@ -189,7 +236,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     in.device_memory = info.total;
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
-    if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0) {
+    set_layer_split(in, split_device_layers(config, mc));
+    if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0 && gpu_layers == 0) {
       // Auto offload: the fewest streamed layers that leave room for one sequence of the
       // max_model_len asked for, or of at most kAutoOffloadKvTokens tokens when it is the model's
       // own context (a long context's KV is the planner's error to report, with its advice, not a
@@ -247,6 +295,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   if (cuda) {
     co.max_model_len = core->max_model_len_;
     PAGODA_ASSIGN_OR_RETURN(core->executor_, make_cuda_executor(*core->model_.model, spec, co));
+    if (gpu_layers > 0)
+      core->executor_ = make_split_executor(std::move(core->executor_),
+                                            make_cpu_executor(*core->model_.model, spec, pool, {gpu_layers, -1}),
+                                            core->model_.config.num_layers);
   } else {
     core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
   }

@@ -28,6 +28,9 @@ struct ModelLoadParams {
   // Prepare (repack) the matmul weights for the CPU kernels; false keeps plain views of the
   // checkpoint for device executors.
   bool cpu_kernels = true;
+  // With cpu_kernels: only the matmul weights of layers >= this one (and those outside the layers:
+  // the output head) are prepared; the others stay views for a layer split's device part.
+  int64_t cpu_kernels_from_layer = 0;
   int load_threads = 1;       // threads preparing the matmul weights (WeightTableReader::finish)
   // Packed CPU weights of an earlier load (an engine plan, sections "cpu-linear/<label>"), used
   // instead of repacking where present and of this machine's packed size; null: repack all.

@@ -85,12 +85,13 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   };
   ModelLoadParams params;
   params.max_positions = m.max_model_len;
-  params.cpu_kernels = options.cpu_kernels;
+  params.cpu_kernels = options.cpu_kernels && options.cpu_kernels_from_layer < m.config.num_layers;
+  params.cpu_kernels_from_layer = options.cpu_kernels_from_layer;
   params.packed_in = options.packed_in;
   params.packed_out = options.packed_out;
   params.packed_counts = options.packed_counts;
   params.load_threads = load_threads;
-  startup_profile::Scope weights_phase(options.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");
+  startup_profile::Scope weights_phase(params.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");
   auto model = family_of(m.config).load(m.config, naming, lookup, params);
   weights_phase.stop();
   if (options.progress) options.progress(total, total);

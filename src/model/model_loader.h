@@ -22,6 +22,10 @@ struct ModelLoadOptions {
   // Prepare (repack) the weights for the CPU kernels. A device executor reads the original
   // tensors and skips this (no packed host copies of the weights).
   bool cpu_kernels = true;
+  // A layer split (--n-gpu-layers N): with cpu_kernels, only the layers >= N and the output head are
+  // prepared for the CPU, the first N stay views for the device; N >= the model's layers: none
+  // (as cpu_kernels = false).
+  int64_t cpu_kernels_from_layer = 0;
   // Threads that read and prepare the weights (0: one per core).
   int load_threads = 0;
   // On-line quantization of a 16-bit / f32 checkpoint's decoder linears (model/online_quantization.h);

@@ -40,7 +40,7 @@ Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer
     names.push_back(g);
     orders.push_back(input_order_of(name_of(g)));
   }
-  return add_parts(w, std::move(parts), names, label, orders);
+  return add_parts(w, std::move(parts), names, label, decl_of(*gguf_names.begin()).layer, orders);
 }
 
 Tensor WeightTableReader::input_order_of(const std::string& checkpoint_name) const {
@@ -78,9 +78,9 @@ Result<ExpertSetId> WeightTableReader::add_experts(ModelWeights& w, const std::s
     const std::string el = fmt::format("{}.{}", label, e);
     PAGODA_ASSIGN_OR_RETURN(LinearId gu, add_parts(w, {expert_matrix(gate, e), expert_matrix(up, e)},
                                                    {fmt::format("{}[{}]", gate, e), fmt::format("{}[{}]", up, e)},
-                                                   el + ".gate_up"));
+                                                   el + ".gate_up", decl_of(gate).layer));
     PAGODA_ASSIGN_OR_RETURN(LinearId dn, add_parts(w, {expert_matrix(down, e)}, {fmt::format("{}[{}]", down, e)},
-                                                   el + ".down"));
+                                                   el + ".down", decl_of(down).layer));
     set.gate_up.push_back(gu);
     set.down.push_back(dn);
   }
@@ -89,7 +89,7 @@ Result<ExpertSetId> WeightTableReader::add_experts(ModelWeights& w, const std::s
 
 Result<LinearId> WeightTableReader::add_parts(ModelWeights& w, std::vector<Tensor> parts,
                                               const std::vector<std::string>& names, const std::string& label,
-                                              const std::vector<Tensor>& orders) {
+                                              int64_t layer, const std::vector<Tensor>& orders) {
   LinearEntry e;
   e.name = label;
   // Fused parts read one input: their act-order permutations must be one (GPTQ gives q/k/v the
@@ -118,7 +118,7 @@ Result<LinearId> WeightTableReader::add_parts(ModelWeights& w, std::vector<Tenso
     e.parts.push_back(t);
   }
   const LinearId id = w.add_linear(std::move(e));
-  if (cpu_kernels_) pending_.push_back({id, label});
+  if (cpu_kernels_) pending_.push_back({id, label, layer});
   return id;
 }
 
@@ -130,6 +130,8 @@ Status WeightTableReader::finish(ModelWeights& w, int threads) {
 
 Status WeightTableReader::finish(ModelWeights& w, const ModelLoadParams& params) {
   const int threads = params.load_threads;
+  // A layer split's device layers keep plain views of the checkpoint (the device part reads them).
+  std::erase_if(pending_, [&](const Pending& p) { return p.layer >= 0 && p.layer < params.cpu_kernels_from_layer; });
   // Preparing reads every mapped page of a weight (and repacks it): the bulk of a CPU load. Each
   // entry is independent, so a few threads take them in turn. A weight whose packed layout the
   // plan holds is not read at all.

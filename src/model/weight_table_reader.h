@@ -41,7 +41,8 @@ class WeightTableReader {
   Result<ExpertSetId> add_experts(ModelWeights& w, const std::string& gate, const std::string& up,
                                   const std::string& down, const std::string& label);
   // After the last add_linear() / add_experts(): prepares every matmul weight for the CPU kernels
-  // (when asked) on `threads` threads, then releases the mapped pages of the tensors only the CPU
+  // (when asked; with params, only those of layers >= params.cpu_kernels_from_layer and those
+  // outside the layers) on `threads` threads, then releases the mapped pages of the tensors only the CPU
   // kernels' copies are read of (never the embedding's: token lookups read it). The first failure
   // in load order.
   Status finish(ModelWeights& w, int threads);
@@ -59,9 +60,9 @@ class WeightTableReader {
   // Expert e's [N, K] matrix of the stacked declaration `gguf_name`.
   Tensor expert_matrix(const std::string& gguf_name, int64_t e) const;
   // A matmul weight of `parts` stacked along N, added to `w` (prepared by finish()); `names` label
-  // the parts in errors.
+  // the parts in errors; `layer` is the decoder layer it belongs to (-1: none).
   Result<LinearId> add_parts(ModelWeights& w, std::vector<Tensor> parts, const std::vector<std::string>& names,
-                             const std::string& label, const std::vector<Tensor>& orders = {});
+                             const std::string& label, int64_t layer, const std::vector<Tensor>& orders = {});
   // The checkpoint's "<m>.input_order" beside the declared weight `gguf_name` (act-order), or an
   // undefined tensor.
   Tensor input_order_of(const std::string& checkpoint_name) const;
@@ -69,6 +70,7 @@ class WeightTableReader {
   struct Pending {
     LinearId id;
     std::string label;
+    int64_t layer = -1;
   };
   std::vector<Pending> pending_;
   std::vector<Tensor> releasable_;  // views of the mapped tensors only prepared copies are read of

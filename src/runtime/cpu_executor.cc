@@ -9,15 +9,34 @@ namespace {
 
 class CpuExecutor final : public ModelExecutor {
  public:
-  CpuExecutor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool)
-      : model_(model), pool_(pool), kv_(model.config(), spec.num_blocks, spec.block_size, spec.dtype) {
+  CpuExecutor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool, LayerRange layers)
+      : model_(model), pool_(pool), range_(layers), kv_(model.config(), spec.num_blocks, spec.block_size, spec.dtype, layers) {
+    PAGODA_CHECK(spec.num_host_blocks == 0 || layers.whole(model.config().num_layers),
+                 "host KV blocks for a part of a layer split ({})", layers.to_string(model.config().num_layers));
     if (spec.num_host_blocks > 0)
       host_ = std::make_unique<KvCacheStorage>(model.config(), spec.num_host_blocks, spec.block_size, spec.dtype);
   }
 
   std::string device_name() const override { return "cpu"; }
 
+  LayerRange layer_range() const override { return range_; }
+
+  const Tensor& forward_part(const ForwardBatch& batch, const Tensor* residual_in) override {
+    const int64_t L = model_.config().num_layers;
+    if (range_.whole(L)) {
+      PAGODA_CHECK(residual_in == nullptr, "an input residual for the whole model's executor");
+      return forward(batch);
+    }
+    cpu_forward(model_, batch, kv_, ws_, logits_, pool_, {}, range_, residual_in);
+    if (range_.last(L)) return logits_;
+    residual_out_ = ws_.residual.slice_rows(0, batch.num_tokens());
+    return residual_out_;
+  }
+
   const Tensor& forward(const ForwardBatch& batch) override {
+    PAGODA_CHECK(range_.whole(model_.config().num_layers),
+                 "forward() on the executor of {}: a layer split runs it through forward_part()",
+                 range_.to_string(model_.config().num_layers));
     if (capture_.empty()) {
       cpu_forward(model_, batch, kv_, ws_, logits_, pool_);
       return logits_;
@@ -37,6 +56,7 @@ class CpuExecutor final : public ModelExecutor {
   }
 
   bool set_hidden_capture(const std::vector<int64_t>& after_layers) override {
+    if (!range_.whole(model_.config().num_layers)) return after_layers.empty();
     for (int64_t a : after_layers)
       if (a < 0 || a >= model_.config().num_layers) return false;
     capture_ = after_layers;
@@ -120,7 +140,9 @@ class CpuExecutor final : public ModelExecutor {
 
   const Model& model_;
   ThreadPool& pool_;
+  LayerRange range_;     // the layers this executor runs (and caches)
   KvCacheStorage kv_;
+  Tensor residual_out_;  // [T, D] f32 view of ws_.residual: forward_part's output before the last range
   std::unique_ptr<KvCacheStorage> host_;
   ForwardWorkspace ws_;
   Tensor logits_;
@@ -146,8 +168,15 @@ void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSp
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
 }
 
-std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool) {
-  return std::make_unique<CpuExecutor>(model, spec, pool);
+const Tensor& ModelExecutor::forward_part(const ForwardBatch& batch, const Tensor* residual_in) {
+  PAGODA_CHECK(residual_in == nullptr, "forward_part() with an input residual on an executor of the whole model ({})",
+               device_name());
+  return forward(batch);
+}
+
+std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool,
+                                                 LayerRange layers) {
+  return std::make_unique<CpuExecutor>(model, spec, pool, layers);
 }
 
 }  // namespace pagoda

@@ -1,6 +1,7 @@
 #include "runtime/cpu_layer_ops.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -181,6 +182,17 @@ class CpuLayerOps final : public LayerOps {
     hook_(layer, residual_);
   }
 
+  // The residual stream of a range after the first: `in` [T, D] f32.
+  void set_residual(const Tensor& in) {
+    PAGODA_CHECK(in.dtype() == DType::kF32 && in.ndim() == 2 && in.dim(0) == residual_.dim(0) && in.dim(1) == c_.hidden_size,
+                 "layer split: input residual {} for {} tokens of hidden size {}", in.shape_string(), residual_.dim(0),
+                 c_.hidden_size);
+    std::memcpy(residual_.data(), in.data(), static_cast<size_t>(residual_.nbytes()));
+    pending_add_ = false;
+  }
+  // After a range before the last: the residual stream complete in ws.residual.
+  void finish_residual() { flush_residual(); }
+
  private:
   const LinearWeight& cpu_weight(LinearId id) const {
     const LinearEntry& e = w_.linear(id);
@@ -227,9 +239,20 @@ int64_t ForwardWorkspace::bytes() const {
 }
 
 void cpu_forward(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
-                 ThreadPool& pool, const LayerHook& hook) {
+                 ThreadPool& pool, const LayerHook& hook, LayerRange range, const Tensor* residual_in) {
+  const int64_t L = model.config().num_layers;
   CpuLayerOps ops(model, batch, kv, ws, logits, pool, hook);
-  model.forward(ops);
+  if (range.whole(L)) {
+    PAGODA_CHECK(residual_in == nullptr, "an input residual for the whole model's forward pass");
+    model.forward(ops);
+    return;
+  }
+  PAGODA_CHECK(range.first() == (residual_in == nullptr), "{}: an input residual is needed exactly after layer 0",
+               range.to_string(L));
+  if (residual_in != nullptr) ops.set_residual(*residual_in);
+  LayerRangeOps ranged(ops, range, L);
+  model.forward(ranged);
+  if (!range.last(L)) ops.finish_residual();
 }
 
 }  // namespace pagoda

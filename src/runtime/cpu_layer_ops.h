@@ -8,6 +8,7 @@
 
 #include "common/tensor.h"
 #include "common/thread_pool.h"
+#include "model/layer_range_ops.h"
 #include "model/model.h"
 #include "ops/moe.h"
 #include "runtime/forward_batch.h"
@@ -26,10 +27,13 @@ struct ForwardWorkspace {
 // Called after each layer with the residual stream [T, D] f32 (layer dumps).
 using LayerHook = std::function<void(int64_t layer, const Tensor& residual)>;
 
-// One forward pass of `model` over `batch` on `pool`: K/V of every token written into `kv`,
-// logits [batch.logits_rows.size(), vocab] f32 (resized if needed).
+// One forward pass of `model`'s layers `range` over `batch` on `pool`: K/V of every token written
+// into `kv` (which holds at least those layers), logits [batch.logits_rows.size(), vocab] f32
+// (resized if needed) when the range is the last one. A range after the first starts from
+// `residual_in` [T, D] f32 instead of embedding the tokens; one before the last leaves the residual
+// stream after its last layer in ws.residual's first T rows (logits untouched).
 // Thread-safety: serialise calls per workspace and KV storage.
 void cpu_forward(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
-                 ThreadPool& pool, const LayerHook& hook = {});
+                 ThreadPool& pool, const LayerHook& hook = {}, LayerRange range = {}, const Tensor* residual_in = nullptr);
 
 }  // namespace pagoda

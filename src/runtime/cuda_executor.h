@@ -47,6 +47,11 @@ struct CudaExecutorOptions {
   // layers spread over the model, stay in pinned host memory and stream to the device every forward
   // pass; 0: every weight resident.
   int64_t cpu_offload_bytes = 0;
+  // A layer split's first part (runtime/split_executor.h): only layers [0, layers.end) run here, their
+  // weights and the embedding uploaded, their K/V cached; forward_part() returns the residual stream
+  // after them in host memory (no output head, no device sampling, no weight offload, no host KV
+  // blocks, no hidden-state capture). The default: the whole model.
+  LayerRange layers;
   TuningConfig tuning;               // kernel choices, profiler and block trace (validated at start)
 };
 

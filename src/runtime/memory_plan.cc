@@ -30,6 +30,18 @@ int64_t workspace_bytes(const ModelConfig& c, int64_t tokens) {
   return rows * per_row * 4;
 }
 
+void set_layer_split(MemoryPlanInput& in, int64_t device_layers) {
+  const int64_t L = in.config.num_layers;
+  if (device_layers <= 0 || device_layers >= L) {
+    in.split_device_layers = in.split_host_kv_bytes = 0;
+    return;
+  }
+  in.split_device_layers = device_layers;
+  const int64_t host_per_token = in.config.kv_bytes_per_token(in.kv_dtype) / L * (L - device_layers);
+  const int64_t max_len = in.max_model_len > 0 ? in.max_model_len : in.config.max_position_embeddings;
+  in.split_host_kv_bytes = std::max(int64_t{2} << 30, host_per_token * (max_len + 3 * int64_t{in.block_size}));
+}
+
 int64_t kv_eviction_window(const MemoryPlanInput& in) {
   return in.kv_window_eviction && in.config.sliding_layers.empty() ? in.config.sliding_window : 0;
 }
@@ -48,7 +60,15 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                  ? in.logits_bytes
                  : static_cast<int64_t>(std::min(in.max_num_seqs, in.max_num_batched_tokens)) * in.config.vocab_size * 4;
   p.runtime_overhead = (in.overhead_bytes >= 0 ? in.overhead_bytes : kRuntimeOverhead) + in.device_reserved;
-  p.kv_bytes_per_token = in.config.kv_bytes_per_token(in.kv_dtype);
+  const int64_t L = in.config.num_layers;
+  if (in.split_device_layers < 0 || in.split_device_layers >= L)
+    return invalid_argument("layer split: {} device layers of {}", in.split_device_layers, L);
+  p.num_layers = L;
+  p.split_device_layers = in.split_device_layers;
+  // K/V bytes are the same for every layer: a split's device part holds its share.
+  const int64_t all_layers_per_token = in.config.kv_bytes_per_token(in.kv_dtype);
+  p.kv_bytes_per_token = in.split_device_layers > 0 ? all_layers_per_token / L * in.split_device_layers : all_layers_per_token;
+  const int64_t host_block_bytes = (all_layers_per_token - p.kv_bytes_per_token) * in.block_size;
   p.block_bytes = p.kv_bytes_per_token * in.block_size;
   p.draft_fixed = in.draft_fixed_bytes;
   const int64_t draft_block_bytes = in.draft_kv_bytes_per_token * in.block_size;
@@ -86,6 +106,12 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   // One extra block is the null block (padding in block tables).
   // A draft model's cache has a block for each of the target's.
   p.num_blocks = kv_budget / (p.block_bytes + draft_block_bytes) - 1;
+  if (in.split_device_layers > 0) {
+    // The CPU part's cache has a block for each of the device's, in host memory.
+    if (in.split_host_kv_bytes <= 0) return invalid_argument("layer split without a host KV budget");
+    p.num_blocks = std::min(p.num_blocks, in.split_host_kv_bytes / host_block_bytes - 1);
+    p.host_kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * host_block_bytes;
+  }
   p.kv_tokens = std::max<int64_t>(0, p.num_blocks) * in.block_size;
   p.kv_cache = (std::max<int64_t>(0, p.num_blocks) + 1) * p.block_bytes;
   p.draft_kv_cache = std::max<int64_t>(0, p.num_blocks) * draft_block_bytes;
@@ -123,6 +149,11 @@ std::string MemoryPlan::to_string() const {
   os << fmt::format("memory plan: weights {} + workspace {} + logits {} + overhead {} + KV cache {} = {} (budget {})\n",
                     bytes_str(weights), bytes_str(workspace), bytes_str(logits), bytes_str(runtime_overhead),
                     bytes_str(kv_cache), bytes_str(total), bytes_str(budget));
+  if (split_device_layers > 0)
+    os << fmt::format("layer split: layers [0, {}) and the embedding on the device (the terms above), layers [{}, {}) and "
+                      "the output head on the CPU from the mapped file; their KV cache {} in host memory (the same {} "
+                      "blocks, outside the budget)\n",
+                      split_device_layers, split_device_layers, num_layers, bytes_str(host_kv_cache), num_blocks);
   if (offloaded_weights > 0)
     os << fmt::format("weight offload: {} in pinned host memory: {}\n", bytes_str(offloaded_weights), offload);
   if (draft_fixed > 0)
@@ -150,7 +181,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"max_concurrency", max_concurrency}, {"kv_window", kv_window}, {"kv_tokens_per_sequence", kv_tokens_per_sequence},
           {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
           {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}, {"draft_fixed", draft_fixed},
-          {"draft_kv_cache", draft_kv_cache}, {"offloaded_weights", offloaded_weights}, {"offload", offload}};
+          {"draft_kv_cache", draft_kv_cache}, {"offloaded_weights", offloaded_weights}, {"offload", offload},
+          {"split_device_layers", split_device_layers}, {"num_layers", num_layers}, {"host_kv_cache", host_kv_cache}};
 }
 
 int64_t host_memory_bytes() {

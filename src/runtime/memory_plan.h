@@ -53,6 +53,12 @@ struct MemoryPlanInput {
   // counts the resident ones and the slots) and the plan's summary line; 0 / empty: none.
   int64_t offloaded_weight_bytes = 0;
   std::string offload_summary;
+  // A layer split (runtime/split_executor.h): the device caches the K/V of its first
+  // split_device_layers layers, the CPU those of the others in host memory (as many blocks, outside
+  // the budget, at most split_host_kv_bytes of them: the block count is capped by both). weight_bytes
+  // and the other device terms are the device part's. 0: no split.
+  int64_t split_device_layers = 0;
+  int64_t split_host_kv_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -83,10 +89,21 @@ struct MemoryPlan {
   int64_t draft_kv_cache = 0;
   int64_t offloaded_weights = 0;  // MemoryPlanInput::offloaded_weight_bytes
   std::string offload;            // MemoryPlanInput::offload_summary
+  // A layer split: the device's layers [0, split_device_layers) (kv_bytes_per_token and block_bytes
+  // count only those), of num_layers; the CPU part's KV cache in host memory (the same blocks).
+  int64_t split_device_layers = 0;
+  int64_t num_layers = 0;
+  int64_t host_kv_cache = 0;
 
   std::string to_string() const;  // the start-up printout
   nlohmann::json to_json() const;
 };
+
+// Sets a layer split's terms of `in` (its config, kv_dtype, block_size and max_model_len set):
+// device_layers of the model's layers on the device (0 < device_layers < layers; else no split), and
+// the host memory the CPU part's KV cache may take: 2 GiB, or one sequence of max_model_len when
+// that is more.
+void set_layer_split(MemoryPlanInput& in, int64_t device_layers);
 
 // Activation workspace of one forward pass over `tokens` tokens (what ForwardWorkspace and the
 // linear kernels' activation scratch hold).

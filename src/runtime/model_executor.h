@@ -24,6 +24,7 @@
 #include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "core/block_ids.h"
+#include "model/layer_range_ops.h"
 #include "model/model.h"
 #include "runtime/forward_batch.h"
 #include "runtime/sampler.h"
@@ -128,9 +129,22 @@ class ModelExecutor {
   // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }
+
+  // Layer splits (runtime/split_executor.h): an executor made for a LayerRange of the model
+  // (model/layer_range_ops.h) runs only those layers, its KV cache holding only them. One forward
+  // pass of its range: `residual_in` is the residual stream [T, D] f32 in host memory entering
+  // its first layer (given exactly when the range starts past layer 0; nullptr: the tokens are
+  // embedded); returns the logits as forward() does when the range ends with the model's last
+  // layer, else the residual stream after its last layer, [T, D] f32 in host memory (valid until
+  // the next call). An executor of the whole model answers forward(batch) (residual_in nullptr).
+  virtual const Tensor& forward_part(const ForwardBatch& batch, const Tensor* residual_in);
+  // The layers this executor runs (the whole model unless it was made for a split).
+  virtual LayerRange layer_range() const { return {}; }
 };
 
-// The CPU executor: the model's forward pass on `pool`, KV cache in host memory.
-std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool);
+// The CPU executor: the model's forward pass (or that of `layers` only) on `pool`, KV cache in
+// host memory.
+std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool,
+                                                 LayerRange layers = {});
 
 }  // namespace pagoda

@@ -96,6 +96,40 @@ TEST(MemoryPlan, Llama3_8bOn80GiBFollowsTheFormula) {
   EXPECT_EQ(ws, int64_t{8192} * (4 * 4096 + 3 * 4096 + 4 * 1024 + 3 * 14336) * 4);
 }
 
+// A CPU + GPU layer split (--n-gpu-layers 16 of 32): the device's KV holds half the layers, the
+// block count is capped by the CPU part's host KV (2 GiB, or one sequence of max_model_len when
+// that is more), whose bytes the plan reports beside the device total.
+TEST(MemoryPlan, LayerSplitCountsTheDeviceLayersAndCapsTheHostKv) {
+  MemoryPlanInput in;
+  in.config = config("llama-3-8b");
+  in.weight_bytes = int64_t{8} << 30;
+  in.device_memory = int64_t{80} << 30;
+  in.memory_utilization = 0.9;
+  in.max_model_len = 4096;
+  set_layer_split(in, 16);
+  EXPECT_EQ(in.split_device_layers, 16);
+  EXPECT_EQ(in.split_host_kv_bytes, int64_t{2} << 30);  // 4096 tokens x 64 KiB < 2 GiB
+  auto p = plan_memory(in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const int64_t half_block = 2 * 16 * 8 * 128 * 2 * 16;  // 2 (K, V) x 16 layers x 8 heads x 128 x 2 bytes: 64 KiB a token
+  EXPECT_EQ(p->kv_bytes_per_token, half_block / 16);
+  EXPECT_EQ(p->block_bytes, half_block);
+  EXPECT_EQ(p->num_blocks, (int64_t{2} << 30) / half_block - 1);  // the host cap, far below the device's room
+  EXPECT_EQ(p->host_kv_cache, (p->num_blocks + 1) * half_block);
+  EXPECT_EQ(p->kv_cache, p->host_kv_cache);
+  EXPECT_NE(p->to_string().find("layer split: layers [0, 16)"), std::string::npos) << p->to_string();
+  // A long context raises the cap to one sequence; every layer or none on the device is no split.
+  in.max_model_len = 65536;
+  set_layer_split(in, 16);
+  EXPECT_EQ(in.split_host_kv_bytes, (65536 + 48) * int64_t{65536});
+  for (int64_t n : {0, 32, 40}) {
+    set_layer_split(in, n);
+    EXPECT_EQ(in.split_device_layers, 0) << n;
+  }
+  in.split_device_layers = 32;
+  EXPECT_FALSE(plan_memory(in).ok());
+}
+
 TEST(MemoryPlan, KvTierSizes) {
   MemoryPlanInput in;
   in.config = config("llama-3-8b");

@@ -40,6 +40,15 @@ Status CudaExecutor::init() {
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
   if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)
     return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
+  if (partial()) {
+    if (!opt_.layers.valid(d_.L) || !opt_.layers.first())
+      return invalid_argument("CUDA layer split: {} (the device runs the first layers)", opt_.layers.to_string(d_.L));
+    if (opt_.cpu_offload_bytes > 0)
+      return invalid_argument("a layer split (--n-gpu-layers) and weight offload (--cpu-offload-gb) both keep weights off "
+                              "the GPU: use one of them");
+    if (spec_.num_host_blocks > 0)
+      return unimplemented("a layer split (--n-gpu-layers) has no host KV blocks (swap preemption, the KV host and disk tiers)");
+  }
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
   init_phase.stop();
@@ -53,7 +62,7 @@ Status CudaExecutor::init() {
     // said here, before the allocation would abort the process.
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const int64_t kv_bytes = 2 * d_.L * kv_layer_bytes_;
+    const int64_t kv_bytes = 2 * kv_layers() * kv_layer_bytes_;
     if (kv_bytes > static_cast<int64_t>(free_bytes))
       return resource_exhausted("the KV cache ({} blocks of {} tokens, {}) needs {:.2f} GiB of device memory and {:.2f} GiB "
                                 "of {:.2f} GiB is free after the weights: use fewer blocks (a shorter context or fewer "
@@ -61,7 +70,7 @@ Status CudaExecutor::init() {
                                 spec_.num_blocks, spec_.block_size, dtype_name(spec_.dtype), kv_bytes / 1073741824.0,
                                 free_bytes / 1073741824.0, total_bytes / 1073741824.0);
   }
-  kv_.reset(static_cast<size_t>(2 * d_.L * kv_layer_bytes_));
+  kv_.reset(static_cast<size_t>(2 * kv_layers() * kv_layer_bytes_));
   CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   if (spec_.num_host_blocks > 0) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -131,11 +140,15 @@ Status CudaExecutor::upload_weights() {
   const bool native = cuda::native_quant(opt_);
   const std::vector<bool> dense_only = cuda::dense_only_linears(model_);
   std::vector<bool> done(w.linears.size(), false);
+  // A layer split's first part: the later layers' linears and the output head are not uploaded
+  // (no segments: nothing reads them here).
+  if (partial()) done = cuda::linears_off_device(cuda::layer_weight_bytes_for(model_, act_, native), model_, opt_);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
     dw.n = e.n();
     dw.k = e.k();
+    if (done[i]) continue;
     if (e.parts.size() == 1 && e.parts[0].data() == w.token_embd.data()) {
       dw.segments = {{act_, 0, dw.n, 0, embed_.get()}};  // the tied output projection reads the embedding's copy
       done[i] = true;
@@ -182,6 +195,7 @@ Status CudaExecutor::upload_weights() {
     const ExpertSet& set = w.expert_sets[i];
     DeviceExpertSet& ds = expert_sets_[i];
     ds.E = set.num_experts();
+    if (weight(set.gate_up.front()).segments.empty()) continue;  // a layer the split leaves to the CPU
     std::vector<const void*> ptrs;
     for (const auto* ids : {&set.gate_up, &set.down})
       for (LinearId id : *ids) {
@@ -276,6 +290,7 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
 }
 
 cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
+  PAGODA_CHECK(l >= 0 && l < kv_layers(), "KV layer {} outside the device's [0, {})", l, kv_layers());
   cuda::KvCacheLayer k;
   k.k = kv_.as<uint8_t>() + 2 * l * kv_layer_bytes_;
   k.v = kv_.as<uint8_t>() + (2 * l + 1) * kv_layer_bytes_;
@@ -435,6 +450,7 @@ std::string CudaExecutor::graph_report() const {
 }
 
 bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) {
+  if (partial()) return after_layers.empty();
   for (int64_t a : after_layers)
     if (a < 0 || a >= model_.config().num_layers) return false;
   capture_ = after_layers;
@@ -525,7 +541,8 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
     }
   }
   // Verification steps of speculative decoding (each sequence its last token and its drafts).
-  if (graphs && !cuda::block_trace_enabled()) {
+  // (Not for a split's first part: its residual rows must stay in batch order.)
+  if (graphs && !cuda::block_trace_enabled() && !partial()) {
     const auto vs = cuda::verify_graph_shape(batch, buckets_, graph_token_limit());
     if (vs && replay_verify_graph(batch, *vs, max_blocks)) return;
   }
@@ -578,7 +595,29 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
   last_logits_rows_ = n_logits;
 }
 
+const Tensor& CudaExecutor::forward_part(const ForwardBatch& batch, const Tensor* residual_in) {
+  if (!partial()) {
+    PAGODA_CHECK(residual_in == nullptr, "an input residual for the whole model's executor");
+    return forward(batch);
+  }
+  PAGODA_CHECK(residual_in == nullptr, "the CUDA part of a layer split runs the first layers: no input residual");
+  run_step(batch);
+  // Residual rows 0..T-1 are the batch's tokens in order (eager steps and decode graphs alike).
+  const int64_t T = batch.num_tokens();
+  const size_t bytes = static_cast<size_t>(T * d_.D * 4);
+  if (residual_host_.bytes() < bytes) residual_host_.reset(std::max(bytes, static_cast<size_t>(d_.D * 4 * 256)));
+  CUDA_CHECK(cudaMemcpyAsync(residual_host_.get(), residual_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+  profiler_.mark("residual to host", stream_);
+  profiler_.end();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  step_timer_.end_step();
+  residual_tensor_ = Tensor::view(DType::kF32, {T, d_.D}, residual_host_.get(), nullptr);
+  return residual_tensor_;
+}
+
 const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
+  PAGODA_CHECK(!partial(), "forward() on the CUDA part of a layer split ({}): it runs through forward_part()",
+               opt_.layers.to_string(d_.L));
   run_step(batch);
   const int64_t n = last_logits_rows_;
   const size_t bytes = static_cast<size_t>(n * d_.V * 4);
@@ -609,7 +648,7 @@ void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
     const auto [s, d] = copies[i];
     PAGODA_CHECK(s > 0 && d > 0, "block copy ({}, {}) touches the null block", s, d);
     const size_t bytes = static_cast<size_t>(n * block_bytes);
-    for (int64_t l = 0; l < d_.L; ++l) {
+    for (int64_t l = 0; l < kv_layers(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
         uint8_t* dev = kv_.as<uint8_t>() + (2 * l + kv) * kv_layer_bytes_;
         uint8_t* host = host_kv_.as<uint8_t>() + (2 * l + kv) * host_layer;

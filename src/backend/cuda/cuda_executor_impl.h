@@ -138,14 +138,18 @@ class CudaExecutor final : public ModelExecutor {
     return {streamer_.plan().streamed_bytes, streamer_.bandwidth(), streamer_.plan().num_streamed()};
   }
   const Tensor& forward(const ForwardBatch& batch) override;
-  bool samples_on_device() const override { return true; }
+  // A layer split's first part (CudaExecutorOptions::layers): the step of its layers, then the
+  // residual rows [T, D] f32 copied into pinned host memory.
+  const Tensor& forward_part(const ForwardBatch& batch, const Tensor* residual_in) override;
+  LayerRange layer_range() const override { return opt_.layers; }
+  bool samples_on_device() const override { return !partial(); }
   void forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs, std::vector<SampleResult>& results,
                       const std::function<void()>& before_sampling) override;
   void row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) override;
   void swap_out(const std::vector<BlockCopy>& copies) override { swap(copies, true); }
   void swap_in(const std::vector<BlockCopy>& copies) override { swap(copies, false); }
   int64_t host_block_bytes() const override {
-    return host_kv_.get() != nullptr ? 2 * d_.L * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype) : 0;
+    return host_kv_.get() != nullptr ? 2 * kv_layers() * d_.KVH * spec_.block_size * d_.Dh * elem_bytes(spec_.dtype) : 0;
   }
   void read_host_block(BlockId block, std::span<uint8_t> dst) override { move_host_block(block, dst.data(), nullptr); }
   void write_host_block(BlockId block, std::span<const uint8_t> src) override {
@@ -159,6 +163,10 @@ class CudaExecutor final : public ModelExecutor {
   // [T, D] f32 into host memory (captured_, [T, n * D]); pageable-host copies complete before the
   // step returns.
   bool set_hidden_capture(const std::vector<int64_t>& after_layers) override;
+  // Whether this executor runs only a layer split's first layers.
+  bool partial() const { return !opt_.layers.whole(d_.L); }
+  // Layers whose weights and K/V this executor holds: [0, kv_layers()).
+  int64_t kv_layers() const { return opt_.layers.end_in(d_.L); }
   const Tensor* captured_hidden() const override { return capture_.empty() ? nullptr : &captured_; }
   bool set_graphs_enabled(bool on) override {
     graphs_on_ = on && opt_.cuda_graphs;
@@ -339,6 +347,8 @@ class CudaExecutor final : public ModelExecutor {
   cuda::StepTimer step_timer_;  // host phases of a step, decode graphs' device time (pagoda bench)
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
+  PinnedBuffer residual_host_;  // a split's first part: the residual rows of the last step, [T, D] f32
+  Tensor residual_tensor_;      // view of residual_host_
 };
 
 }  // namespace pagoda::cuda_impl

@@ -11,6 +11,7 @@ namespace pagoda::cuda_impl {
 
 void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const SampleSpec> specs,
                                   std::vector<SampleResult>& results, const std::function<void()>& before_sampling) {
+  PAGODA_CHECK(!partial(), "forward_sample() on the CUDA part of a layer split: its logits come from the CPU part");
   using Clock = cuda::StepTimer::Clock;
   const auto t_start = Clock::now();
   run_step(batch);
@@ -147,6 +148,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
 }
 
 void CudaExecutor::row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) {
+  PAGODA_CHECK(!partial(), "row_logprobs() on the CUDA part of a layer split: its logits come from the CPU part");
   out.assign(rows.size(), RowLogprobs{});
   if (rows.empty()) return;
   CUDA_CHECK(cudaSetDevice(opt_.device));

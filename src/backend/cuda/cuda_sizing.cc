@@ -130,6 +130,16 @@ LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native) 
   return b;
 }
 
+std::vector<bool> linears_off_device(const LayerWeightBytes& b, const Model& m, const CudaExecutorOptions& o) {
+  std::vector<bool> off(m.weights().linears.size(), false);
+  const int64_t L = m.config().num_layers;
+  if (o.layers.whole(L)) return off;
+  for (int64_t l = o.layers.end_in(L); l < L; ++l)
+    for (LinearId id : b.linears.layers[static_cast<size_t>(l)]) off[static_cast<size_t>(id.index)] = true;
+  for (LinearId id : b.linears.outside) off[static_cast<size_t>(id.index)] = true;
+  return off;
+}
+
 WeightOffloadPlan offload_plan_for(const LayerWeightBytes& b, const CudaExecutorOptions& o) {
   return plan_weight_offload(o.cpu_offload_bytes > 0 ? std::span<const int64_t>(b.region) : std::span<const int64_t>(),
                              o.cpu_offload_bytes);
@@ -169,6 +179,13 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
+  if (!options.layers.whole(model.config().num_layers)) {
+    // A layer split's first part: the later layers' linears and the output head stay on the host.
+    const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));
+    const std::vector<bool> off = cuda::linears_off_device(b, model, options);
+    for (size_t i = 0; i < off.size(); ++i)
+      if (off[i]) t.weights -= b.linear[i];
+  }
   if (options.cpu_offload_bytes > 0) {
     // Streamed layers' linears leave the device; their slots come in.
     const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_executor_impl.h"
 #include "backend/cuda/gather_columns.h"
+#include "model/layer_range_ops.h"
 
 namespace pagoda::cuda_impl {
 
@@ -465,6 +466,11 @@ void CudaExecutor::launch_forward(const InputRegion& in, const StepShape& sh) {
   cuda::block_trace_begin_step();
   StepOps ops(*this, in, sh);
   streamer_.begin_forward(stream_);
+  if (partial()) {
+    LayerRangeOps ranged(ops, opt_.layers, d_.L);  // a layer split's first part
+    model_.forward(ranged);
+    return;
+  }
   model_.forward(ops);
 }
 
