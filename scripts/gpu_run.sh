@@ -360,6 +360,16 @@ stage_quantmma() {
   done
   TAILN=4 step qmma_bf16 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 8,64 -r 3
 }
+# The short form of quantmma on the 1B shape (on-line int4): default paths, without the tensor-core
+# matmul, and with it from one row; ~40 s after the model exists.
+stage_quantmma_1b() {
+  local m
+  ensure_model 1b
+  m=$(model_dir 1b)
+  TAILN=5 step qmma1b_default 40 $PAGODA bench -m $m --device cuda --quantization int4 -p 0 -n 64 -b 1,8,64 -r 2
+  TAILN=4 step qmma1b_without 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-mma-max-rows 0 -p 0 -n 64 -b 8,64 -r 2
+  TAILN=3 step qmma1b_mma_from_1 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-gemv-max-rows 0 -p 0 -n 64 -b 1 -r 2
+}
 # One wave of 256 requests (1000 in / 300 out; graphs on): a quick proxy of the 1000 x 1000/1000 run.
 stage_wave() {
   local m
@@ -638,6 +648,7 @@ for s in "$@"; do
     prof1b) stage_profile 1b ;;
     profq8b) stage_profile_quant 8b ;;
     quantmma) stage_quantmma ;;
+    quantmma1b) stage_quantmma_1b ;;
     wave8b) stage_wave 8b ;;
     wavesimt8b) PAGODA_ROW_ATTENTION=simt stage_wave 8b simt ;;
     decode8b) stage_decode1 8b ;;
