@@ -1,4 +1,4 @@
-// A layer split (llama.cpp's -ngl; docs/decisions.md D77): one forward pass across two
+// A layer split (llama.cpp's -ngl; docs/decisions.md D76): one forward pass across two
 // executors, the first running layers [0, N) (a GPU: the embedding and its layers' weights and KV
 // on the device), the second layers [N, L), the final norm and the output head (the CPU, reading
 // its weights from the mapped file). Between them the residual stream [T, D] f32 crosses through

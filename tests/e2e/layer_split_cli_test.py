@@ -1,4 +1,4 @@
-"""The CPU + GPU layer split's flag through the real binary (issue 32; docs/decisions.md D77):
+"""The CPU + GPU layer split's flag through the real binary (issue 32; docs/decisions.md D76):
   - `pagoda memplan --n-gpu-layers 16` (and llama.cpp's spelling `-ngl 16`) on Llama-3-8B's
     config: the device holds half the layers' weights and K/V, the CPU part's K/V is a host term,
     the printout names the split;
