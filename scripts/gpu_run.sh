@@ -343,32 +343,31 @@ stage_offload70b() {
   TAILN=3 step res70b_ids 120 $PAGODA generate -m $f --device cuda -p "Once upon a time" -n 16 --temperature 0 --ids
   TAILN=8 step res70b_bench 120 $PAGODA bench -m $f --device cuda -p 0 -n 16 -b 1 -r 1
 }
-# The quantized matmuls on the random 8B with on-line int4 / int8 weights: the kernel tests, then
-# decode at batch 1, 8 and 64 with the default paths (int8 GEMV up to 8 rows, the tensor-core
-# matmul to 64), the tensor-core matmul from one row (--cuda-quant-gemv-max-rows 0), and without it
-# (--cuda-quant-mma-max-rows 0: the GEMV, then dequantize + cuBLASLt); bf16 batch 64 as the
-# reference the issue names. ~2 min after the model exists.
+# The quantized matmuls with on-line int4 / int8 weights (the tensor-core matmul is off by default
+# until this has run: D74): the kernel tests, then decode at batch 1, 8 and 64 with the default
+# paths (int8 GEMV up to 8 rows, dequantize + cuBLASLt beyond), with the tensor-core matmul for
+# 9-64 rows (--cuda-quant-mma-max-rows 64), and with it from one row (also
+# --cuda-quant-gemv-max-rows 0); bf16 batch 8 / 64 as the reference the issue names. quantmma: the
+# random 8B, ~2 min after the model exists; quantmma1b: the 1B shape, ~40 s.
 stage_quantmma() {
   local m q
   ensure_model 8b
   m=$(model_dir 8b)
   TAILN=4 step qtests 120 $TESTS --gtest_filter='CudaQuant.*'
   for q in ${QMMA_TYPES:-int4 int8}; do
-    TAILN=7 step qmma_${q}_default 60 $PAGODA bench -m $m --device cuda --quantization $q -p 512 -n 128 -b 1,8,64 -r 3
-    TAILN=6 step qmma_${q}_mma_from_1 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-gemv-max-rows 0 -p 0 -n 128 -b 1,2,4,8 -r 3
-    TAILN=6 step qmma_${q}_without 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-mma-max-rows 0 -p 0 -n 128 -b 8,64 -r 3
+    TAILN=6 step qmma_${q}_default 60 $PAGODA bench -m $m --device cuda --quantization $q -p 0 -n 128 -b 1,8,64 -r 3
+    TAILN=6 step qmma_${q}_on 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-mma-max-rows 64 -p 512 -n 128 -b 8,64 -r 3
+    TAILN=5 step qmma_${q}_from_1 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-quant-mma-max-rows 64 --cuda-quant-gemv-max-rows 0 -p 0 -n 128 -b 1,2,4 -r 3
   done
   TAILN=4 step qmma_bf16 60 $PAGODA bench -m $m --device cuda -p 0 -n 128 -b 8,64 -r 3
 }
-# The short form of quantmma on the 1B shape (on-line int4): default paths, without the tensor-core
-# matmul, and with it from one row; ~40 s after the model exists.
 stage_quantmma_1b() {
   local m
   ensure_model 1b
   m=$(model_dir 1b)
   TAILN=5 step qmma1b_default 40 $PAGODA bench -m $m --device cuda --quantization int4 -p 0 -n 64 -b 1,8,64 -r 2
-  TAILN=4 step qmma1b_without 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-mma-max-rows 0 -p 0 -n 64 -b 8,64 -r 2
-  TAILN=3 step qmma1b_mma_from_1 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-gemv-max-rows 0 -p 0 -n 64 -b 1 -r 2
+  TAILN=4 step qmma1b_on 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-mma-max-rows 64 -p 0 -n 64 -b 8,64 -r 2
+  TAILN=3 step qmma1b_from_1 40 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-mma-max-rows 64 --cuda-quant-gemv-max-rows 0 -p 0 -n 64 -b 1 -r 2
 }
 # One wave of 256 requests (1000 in / 300 out; graphs on): a quick proxy of the 1000 x 1000/1000 run.
 stage_wave() {

@@ -89,7 +89,7 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
                   "CUDA: rows up to which quantized layers use the int8 GEMV (0-8; more rows dequantize for cuBLASLt)");
   app->add_option("--cuda-quant-mma-max-rows", f.quant_mma_max_rows,
                   "CUDA: rows up to which quantized layers over bf16 activations use the tensor-core matmul beyond "
-                  "the int8 GEMV's rows (0-64; 0: off; more rows dequantize for cuBLASLt)");
+                  "the int8 GEMV's rows (0-64; 0, the default: off; more rows dequantize for cuBLASLt)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");

@@ -44,9 +44,10 @@ struct TuningConfig {
   int quant_gemv_max_rows = kTuningMaxQuantGemvRows;
   // Rows up to which native quantized layers over bf16 activations use the tensor-core matmul
   // (weights dequantized in registers, no activation quantization), for the rows the int8 GEMV
-  // does not take; 0..kTuningMaxQuantMmaRows, 0: off. Env PAGODA_QUANT_MMA_MAX_ROWS, flag
+  // does not take; 0..kTuningMaxQuantMmaRows, 0: off (the default until its GPU tests and
+  // benchmark have run: docs/decisions.md D74). Env PAGODA_QUANT_MMA_MAX_ROWS, flag
   // --cuda-quant-mma-max-rows.
-  int quant_mma_max_rows = kTuningMaxQuantMmaRows;
+  int quant_mma_max_rows = 0;
   // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds
   // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
   // flag --cuda-block-trace.
@@ -58,7 +59,7 @@ struct TuningConfig {
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
-  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 64) |
+  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
   // profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };

@@ -24,7 +24,7 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
-            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 64) | profile off | block "
+            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | profile off | block "
             "trace off | graph capture lazy");
 }
 
