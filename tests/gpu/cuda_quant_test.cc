@@ -88,6 +88,16 @@ std::vector<float> matmul_ref(const std::vector<float>& x, const std::vector<flo
   return y;
 }
 
+// (acc - base) over [M, ld] against ref [M, N] with zeros past N: what a kAddF32 call added.
+void added_part(const std::vector<float>& acc, const std::vector<float>& base, const std::vector<float>& ref, int64_t M,
+                int64_t N, int64_t ld, std::vector<float>& got, std::vector<float>& want) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < ld; ++n) {
+      got.push_back(acc[m * ld + n] - base[m * ld + n]);
+      want.push_back(n < N ? ref[m * N + n] : 0.0f);
+    }
+}
+
 TEST(CudaQuant, DequantizeMatchesTheHost) {
   PAGODA_REQUIRE_GPU();
   for (DType f : kFormats) {
@@ -146,11 +156,7 @@ TEST(CudaQuant, GemvMatchesTheDequantizedMatmulInEveryMode) {
                          nullptr);
         const auto acc = to_host<float>(dyb, M * ld);
         std::vector<float> acc_got, acc_ref;
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < ld; ++n) {
-            acc_got.push_back(acc[m * ld + n] - base[m * ld + n]);
-            acc_ref.push_back(n < N ? ref[m * N + n] : 0.0f);
-          }
+        added_part(acc, base, ref, M, N, ld, acc_got, acc_ref);
         EXPECT_LT(nmse(acc_got, acc_ref), kBudget) << where << " (add)";
         cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreAct,
                          nullptr);
@@ -213,11 +219,7 @@ TEST(CudaQuant, TensorCoreMatmulMatchesTheBf16DequantizedMatmulInEveryMode) {
         cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, dyb.get(), ld, cuda::GemmOut::kAddF32, nullptr);
         const auto acc = to_host<float>(dyb, M * ld);
         std::vector<float> acc_got, acc_ref;
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < ld; ++n) {
-            acc_got.push_back(acc[m * ld + n] - base[m * ld + n]);
-            acc_ref.push_back(n < N ? ref[m * N + n] : 0.0f);
-          }
+        added_part(acc, base, ref, M, N, ld, acc_got, acc_ref);
         EXPECT_LT(nmse(acc_got, acc_ref), kF32Budget) << where << " (add)";
         cuda::DeviceBuffer yb(M * N * 2);
         cuda::gemm_quant_mma(dx.get(), dw.get(), f, M, N, K, yb.get(), N, cuda::GemmOut::kStoreAct, nullptr);

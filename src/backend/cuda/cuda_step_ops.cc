@@ -52,38 +52,31 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
 // swiglu kernel), else the weight dequantized into the scratch and the dense path.
 void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   const int64_t N = w.n, K = w.k;
-  if (quant_mma(M, w)) {
+  // matmul(segment, out, ldy, mode) per segment of w, its outputs at the segment's columns of y.
+  auto per_segment = [&](auto&& matmul) {
     if (mode == GemmOut::kSwiGlu && !w.uniform()) {
-      for (const auto& seg : w.segments)
-        cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
-                             GemmOut::kStoreAct, stream_);
+      for (const auto& seg : w.segments) matmul(seg, gu_.as<uint16_t>() + seg.row0, N, GemmOut::kStoreAct);
       cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
       return;
     }
+    const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
     for (const auto& seg : w.segments) {
-      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
       void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
                          : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
-      cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+      matmul(seg, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode);
     }
+  };
+  if (quant_mma(M, w)) {
+    per_segment([&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
+      cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
+    });
     return;
   }
   if (quant_gemv(M, w)) {
     cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
-    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
-      for (const auto& seg : w.segments)
-        cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, gu_.as<uint16_t>() + seg.row0, N,
-                         GemmOut::kStoreAct, stream_);
-      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
-      return;
-    }
-    for (const auto& seg : w.segments) {
-      const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
-                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
-      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode,
-                       stream_);
-    }
+    per_segment([&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
+      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
+    });
     return;
   }
   PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
