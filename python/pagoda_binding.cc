@@ -241,7 +241,8 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
                               const std::string& kv_cache_dtype, std::optional<int64_t> kv_cache_memory,
                               std::optional<double> gpu_memory_utilization, std::optional<int64_t> swap_space,
                               bool enable_prefix_caching, const std::string& device, const std::string& dtype,
-                              std::optional<int> threads, bool enforce_eager) {
+                              std::optional<int> threads, bool enforce_eager, std::optional<double> cpu_offload_gb,
+                              std::optional<int64_t> n_gpu_layers) {
   EngineConfig c;
   c.model = model;
   if (tokenizer) c.tokenizer = *tokenizer;
@@ -260,6 +261,16 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
   c.dtype = dtype;
   if (threads) c.threads = *threads;
   c.cuda_graphs = !enforce_eager;
+  // vLLM's cpu_offload_gb (GiB of weights streamed from host memory; None: the planner's auto, 0:
+  // never) and llama.cpp's n_gpu_layers (None: every layer on the GPU).
+  if (cpu_offload_gb) {
+    if (!(*cpu_offload_gb >= 0)) throw py::value_error("cpu_offload_gb must be >= 0 (GiB; 0: never offload)");
+    c.cpu_offload_bytes = static_cast<int64_t>(*cpu_offload_gb * 1073741824.0);
+  }
+  if (n_gpu_layers) {
+    if (*n_gpu_layers < -1) throw py::value_error("n_gpu_layers must be >= -1 (-1: every layer on the GPU)");
+    c.n_gpu_layers = *n_gpu_layers;
+  }
   // Ranges as `pagoda serve` checks them.
   if (c.max_model_len < 0) throw py::value_error("max_model_len must be positive");
   if (c.scheduler.max_num_seqs < 1) throw py::value_error("max_num_seqs must be at least 1");
@@ -398,7 +409,8 @@ PYBIND11_MODULE(_pagoda, m) {
            py::arg("kv_cache_dtype") = "auto", py::arg("kv_cache_memory") = py::none(),
            py::arg("gpu_memory_utilization") = py::none(), py::arg("swap_space") = py::none(),
            py::arg("enable_prefix_caching") = true, py::arg("device") = "auto", py::arg("dtype") = "auto",
-           py::arg("threads") = py::none(), py::arg("enforce_eager") = false)
+           py::arg("threads") = py::none(), py::arg("enforce_eager") = false, py::arg("cpu_offload_gb") = py::none(),
+           py::arg("n_gpu_layers") = py::none())
       .def("generate", [](Llm& llm, const py::object& prompts, const py::object& sampling_params) {
         return generate(llm, prompts_of(prompts), params_of(sampling_params));
       }, py::arg("prompts"), py::arg("sampling_params") = py::none(),

@@ -224,6 +224,12 @@ def test_refusals_are_python_exceptions(llm, tmp_path):
         pagoda.LLM(str(CHAT_MODEL), kv_cache_dtype="int3")
     with pytest.raises(TypeError):
         pagoda.LLM(str(CHAT_MODEL), tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="cpu_offload_gb"):
+        pagoda.LLM(str(CHAT_MODEL), cpu_offload_gb=-1)
+    with pytest.raises(ValueError, match="n_gpu_layers"):
+        pagoda.LLM(str(CHAT_MODEL), n_gpu_layers=-2)
+    with pytest.raises(ValueError, match="needs --device cuda"):  # GPU layers on the CPU device
+        pagoda.LLM(str(CHAT_MODEL), device="cpu", n_gpu_layers=4)
     # The engine is still serving after all that.
     assert llm.generate(["Hello"], pagoda.SamplingParams(max_tokens=2))[0].text
 
@@ -239,6 +245,11 @@ def test_tiny_models_match_the_cli():
         assert m.device == "cpu" and m.max_model_len == 128 and m.vocab_size > 0
         with pytest.raises(ValueError, match="chat template"):
             m.chat([{"role": "user", "content": "hi"}])
+    # llama.cpp's n_gpu_layers=0 and vLLM's cpu_offload_gb=0 on the CPU: the same engine, the same tokens.
+    with pagoda.LLM(str(TINY_GGUF), max_model_len=128, threads=THREADS, device="cpu", n_gpu_layers=0,
+                    cpu_offload_gb=0) as z:
+        assert z.generate(["Once upon a time"], params)[0].outputs[0].token_ids == out.outputs[0].token_ids
+        assert z.device == "cpu"
     # The Hugging Face folder (config.json + safetensors; its tokenizer from the GGUF of the same
     # model): the same tokens from the same prompt ids.
     tiny_qwen3_gguf = TINY_HF_DIR / "model-f32.gguf"
