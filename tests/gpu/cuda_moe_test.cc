@@ -40,6 +40,7 @@ struct MoeCase {
   bool normalize;
   bool shared;      // a shared expert's output and gate (Qwen2-MoE)
   bool one_expert;  // every token's top choice is expert 1 (k == 1: one segment of T rows)
+  bool ties = false;  // logits in groups of 4 equal values: the lower expert wins a tie
 };
 
 // The host side of a random MoE layer and its device copy in `dtype`.
@@ -63,7 +64,9 @@ struct MoeLayer {
     for (int64_t t = 0; t < T; ++t) {
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng);
-      for (int64_t e = 0; e < E; ++e) logits[t * E + e] = -3.0f + 6.0f * (perm[e] + 0.5f + jitter[t * E + e]) / E;
+      for (int64_t e = 0; e < E; ++e)
+        logits[t * E + e] = c.ties ? static_cast<float>(perm[e] / 4) * 0.5f - 2.0f
+                                   : -3.0f + 6.0f * (perm[e] + 0.5f + jitter[t * E + e]) / E;
     }
     if (c.one_expert)
       for (int64_t t = 0; t < T; ++t) logits[t * E + 1] = 20.0f;
@@ -132,21 +135,29 @@ struct MoeRun {
   cuda::DeviceBuffer ids, weights, order, seg, gu, act, out, residual;
   cuda::MoeSegments segments;
   MoeRun(const MoeCase& c, DType dt)
-      : ids(c.T * c.k * 4), weights(c.T * c.k * 4), order(c.T * c.k * 4), seg((3 * c.E + 3) * 4),
+      : ids(c.T * c.k * 4), weights(c.T * c.k * 4), order(c.T * c.k * 4), seg((3 * c.E + 4) * 4),
         gu(c.T * c.k * 2 * c.F * 4), act(c.T * c.k * c.F * 4), out(c.T * c.k * c.D * 4), residual(c.T * c.D * 4) {
     int32_t* s = seg.as<int32_t>();
     segments = {s, s + c.E, s + 2 * c.E + 1, s + 3 * c.E + 2};
+    CUDA_CHECK(cudaMemset(seg.get(), 0, seg.bytes()));  // seg[3E + 3]: moe_norm_route's counter
     CUDA_CHECK(cudaMemset(residual.get(), 0, residual.bytes()));
     (void)dt;
   }
 };
 
-// Route, sort, experts (gemv or SIMT), combine into a zero residual; returns the residual.
-std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
+// Route and sort (fused_route: the single-block moe_route_sort, else moe_route + moe_sort),
+// experts (gemv, else the SIMT GEMM or with mma the tensor-core one), combine into a zero residual
+// (one token through the GEMV without a shared expert: moe_down_combine); returns the residual.
+std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused_route = false, bool mma = false) {
   const MoeCase& c = L.c;
   const int64_t P = c.T * c.k;
-  cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
-  cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  if (fused_route) {
+    cuda::moe_route_sort(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(),
+                         r.order.as<int32_t>(), r.segments, nullptr);
+  } else {
+    cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
+    cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  }
   cuda::MoeMatmulParams up;
   up.x = L.d_x.get();
   up.ldx = c.D;
@@ -158,6 +169,8 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
   up.seg = r.segments;
   up.P = P;
   up.E = c.E;
+  up.max_rows = c.T;  // as the executor sets it (T 1: the one-row GEMV)
+  up.tensor_cores = mma;
   if (gemv) {
     up.y = r.act.get();
     up.ldy = c.F;
@@ -182,7 +195,14 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
   dn.seg = r.segments;
   dn.P = P;
   dn.E = c.E;
+  dn.max_rows = c.T;
+  dn.tensor_cores = mma;
   dn.mode = cuda::GemmOut::kStoreF32;
+  if (gemv && c.T == 1 && !c.shared) {  // the executor's choice: the combine inside the down GEMV
+    cuda::moe_down_combine(dn, r.weights.as<float>(), r.residual.as<float>(), L.dtype, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<float>(r.residual, c.T * c.D);
+  }
   cuda::moe_matmul(dn, L.dtype, gemv, nullptr);
   cuda::MoeCombineParams cp;
   cp.expert_out = r.out.as<float>();
@@ -203,65 +223,170 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv) {
 }
 
 const MoeCase kCases[] = {
+    {1, 64, 8, 256, 64, false, false, false},   // OLMoE-like decode: 8 of 64 experts, 56 unselected
+    {1, 64, 8, 2048, 256, true, false, false},  // OLMoE's width: moe_gemv1's warps take several outputs
+    {2, 64, 8, 256, 64, false, false, false},
+    {8, 64, 8, 256, 64, true, false, false},
+    {5, 64, 8, 128, 64, false, false, false, true},  // ties among the router logits
     {1, 8, 2, 64, 96, true, false, false},      // Mixtral-like decode
+    {1, 60, 4, 128, 64, true, true, false},     // Qwen2-MoE-like decode: one token with a shared expert
     {3, 64, 8, 256, 128, false, true, false},   // OLMoE / Qwen2-MoE-like decode batch, shared expert
     {40, 16, 4, 128, 64, true, false, false},   // every expert reached
     {200, 4, 1, 64, 32, false, false, true},    // one expert: a segment of 200 rows (4 SIMT tiles)
     {300, 128, 8, 64, 32, true, true, false},   // 2400 pairs over 128 experts
+    {70, 16, 2, 72, 40, false, false, false},   // K and N not multiples of the GEMM tiles (72, 40, 80)
 };
 
+// Checks a step's routing on the device (r: ids, weights, order, seg) against the CPU's moe_route
+// of `logits` and a stable host sort by expert; returns the CPU's weights.
+std::vector<float> expect_routing(const MoeCase& c, const std::vector<float>& logits, const MoeRun& r) {
+  const int64_t P = c.T * c.k;
+  std::vector<int32_t> want_ids(P);
+  std::vector<float> want_w(P);
+  moe_route(logits.data(), c.T, c.E, c.k, c.normalize, want_ids.data(), want_w.data());
+  const auto ids = to_host<int32_t>(r.ids, P);
+  const auto w = to_host<float>(r.weights, P);
+  EXPECT_EQ(ids, want_ids) << "T " << c.T << " E " << c.E;
+  for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6 * std::max(1.0f, want_w[i])) << "pair " << i;
+  // order: the pairs stably sorted by expert; segments: the active experts ascending.
+  std::vector<int32_t> want_order(P);
+  std::iota(want_order.begin(), want_order.end(), 0);
+  std::stable_sort(want_order.begin(), want_order.end(), [&](int32_t a, int32_t b) { return want_ids[a] < want_ids[b]; });
+  EXPECT_EQ(to_host<int32_t>(r.order, P), want_order) << "T " << c.T;
+  const auto seg = to_host<int32_t>(r.seg, 3 * c.E + 3);
+  std::vector<int32_t> count(c.E, 0);
+  for (int32_t e : want_ids) ++count[e];
+  int32_t s = 0, begin = 0, tile = 0;
+  for (int64_t e = 0; e < c.E; ++e) {
+    if (count[e] == 0) continue;
+    EXPECT_EQ(seg[s], e);                   // expert
+    EXPECT_EQ(seg[c.E + s], begin);         // begin
+    EXPECT_EQ(seg[2 * c.E + 1 + s], tile);  // tile
+    begin += count[e];
+    tile += (count[e] + cuda::kMoeTile - 1) / cuda::kMoeTile;
+    ++s;
+  }
+  EXPECT_EQ(seg[3 * c.E + 2], s) << "active experts";
+  EXPECT_EQ(seg[c.E + s], P);
+  EXPECT_EQ(seg[2 * c.E + 1 + s], tile);
+  return want_w;
+}
+
+// Both routings (moe_route + moe_sort, and the fused moe_route_sort) against the CPU's routing and
+// a stable host sort.
 TEST(CudaMoe, RoutingMatchesTheCpuAndTheSortIsStable) {
   PAGODA_REQUIRE_GPU();
   for (const MoeCase& c : kCases) {
-    MoeLayer L(c, DType::kF32, 100 + c.T);
-    MoeRun r(c, DType::kF32);
-    run_layer(L, r, true);
-    const int64_t P = c.T * c.k;
-    std::vector<int32_t> want_ids(P);
-    std::vector<float> want_w(P);
-    moe_route(L.logits.data(), c.T, c.E, c.k, c.normalize, want_ids.data(), want_w.data());
-    const auto ids = to_host<int32_t>(r.ids, P);
-    const auto w = to_host<float>(r.weights, P);
-    ASSERT_EQ(ids, want_ids) << "T " << c.T << " E " << c.E;
-    for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6 * std::max(1.0f, want_w[i])) << "pair " << i;
-    // order: the pairs stably sorted by expert; segments: the active experts ascending.
-    std::vector<int32_t> want_order(P);
-    std::iota(want_order.begin(), want_order.end(), 0);
-    std::stable_sort(want_order.begin(), want_order.end(), [&](int32_t a, int32_t b) { return want_ids[a] < want_ids[b]; });
-    EXPECT_EQ(to_host<int32_t>(r.order, P), want_order) << "T " << c.T;
-    const auto seg = to_host<int32_t>(r.seg, 3 * c.E + 3);
-    std::vector<int32_t> count(c.E, 0);
-    for (int32_t e : want_ids) ++count[e];
-    int32_t s = 0, begin = 0, tile = 0;
-    for (int64_t e = 0; e < c.E; ++e) {
-      if (count[e] == 0) continue;
-      EXPECT_EQ(seg[s], e);                   // expert
-      EXPECT_EQ(seg[c.E + s], begin);         // begin
-      EXPECT_EQ(seg[2 * c.E + 1 + s], tile);  // tile
-      begin += count[e];
-      tile += (count[e] + cuda::kMoeTile - 1) / cuda::kMoeTile;
-      ++s;
-    }
-    EXPECT_EQ(seg[3 * c.E + 2], s) << "active experts";
-    EXPECT_EQ(seg[c.E + s], P);
-    EXPECT_EQ(seg[2 * c.E + 1 + s], tile);
-    if (c.one_expert) {
-      EXPECT_EQ(s, 1);
-    }
-    if (c.T == 40) {
-      EXPECT_EQ(s, c.E) << "the case meant to reach every expert";
+    for (bool fused : {false, true}) {
+      SCOPED_TRACE(fused ? "moe_route_sort" : "moe_route + moe_sort");
+      MoeLayer L(c, DType::kF32, 100 + c.T);
+      MoeRun r(c, DType::kF32);
+      CUDA_CHECK(cudaMemset(r.seg.get(), 0xff, (3 * c.E + 3) * 4));  // no entry left from an earlier write
+      run_layer(L, r, true, fused);
+      const auto want_w = expect_routing(c, L.logits, r);
+      const int32_t s = to_host<int32_t>(r.seg, 3 * c.E + 3)[3 * c.E + 2];  // active experts
+      if (c.one_expert) {
+        EXPECT_EQ(s, 1);
+      }
+      if (c.T == 40) {
+        EXPECT_EQ(s, c.E) << "the case meant to reach every expert";
+      }
+      if (c.ties) {  // each token's top choices include equal probabilities (groups of 4 equal logits)
+        EXPECT_EQ(want_w[0], want_w[1]);
+      }
     }
   }
 }
 
-TEST(CudaMoe, LayerMatchesTheReferenceOnBothExpertPaths) {
+// moe_norm_route (the decode steps' norm + router + routing in one launch) against the separate
+// kernels: hidden against the rms_norm kernel (the same arithmetic, another block size: within a
+// rounding of the compute dtype), logits against a double-precision product of the router and the
+// kernel's own hidden, the routing against the CPU's on the kernel's logits. Launched twice: the
+// last-block counter must be back at 0 and the second launch give the same bits. Shapes: OLMoE
+// (E 64, k 8, D 2048), Qwen3-MoE-like (E 128), Mixtral-like (E 8, k 2, D 4096) and E 60 (a partial
+// last block of experts).
+TEST(CudaMoe, NormRouteMatchesTheSeparateKernels) {
+  PAGODA_REQUIRE_GPU();
+  const MoeCase cases[] = {
+      {1, 64, 8, 2048, 8, false, false, false},
+      {4, 128, 8, 512, 8, true, false, false},
+      {2, 8, 2, 4096, 8, true, false, false},
+      {3, 60, 4, 64, 8, false, false, false},
+  };
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (const MoeCase& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T " + std::to_string(c.T) + " E " + std::to_string(c.E));
+      ASSERT_TRUE(cuda::moe_norm_route_supported(c.T, c.D, dt));
+      const int64_t T = c.T, D = c.D, E = c.E;
+      const auto residual = random_floats(T * D, 31 + T, -2, 2);
+      const auto norm_w = random_floats(D, 32, 0.5f, 1.5f);
+      const float scale = 3.0f / std::sqrt(static_cast<float>(D));
+      const auto router = round_to(random_floats(E * D, 33 + E, -scale, scale), dt);
+      const auto d_res = to_device(residual), d_nw = to_device(norm_w);
+      const auto d_router = upload_as(router, dt);
+      cuda::DeviceBuffer hidden(T * D * 4), logits(T * E * 4), want_hidden(T * D * 4);
+      MoeRun r(c, dt);
+      cuda::MoeNormRouteParams p;
+      p.residual = d_res.as<float>();
+      p.norm_w = d_nw.as<float>();
+      p.eps = 1e-6f;
+      p.router = d_router.get();
+      p.T = T;
+      p.D = D;
+      p.E = E;
+      p.k = c.k;
+      p.normalize = c.normalize;
+      p.hidden = hidden.get();
+      p.logits = logits.as<float>();
+      p.ids = r.ids.as<int32_t>();
+      p.weights = r.weights.as<float>();
+      p.order = r.order.as<int32_t>();
+      p.seg = r.segments;
+      p.done = reinterpret_cast<unsigned*>(r.seg.as<int32_t>() + 3 * E + 3);
+      cuda::moe_norm_route(p, dt, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto ids1 = to_host<int32_t>(r.ids, T * c.k);
+      const auto order1 = to_host<int32_t>(r.order, T * c.k);
+      const auto got_logits1 = to_host<float>(logits, T * E);
+      EXPECT_EQ(to_host<int32_t>(r.seg, 3 * E + 4)[3 * E + 3], 0) << "the counter is reset";
+      cuda::moe_norm_route(p, dt, nullptr);
+      cuda::rms_norm(p.residual, nullptr, T, D, p.norm_w, p.eps, want_hidden.get(), dt, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(to_host<int32_t>(r.seg, 3 * E + 4)[3 * E + 3], 0) << "the counter is reset";
+      const auto got_logits = to_host<float>(logits, T * E);
+      EXPECT_EQ(got_logits, got_logits1) << "the second launch";
+      EXPECT_EQ(to_host<int32_t>(r.ids, T * c.k), ids1);
+      EXPECT_EQ(to_host<int32_t>(r.order, T * c.k), order1);
+      const auto h = download_as(hidden, T * D, dt), want_h = download_as(want_hidden, T * D, dt);
+      const double rel = dt == DType::kF32 ? 1e-5 : 1.0 / 128;
+      int bad = 0;
+      for (int64_t i = 0; i < T * D; ++i) bad += std::abs(h[i] - want_h[i]) > rel * std::abs(want_h[i]) + 1e-6;
+      EXPECT_EQ(bad, 0) << "hidden against the rms_norm kernel";
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t e = 0; e < E; ++e) {
+          double dot = 0, mag = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += double(h[t * D + d]) * router[e * D + d];
+            mag += std::abs(double(h[t * D + d]) * router[e * D + d]);
+          }
+          EXPECT_NEAR(got_logits[t * E + e], dot, 1e-5 * mag + 1e-6) << "token " << t << " expert " << e;
+        }
+      expect_routing(c, got_logits, r);
+    }
+  }
+}
+
+TEST(CudaMoe, LayerMatchesTheReferenceOnEveryExpertPath) {
   PAGODA_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (const MoeCase& c : kCases) {
       MoeLayer L(c, dt, 7 + c.T);
-      for (bool gemv : {true, false}) {
+      for (const char* path : {"gemv", "simt", "mma"}) {
+        const bool gemv = path[0] == 'g', mma = path[0] == 'm';
+        if (mma && dt != DType::kBF16) continue;
         MoeRun r(c, dt);
-        const auto got = run_layer(L, r, gemv);
+        // The executor's choice: the fused routing for the steps that take the GEMV.
+        const auto got = run_layer(L, r, gemv, gemv && c.T <= cuda::kMoeGemvMaxTokens, mma);
         const auto ref = L.reference(to_host<int32_t>(r.ids, c.T * c.k), to_host<float>(r.weights, c.T * c.k));
         double worst = 0, peak = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
@@ -271,9 +396,9 @@ TEST(CudaMoe, LayerMatchesTheReferenceOnBothExpertPaths) {
         // f32: f32 accumulation over D + F inputs; bf16: the same operands rounded as the device
         // rounds them, so only accumulation order and an occasional one-ulp rounding flip differ.
         const double bound = (dt == DType::kF32 ? 2e-5 : 4e-3) * peak;
-        EXPECT_LE(worst, bound) << dtype_name(dt) << (gemv ? " gemv" : " simt") << " T " << c.T << " E " << c.E;
+        EXPECT_LE(worst, bound) << dtype_name(dt) << " " << path << " T " << c.T << " E " << c.E;
         std::printf("[cuda-moe] %s %s T %lld E %lld k %lld: max|diff| %.2e = %.2e x max|out|\n", std::string(dtype_name(dt)).c_str(),
-                    gemv ? "gemv" : "simt", static_cast<long long>(c.T), static_cast<long long>(c.E),
+                    path, static_cast<long long>(c.T), static_cast<long long>(c.E),
                     static_cast<long long>(c.k), worst, worst / peak);
       }
     }

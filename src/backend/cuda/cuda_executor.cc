@@ -251,7 +251,8 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     moe_ids_.reset(static_cast<size_t>(P * 4));
     moe_weights_.reset(static_cast<size_t>(P * 4));
     moe_order_.reset(static_cast<size_t>(P * 4));
-    moe_seg_.reset(static_cast<size_t>((3 * d_.E + 3) * 4));
+    moe_seg_.reset(static_cast<size_t>((3 * d_.E + 4) * 4));  // + moe_norm_route's counter, 0 between launches
+    CUDA_CHECK(cudaMemsetAsync(moe_seg_.get(), 0, moe_seg_.bytes(), stream_));
     moe_gu_.reset(static_cast<size_t>(P * 2 * d_.Fe * e));
     moe_act_.reset(static_cast<size_t>(P * d_.Fe * e));
     moe_out_.reset(static_cast<size_t>(P * d_.D * 4));

@@ -67,7 +67,7 @@ int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t at
 int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert) {
   if (d.E <= 0) return 0;
   const int64_t e = elem_bytes(act), P = tokens * d.topk;
-  const int64_t routing = tokens * d.E * 4 + 3 * P * 4 + (3 * d.E + 3) * 4;  // logits; ids, weights, order; segments
+  const int64_t routing = tokens * d.E * 4 + 3 * P * 4 + (3 * d.E + 4) * 4;  // logits; ids, weights, order; segments + counter
   const int64_t experts = P * (2 * d.Fe * e + d.Fe * e + d.D * 4);           // gate/up, SwiGLU, outputs
   return routing + experts + (shared_expert ? tokens * d.D * 4 : 0);
 }

@@ -218,31 +218,76 @@ class CudaExecutor::StepOps final : public LayerOps {
     e.profiler_.mark("down", e.stream_);
   }
 
+  // The unfused routing: rms_norm -> hidden, the router matmul -> logits, then the routing and
+  // the sort (one single-block kernel for steps of up to kMoeGemvMaxTokens tokens, else two).
+  void route_unfused(const NormArgs& norm, const MoeArgs& a, const cuda::DeviceWeight& router,
+                     const cuda::MoeSegments& seg) {
+    CudaExecutor& e = ex_;
+    const int64_t D = e.d_.D, E = e.expert_sets_.at(static_cast<size_t>(a.experts.index)).E, k = a.top_k;
+    cudaStream_t s = e.stream_;
+    cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, D, e.vec(norm.weight), static_cast<float>(norm.eps),
+                   e.hidden_.get(), e.act_, s);
+    e.profiler_.mark("rms_norm", s);
+    e.linear(e.hidden_.get(), router, T_, e.moe_logits_.get(), GemmOut::kStoreF32);
+    e.profiler_.mark("moe router", s);
+    if (T_ <= cuda::kMoeGemvMaxTokens) {
+      cuda::moe_route_sort(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
+                           e.moe_weights_.as<float>(), e.moe_order_.as<int32_t>(), seg, s);
+    } else {
+      cuda::moe_route(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
+                      e.moe_weights_.as<float>(), s);
+      cuda::moe_sort(e.moe_ids_.as<int32_t>(), T_ * k, E, e.moe_order_.as<int32_t>(), seg, s);
+    }
+    e.profiler_.mark("moe route+sort", s);
+  }
+
   // Mixture of experts (model/families/moe.cc; kernels.h moe.cu): rms_norm -> hidden; the router
-  // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device; the
-  // experts over their pairs' rows (the grouped GEMV for small steps: only the selected experts'
-  // weights are read, once per 4 of their rows; else the grouped SIMT GEMM and a SwiGLU kernel);
-  // the shared expert through the dense matmuls; the weighted combine adds into the residual.
+  // matmul -> logits f32; routing and the sort of the T x k pairs by expert on the device (decode
+  // steps: all of that in one moe_norm_route launch; else route_unfused()); the experts over their
+  // pairs' rows (the grouped GEMV for small steps: only the selected experts' weights are read,
+  // once per 4 of their rows; else the grouped tensor-core GEMM, or the SIMT one in
+  // --batch-invariant mode and f32, and a SwiGLU kernel); the shared expert through the dense
+  // matmuls; the weighted combine adds into the residual (one token without a shared expert: inside
+  // the down projection, moe_down_combine).
   void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
     CudaExecutor& e = ex_;
     const DeviceExpertSet& set = e.expert_sets_.at(static_cast<size_t>(a.experts.index));
     const int64_t D = e.d_.D, E = set.E, F = set.F, k = a.top_k, P = T_ * k;
     cudaStream_t s = e.stream_;
-    cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, D, e.vec(norm.weight), static_cast<float>(norm.eps),
-                   e.hidden_.get(), e.act_, s);
-    e.profiler_.mark("rms_norm", s);
-    e.linear(e.hidden_.get(), e.weight(a.router), T_, e.moe_logits_.get(), GemmOut::kStoreF32);
-    e.profiler_.mark("moe router", s);
-    cuda::moe_route(e.moe_logits_.as<float>(), T_, E, k, a.normalize_top_k, e.moe_ids_.as<int32_t>(),
-                    e.moe_weights_.as<float>(), s);
     cuda::MoeSegments seg;
     int32_t* sb = e.moe_seg_.as<int32_t>();
     seg.expert = sb;
     seg.begin = sb + E;
     seg.tile = sb + 2 * E + 1;
     seg.count = sb + 3 * E + 2;
-    cuda::moe_sort(e.moe_ids_.as<int32_t>(), P, E, e.moe_order_.as<int32_t>(), seg, s);
-    e.profiler_.mark("moe route+sort", s);
+    const cuda::DeviceWeight& router = e.weight(a.router);
+    const float* norm_w = e.vec(norm.weight);
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!e.opt_.batch_invariant && cuda::moe_norm_route_supported(T_, D, e.act_) && router.uniform() &&
+        router.format() == e.act_ && router.input_order.get() == nullptr && aligned(router.data()) && aligned(norm_w)) {
+      // decode: the norm, the router and the routing in one launch
+      cuda::MoeNormRouteParams nr;
+      nr.residual = e.residual_.as<float>();
+      nr.norm_w = norm_w;
+      nr.eps = static_cast<float>(norm.eps);
+      nr.router = router.data();
+      nr.T = T_;
+      nr.D = D;
+      nr.E = E;
+      nr.k = k;
+      nr.normalize = a.normalize_top_k;
+      nr.hidden = e.hidden_.get();
+      nr.logits = e.moe_logits_.as<float>();
+      nr.ids = e.moe_ids_.as<int32_t>();
+      nr.weights = e.moe_weights_.as<float>();
+      nr.order = e.moe_order_.as<int32_t>();
+      nr.seg = seg;
+      nr.done = reinterpret_cast<unsigned*>(sb + 3 * e.d_.E + 3);  // past every layer's segments
+      cuda::moe_norm_route(nr, e.act_, s);
+      e.profiler_.mark("moe norm+router+route+sort", s);
+    } else {
+      route_unfused(norm, a, router, seg);
+    }
 
     const bool gemv = !e.opt_.batch_invariant && T_ <= cuda::kMoeGemvMaxTokens;
     cuda::MoeMatmulParams up;
@@ -256,6 +301,10 @@ class CudaExecutor::StepOps final : public LayerOps {
     up.seg = seg;
     up.P = P;
     up.E = E;
+    up.max_rows = T_;
+    // Prefill: the bf16 tensor-core GEMM; --batch-invariant (and f32) the SIMT one.
+    const bool mma = !gemv && !e.opt_.batch_invariant && e.act_ == DType::kBF16 && D % 8 == 0 && F % 8 == 0;
+    up.tensor_cores = mma;
     if (gemv) {  // gate/up + SwiGLU in one grouped GEMV
       up.y = e.moe_act_.get();
       up.ldy = F;
@@ -267,7 +316,7 @@ class CudaExecutor::StepOps final : public LayerOps {
       up.ldy = 2 * F;
       up.mode = GemmOut::kStoreAct;
       cuda::moe_matmul(up, e.act_, false, s);
-      e.profiler_.mark("moe gate/up gemm", s);
+      e.profiler_.mark(mma ? "moe gate/up gemm (mma)" : "moe gate/up gemm", s);
       cuda::swiglu(e.moe_gu_.get(), P, F, e.moe_act_.get(), e.act_, s);
       e.profiler_.mark("moe swiglu", s);
     }
@@ -283,9 +332,16 @@ class CudaExecutor::StepOps final : public LayerOps {
     down.seg = seg;
     down.P = P;
     down.E = E;
+    down.max_rows = T_;
+    down.tensor_cores = mma;
     down.mode = GemmOut::kStoreF32;
+    if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
+      cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
+      e.profiler_.mark("moe down gemv+combine", s);
+      return;
+    }
     cuda::moe_matmul(down, e.act_, gemv, s);
-    e.profiler_.mark(gemv ? "moe down gemv" : "moe down gemm", s);
+    e.profiler_.mark(gemv ? "moe down gemv" : (mma ? "moe down gemm (mma)" : "moe down gemm"), s);
 
     cuda::MoeCombineParams cp;
     cp.expert_out = e.moe_out_.as<float>();

@@ -316,6 +316,34 @@ void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normal
 // ids [P] -> order [P]: the pairs sorted by expert, ascending pair index within an expert
 // (stable), and seg. One block per expert.
 void moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* order, const MoeSegments& seg, cudaStream_t s);
+// moe_route then moe_sort (the same ids, weights, order and seg) in one single-block launch, for
+// small steps: T * k <= kMoeRouteSortMaxPairs.
+constexpr int64_t kMoeRouteSortMaxPairs = 4096;
+void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
+                    int32_t* order, const MoeSegments& seg, cudaStream_t s);
+// rms_norm of the residual rows (the rms_norm kernel's arithmetic) -> hidden [T, D] (dtype), the
+// router matmul -> logits [T, E] f32, then moe_route_sort's ids, weights, order and seg: one launch
+// for decode steps (moe_norm_route_supported: T <= kMoeNormRouteMaxTokens, D % 8 == 0, f32 | bf16).
+// A block per 8 experts normalises the rows itself (block 0 writes hidden); the last block to
+// finish routes and sorts. done: a device counter that is 0 before the launch and is left 0.
+constexpr int64_t kMoeNormRouteMaxTokens = 4;
+struct MoeNormRouteParams {
+  const float* residual = nullptr;  // [T, D] f32
+  const float* norm_w = nullptr;    // [D] f32
+  float eps = 1e-5f;
+  const void* router = nullptr;     // [E, D] dtype
+  int64_t T = 0, D = 0, E = 0, k = 0;
+  bool normalize = false;
+  void* hidden = nullptr;           // [T, D] dtype
+  float* logits = nullptr;          // [T, E]
+  int32_t* ids = nullptr;           // [T, k]
+  float* weights = nullptr;         // [T, k]
+  int32_t* order = nullptr;         // [T * k]
+  MoeSegments seg;
+  unsigned* done = nullptr;
+};
+bool moe_norm_route_supported(int64_t T, int64_t D, DType dtype);
+void moe_norm_route(const MoeNormRouteParams& p, DType dtype, cudaStream_t s);
 // Upper bound of the SIMT GEMM's tiles for P pairs over E experts (its grid).
 int64_t moe_max_tiles(int64_t P, int64_t E);
 
@@ -325,7 +353,8 @@ int64_t moe_max_tiles(int64_t P, int64_t E);
 //   kSwiGlu (GEMV only): y[i, n] = silu(g) * u, g = row n, u = row N/2 + n; y [P, N/2] dtype
 //   kStoreAct: y[i, n] dtype;  kStoreF32: y[scatter ? scatter[i] : i, n] f32.
 // gemv: the grouped GEMV (K and ldx multiples of 16 bytes, x 16-byte aligned); else the SIMT GEMM
-// (every output one f32 FMA chain over k in order: batch-invariant).
+// (every output one f32 FMA chain over k in order: batch-invariant), or with tensor_cores the
+// grouped bf16 mma GEMM over the same 64 x 64 tiles (f32 accumulation, not batch-invariant).
 struct MoeMatmulParams {
   const void* x = nullptr;
   int64_t ldx = 0;
@@ -338,9 +367,17 @@ struct MoeMatmulParams {
   const int32_t* scatter = nullptr;
   MoeSegments seg;
   int64_t P = 0, E = 0;            // pairs and experts (grid bounds)
+  int64_t max_rows = 0;            // a bound on any segment's pairs (the step's tokens); 0: none
+  bool tensor_cores = false;       // GEMM: the bf16 mma kernel (K, ldx multiples of 8) instead of SIMT
   GemmOut mode = GemmOut::kStoreF32;
 };
 void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s);
+
+// One token (p.max_rows == 1: a segment is one pair), no shared expert: moe_matmul's down
+// projection (p as for kStoreF32 with the GEMV; p.scatter: the pairs' order) and moe_combine in one
+// launch: residual[0, n] += the sum over the active experts in ascending order of weights[pair] *
+// (x[pos] . w[e][n]). A warp an output column, 4 experts' rows streamed together.
+void moe_down_combine(const MoeMatmulParams& p, const float* weights, float* residual, DType dtype, cudaStream_t s);
 
 // residual[t, :] += sigmoid(g[t]) * shared_out[t, :] (when shared_out) + the sum over the token's k
 // pairs in ascending expert order of weights[p] * expert_out[p, :], the shared expert's gate logit
