@@ -142,7 +142,7 @@ Status CudaExecutor::upload_weights() {
   std::vector<bool> done(w.linears.size(), false);
   // A layer split's first part: the later layers' linears and the output head are not uploaded
   // (no segments: nothing reads them here).
-  if (partial()) done = cuda::linears_off_device(cuda::layer_weight_bytes_for(model_, act_, native), model_, opt_);
+  if (partial()) done = cuda::linears_off_device(layer_linears(model_), model_, opt_);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
