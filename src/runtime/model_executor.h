@@ -126,6 +126,13 @@ class ModelExecutor {
   // where the executor cannot capture (then nothing changes).
   virtual bool set_hidden_capture(const std::vector<int64_t>& after_layers) { return after_layers.empty(); }
   virtual const Tensor* captured_hidden() const { return nullptr; }
+  // The target's output projection alone (no final norm, no softcap) over host rows: logits
+  // [m, vocab] f32 = x [m, hidden] f32 times the output head, both in host memory, complete on
+  // return. For draft heads that share the target's output head (MTP) where the executor holds it
+  // (a device executor). Between steps only; the last step's logits and captured rows stay valid.
+  // Returns false where the executor does not offer it (the CPU executor: the head reads the
+  // host weight itself).
+  virtual bool output_logits(const float* x, int64_t m, float* logits) { return false; }
   // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }
