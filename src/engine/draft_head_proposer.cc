@@ -8,9 +8,10 @@
 namespace pagoda {
 
 DraftHeadProposer::DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype,
-                               double cost, ThreadPool& pool, int32_t max_len, int32_t max_pass_tokens)
+                               double cost, ThreadPool& pool, int32_t max_len, int32_t max_pass_tokens,
+                               DraftOutputHead output_head)
     : head_(std::move(head)),
-      forward_(*head_, num_blocks, block_size, kv_dtype, pool),
+      forward_(*head_, num_blocks, block_size, kv_dtype, pool, std::move(output_head)),
       kv_(num_blocks, block_size, /*enable_prefix_caching=*/false),
       block_size_(block_size),
       cost_(cost),

@@ -32,8 +32,10 @@ namespace pagoda {
 class DraftHeadProposer final : public Proposer {
  public:
   // `cost`: a draft step's cost in target decode steps (the head's weight bytes over the target's).
+  // `output_head`: DraftHeadForward's, for a head without a host lm_head.
   DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype, double cost,
-                 ThreadPool& pool, int32_t max_len = 1 << 30, int32_t max_pass_tokens = 1 << 30);
+                 ThreadPool& pool, int32_t max_len = 1 << 30, int32_t max_pass_tokens = 1 << 30,
+                 DraftOutputHead output_head = {});
   std::string name() const override { return head_->kind == DraftHeadKind::kEagle3 ? "eagle3" : "mtp"; }
   double draft_cost() const override { return cost_; }
   std::vector<int64_t> hidden_layers() const override { return head_->capture_after; }

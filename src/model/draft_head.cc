@@ -237,7 +237,6 @@ Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& path, c
                             path, c.vocab_size, c.hidden_size, target.vocab_size, target.hidden_size);
   if (target_embedding.ndim() != 2 || target_embedding.dim(0) != c.vocab_size || target_embedding.dim(1) != c.hidden_size)
     return invalid_argument("MTP module {}: the target's embedding is not [{}, {}]", path, c.vocab_size, c.hidden_size);
-  if (target_output == nullptr) return invalid_argument("MTP module {}: the target's output head has no CPU weight", path);
   head->draft_vocab = c.vocab_size;
   head->target_hidden = c.hidden_size;
   head->capture_after = {target.num_layers - 1};

@@ -95,7 +95,8 @@ Result<std::unique_ptr<DraftHead>> load_eagle3_head(const std::string& dir, cons
 
 // Loads the MiMo MTP module (layer 0 of model.mtp_layers) from the checkpoint directory `dir` of
 // a target of config `target` (a Qwen2-style model: "mimo"), whose token embedding and output head
-// (`target_output`, its CPU weight) the module shares; the target's final norm is read from the
+// (`target_output`, its CPU weight; null where a device holds it: lm_head stays null and the
+// forward takes the device's output head, runtime/draft_head_forward.h) the module shares; the target's final norm is read from the
 // same directory (model.norm.weight). Errors as load_eagle3_head's.
 Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& dir, const ModelConfig& target,
                                                       const Tensor& target_embedding,

@@ -3,10 +3,14 @@
 // target's captured hidden states (fused by fc) or the head's own earlier outputs, writes each
 // row's K/V, and for the asked rows returns the draft logits, the greedy draft as a target id
 // (through d2t) and the pre-norm output hidden (the next chained step's input).
+// A head without a host lm_head (an MTP module whose target keeps its output head on a device)
+// takes an OutputHead that computes the logits of the normed rows elsewhere
+// (ModelExecutor::output_logits).
 // Thread-safety: one pass at a time (engine-core thread); uses every worker of `pool`.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,10 +34,15 @@ struct DraftHeadPass {
   std::span<const int32_t> logits_rows;  // rows whose draft is wanted, in order
 };
 
+// logits [m, draft_vocab] f32 of the normed rows x [m, D] f32, host memory both, complete on return.
+using DraftOutputHead = std::function<void(const float* x, int64_t m, float* logits)>;
+
 class DraftHeadForward {
  public:
   // A cache of `num_blocks` blocks (null block included) of `block_size` slots, `kv_dtype` each.
-  DraftHeadForward(const DraftHead& head, int64_t num_blocks, int64_t block_size, DType kv_dtype, ThreadPool& pool);
+  // `output_head`: the logits' matmul where head.lm_head is null (required then, unused otherwise).
+  DraftHeadForward(const DraftHead& head, int64_t num_blocks, int64_t block_size, DType kv_dtype, ThreadPool& pool,
+                   DraftOutputHead output_head = {});
 
   void forward(const DraftHeadPass& pass);
   // Of the last pass, one row per logits row: [rows, draft_vocab] f32 logits, the greedy drafts as
@@ -48,6 +57,7 @@ class DraftHeadForward {
 
   const DraftHead& head_;
   ThreadPool& pool_;
+  DraftOutputHead output_head_;
   KvCacheStorage kv_;
   int64_t capacity_ = 0;
   Tensor h_, emb_, cat_, qkv_, q_, k_, v_, attn_, r_, n_, gate_up_, act_, proj_;
