@@ -351,11 +351,26 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
     const double cost = static_cast<double>((*head)->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
     // The head's cache holds a row per target token plus every sequence's lookahead.
     const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
-    return std::unique_ptr<Proposer>(std::make_unique<DraftHeadProposer>(
+    DraftHeadProposer::RunnerFactory runner;
+    if (sc.device_head) {
+      if (!cuda) return invalid_argument("--spec-device-head needs a CUDA target (device {})", config_.device);
+      ModelExecutor* ex = executor_.get();
+      const int64_t bs = config_.block_size;
+      runner = [ex, blocks, bs, method = sc.method](const DraftHead& h) -> std::unique_ptr<DraftHeadRunner> {
+        std::string why;
+        auto r = ex->make_draft_head_runner(h, blocks, bs, why);
+        if (!r) log_warn("engine", "the {} head runs on the host: {}", method, why);
+        return r;
+      };
+    }
+    auto proposer = std::make_unique<DraftHeadProposer>(
         std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
         config_.kv_dtype == DType::kF8E4M3 ? DType::kF16 : config_.kv_dtype,  // the head's cache is a host one
         cost,
-        *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens, std::move(output_head)));
+        *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens, std::move(output_head),
+        runner);
+    if (proposer->device_runner()) log_info("engine", "the {} head runs on {}", sc.method, executor_->device_name());
+    return std::unique_ptr<Proposer>(std::move(proposer));
   }
   PAGODA_CHECK(draft_model_.model != nullptr, "speculative method 'draft' without a loaded draft model");
   // The draft cache holds as many tokens as the target's, plus every sequence's lookahead.

@@ -140,11 +140,16 @@ void DraftHeadForward::forward(const DraftHeadPass& p) {
   if (head_.lm_head != nullptr) linear(*head_.lm_head, out_, logits_, pool_);
   else output_head_(out_.data_as<const float>(), m, logits_.data_as<float>());
   if (head_.kind == DraftHeadKind::kEagle3) std::swap(out_, last_);
-  const int64_t dv = head_.draft_vocab;
+  draft_argmax(logits_, head_.draft_to_target, drafts_);
+}
+
+void draft_argmax(const Tensor& logits, const std::vector<int32_t>& draft_to_target, std::vector<int32_t>& drafts) {
+  const int64_t m = logits.dim(0), dv = logits.dim(1);
+  drafts.assign(static_cast<size_t>(m), 0);
   for (int64_t i = 0; i < m; ++i) {
-    const float* row = logits_.data_as<float>() + i * dv;
+    const float* row = logits.data_as<const float>() + i * dv;
     const int64_t d = std::max_element(row, row + dv) - row;
-    drafts_[static_cast<size_t>(i)] = head_.draft_to_target[static_cast<size_t>(d)];
+    drafts[static_cast<size_t>(i)] = draft_to_target[static_cast<size_t>(d)];
   }
 }
 

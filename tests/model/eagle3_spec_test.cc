@@ -318,6 +318,24 @@ std::vector<double> target_probs(ModelExecutor& ex, const std::vector<int32_t>& 
 // softmax(logits / temperature) by chi-square. The prompt and temperature are chosen (from the
 // target's own distributions, before any sampling) so that both the first token's mode and the
 // second token's spread give enough samples per bin.
+// --spec-device-head (SpeculativeConfig::device_head): only for eagle3 / mtp, and only on a CUDA
+// target; both refusals are clear errors.
+TEST(Eagle3Spec, DeviceHeadIsRefusedWhereItCannotApply) {
+  EngineConfig c = test::base_engine_config(tiny("llama3/model-f32.gguf"));
+  c.speculative.method = "ngram";
+  c.speculative.device_head = true;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("device_head applies to the eagle3 and mtp heads"), std::string::npos)
+      << e.status().to_string();
+  c.speculative.method = "eagle3";
+  c.speculative.model = tiny("eagle3-llama3");
+  c.device = "cpu";
+  e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--spec-device-head needs a CUDA target"), std::string::npos) << e.status().to_string();
+}
+
 TEST(Eagle3Spec, SamplingKeepsTheTargetDistribution) {
   const std::string model = tiny("llama3/model-f32.gguf");
   const int n = 6000;
