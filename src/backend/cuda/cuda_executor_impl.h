@@ -175,6 +175,10 @@ class CudaExecutor final : public ModelExecutor {
   // the compute dtype, through the output head's matmul (the step's dispatch) and back, in buffers
   // of their own (head_*), grown on first use.
   bool output_logits(const float* x, int64_t m, float* logits) override;
+  // ModelExecutor::make_draft_head_runner: DraftRunner (cuda_draft_head.cc) on this stream, its
+  // passes between steps; it reads the split-KV workspace, the embedding and the output head.
+  std::unique_ptr<DraftHeadRunner> make_draft_head_runner(const DraftHead& head, int64_t num_blocks, int64_t block_size,
+                                                          std::string& why) override;
   bool set_graphs_enabled(bool on) override {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
@@ -198,7 +202,8 @@ class CudaExecutor final : public ModelExecutor {
   }
 
  private:
-  class StepOps;  // the layer ops of one launch_forward()
+  class StepOps;      // the layer ops of one launch_forward()
+  class DraftRunner;  // a draft head's passes (cuda_draft_head.cc)
 
   Status upload_weights();
   // Linear entry i into device memory at `base` (its storage, or a streamed layer's region); its
