@@ -1,6 +1,7 @@
 // Draft heads (EAGLE-3, MiMo MTP) on a CUDA target: the hidden-state capture inside decode and
 // verification graphs (the rows against the CPU executor's and the same step run eagerly), and the
-// MTP module's logits through the target's output head on the device against the host head's.
+// MTP module's logits through the target's output head on the device against the host head's;
+// the heads' device runner against the host runner.
 // The engine-level greedy identity is CudaEngine.DraftHeadsKeepGreedyOutput. Skips with a message
 // when no GPU is present.
 #include <fmt/format.h>
@@ -285,6 +286,135 @@ TEST(CudaDraftHeads, MtpOutputHeadOnTheDeviceMatchesTheHost) {
   }
   EXPECT_EQ(calls, 4);
   EXPECT_GE(compared, 3);
+}
+
+// The device runner of a head (ModelExecutor::make_draft_head_runner: the head's passes in CUDA step
+// ops, its cache in device memory) against the host's DraftHeadForward on the same passes (a
+// catch-up pass of a prompt's captured rows with two logits rows, then three chained one-row steps
+// fed with the host run's draft and hidden output), f32 compute: logits within 1e-3 x range, hidden
+// outputs within 1e-3 x max|h|, the same drafts wherever the host's top two logits are further
+// apart than 2e-3 x range. The EAGLE-3 head with a draft vocabulary (d2t) on the tiny llama, the
+// MTP module (the target's output head) on the tiny qwen2; batch-invariant mode off and on.
+TEST(CudaDraftHeads, DeviceRunnerMatchesTheHostHead) {
+  PAGODA_REQUIRE_GPU();
+  struct HeadCase {
+    std::string target, head;
+    bool mtp;
+  };
+  const std::vector<HeadCase> heads = {
+      {test::models_dir() + "/tiny/llama3/model-f32.gguf", test::models_dir() + "/tiny/eagle3-llama3", false},
+      {test::models_dir() + "/tiny/qwen2/model-f32.gguf", test::models_dir() + "/tiny/mimo-mtp", true}};
+  for (const HeadCase& hc : heads) {
+    if (!fs::exists(hc.target) || !fs::exists(hc.head)) GTEST_SKIP() << "tools/make_tiny_models.py and tools/make_draft_heads.py";
+    for (bool invariant : {false, true}) {
+      SCOPED_TRACE(hc.head + (invariant ? " batch-invariant" : ""));
+      auto host_model = load_model(hc.target);
+      ASSERT_TRUE(host_model.ok()) << host_model.status().to_string();
+      ModelLoadOptions lo;
+      lo.cpu_kernels = false;
+      auto dev_model = load_model(hc.target, lo);
+      ASSERT_TRUE(dev_model.ok()) << dev_model.status().to_string();
+      const ModelWeights& tw = host_model->model->weights();
+      auto head = hc.mtp ? load_mimo_mtp_head(hc.head, host_model->config, tw.token_embd, tw.linear(tw.output).cpu, 256)
+                         : load_eagle3_head(hc.head, host_model->config, tw.token_embd, 256);
+      ASSERT_TRUE(head.ok()) << head.status().to_string();
+      const DraftHead& h = **head;
+      KvCacheSpec spec;
+      spec.num_blocks = 8;
+      spec.block_size = kBlock;
+      spec.dtype = DType::kF32;
+      CudaExecutorOptions co;
+      co.dtype = "f32";
+      co.max_num_tokens = 256;
+      co.max_num_seqs = 8;
+      co.max_model_len = 128;
+      co.batch_invariant = invariant;
+      auto ex = make_cuda_executor(*dev_model->model, spec, co);
+      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+      std::string why;
+      std::unique_ptr<DraftHeadRunner> dev = (*ex)->make_draft_head_runner(h, 8, kBlock, why);
+      ASSERT_NE(dev, nullptr) << why;
+      ThreadPool pool(2);
+      DraftHeadForward host(h, 8, kBlock, DType::kF32, pool);
+
+      auto cpu = make_cpu_executor(*host_model->model, spec, pool);
+      ASSERT_TRUE(cpu->set_hidden_capture(h.capture_after));
+      const std::vector<int32_t> prompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256, 33, 411, 2, 90, 12, 7};
+      const int32_t T = static_cast<int32_t>(prompt.size());
+      ForwardBatch b;
+      b.add_sequence(prompt, T, {1, 2}, kBlock, true, true);
+      cpu->forward(b);
+      const Tensor* fx = cpu->captured_hidden();
+      ASSERT_NE(fx, nullptr);
+      const std::vector<float> feats(fx->data_as<const float>(), fx->data_as<const float>() + fx->numel());
+
+      const int64_t Vd = h.draft_vocab, D = h.config.hidden_size;
+      const std::vector<int32_t> table = {1, 2, 3};
+      std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows = {T - 3, T - 2};
+      std::vector<int64_t> slots;
+      for (int32_t q = 0; q < T - 1; ++q) {
+        positions.push_back(q);
+        slots.push_back(table[q / 16] * 16 + q % 16);
+      }
+      std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
+      DraftHeadPass pass;
+      pass.tokens = tokens;
+      pass.positions = positions;
+      pass.slots = slots;
+      pass.seqs = seqs;
+      pass.features = feats.data();
+      pass.logits_rows = rows;
+      std::vector<int32_t> tk, ps, rw = {0};
+      std::vector<int64_t> sl;
+      std::vector<AttentionSeq> sq;
+      std::vector<float> hidden;
+      int compared = 0;
+      for (int s = 0; s < 4; ++s) {
+        if (s > 0) {
+          const int32_t pos = T - 2 + s;
+          const int64_t mh = host.out_hidden().dim(0);
+          tk = {host.drafts().back()};
+          ps = {pos};
+          sl = {table[pos / 16] * 16 + pos % 16};
+          sq = {{0, 1, pos + 1, table}};
+          hidden.assign(host.out_hidden().data_as<const float>() + (mh - 1) * D, host.out_hidden().data_as<const float>() + mh * D);
+          pass = DraftHeadPass{};
+          pass.tokens = tk;
+          pass.positions = ps;
+          pass.slots = sl;
+          pass.seqs = sq;
+          pass.hidden = hidden.data();
+          pass.logits_rows = rw;
+        }
+        host.forward(pass);
+        dev->forward(pass);
+        const int64_t m = static_cast<int64_t>(pass.logits_rows.size());
+        ASSERT_EQ(dev->logits().dim(0), m);
+        ASSERT_EQ(dev->logits().dim(1), Vd);
+        ASSERT_EQ(dev->out_hidden().dim(0), m);
+        ASSERT_EQ(dev->out_hidden().dim(1), D);
+        const std::vector<float> hl(host.logits().data_as<const float>(), host.logits().data_as<const float>() + m * Vd);
+        const std::vector<float> dl(dev->logits().data_as<const float>(), dev->logits().data_as<const float>() + m * Vd);
+        const std::vector<float> hh(host.out_hidden().data_as<const float>(), host.out_hidden().data_as<const float>() + m * D);
+        const std::vector<float> dh(dev->out_hidden().data_as<const float>(), dev->out_hidden().data_as<const float>() + m * D);
+        const auto [lo_it, hi_it] = std::minmax_element(hl.begin(), hl.end());
+        const double range = static_cast<double>(*hi_it) - *lo_it;
+        const double ldiff = max_abs_diff(hl, dl), hdiff = max_abs_diff(hh, dh), hmax = std::max(1.0, max_abs(hh));
+        EXPECT_LE(ldiff, 1e-3 * range) << "pass " << s;
+        EXPECT_LE(hdiff, 1e-3 * hmax) << "pass " << s;
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<float> row(hl.begin() + i * Vd, hl.begin() + (i + 1) * Vd);
+          std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+          if (row[0] - row[1] <= 2e-3 * range) continue;
+          EXPECT_EQ(host.drafts()[static_cast<size_t>(i)], dev->drafts()[static_cast<size_t>(i)]) << "pass " << s << " row " << i;
+          ++compared;
+        }
+        std::printf("[device-head] %s pass %d: max|device - host| logits %.2e of range %.2e, hidden %.2e of %.2e\n",
+                    hc.head.c_str(), s, ldiff, range, hdiff, hmax);
+      }
+      EXPECT_GE(compared, 3);
+    }
+  }
 }
 
 }  // namespace
