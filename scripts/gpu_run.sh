@@ -456,9 +456,10 @@ stage_spectests() {
 # hidden-state capture inside decode and verification graphs against the CPU executor's rows, the
 # MTP module's logits through the target's output head on the device against the host's, the
 # device runner's passes against the host's, greedy identity with and without EAGLE-3 / MTP heads
-# (host and device runner) at batch 1, 4 and 8 (tiny models; about 40 s).
+# (host and device runner) at batch 1, 4 and 8, and the verification graphs without a capture
+# (CudaStepGraphs; tiny models, the bf16 case where /tmp/gpuref has it; about 50 s).
 stage_eagletests() {
-  TAILN=24 step eagletests 120 $TESTS --gtest_filter='CudaDraftHeads.*:CudaEngine.DraftHeadsKeepGreedyOutput'
+  TAILN=24 step eagletests 150 $TESTS --gtest_filter='CudaDraftHeads.*:CudaEngine.DraftHeadsKeepGreedyOutput:CudaStepGraphs.*'
 }
 # A random EAGLE-3 head of the Llama-3.1-8B release's shape (tools/make_draft_heads.py --target:
 # f16, draft vocabulary 32000) on the 8B shape: offline runs of EAGLE_B requests (default 1 and 4,
