@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/draft_head_proposer.h"
 #include "engine/engine_config.h"
 #include "engine_test_util.h"
 #include "model/draft_head.h"
@@ -318,6 +319,89 @@ std::vector<double> target_probs(ModelExecutor& ex, const std::vector<int32_t>& 
 // softmax(logits / temperature) by chi-square. The prompt and temperature are chosen (from the
 // target's own distributions, before any sampling) so that both the first token's mode and the
 // second token's spread give enough samples per bin.
+// DraftHeadProposer's runner factory (how a device runner gets in): a proposer whose passes run
+// through a given DraftHeadRunner (here a counting wrapper of DraftHeadForward) drafts exactly what
+// the default proposer drafts from the same target rows (two requests: a catch-up pass over their
+// prompts and chained drafts, then one more verified token), and every pass went through it.
+TEST(Eagle3Spec, ARunnerFactoryTakesThePasses) {
+  auto target = load_model(tiny("llama3/model-f32.gguf"));
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const ModelWeights& tw = target->model->weights();
+  auto load = [&] {
+    auto h = load_eagle3_head(tiny("eagle3-llama3"), target->config, tw.token_embd, 256);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return std::move(*h);
+  };
+  struct Counting final : DraftHeadRunner {
+    DraftHeadForward inner;
+    int* passes;
+    Counting(const DraftHead& h, ThreadPool& pool, int* n) : inner(h, 64, 16, DType::kF32, pool), passes(n) {}
+    void forward(const DraftHeadPass& p) override {
+      ++*passes;
+      inner.forward(p);
+    }
+    const Tensor& logits() const override { return inner.logits(); }
+    const std::vector<int32_t>& drafts() const override { return inner.drafts(); }
+    const Tensor& out_hidden() const override { return inner.out_hidden(); }
+  };
+  ThreadPool pool(2);
+  int passes = 0;
+  DraftHeadProposer plain(load(), 64, 16, DType::kF32, 0.1, pool);
+  DraftHeadProposer custom(load(), 64, 16, DType::kF32, 0.1, pool, 1 << 30, 1 << 30, {},
+                           [&](const DraftHead& h) { return std::make_unique<Counting>(h, pool, &passes); });
+  EXPECT_FALSE(plain.device_runner());
+  EXPECT_TRUE(custom.device_runner());
+
+  KvCacheSpec ks;
+  ks.num_blocks = 16;
+  ks.block_size = 16;
+  ks.dtype = DType::kF32;
+  auto ex = make_cpu_executor(*target->model, ks, pool);
+  ASSERT_TRUE(ex->set_hidden_capture(plain.hidden_layers()));
+  const std::string ids[2] = {"a", "b"};
+  std::vector<int32_t> toks[2] = {{1, 17, 300, 45, 9, 211, 77, 500, 3, 128}, {5, 6, 7, 8, 9, 10, 11}};
+  ForwardBatch b;
+  b.add_sequence(toks[0], static_cast<int32_t>(toks[0].size()), {1}, 16, true, true);
+  b.add_sequence(toks[1], static_cast<int32_t>(toks[1].size()), {5}, 16, true, true);
+  ex->forward(b);
+  const Tensor* rows = ex->captured_hidden();
+  ASSERT_NE(rows, nullptr);
+  const int64_t W = rows->dim(1);
+  for (int round = 0; round < 2; ++round) {
+    // The target's rows up to the last verified position but one (its token pairs with the last).
+    std::vector<HiddenRows> hr;
+    int64_t row0 = 0;
+    for (int i = 0; i < 2; ++i) {
+      const int32_t n = static_cast<int32_t>(toks[i].size());
+      HiddenRows h;
+      h.id = &ids[i];
+      h.first_position = round == 0 ? 0 : n - 1;
+      h.num_rows = round == 0 ? n - 1 : 1;
+      h.rows = rows->data_as<const float>() + (round == 0 ? row0 : row0 + n - 1) * W;
+      hr.push_back(h);
+      row0 += n;
+    }
+    plain.observe_hidden(hr, W);
+    custom.observe_hidden(hr, W);
+    std::vector<ProposeRequest> reqs(2);
+    std::vector<int32_t> verified[2];  // round 1: one more token verified after the prompt
+    for (int i = 0; i < 2; ++i) {
+      verified[i] = toks[i];
+      if (round == 1) verified[i].push_back(42);
+      reqs[static_cast<size_t>(i)].id = &ids[i];
+      reqs[static_cast<size_t>(i)].tokens = verified[i];
+      reqs[static_cast<size_t>(i)].max_drafts = 3;
+    }
+    std::vector<std::vector<int32_t>> da, db;
+    plain.propose(reqs, da);
+    custom.propose(reqs, db);
+    EXPECT_EQ(da, db) << "round " << round;
+    ASSERT_EQ(da.size(), 2u);
+    EXPECT_EQ(da[0].size(), 3u) << "round " << round;
+  }
+  EXPECT_GE(passes, 2 * 3);  // each round: a catch-up pass and two chained ones
+}
+
 // --spec-device-head (SpeculativeConfig::device_head): only for eagle3 / mtp, and only on a CUDA
 // target; both refusals are clear errors.
 TEST(Eagle3Spec, DeviceHeadIsRefusedWhereItCannotApply) {
