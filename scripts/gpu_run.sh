@@ -452,6 +452,38 @@ stage_spectests() {
     step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=16 step spectests 120 $TESTS --gtest_filter='CudaStepGraphs.*:CudaEngine.NgramSpeculation*:CudaEngine.DraftModelOnTheDevice*'
 }
+# Draft heads on a CUDA target (docs/speculative_decoding.md "EAGLE-3 heads", CUDA): the
+# hidden-state capture inside decode and verification graphs against the CPU executor's rows, the
+# MTP module's logits through the target's output head on the device against the host's, the
+# device runner's passes against the host's, greedy identity with and without EAGLE-3 / MTP heads
+# (host and device runner) at batch 1, 4 and 8, and the verification graphs without a capture
+# (CudaStepGraphs; tiny models, the bf16 case where /tmp/gpuref has it; about 50 s).
+stage_eagletests() {
+  TAILN=24 step eagletests 150 $TESTS --gtest_filter='CudaDraftHeads.*:CudaEngine.DraftHeadsKeepGreedyOutput:CudaStepGraphs.*'
+}
+# A random EAGLE-3 head of the Llama-3.1-8B release's shape (tools/make_draft_heads.py --target:
+# f16, draft vocabulary 32000) on the 8B shape: offline runs of EAGLE_B requests (default 1 and 4,
+# 128 prompt tokens, EAGLE_OUT = 64 generated) plain, with the head on the host and with it on the
+# GPU (--spec-device-head), k = EAGLE_K (default 2). Random weights accept almost nothing, so plain
+# tok/s over speculative tok/s is the cost of a speculative step (the head's k passes + a
+# verification of 1 + k rows) in plain decode steps. About 150 s with the 8B model in place (making
+# it adds ~90 s).
+stage_eaglebench() {
+  local target=${EAGLE_TARGET:-8b} m h b
+  ensure_model $target
+  m=$(model_dir $target)
+  h=$SHM/eagle3-head-$target
+  [ -f $h/config.json ] || step make_eagle_head 60 python3 tools/make_draft_heads.py --target $m --head-out $h
+  for b in ${EAGLE_B:-1 4}; do
+    TAILN=4 step eagle_plain_b${b}_$target 40 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests $b --input-len 128 \
+      --output-len ${EAGLE_OUT:-64} --max-num-seqs $b
+    TAILN=5 step eagle_spec_b${b}_$target 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests $b --input-len 128 \
+      --output-len ${EAGLE_OUT:-64} --max-num-seqs $b --spec-method eagle3 --spec-model $h --spec-tokens ${EAGLE_K:-2}
+    TAILN=5 step eagle_devspec_b${b}_$target 40 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests $b --input-len 128 \
+      --output-len ${EAGLE_OUT:-64} --max-num-seqs $b --spec-method eagle3 --spec-model $h --spec-tokens ${EAGLE_K:-2} \
+      --spec-device-head
+  done
+}
 # Mixture of experts on the device: batch-1 decode reads the attention, router and output weights,
 # the KV cache and the k selected experts of each layer (2.4 of 13.8 GB at the OLMoE-1B-7B shape);
 # pagoda bench's "bw %" is that byte count per step over the measured copy bandwidth (an upper
@@ -680,6 +712,8 @@ for s in "$@"; do
     ngl8b) stage_ngl8b ;;
     ngltests) stage_ngltests ;;
     spectests) stage_spectests ;;
+    eagletests) stage_eagletests ;;
+    eaglebench) stage_eaglebench ;;
     spec8b) stage_spec ;;
     specdraft8b) stage_spec draft ;;
     *) log "unknown stage $s" ;;

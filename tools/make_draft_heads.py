@@ -39,7 +39,14 @@ and MiMo-style checkpoints with MTP layers (model/draft_head.h, kind kMimoMtp) f
                        self_attn.o_proj.weight, mlp.{gate,up,down}_proj.weight (random)
   mimo-mtp-bad/<case>  malformed copies (no MTP layers, a missing tensor, a wrong shape)
 
+A head for a larger target (benchmarks; scripts/gpu_run.sh eaglebench), with --target DIR --head-out OUT:
+  the layer of the public Llama-3.1-8B EAGLE-3 release for DIR's config (the target's hidden size,
+  intermediate size, heads, KV heads and head_dim), draft vocabulary --draft-vocab (32000 as the
+  release), f16 matrices (numpy has no bf16), random: drafts are rarely accepted. No
+  eagle_aux_hidden_state_layer_ids (the default layers apply).
+
 Usage: tools/make_draft_heads.py [--out models/tiny]
+       tools/make_draft_heads.py --target DIR --head-out OUT [--draft-vocab N]
 """
 import argparse
 import copy
@@ -171,10 +178,36 @@ def write_mimo(out):
     write_head(os.path.join(bad, "q-proj-width"), cfg, w)
 
 
+def write_release_shaped_head(target_dir, out, draft_vocab):
+    with open(os.path.join(target_dir, "config.json")) as f:
+        target = json.load(f)
+    D = target["hidden_size"]
+    cfg = head_config(target, draft_vocab, None)
+    del cfg["eagle_config"]
+    cfg.update(intermediate_size=target["intermediate_size"], num_attention_heads=target["num_attention_heads"],
+               num_key_value_heads=target["num_key_value_heads"],
+               head_dim=target.get("head_dim", D // target["num_attention_heads"]),
+               rms_norm_eps=target.get("rms_norm_eps", 1e-5), rope_theta=target.get("rope_theta", 500000.0),
+               torch_dtype="float16")
+    w = head_weights("eagle3-" + os.path.basename(os.path.normpath(out)), cfg, draft_vocab < target["vocab_size"])
+    for k, v in w.items():
+        if v.dtype == np.float32 and v.ndim == 2:
+            w[k] = v.astype(np.float16)
+    write_head(out, cfg, w)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny"))
+    ap.add_argument("--target", help="a target's directory (config.json): write one release-shaped head to --head-out")
+    ap.add_argument("--head-out", help="the head's directory (with --target)")
+    ap.add_argument("--draft-vocab", type=int, default=32000)
     args = ap.parse_args()
+    if args.target:
+        if not args.head_out:
+            ap.error("--target needs --head-out")
+        write_release_shaped_head(args.target, args.head_out, args.draft_vocab)
+        return
     with open(os.path.join(args.out, "llama3", "config.json")) as f:
         target = json.load(f)
 

@@ -635,10 +635,16 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
     o->tuning = *tuning;
     if (!resolve_speculative_options(o->spec_flags, o->speculative, "bench")) return 2;
     if (!resolve_cpu_offload_option(o->cpu_offload, o->cpu_offload_bytes, "bench")) return 2;
-    if (o->n_gpu_layers == 0 && o->device.starts_with("cuda")) o->device = "cpu";  // llama.cpp's -ngl 0: all on the CPU
-    if (o->n_gpu_layers > 0 && !o->device.starts_with("cuda")) {
-      std::cerr << "pagoda bench: --n-gpu-layers " << o->n_gpu_layers << " puts layers on a GPU: it needs --device cuda\n";
-      return 2;
+    {  // the engine's rule: -ngl 0 runs every layer on the CPU; GPU layers need a CUDA device
+      EngineConfig split;
+      split.device = o->device;
+      split.n_gpu_layers = o->n_gpu_layers;
+      auto resolved = resolve_layer_split(split);
+      if (!resolved.ok()) {
+        std::cerr << "pagoda bench: " << resolved.status().to_string() << "\n";
+        return 2;
+      }
+      o->device = resolved->device;
     }
     return run_bench(*o);
   };

@@ -109,6 +109,8 @@ void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {
                   "No drafts in steps with more decoding requests than this (0: never off; default 32)")
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--spec-no-adaptive", o->no_adaptive, "Fixed draft length (default: follows each request's acceptance)");
+  app->add_flag("--spec-device-head", o->device_head,
+                "eagle3 / mtp on CUDA: the head's passes on the device instead of the host (default off)");
 }
 
 bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig& out, std::string_view cmd) {
@@ -134,9 +136,10 @@ bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig&
         else if (key == "prompt_lookup_max") c.ngram_max = v.get<int32_t>();
         else if (key == "disable_by_batch_size") c.disable_by_batch_size = v.get<int32_t>();
         else if (key == "adaptive") c.adaptive = v.get<bool>();
+        else if (key == "device_head") c.device_head = v.get<bool>();
         else {
           log_error(cmd, "--speculative-config: unknown key '{}' (known: method, model, num_speculative_tokens, "
-                         "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, adaptive)", key);
+                         "prompt_lookup_min, prompt_lookup_max, disable_by_batch_size, adaptive, device_head)", key);
           return false;
         }
       }
@@ -153,6 +156,7 @@ bool resolve_speculative_options(const SpeculativeOptions& o, SpeculativeConfig&
   if (o.ngram_max > 0) c.ngram_max = o.ngram_max;
   if (o.disable_batch_size >= 0) c.disable_by_batch_size = o.disable_batch_size;
   if (o.no_adaptive) c.adaptive = false;
+  if (o.device_head) c.device_head = true;
   if (c.method.empty() && (o.tokens > 0 || o.ngram_min > 0 || o.ngram_max > 0)) {
     log_error(cmd, "--spec-* options need --spec-method (ngram, draft, eagle3 or mtp) or --speculative-config");
     return false;

@@ -38,7 +38,7 @@ void add_log_level_option(CLI::App* app);
 struct SpeculativeOptions {
   std::string json, method, model;
   int tokens = 0, ngram_min = 0, ngram_max = 0, disable_batch_size = -1;
-  bool no_adaptive = false;
+  bool no_adaptive = false, device_head = false;
 };
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o);
 // Fills `out` (validated); false with a "pagoda CMD: ..." error on stderr.

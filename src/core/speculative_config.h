@@ -32,6 +32,10 @@ struct SpeculativeConfig {
   // row's token there and copies back ids only; false: every verification step takes the logits
   // to the host (benchmarks compare the two).
   bool device_verify = true;
+  // EAGLE-3 heads and MTP modules on a device target: the head's passes on the device (its weights
+  // and KV cache in device memory) instead of the host; a head the device runner does not take
+  // stays on the host (logged). Off by default until measured.
+  bool device_head = false;
 
   bool enabled() const { return !method.empty(); }
   Status validate() const {
@@ -47,6 +51,8 @@ struct SpeculativeConfig {
     if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 16)
       return invalid_argument("prompt lookup needs 1 <= ngram_min <= ngram_max <= 16, got {} and {}", ngram_min, ngram_max);
     if (disable_by_batch_size < 0) return invalid_argument("disable_by_batch_size must be >= 0, got {}", disable_by_batch_size);
+    if (device_head && method != "eagle3" && method != "mtp")
+      return invalid_argument("device_head applies to the eagle3 and mtp heads, not method '{}'", method);
     return {};
   }
   std::string to_string() const {
@@ -54,6 +60,7 @@ struct SpeculativeConfig {
     return method + (model.empty() ? "" : " " + model) + " k=" + std::to_string(num_speculative_tokens) +
            (method == "ngram" ? " n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram_max) : "") +
            (adaptive ? " adaptive" : " fixed") + (device_verify ? "" : " host-verify") +
+           (device_head ? " device-head" : "") +
            (disable_by_batch_size > 0 ? ", no drafts above batch " + std::to_string(disable_by_batch_size) : "");
   }
 };

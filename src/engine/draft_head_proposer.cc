@@ -8,15 +8,18 @@
 namespace pagoda {
 
 DraftHeadProposer::DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype,
-                               double cost, ThreadPool& pool, int32_t max_len, int32_t max_pass_tokens)
+                               double cost, ThreadPool& pool, int32_t max_len, int32_t max_pass_tokens,
+                               DraftOutputHead output_head, const RunnerFactory& runner)
     : head_(std::move(head)),
-      forward_(*head_, num_blocks, block_size, kv_dtype, pool),
+      forward_(runner ? runner(*head_) : nullptr),
       kv_(num_blocks, block_size, /*enable_prefix_caching=*/false),
       block_size_(block_size),
       cost_(cost),
       max_len_(max_len),
       max_pass_tokens_(std::max(1, max_pass_tokens)),
-      width_(static_cast<int64_t>(head_->capture_after.size()) * head_->target_hidden) {}
+      width_(static_cast<int64_t>(head_->capture_after.size()) * head_->target_hidden) {
+  if (!forward_) forward_ = std::make_unique<DraftHeadForward>(*head_, num_blocks, block_size, kv_dtype, pool, std::move(output_head));
+}
 
 void DraftHeadProposer::forget(const std::string& id) {
   auto it = states_.find(id);
@@ -124,10 +127,10 @@ void DraftHeadProposer::propose(std::span<const ProposeRequest> reqs, std::vecto
     p.features = feature_rows;
     p.hidden = hidden_rows;
     p.logits_rows = logits_rows;
-    forward_.forward(p);
+    forward_->forward(p);
     for (size_t r = 0; r < finishing.size(); ++r) {
-      drafts[finishing[r]->i].push_back(forward_.drafts()[r]);
-      const float* h = forward_.out_hidden().data_as<const float>() + static_cast<int64_t>(r) * D;
+      drafts[finishing[r]->i].push_back(forward_->drafts()[r]);
+      const float* h = forward_->out_hidden().data_as<const float>() + static_cast<int64_t>(r) * D;
       finishing[r]->hidden.assign(h, h + D);
     }
   };

@@ -16,6 +16,7 @@
 // Thread-safety: engine-core thread only.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -32,8 +33,15 @@ namespace pagoda {
 class DraftHeadProposer final : public Proposer {
  public:
   // `cost`: a draft step's cost in target decode steps (the head's weight bytes over the target's).
+  // `output_head`: DraftHeadForward's, for a head without a host lm_head. `runner`: makes the
+  // runner of the head's passes (a device's, ModelExecutor::make_draft_head_runner) for a cache of
+  // num_blocks x block_size slots; unset or returning null: DraftHeadForward on `pool`.
+  using RunnerFactory = std::function<std::unique_ptr<DraftHeadRunner>(const DraftHead& head)>;
   DraftHeadProposer(std::unique_ptr<DraftHead> head, int32_t num_blocks, int32_t block_size, DType kv_dtype, double cost,
-                 ThreadPool& pool, int32_t max_len = 1 << 30, int32_t max_pass_tokens = 1 << 30);
+                 ThreadPool& pool, int32_t max_len = 1 << 30, int32_t max_pass_tokens = 1 << 30,
+                 DraftOutputHead output_head = {}, const RunnerFactory& runner = {});
+  // Whether the passes run on a device runner.
+  bool device_runner() const { return dynamic_cast<const DraftHeadForward*>(forward_.get()) == nullptr; }
   std::string name() const override { return head_->kind == DraftHeadKind::kEagle3 ? "eagle3" : "mtp"; }
   double draft_cost() const override { return cost_; }
   std::vector<int64_t> hidden_layers() const override { return head_->capture_after; }
@@ -62,7 +70,7 @@ class DraftHeadProposer final : public Proposer {
   int64_t slot_of(const std::string& id, int32_t row) const;
 
   std::unique_ptr<DraftHead> head_;
-  DraftHeadForward forward_;
+  std::unique_ptr<DraftHeadRunner> forward_;
   KvCacheManager kv_;
   int32_t block_size_;
   double cost_;

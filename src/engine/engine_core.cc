@@ -160,10 +160,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   const bool cuda = dev.type == Device::kCuda;
   PAGODA_RETURN_IF_ERROR(config.speculative.validate());
-  if (cuda && config.speculative.method == "mtp")
-    return unimplemented("speculative method mtp runs on the CPU backend only: the MTP module reads the target's output "
-                         "head, which the CUDA backend keeps on the device only (use --device cpu, or method eagle3, "
-                         "ngram or draft on CUDA)");
   // A CPU + GPU layer split: the first N layers on the device, the rest and the head on the CPU.
   const int64_t gpu_layers = split_device_layers(config, mc);
   {
@@ -325,13 +321,24 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
   if (sc.method == "eagle3" || sc.method == "mtp") {
     // On CUDA the head runs on the host (its weights and cache in host memory, the engine's
-    // threads), reading the target's states the CUDA executor copies back each step.
-    PAGODA_CHECK(!cuda || sc.method == "eagle3", "{} on CUDA is refused in create()", sc.method);
+    // threads), reading the target's states the CUDA executor copies back each step; an MTP
+    // module's logits go through the target's output head on the device (no host copy of it).
     const ModelWeights& tw = model_.model->weights();
+    std::shared_ptr<const LinearWeight> target_output = tw.linear(tw.output).cpu;
+    DraftOutputHead output_head;
+    if (sc.method == "mtp" && target_output == nullptr) {
+      ModelExecutor* ex = executor_.get();
+      if (!ex->output_logits(nullptr, 0, nullptr))
+        return unimplemented("the MTP module reads the target's output head, which the {} executor does not offer",
+                             ex->device_name());
+      output_head = [ex](const float* x, int64_t m, float* logits) {
+        PAGODA_CHECK(ex->output_logits(x, m, logits), "the target's output head on {}", ex->device_name());
+      };
+    }
     auto head = sc.method == "eagle3"
                     ? load_eagle3_head(sc.model, model_.config, tw.token_embd, max_model_len_)
                     : load_mimo_mtp_head(sc.model.empty() ? config_.model : sc.model, model_.config, tw.token_embd,
-                                         tw.linear(tw.output).cpu, max_model_len_);
+                                         target_output, max_model_len_);
     if (!head.ok())
       return invalid_argument("cannot load the {}: {}", sc.method == "eagle3" ? "EAGLE-3 head" : "MTP module",
                               head.status().to_string());
@@ -344,11 +351,26 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
     const double cost = static_cast<double>((*head)->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
     // The head's cache holds a row per target token plus every sequence's lookahead.
     const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
-    return std::unique_ptr<Proposer>(std::make_unique<DraftHeadProposer>(
+    DraftHeadProposer::RunnerFactory runner;
+    if (sc.device_head) {
+      if (!cuda) return invalid_argument("--spec-device-head needs a CUDA target (device {})", config_.device);
+      ModelExecutor* ex = executor_.get();
+      const int64_t bs = config_.block_size;
+      runner = [ex, blocks, bs, method = sc.method](const DraftHead& h) -> std::unique_ptr<DraftHeadRunner> {
+        std::string why;
+        auto r = ex->make_draft_head_runner(h, blocks, bs, why);
+        if (!r) log_warn("engine", "the {} head runs on the host: {}", method, why);
+        return r;
+      };
+    }
+    auto proposer = std::make_unique<DraftHeadProposer>(
         std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
         config_.kv_dtype == DType::kF8E4M3 ? DType::kF16 : config_.kv_dtype,  // the head's cache is a host one
         cost,
-        *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens));
+        *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens, std::move(output_head),
+        runner);
+    if (proposer->device_runner()) log_info("engine", "the {} head runs on {}", sc.method, executor_->device_name());
+    return std::unique_ptr<Proposer>(std::move(proposer));
   }
   PAGODA_CHECK(draft_model_.model != nullptr, "speculative method 'draft' without a loaded draft model");
   // The draft cache holds as many tokens as the target's, plus every sequence's lookahead.

@@ -43,10 +43,11 @@ class HeadTensors {
   std::string what_;
 };
 
+// The prepared weight of the named parts stacked along N; `parts` receives them as loaded.
 Result<std::shared_ptr<const LinearWeight>> linear_of(const HeadTensors& ts, const std::vector<std::string>& names,
                                                       const std::vector<std::vector<int64_t>>& shapes,
-                                                      const std::string& label) {
-  std::vector<Tensor> parts;
+                                                      const std::string& label, std::vector<Tensor>& parts) {
+  parts.clear();
   for (size_t i = 0; i < names.size(); ++i) {
     PAGODA_ASSIGN_OR_RETURN(Tensor t, ts.get(names[i], shapes[i]));
     parts.push_back(std::move(t));
@@ -143,14 +144,14 @@ Result<std::unique_ptr<DraftHead>> load_eagle3_head(const std::string& path, con
     head->embedding = target_embedding;
   }
   const std::string m = "midlayer.";
-  PAGODA_ASSIGN_OR_RETURN(head->fc, linear_of(ts, {"fc.weight"}, {{D, 3 * Dt}}, "eagle3.fc"));
+  PAGODA_ASSIGN_OR_RETURN(head->fc, linear_of(ts, {"fc.weight"}, {{D, 3 * Dt}}, "eagle3.fc", head->matrices.fc));
   PAGODA_ASSIGN_OR_RETURN(head->qkv, linear_of(ts, {m + "self_attn.q_proj.weight", m + "self_attn.k_proj.weight", m + "self_attn.v_proj.weight"},
-                                               {{Q, 2 * D}, {KV, 2 * D}, {KV, 2 * D}}, "eagle3.qkv"));
-  PAGODA_ASSIGN_OR_RETURN(head->o, linear_of(ts, {m + "self_attn.o_proj.weight"}, {{D, Q}}, "eagle3.o"));
+                                               {{Q, 2 * D}, {KV, 2 * D}, {KV, 2 * D}}, "eagle3.qkv", head->matrices.qkv));
+  PAGODA_ASSIGN_OR_RETURN(head->o, linear_of(ts, {m + "self_attn.o_proj.weight"}, {{D, Q}}, "eagle3.o", head->matrices.o));
   PAGODA_ASSIGN_OR_RETURN(head->gate_up, linear_of(ts, {m + "mlp.gate_proj.weight", m + "mlp.up_proj.weight"}, {{F, D}, {F, D}},
-                                                   "eagle3.gate_up"));
-  PAGODA_ASSIGN_OR_RETURN(head->down, linear_of(ts, {m + "mlp.down_proj.weight"}, {{D, F}}, "eagle3.down"));
-  PAGODA_ASSIGN_OR_RETURN(head->lm_head, linear_of(ts, {"lm_head.weight"}, {{DV, D}}, "eagle3.lm_head"));
+                                                   "eagle3.gate_up", head->matrices.gate_up));
+  PAGODA_ASSIGN_OR_RETURN(head->down, linear_of(ts, {m + "mlp.down_proj.weight"}, {{D, F}}, "eagle3.down", head->matrices.down));
+  PAGODA_ASSIGN_OR_RETURN(head->lm_head, linear_of(ts, {"lm_head.weight"}, {{DV, D}}, "eagle3.lm_head", head->matrices.lm_head));
   PAGODA_ASSIGN_OR_RETURN(head->input_norm, ts.get_f32(m + "input_layernorm.weight", D));
   PAGODA_ASSIGN_OR_RETURN(head->hidden_norm, ts.get_f32(m + "hidden_norm.weight", D));
   PAGODA_ASSIGN_OR_RETURN(head->post_norm, ts.get_f32(m + "post_attention_layernorm.weight", D));
@@ -237,7 +238,6 @@ Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& path, c
                             path, c.vocab_size, c.hidden_size, target.vocab_size, target.hidden_size);
   if (target_embedding.ndim() != 2 || target_embedding.dim(0) != c.vocab_size || target_embedding.dim(1) != c.hidden_size)
     return invalid_argument("MTP module {}: the target's embedding is not [{}, {}]", path, c.vocab_size, c.hidden_size);
-  if (target_output == nullptr) return invalid_argument("MTP module {}: the target's output head has no CPU weight", path);
   head->draft_vocab = c.vocab_size;
   head->target_hidden = c.hidden_size;
   head->capture_after = {target.num_layers - 1};
@@ -247,13 +247,13 @@ Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& path, c
   const int64_t D = c.hidden_size, F = c.intermediate_size, Q = c.q_size(), KV = c.kv_size();
   HeadTensors ts(dir, "MTP module");
   const std::string m = "model.mtp_layers.0.";
-  PAGODA_ASSIGN_OR_RETURN(head->input_proj, linear_of(ts, {m + "input_proj.weight"}, {{D, 2 * D}}, "mtp.input_proj"));
+  PAGODA_ASSIGN_OR_RETURN(head->input_proj, linear_of(ts, {m + "input_proj.weight"}, {{D, 2 * D}}, "mtp.input_proj", head->matrices.input_proj));
   PAGODA_ASSIGN_OR_RETURN(head->qkv, linear_of(ts, {m + "self_attn.q_proj.weight", m + "self_attn.k_proj.weight", m + "self_attn.v_proj.weight"},
-                                               {{Q, D}, {KV, D}, {KV, D}}, "mtp.qkv"));
-  PAGODA_ASSIGN_OR_RETURN(head->o, linear_of(ts, {m + "self_attn.o_proj.weight"}, {{D, Q}}, "mtp.o"));
+                                               {{Q, D}, {KV, D}, {KV, D}}, "mtp.qkv", head->matrices.qkv));
+  PAGODA_ASSIGN_OR_RETURN(head->o, linear_of(ts, {m + "self_attn.o_proj.weight"}, {{D, Q}}, "mtp.o", head->matrices.o));
   PAGODA_ASSIGN_OR_RETURN(head->gate_up, linear_of(ts, {m + "mlp.gate_proj.weight", m + "mlp.up_proj.weight"}, {{F, D}, {F, D}},
-                                                   "mtp.gate_up"));
-  PAGODA_ASSIGN_OR_RETURN(head->down, linear_of(ts, {m + "mlp.down_proj.weight"}, {{D, F}}, "mtp.down"));
+                                                   "mtp.gate_up", head->matrices.gate_up));
+  PAGODA_ASSIGN_OR_RETURN(head->down, linear_of(ts, {m + "mlp.down_proj.weight"}, {{D, F}}, "mtp.down", head->matrices.down));
   PAGODA_ASSIGN_OR_RETURN(head->input_norm, ts.get_f32(m + "token_layernorm.weight", D));
   PAGODA_ASSIGN_OR_RETURN(head->hidden_norm, ts.get_f32(m + "hidden_layernorm.weight", D));
   PAGODA_ASSIGN_OR_RETURN(head->layer_norm, ts.get_f32(m + "input_layernorm.weight", D));

@@ -75,6 +75,12 @@ struct DraftHead {
   Tensor embedding;              // [vocab, D] any weight dtype
   // fc: EAGLE-3's [D, 3 Dt]; input_proj: MTP's [D, 2D]; lm_head: EAGLE-3's own or the target's output.
   std::shared_ptr<const LinearWeight> fc, input_proj, qkv, o, gate_up, down, lm_head;
+  // The same matrices as loaded (views of the mapped safetensors, any float dtype; a fused one as
+  // its parts, stacked along N), for device runners: the prepared CPU weights may have released
+  // their originals. lm_head: empty where the head reads the target's output head.
+  struct Matrices {
+    std::vector<Tensor> fc, input_proj, qkv, o, gate_up, down, lm_head;
+  } matrices;
   // input_norm: of the embedding (EAGLE-3 input_layernorm, MTP token_layernorm); hidden_norm: of
   // the hidden input; layer_norm: MTP's decoder input_layernorm; target_norm: the target's final
   // norm (MTP); qkv_bias: [Q + 2 KV] (MTP, Qwen2) or undefined. All f32.
@@ -95,7 +101,8 @@ Result<std::unique_ptr<DraftHead>> load_eagle3_head(const std::string& dir, cons
 
 // Loads the MiMo MTP module (layer 0 of model.mtp_layers) from the checkpoint directory `dir` of
 // a target of config `target` (a Qwen2-style model: "mimo"), whose token embedding and output head
-// (`target_output`, its CPU weight) the module shares; the target's final norm is read from the
+// (`target_output`, its CPU weight; null where a device holds it: lm_head stays null and the
+// forward takes the device's output head, runtime/draft_head_forward.h) the module shares; the target's final norm is read from the
 // same directory (model.norm.weight). Errors as load_eagle3_head's.
 Result<std::unique_ptr<DraftHead>> load_mimo_mtp_head(const std::string& dir, const ModelConfig& target,
                                                       const Tensor& target_embedding,

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "runtime/cpu_layer_ops.h"
+#include "runtime/draft_head_forward.h"
 #include "runtime/kv_cache_storage.h"
 #include "runtime/model_executor.h"
 
@@ -166,6 +167,12 @@ void ModelExecutor::row_logprobs(std::span<const RowLogprobSpec>, std::vector<Ro
 void ModelExecutor::forward_sample(const ForwardBatch&, std::span<const SampleSpec>, std::vector<SampleResult>&,
                                    const std::function<void()>&) {
   PAGODA_CHECK(false, "forward_sample() on an executor that does not sample on its device ({})", device_name());
+}
+
+std::unique_ptr<DraftHeadRunner> ModelExecutor::make_draft_head_runner(const DraftHead&, int64_t, int64_t,
+                                                                       std::string& why) {
+  why = "the " + device_name() + " executor runs no draft heads itself (the host runner does)";
+  return nullptr;
 }
 
 const Tensor& ModelExecutor::forward_part(const ForwardBatch& batch, const Tensor* residual_in) {

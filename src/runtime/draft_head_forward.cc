@@ -15,8 +15,10 @@
 namespace pagoda {
 
 DraftHeadForward::DraftHeadForward(const DraftHead& head, int64_t num_blocks, int64_t block_size, DType kv_dtype,
-                                     ThreadPool& pool)
-    : head_(head), pool_(pool), kv_(head.config, num_blocks, block_size, kv_dtype) {}
+                                     ThreadPool& pool, DraftOutputHead output_head)
+    : head_(head), pool_(pool), output_head_(std::move(output_head)), kv_(head.config, num_blocks, block_size, kv_dtype) {
+  PAGODA_CHECK(head.lm_head != nullptr || output_head_, "a draft head without an lm_head needs an output head");
+}
 
 void DraftHeadForward::ensure(int64_t T) {
   if (capacity_ >= T) return;
@@ -135,13 +137,19 @@ void DraftHeadForward::forward(const DraftHeadPass& p) {
   gather_rows(r, p.logits_rows, last_);
   rms_norm(last_, head_.final_norm, c.rms_norm_eps, out_, pool_);
   // EAGLE-3 feeds the pre-norm g back, MTP the normed output; the logits read the normed one.
-  linear(*head_.lm_head, out_, logits_, pool_);
+  if (head_.lm_head != nullptr) linear(*head_.lm_head, out_, logits_, pool_);
+  else output_head_(out_.data_as<const float>(), m, logits_.data_as<float>());
   if (head_.kind == DraftHeadKind::kEagle3) std::swap(out_, last_);
-  const int64_t dv = head_.draft_vocab;
+  draft_argmax(logits_, head_.draft_to_target, drafts_);
+}
+
+void draft_argmax(const Tensor& logits, const std::vector<int32_t>& draft_to_target, std::vector<int32_t>& drafts) {
+  const int64_t m = logits.dim(0), dv = logits.dim(1);
+  drafts.assign(static_cast<size_t>(m), 0);
   for (int64_t i = 0; i < m; ++i) {
-    const float* row = logits_.data_as<float>() + i * dv;
+    const float* row = logits.data_as<const float>() + i * dv;
     const int64_t d = std::max_element(row, row + dv) - row;
-    drafts_[static_cast<size_t>(i)] = head_.draft_to_target[static_cast<size_t>(d)];
+    drafts[static_cast<size_t>(i)] = draft_to_target[static_cast<size_t>(d)];
   }
 }
 

@@ -31,6 +31,9 @@
 
 namespace pagoda {
 
+struct DraftHead;        // model/draft_head.h
+class DraftHeadRunner;   // runtime/draft_head_forward.h
+
 struct KvCacheSpec {
   int64_t num_blocks = 0;       // including the null block
   int64_t block_size = 16;
@@ -126,6 +129,20 @@ class ModelExecutor {
   // where the executor cannot capture (then nothing changes).
   virtual bool set_hidden_capture(const std::vector<int64_t>& after_layers) { return after_layers.empty(); }
   virtual const Tensor* captured_hidden() const { return nullptr; }
+  // The target's output projection alone (no final norm, no softcap) over host rows: logits
+  // [m, vocab] f32 = x [m, hidden] f32 times the output head, both in host memory, complete on
+  // return. For draft heads that share the target's output head (MTP) where the executor holds it
+  // (a device executor). Between steps only; the last step's logits and captured rows stay valid.
+  // Returns false where the executor does not offer it (the CPU executor: the head reads the
+  // host weight itself).
+  virtual bool output_logits(const float* x, int64_t m, float* logits) { return false; }
+  // A runner of `head`'s passes on this executor's device: the head's matrices uploaded, its
+  // one-layer KV cache of num_blocks x block_size slots in device memory, the target's embedding
+  // (and for MTP its output head) read where the executor keeps them. `head` outlives the runner,
+  // and the runner this executor. Null where the executor has none or cannot take the head (`why`
+  // says which); the caller then runs the head on the host.
+  virtual std::unique_ptr<DraftHeadRunner> make_draft_head_runner(const DraftHead& head, int64_t num_blocks,
+                                                                  int64_t block_size, std::string& why);
   // Per-op device time gathered so far, as a table (CUDA with TuningConfig::cuda_profile); empty
   // when the executor does not profile.
   virtual std::string profile_report() const { return {}; }

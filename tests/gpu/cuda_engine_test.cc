@@ -405,51 +405,70 @@ TEST(CudaEngine, ConstrainedOutputWithSpeculationKeepsGreedyOutput) {
   }
 }
 
+// Draft heads on a CUDA target: the executor captures the head's layers into a device buffer
+// inside the decode and verification graphs (graphs stay on) and copies the step's rows back once;
+// the head drafts on the host, an MTP module's logits through the target's output head on the
+// device. The EAGLE-3 echo head of tools/make_draft_heads.py drafts the target's own greedy token
+// (drafts accepted); the MTP module has random weights. Batch-invariant mode: output equal to plain
+// decoding at batch 1, 4 and 8, with the head on the host and on the device (--spec-device-head).
+TEST(CudaEngine, DraftHeadsKeepGreedyOutput) {
+  PAGODA_REQUIRE_GPU();
+  struct HeadCase {
+    const char* method;
+    std::string target, head;
+    bool accepts;  // drafts that the target accepts (the echo head)
+  };
+  const std::vector<HeadCase> heads = {
+      {"eagle3", test::models_dir() + "/tiny/llama3/model-f32.gguf", test::models_dir() + "/tiny/eagle3-llama3-echo", true},
+      {"eagle3", test::models_dir() + "/tiny/llama3/model-f32.gguf", test::models_dir() + "/tiny/eagle3-llama3", false},
+      {"mtp", test::models_dir() + "/tiny/qwen2/model-f32.gguf", test::models_dir() + "/tiny/mimo-mtp", false}};
+  for (const HeadCase& hc : heads) {
+    ASSERT_TRUE(fs::exists(hc.target) && fs::exists(hc.head)) << "tools/make_tiny_models.py and tools/make_draft_heads.py";
+    EngineConfig c = cuda_config(hc.target, "");
+    c.batch_invariant = true;
+    auto plain = Engine::create(c);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    const int64_t vocab = (*plain)->model_config().vocab_size;
+    auto make = [&](int i) {
+      GenerateRequest g;
+      g.prompt_ids = mixed_prompt(i, vocab);
+      g.sampling.temperature = 0;
+      g.stop.max_tokens = 40;
+      g.stop.ignore_eos = true;
+      return g;
+    };
+    for (bool device_head : {false, true}) {
+      SCOPED_TRACE(hc.head + (device_head ? " (device head)" : " (host head)"));
+      EngineConfig cs = c;
+      cs.speculative.method = hc.method;
+      cs.speculative.model = hc.head;
+      cs.speculative.device_head = device_head;
+      auto spec = Engine::create(cs);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      for (int batch : {1, 4, 8}) {
+        std::vector<std::shared_ptr<RequestStream>> a, b;
+        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
+        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        for (int i = 0; i < batch; ++i)
+          EXPECT_EQ(collect(*a[i]).tokens[0], collect(*b[i]).tokens[0]) << "batch " << batch << " request " << i;
+      }
+      const EngineStats st = (*spec)->stats();
+      EXPECT_GT(st.spec_num_draft_tokens, 0);
+      if (hc.accepts) {
+        EXPECT_GT(st.spec_num_accepted_tokens, 0);
+      }
+      EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
+      std::printf("[cuda-spec-%s] %s%s: drafts %lld, draft tokens %lld, accepted %lld\n", hc.method, hc.head.c_str(),
+                  device_head ? " device head" : "", static_cast<long long>(st.spec_num_drafts),
+                  static_cast<long long>(st.spec_num_draft_tokens), static_cast<long long>(st.spec_num_accepted_tokens));
+    }
+  }
+}
+
 // A draft model on the same GPU (its own CUDA executor; its weights and KV in the device memory
 // plan): greedy output equals plain decoding in batch-invariant mode (in the default mode the count
 // of equal requests is printed). The draft is the tiny model's q8_0 file, or the bf16 model
 // itself (high acceptance either way); the plan's draft share is what the draft executor holds.
-// An EAGLE-3 head on a CUDA target: the executor copies the captured layers' rows back each step
-// (decode graphs off) and the head drafts on the host. The echo head of tools/make_draft_heads.py
-// drafts the target's own greedy token, so drafts are accepted; batch-invariant mode: output equal
-// to plain decoding.
-TEST(CudaEngine, Eagle3HeadOnTheHostKeepsGreedyOutput) {
-  PAGODA_REQUIRE_GPU();
-  const std::string model = test::models_dir() + "/tiny/llama3/model-f32.gguf";
-  const std::string head = test::models_dir() + "/tiny/eagle3-llama3-echo";
-  ASSERT_TRUE(fs::exists(model) && fs::exists(head)) << "tools/make_tiny_models.py and tools/make_draft_heads.py";
-  EngineConfig c = cuda_config(model, "");
-  c.batch_invariant = true;
-  auto plain = Engine::create(c);
-  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-  EngineConfig cs = c;
-  cs.speculative.method = "eagle3";
-  cs.speculative.model = head;
-  auto spec = Engine::create(cs);
-  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-  const int64_t vocab = (*plain)->model_config().vocab_size;
-  auto make = [&](int i) {
-    GenerateRequest g;
-    g.prompt_ids = mixed_prompt(i, vocab);
-    g.sampling.temperature = 0;
-    g.stop.max_tokens = 40;
-    g.stop.ignore_eos = true;
-    return g;
-  };
-  for (int batch : {1, 8}) {
-    std::vector<std::shared_ptr<RequestStream>> a, b;
-    for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
-    for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
-    for (int i = 0; i < batch; ++i) EXPECT_EQ(collect(*a[i]).tokens[0], collect(*b[i]).tokens[0]) << "batch " << batch << " request " << i;
-  }
-  const EngineStats st = (*spec)->stats();
-  EXPECT_GT(st.spec_num_accepted_tokens, 0);
-  EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
-  std::printf("[cuda-spec-eagle3] drafts %lld, draft tokens %lld, accepted %lld\n",
-              static_cast<long long>(st.spec_num_drafts), static_cast<long long>(st.spec_num_draft_tokens),
-              static_cast<long long>(st.spec_num_accepted_tokens));
-}
-
 TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {

@@ -2,7 +2,7 @@
 // module, random-weight, from tools/make_draft_heads.py (models/tiny/eagle3-*, mimo-mtp*, made by
 // scripts/make_test_models.sh) on the tiny llama and qwen2: the head's draft logits against an independent numpy reference
 // (tests/model/eagle3_reference.py, which also checks the target's hidden-state capture); clear
-// errors for malformed heads and checkpoints (and MTP on CUDA); the target distribution kept when sampling (chi-square
+// errors for malformed heads and checkpoints; an MTP module through an outside output head; the target distribution kept when sampling (chi-square
 // through the engine). Greedy identity with and without EAGLE-3 at several batch sizes and under
 // preemption is in spec_decode_engine_test.cc with the other proposers.
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,10 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/draft_head_proposer.h"
 #include "engine/engine_config.h"
 #include "engine_test_util.h"
 #include "model/draft_head.h"
 #include "model/model_loader.h"
+#include "ops/linear.h"
 #include "runtime/draft_head_forward.h"
 #include "runtime/model_executor.h"
 #include "test_paths.h"
@@ -144,6 +147,91 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
   }
 }
 
+// An MTP module loaded without the target's host output head (as on CUDA, where the device holds
+// it) drafts through the DraftOutputHead it is given: with one that runs the same CPU weight, the
+// catch-up pass (two logits rows) and two chained steps give bit-identical logits and drafts to
+// the module holding the weight, and the callback sees every logits row once per pass.
+TEST(MtpModule, OutsideOutputHeadGivesTheSameDrafts) {
+  auto target = load_model(tiny("qwen2"));
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const ModelWeights& tw = target->model->weights();
+  const std::shared_ptr<const LinearWeight> out = tw.linear(tw.output).cpu;
+  ASSERT_NE(out, nullptr);
+  auto own = load_mimo_mtp_head(tiny("mimo-mtp"), target->config, tw.token_embd, out, 256);
+  ASSERT_TRUE(own.ok()) << own.status().to_string();
+  auto bare = load_mimo_mtp_head(tiny("mimo-mtp"), target->config, tw.token_embd, nullptr, 256);
+  ASSERT_TRUE(bare.ok()) << bare.status().to_string();
+  ASSERT_EQ((*bare)->lm_head, nullptr);
+  ThreadPool pool(2);
+  EXPECT_DEATH(DraftHeadForward(**bare, 8, 16, DType::kF32, pool), "needs an output head");
+  int64_t rows_seen = 0;
+  DraftOutputHead outside = [&](const float* x, int64_t m, float* logits) {
+    rows_seen += m;
+    linear(*out, x, m, logits, pool);
+  };
+  DraftHeadForward a(**own, 8, 16, DType::kF32, pool);
+  DraftHeadForward b(**bare, 8, 16, DType::kF32, pool, outside);
+
+  KvCacheSpec ks;
+  ks.num_blocks = 8;
+  ks.block_size = 16;
+  ks.dtype = DType::kF32;
+  auto ex = make_cpu_executor(*target->model, ks, pool);
+  ASSERT_TRUE(ex->set_hidden_capture((*own)->capture_after));
+  const std::vector<int32_t> prompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256};
+  const int32_t T = static_cast<int32_t>(prompt.size());
+  ForwardBatch fb;
+  fb.add_sequence(prompt, T, {1, 2}, 16, true, true);
+  ex->forward(fb);
+  const Tensor* feats = ex->captured_hidden();
+  ASSERT_NE(feats, nullptr);
+  const std::vector<int32_t> table = {1, 2};
+  std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows = {T - 3, T - 2};
+  std::vector<int64_t> slots;
+  for (int32_t p = 0; p < T - 1; ++p) {
+    positions.push_back(p);
+    slots.push_back(table[p / 16] * 16 + p % 16);
+  }
+  std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
+  DraftHeadPass pass;
+  pass.tokens = tokens;
+  pass.positions = positions;
+  pass.slots = slots;
+  pass.seqs = seqs;
+  pass.features = feats->data_as<const float>();
+  pass.logits_rows = rows;
+  std::vector<int32_t> tk, ps, rw = {0};
+  std::vector<int64_t> sl;
+  std::vector<AttentionSeq> sq;
+  std::vector<float> hidden;
+  const int64_t D = (*own)->config.hidden_size;
+  for (int s = 0; s < 3; ++s) {
+    if (s > 0) {
+      const int32_t pos = T - 2 + s;
+      tk = {a.drafts().back()};
+      ps = {pos};
+      sl = {table[pos / 16] * 16 + pos % 16};
+      sq = {{0, 1, pos + 1, table}};
+      const int64_t m = a.out_hidden().dim(0);
+      hidden.assign(a.out_hidden().data_as<const float>() + (m - 1) * D, a.out_hidden().data_as<const float>() + m * D);
+      pass = DraftHeadPass{};
+      pass.tokens = tk;
+      pass.positions = ps;
+      pass.slots = sl;
+      pass.seqs = sq;
+      pass.hidden = hidden.data();
+      pass.logits_rows = rw;
+    }
+    a.forward(pass);
+    b.forward(pass);
+    ASSERT_EQ(a.logits().numel(), b.logits().numel());
+    EXPECT_EQ(0, std::memcmp(a.logits().data(), b.logits().data(), static_cast<size_t>(a.logits().nbytes()))) << "pass " << s;
+    EXPECT_EQ(a.drafts(), b.drafts()) << "pass " << s;
+    EXPECT_EQ(0, std::memcmp(a.out_hidden().data(), b.out_hidden().data(), static_cast<size_t>(a.out_hidden().nbytes())));
+  }
+  EXPECT_EQ(rows_seen, 2 + 1 + 1);
+}
+
 TEST(MtpModule, MalformedCheckpointsAreClearErrors) {
   const std::string model = tiny("qwen2/model-f32.gguf");
   const std::map<std::string, std::string> cases = {
@@ -167,12 +255,6 @@ TEST(MtpModule, MalformedCheckpointsAreClearErrors) {
   auto e = Engine::create(c);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("MTP module"), std::string::npos) << e.status().to_string();
-  // On CUDA (refused before any device work, so this holds in a CPU-only build too).
-  c.speculative.model = tiny("mimo-mtp");
-  c.device = "cuda";
-  e = Engine::create(c);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("mtp runs on the CPU backend only"), std::string::npos) << e.status().to_string();
 }
 
 TEST(Eagle3Head, MalformedHeadsAreClearErrors) {
@@ -237,6 +319,107 @@ std::vector<double> target_probs(ModelExecutor& ex, const std::vector<int32_t>& 
 // softmax(logits / temperature) by chi-square. The prompt and temperature are chosen (from the
 // target's own distributions, before any sampling) so that both the first token's mode and the
 // second token's spread give enough samples per bin.
+// DraftHeadProposer's runner factory (how a device runner gets in): a proposer whose passes run
+// through a given DraftHeadRunner (here a counting wrapper of DraftHeadForward) drafts exactly what
+// the default proposer drafts from the same target rows (two requests: a catch-up pass over their
+// prompts and chained drafts, then one more verified token), and every pass went through it.
+TEST(Eagle3Spec, ARunnerFactoryTakesThePasses) {
+  auto target = load_model(tiny("llama3/model-f32.gguf"));
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const ModelWeights& tw = target->model->weights();
+  auto load = [&] {
+    auto h = load_eagle3_head(tiny("eagle3-llama3"), target->config, tw.token_embd, 256);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return std::move(*h);
+  };
+  struct Counting final : DraftHeadRunner {
+    DraftHeadForward inner;
+    int* passes;
+    Counting(const DraftHead& h, ThreadPool& pool, int* n) : inner(h, 64, 16, DType::kF32, pool), passes(n) {}
+    void forward(const DraftHeadPass& p) override {
+      ++*passes;
+      inner.forward(p);
+    }
+    const Tensor& logits() const override { return inner.logits(); }
+    const std::vector<int32_t>& drafts() const override { return inner.drafts(); }
+    const Tensor& out_hidden() const override { return inner.out_hidden(); }
+  };
+  ThreadPool pool(2);
+  int passes = 0;
+  DraftHeadProposer plain(load(), 64, 16, DType::kF32, 0.1, pool);
+  DraftHeadProposer custom(load(), 64, 16, DType::kF32, 0.1, pool, 1 << 30, 1 << 30, {},
+                           [&](const DraftHead& h) { return std::make_unique<Counting>(h, pool, &passes); });
+  EXPECT_FALSE(plain.device_runner());
+  EXPECT_TRUE(custom.device_runner());
+
+  KvCacheSpec ks;
+  ks.num_blocks = 16;
+  ks.block_size = 16;
+  ks.dtype = DType::kF32;
+  auto ex = make_cpu_executor(*target->model, ks, pool);
+  ASSERT_TRUE(ex->set_hidden_capture(plain.hidden_layers()));
+  const std::string ids[2] = {"a", "b"};
+  std::vector<int32_t> toks[2] = {{1, 17, 300, 45, 9, 211, 77, 500, 3, 128}, {5, 6, 7, 8, 9, 10, 11}};
+  ForwardBatch b;
+  b.add_sequence(toks[0], static_cast<int32_t>(toks[0].size()), {1}, 16, true, true);
+  b.add_sequence(toks[1], static_cast<int32_t>(toks[1].size()), {5}, 16, true, true);
+  ex->forward(b);
+  const Tensor* rows = ex->captured_hidden();
+  ASSERT_NE(rows, nullptr);
+  const int64_t W = rows->dim(1);
+  for (int round = 0; round < 2; ++round) {
+    // The target's rows up to the last verified position but one (its token pairs with the last).
+    std::vector<HiddenRows> hr;
+    int64_t row0 = 0;
+    for (int i = 0; i < 2; ++i) {
+      const int32_t n = static_cast<int32_t>(toks[i].size());
+      HiddenRows h;
+      h.id = &ids[i];
+      h.first_position = round == 0 ? 0 : n - 1;
+      h.num_rows = round == 0 ? n - 1 : 1;
+      h.rows = rows->data_as<const float>() + (round == 0 ? row0 : row0 + n - 1) * W;
+      hr.push_back(h);
+      row0 += n;
+    }
+    plain.observe_hidden(hr, W);
+    custom.observe_hidden(hr, W);
+    std::vector<ProposeRequest> reqs(2);
+    std::vector<int32_t> verified[2];  // round 1: one more token verified after the prompt
+    for (int i = 0; i < 2; ++i) {
+      verified[i] = toks[i];
+      if (round == 1) verified[i].push_back(42);
+      reqs[static_cast<size_t>(i)].id = &ids[i];
+      reqs[static_cast<size_t>(i)].tokens = verified[i];
+      reqs[static_cast<size_t>(i)].max_drafts = 3;
+    }
+    std::vector<std::vector<int32_t>> da, db;
+    plain.propose(reqs, da);
+    custom.propose(reqs, db);
+    EXPECT_EQ(da, db) << "round " << round;
+    ASSERT_EQ(da.size(), 2u);
+    EXPECT_EQ(da[0].size(), 3u) << "round " << round;
+  }
+  EXPECT_GE(passes, 2 * 3);  // each round: a catch-up pass and two chained ones
+}
+
+// --spec-device-head (SpeculativeConfig::device_head): only for eagle3 / mtp, and only on a CUDA
+// target; both refusals are clear errors.
+TEST(Eagle3Spec, DeviceHeadIsRefusedWhereItCannotApply) {
+  EngineConfig c = test::base_engine_config(tiny("llama3/model-f32.gguf"));
+  c.speculative.method = "ngram";
+  c.speculative.device_head = true;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("device_head applies to the eagle3 and mtp heads"), std::string::npos)
+      << e.status().to_string();
+  c.speculative.method = "eagle3";
+  c.speculative.model = tiny("eagle3-llama3");
+  c.device = "cpu";
+  e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--spec-device-head needs a CUDA target"), std::string::npos) << e.status().to_string();
+}
+
 TEST(Eagle3Spec, SamplingKeepsTheTargetDistribution) {
   const std::string model = tiny("llama3/model-f32.gguf");
   const int n = 6000;

@@ -6,7 +6,9 @@ every type it offers, read back with the gguf package, and loaded by `pagoda inf
   [E, D, F], OLMoE's whole-projection q/k norms, expert_count / expert_used_count;
 - each type stores what it says, and the same seed gives the same weights in every type (the
   quantized tensors dequantize to the f16 file's values within their formats' error);
-- a dense shape keeps its tensor list (no expert tensors, tied: no output.weight).
+- a dense shape keeps its tensor list (no expert tensors, tied: no output.weight);
+- q8_0-raw (the 70B file's writer: random codes, no quantizer) writes valid Q8_0 blocks with the
+  one scale it documents, weights of std ~0.02, the f16 file's tensor list, and loads in Pagoda.
 """
 import os
 import pathlib
@@ -48,7 +50,7 @@ class BenchModelsTest(unittest.TestCase):
         make_bench_models.SHAPES["test-moe"] = MOE
         make_bench_models.SHAPES["test-dense"] = DENSE
         for shape in ("test-moe", "test-dense"):
-            for ty in ("f16", "bf16", "q8_0", "q4_0"):
+            for ty in ("f16", "bf16", "q8_0", "q4_0", "q8_0-raw"):
                 make_bench_models.write(shape, ty, cls.dir, 7)
 
     def path(self, shape, ty):
@@ -94,9 +96,25 @@ class BenchModelsTest(unittest.TestCase):
         self.assertEqual(values(t["blk.1.ffn_gate.weight"]).shape, (DENSE["ffn"], DENSE["hidden"]))
         self.assertFalse(any("exps" in n or "q_norm" in n for n in t))
 
+    def test_raw_q8_0_blocks(self):
+        for shape in ("test-moe", "test-dense"):
+            ref = tensors(self.path(shape, "f16"))
+            got = tensors(self.path(shape, "q8_0-raw"))
+            self.assertEqual(list(got), list(ref), f"{shape}: tensor list")
+            d = np.float16(0.02 * 3 ** 0.5 / 127.5)
+            for name, t in got.items():
+                self.assertEqual(values(t).shape, values(ref[name]).shape, f"{shape} {name}")
+                if ref[name].tensor_type == GGMLQuantizationType.F32:  # norms, the router
+                    self.assertEqual(t.tensor_type, GGMLQuantizationType.F32, name)
+                    continue
+                self.assertEqual(t.tensor_type, GGMLQuantizationType.Q8_0, name)
+                blocks = np.asarray(t.data, dtype=np.uint8).reshape(-1, 34)
+                self.assertTrue(np.all(blocks[:, 0:2].copy().view(np.float16) == d), name)
+                self.assertAlmostEqual(float(values(t).std()), 0.02, delta=0.002, msg=f"{shape} {name}")
+
     @unittest.skipUnless(os.path.exists(BINARY), f"no {BINARY}")
     def test_pagoda_loads_the_moe_file(self):
-        for ty in ("f16", "q8_0", "q4_0"):
+        for ty in ("f16", "q8_0", "q4_0", "q8_0-raw"):
             r = subprocess.run([BINARY, "info", "-m", self.path("test-moe", ty)], capture_output=True, text=True,
                                timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)

@@ -142,7 +142,7 @@ Status CudaExecutor::upload_weights() {
   std::vector<bool> done(w.linears.size(), false);
   // A layer split's first part: the later layers' linears and the output head are not uploaded
   // (no segments: nothing reads them here).
-  if (partial()) done = cuda::linears_off_device(cuda::layer_weight_bytes_for(model_, act_, native), model_, opt_);
+  if (partial()) done = cuda::linears_off_device(layer_linears(model_), model_, opt_);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
     cuda::DeviceWeight& dw = linears_[i];
@@ -453,23 +453,102 @@ bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) 
   if (partial()) return after_layers.empty();
   for (int64_t a : after_layers)
     if (a < 0 || a >= model_.config().num_layers) return false;
+  if (after_layers == capture_) return true;
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   capture_ = after_layers;
   captured_ = Tensor();
+  capture_rows_.clear();
+  capture_host_.reset(0);
+  capture_host_rows_ = 0;
+  const int64_t W = capture_width();
+  capture_dev_.reset(static_cast<size_t>(graph_.tok_cap * W) * sizeof(float));
+  if (W > 0) reserve_capture_host(std::max<int64_t>(graph_.tok_cap, 256));
+  // The graphs copy the captured layers' rows into capture_dev_ (or copy nothing): captured again,
+  // at start-up capture now, lazily at each shape's next step otherwise.
+  if (!graphs_.empty() || !captured_shapes_.empty()) {
+    destroy_graphs();
+    if (opt_.cuda_graphs && !cuda::block_trace_enabled() && !lazy_graphs()) capture_graphs();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   return true;
+}
+
+void CudaExecutor::reserve_capture_host(int64_t rows) {
+  if (rows <= capture_host_rows_) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier copies into the old buffer
+  const int64_t n = align_up(rows, 256);
+  capture_host_.reset(static_cast<size_t>(n * capture_width()) * sizeof(float));
+  capture_host_rows_ = n;
 }
 
 void CudaExecutor::capture_layer(int64_t layer, int64_t T) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
-  if (status != cudaStreamCaptureStatusNone) return;
+  const bool in_graph = status != cudaStreamCaptureStatusNone;
   const int64_t n = static_cast<int64_t>(capture_.size()), D = d_.D;
+  // A graph's rows go to the device buffer; an eager step's (and a graph's warm-up, whose rows
+  // nobody reads) straight to pinned host memory.
+  PAGODA_CHECK(T <= (in_graph ? graph_.tok_cap : capture_host_rows_), "hidden-state capture of {} rows: the {} buffer holds {}",
+               T, in_graph ? "device" : "host", in_graph ? graph_.tok_cap : capture_host_rows_);
+  float* dst = in_graph ? capture_dev_.as<float>() : capture_host_.as<float>();
   for (int64_t i = 0; i < n; ++i) {
     if (capture_[static_cast<size_t>(i)] != layer) continue;
-    CUDA_CHECK(cudaMemcpy2DAsync(captured_.data_as<float>() + i * D, static_cast<size_t>(n * D) * sizeof(float),
-                                 residual_.as<float>(), static_cast<size_t>(D) * sizeof(float),
-                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(T), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpy2DAsync(dst + i * D, static_cast<size_t>(n * D) * sizeof(float), residual_.as<float>(),
+                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(D) * sizeof(float),
+                                 static_cast<size_t>(T), in_graph ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
                                  stream_));
   }
+}
+
+void CudaExecutor::copy_graph_capture(int64_t rows, const std::vector<int32_t>* map) {
+  if (capture_.empty()) return;
+  PAGODA_CHECK(rows <= capture_host_rows_ && rows <= graph_.tok_cap, "graph capture rows {}", rows);
+  CUDA_CHECK(cudaMemcpyAsync(capture_host_.get(), capture_dev_.get(), static_cast<size_t>(rows * capture_width()) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  if (map != nullptr) capture_rows_ = *map;
+}
+
+void CudaExecutor::finish_capture(int64_t T) {
+  if (capture_.empty()) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // already idle after the step's last wait
+  const int64_t W = capture_width();
+  if (capture_rows_.empty()) {
+    captured_ = Tensor::view(DType::kF32, {T, W}, capture_host_.get(), nullptr);
+    return;
+  }
+  PAGODA_CHECK(static_cast<int64_t>(capture_rows_.size()) == T, "capture rows {} for {} tokens", capture_rows_.size(), T);
+  captured_ = Tensor::empty(DType::kF32, {T, W});
+  const float* src = capture_host_.as<const float>();
+  float* dst = captured_.data_as<float>();
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(dst + t * W, src + static_cast<int64_t>(capture_rows_[static_cast<size_t>(t)]) * W,
+                static_cast<size_t>(W) * sizeof(float));
+}
+
+bool CudaExecutor::output_logits(const float* x, int64_t m, float* logits) {
+  if (partial()) return false;
+  if (m <= 0) return true;
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  const int64_t D = d_.D, V = d_.V;
+  if (head_logits_.get() == nullptr) {
+    head_in_.reset(static_cast<size_t>(kOutputRows * D) * sizeof(float));
+    head_act_.reset(static_cast<size_t>(kOutputRows * D * elem_bytes(act_)));
+    head_logits_.reset(static_cast<size_t>(kOutputRows * V) * sizeof(float));
+  }
+  const cuda::DeviceWeight& w = weight(model_.weights().output);
+  PAGODA_CHECK(w.k == D && w.n == V, "output head [{}, {}] for hidden {} and vocabulary {}", w.n, w.k, D, V);
+  for (int64_t r0 = 0; r0 < m; r0 += kOutputRows) {
+    const int64_t n = std::min(kOutputRows, m - r0);
+    CUDA_CHECK(cudaMemcpyAsync(head_in_.get(), x + r0 * D, static_cast<size_t>(n * D) * sizeof(float), cudaMemcpyHostToDevice,
+                               stream_));
+    cuda::convert(head_in_.get(), DType::kF32, head_act_.get(), act_, n * D, stream_);
+    linear(head_act_.get(), w, n, head_logits_.get(), GemmOut::kStoreF32);
+    CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, head_logits_.get(), static_cast<size_t>(n * V) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return true;
 }
 
 void CudaExecutor::run_step(const ForwardBatch& batch) {
@@ -496,11 +575,10 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       else capture_graphs();
     }
   }
-  if (!capture_.empty() && (!captured_.defined() || captured_.dim(0) != T))
-    captured_ = Tensor::empty(DType::kF32, {T, static_cast<int64_t>(capture_.size()) * d_.D});
-  // Graphs (decode and verification steps) unless a hidden-state capture or the profiler wants
-  // every step eager.
-  const bool graphs = opt_.cuda_graphs && graphs_on_ && capture_.empty() && !profiler_.enabled();
+  capture_rows_.clear();
+  if (!capture_.empty()) reserve_capture_host(T);
+  // Graphs (decode and verification steps) unless the profiler wants every step eager.
+  const bool graphs = opt_.cuda_graphs && graphs_on_ && !profiler_.enabled();
   bool decode = graphs && T <= caps_.max_bucket && n_logits == T && n_seqs == T;
   for (int64_t i = 0; decode && i < n_logits; ++i) decode = batch.logits_rows[i] == i && batch.seqs[i].num_tokens == 1;
   if (decode) {
@@ -536,6 +614,7 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
       }
       copy_inputs(in, T, max_blocks, 0);
       step_timer_.launch_graph(it->second, stream_);
+      copy_graph_capture(T, nullptr);  // graph rows [0, T) are the batch's tokens
       last_logits_rows_ = n_logits;
       return;
     }
@@ -544,7 +623,10 @@ void CudaExecutor::run_step(const ForwardBatch& batch) {
   // (Not for a split's first part: its residual rows must stay in batch order.)
   if (graphs && !cuda::block_trace_enabled() && !partial()) {
     const auto vs = cuda::verify_graph_shape(batch, buckets_, graph_token_limit());
-    if (vs && replay_verify_graph(batch, *vs, max_blocks)) return;
+    if (vs && replay_verify_graph(batch, *vs, max_blocks)) {
+      copy_graph_capture(vs->tokens(), &graph_token_map_);
+      return;
+    }
   }
   // Eager: any mix of prefill chunks and decodes.
   InputRegion& in = eager_;
@@ -628,6 +710,7 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   step_timer_.end_step();
   logits_tensor_ = Tensor::view(DType::kF32, {n, d_.V}, logits_host_.get(), nullptr);
+  finish_capture(batch.num_tokens());
   return logits_tensor_;
 }
 

@@ -158,16 +158,27 @@ class CudaExecutor final : public ModelExecutor {
   int64_t workspace_bytes() const override { return workspace_bytes_; }
   int64_t kv_cache_bytes() const override { return static_cast<int64_t>(kv_.bytes()); }
   DeviceMemoryStats device_memory() const override { return cuda::device_memory_stats(opt_.device); }
-  // Hidden-state capture (ModelExecutor::set_hidden_capture): while it is on every step runs
-  // eagerly (no decode graphs), and StepOps::end_layer copies each captured layer's residual rows
-  // [T, D] f32 into host memory (captured_, [T, n * D]); pageable-host copies complete before the
-  // step returns.
+  // Hidden-state capture (ModelExecutor::set_hidden_capture): StepOps::end_layer copies each
+  // captured layer's residual rows [T, D] f32 into its columns of a [rows, n * D] f32 buffer:
+  // capture_dev_ on the device while a decode or verification graph is captured (the copies are
+  // graph nodes, so graphs stay on), the pinned capture_host_ in an eager step. After a replayed
+  // graph one device-to-host copy moves the graph's rows; finish_capture() puts them in batch order
+  // (captured_) once the step's stream is synchronised. Turning the capture on or off (or to other
+  // layers) re-captures the graphs.
   bool set_hidden_capture(const std::vector<int64_t>& after_layers) override;
   // Whether this executor runs only a layer split's first layers.
   bool partial() const { return !opt_.layers.whole(d_.L); }
   // Layers whose weights and K/V this executor holds: [0, kv_layers()).
   int64_t kv_layers() const { return opt_.layers.end_in(d_.L); }
   const Tensor* captured_hidden() const override { return capture_.empty() ? nullptr : &captured_; }
+  // ModelExecutor::output_logits: chunks of kOutputRows rows copied to the device, converted to
+  // the compute dtype, through the output head's matmul (the step's dispatch) and back, in buffers
+  // of their own (head_*), grown on first use.
+  bool output_logits(const float* x, int64_t m, float* logits) override;
+  // ModelExecutor::make_draft_head_runner: DraftRunner (cuda_draft_head.cc) on this stream, its
+  // passes between steps; it reads the split-KV workspace, the embedding and the output head.
+  std::unique_ptr<DraftHeadRunner> make_draft_head_runner(const DraftHead& head, int64_t num_blocks, int64_t block_size,
+                                                          std::string& why) override;
   bool set_graphs_enabled(bool on) override {
     graphs_on_ = on && opt_.cuda_graphs;
     return opt_.cuda_graphs;
@@ -191,7 +202,8 @@ class CudaExecutor final : public ModelExecutor {
   }
 
  private:
-  class StepOps;  // the layer ops of one launch_forward()
+  class StepOps;      // the layer ops of one launch_forward()
+  class DraftRunner;  // a draft head's passes (cuda_draft_head.cc)
 
   Status upload_weights();
   // Linear entry i into device memory at `base` (its storage, or a streamed layer's region); its
@@ -332,11 +344,25 @@ class CudaExecutor final : public ModelExecutor {
 
   std::vector<int64_t> buckets_;
   bool graphs_on_ = true;
-  std::vector<int64_t> capture_;  // target layers whose output rows a step copies to captured_
+  std::vector<int64_t> capture_;  // target layers whose output rows a step captures, in column order
+  DeviceBuffer capture_dev_;      // [graph_.tok_cap, capture_.size() * D] f32: rows a graph writes
+  PinnedBuffer capture_host_;     // [capture_host_rows_, capture_.size() * D] f32: the last step's rows
+  int64_t capture_host_rows_ = 0;
+  // Batch token -> row of capture_host_ for the last step (a verification graph's layout); empty:
+  // row t is batch token t.
+  std::vector<int32_t> capture_rows_;
   Tensor captured_;               // [T, capture_.size() * D] f32 host, of the last step
-  // Copies the residual rows of layer `layer` (if captured) into captured_ (not while a graph is
-  // being captured).
+  int64_t capture_width() const { return static_cast<int64_t>(capture_.size()) * d_.D; }
+  // Copies the residual rows [0, T) of layer `layer` (if captured) into its columns of capture_dev_
+  // (the stream is being captured into a graph) or capture_host_ (eager).
   void capture_layer(int64_t layer, int64_t T);
+  // capture_host_ holds at least `rows` rows (grown after a stream synchronisation).
+  void reserve_capture_host(int64_t rows);
+  // After a replayed graph: its rows [0, rows) of capture_dev_ copied to capture_host_, batch token
+  // t in row map[t] (nullptr: row t).
+  void copy_graph_capture(int64_t rows, const std::vector<int32_t>* map);
+  // After the step's stream synchronisation: captured_ holds the T batch tokens' rows in order.
+  void finish_capture(int64_t T);
   std::unordered_map<int64_t, cudaGraphExec_t> graphs_;
   std::set<int64_t> captured_shapes_;  // step_graph_key(shape, false) of the shapes captured (lazy capture)
   // Verification graphs (rows > 1): how many exist, the device memory their capture took (free
@@ -348,6 +374,9 @@ class CudaExecutor final : public ModelExecutor {
   Tensor logits_tensor_;
   int64_t last_logits_rows_ = 0;
   PinnedBuffer residual_host_;  // a split's first part: the residual rows of the last step, [T, D] f32
+  // output_logits: [kOutputRows, D] f32 and act inputs, [kOutputRows, V] f32 logits.
+  static constexpr int64_t kOutputRows = 16;
+  DeviceBuffer head_in_, head_act_, head_logits_;
   Tensor residual_tensor_;      // view of residual_host_
 };
 

@@ -145,6 +145,7 @@ void CudaExecutor::forward_sample(const ForwardBatch& batch, std::span<const Sam
   if (specs.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
   step_timer_.end_step();
   step_timer_.add_host(launch_s, sampling_s, wait_s);
+  finish_capture(batch.num_tokens());
 }
 
 void CudaExecutor::row_logprobs(std::span<const RowLogprobSpec> rows, std::vector<RowLogprobs>& out) {

@@ -130,13 +130,13 @@ LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native) 
   return b;
 }
 
-std::vector<bool> linears_off_device(const LayerWeightBytes& b, const Model& m, const CudaExecutorOptions& o) {
+std::vector<bool> linears_off_device(const LayerLinears& ll, const Model& m, const CudaExecutorOptions& o) {
   std::vector<bool> off(m.weights().linears.size(), false);
   const int64_t L = m.config().num_layers;
   if (o.layers.whole(L)) return off;
   for (int64_t l = o.layers.end_in(L); l < L; ++l)
-    for (LinearId id : b.linears.layers[static_cast<size_t>(l)]) off[static_cast<size_t>(id.index)] = true;
-  for (LinearId id : b.linears.outside) off[static_cast<size_t>(id.index)] = true;
+    for (LinearId id : ll.layers[static_cast<size_t>(l)]) off[static_cast<size_t>(id.index)] = true;
+  for (LinearId id : ll.outside) off[static_cast<size_t>(id.index)] = true;
   return off;
 }
 
@@ -179,22 +179,24 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
-  if (!options.layers.whole(model.config().num_layers)) {
-    // A layer split's first part: the later layers' linears and the output head stay on the host.
+  const bool split = !options.layers.whole(model.config().num_layers);
+  if (split || options.cpu_offload_bytes > 0) {
     const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));
-    const std::vector<bool> off = cuda::linears_off_device(b, model, options);
-    for (size_t i = 0; i < off.size(); ++i)
-      if (off[i]) t.weights -= b.linear[i];
-  }
-  if (options.cpu_offload_bytes > 0) {
-    // Streamed layers' linears leave the device; their slots come in.
-    const cuda::LayerWeightBytes b = cuda::layer_weight_bytes_for(model, act, cuda::native_quant(options));
-    const WeightOffloadPlan offload = cuda::offload_plan_for(b, options);
-    for (size_t l = 0; l < b.linears.layers.size(); ++l)
-      if (offload.streamed[l])
-        for (LinearId id : b.linears.layers[l]) t.offloaded += b.linear[static_cast<size_t>(id.index)];
-    t.weights += offload.slots * offload.slot_bytes - t.offloaded;
-    t.offload_summary = offload.summary();
+    if (split) {
+      // A layer split's first part: the later layers' linears and the output head stay on the host.
+      const std::vector<bool> off = cuda::linears_off_device(b.linears, model, options);
+      for (size_t i = 0; i < off.size(); ++i)
+        if (off[i]) t.weights -= b.linear[i];
+    }
+    if (options.cpu_offload_bytes > 0) {
+      // Streamed layers' linears leave the device; their slots come in.
+      const WeightOffloadPlan offload = cuda::offload_plan_for(b, options);
+      for (size_t l = 0; l < b.linears.layers.size(); ++l)
+        if (offload.streamed[l])
+          for (LinearId id : b.linears.layers[l]) t.offloaded += b.linear[static_cast<size_t>(id.index)];
+      t.weights += offload.slots * offload.slot_bytes - t.offloaded;
+      t.offload_summary = offload.summary();
+    }
   }
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
                 cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +

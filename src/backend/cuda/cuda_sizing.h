@@ -72,7 +72,7 @@ struct LayerWeightBytes {
 LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native_quant);
 // A layer split's first part (CudaExecutorOptions::layers): by linear index, the linears it does
 // not hold (those of the later layers and the output head); all false for the whole model.
-std::vector<bool> linears_off_device(const LayerWeightBytes& b, const Model& m, const CudaExecutorOptions& o);
+std::vector<bool> linears_off_device(const LayerLinears& ll, const Model& m, const CudaExecutorOptions& o);
 // The offload plan of these options over those layers (none when cpu_offload_bytes is 0).
 WeightOffloadPlan offload_plan_for(const LayerWeightBytes& b, const CudaExecutorOptions& o);
 // The act-order gather's scratch: tokens x the largest K of a weight with an input order, in act.
