@@ -166,6 +166,8 @@ bench_model() {  # SHAPE
 #             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
 #             tg16 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
 #             budget (--gpu-memory-utilization, auto offload). ~250 s with the model made
+#   fp8       FP8 W8A8: the CudaFp8.* GPU tests, then the 8B shape with --quantization fp8 against
+#             bf16: prefill 8192 (ratio to the FP8 GEMM rate), tg128 b1/8/64, 1000 x 128/128 (stage_fp8)
 #   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
 #             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
 #             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
@@ -198,6 +200,22 @@ stage_onlinequant() {
   for q in none int4 int8; do
     TAILN=8 step oq_bench1b_$q 60 $PAGODA bench -m $m --device cuda --quantization $q -p 512 -n 128 -b 1,8 -r 3
   done
+}
+# FP8 W8A8 (DType::kF8E4M3Rows on the device): the FP8 GPU tests (CudaFp8.*: activation
+# quantization, the FP8 GEMV and the cuBLASLt FP8 GEMM against their references, models against
+# their bf16-dequantized forward at batch 1/4/16), then the 8B shape quantized on line
+# (--quantization fp8) against bf16 in the same call: pagoda bench prefill 8192 (the FP8 run's
+# compute peak is the cuBLASLt FP8 GEMM at 8192^3 measured in the same process) and tg128 at batch
+# 1/8/64; offline throughput 1000 x 128/128 with FP8 (bf16's: m8b / tp128_8b). About 220 s with the
+# 8B model made (+~90 s making it).
+stage_fp8() {
+  step fp8tests 90 $TESTS --gtest_filter='CudaFp8.*'
+  ensure_model 8b
+  local m=$(model_dir 8b)
+  TAILN=14 step fp8_bench_8b 100 $PAGODA bench -m $m --device cuda --quantization fp8 -p 8192 -n 128 -b 1,8,64 -r 2
+  TAILN=12 step fp8_bf16_bench_8b 70 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 -r 2
+  TAILN=4 step fp8_tp128_8b 90 $PAGODA bench -m $m --device cuda --quantization fp8 -p 0 -n 0 --requests 1000 \
+    --input-len 128 --output-len 128 --max-num-seqs 256
 }
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
@@ -671,6 +689,7 @@ for s in "$@"; do
     sbench) stage_sbench ;;
     sgpt2) stage_sgpt2 ;;
     onlinequant) stage_onlinequant ;;
+    fp8) stage_fp8 ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;
