@@ -109,6 +109,45 @@ std::vector<float> download_bf16(const cuda::DeviceBuffer& b, size_t n) {
   return r;
 }
 
+// The device layout's sizing (host only: runs without a GPU): an all-FP8 weight with N, K multiples
+// of 16 is one segment of codes then scales, a byte a weight plus 4 a row (16-byte aligned); FP8
+// beside another format, an N or K off 16, f32 compute or --cuda-quant-weights dequantize: bf16.
+TEST(CudaFp8, DeviceLayoutIsCodesThenScales) {
+  auto entry = [](std::vector<std::pair<DType, int64_t>> parts, int64_t k) {
+    LinearEntry e;
+    for (const auto& [dt, n] : parts) e.parts.push_back(Tensor::empty(dt, {n, k}));
+    return e;
+  };
+  int64_t bytes = 0;
+  auto segs = cuda::plan_device_weight(entry({{DType::kF8E4M3Rows, 4096}, {DType::kF8E4M3Rows, 1024}, {DType::kF8E4M3Rows, 1024}}, 4096),
+                                       DType::kBF16, true, &bytes);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_EQ(segs[0].format, DType::kF8E4M3Rows);
+  EXPECT_EQ(segs[0].n, 6144);
+  EXPECT_EQ(bytes, 6144 * 4096 + 6144 * 4);
+  EXPECT_EQ(cuda::fp8_scales_offset(6144, 4096), 6144 * 4096);
+  EXPECT_EQ(cuda::fp8_scales_offset(3, 16), 48);
+  EXPECT_EQ(cuda::fp8_scales_offset(1, 16), 16);
+  EXPECT_EQ(cuda::device_weight_bytes(DType::kF8E4M3Rows, 1, 16), 16 + 4);
+  const struct {
+    const char* what;
+    std::vector<std::pair<DType, int64_t>> parts;
+    int64_t k;
+    DType compute;
+    bool native;
+  } bf16_cases[] = {{"FP8 beside bf16", {{DType::kF8E4M3Rows, 64}, {DType::kBF16, 64}}, 128, DType::kBF16, true},
+                    {"N off 16", {{DType::kF8E4M3Rows, 40}}, 128, DType::kBF16, true},
+                    {"K off 16", {{DType::kF8E4M3Rows, 64}}, 120, DType::kBF16, true},
+                    {"dequantize", {{DType::kF8E4M3Rows, 64}}, 128, DType::kBF16, false}};
+  for (const auto& c : bf16_cases) {
+    segs = cuda::plan_device_weight(entry(c.parts, c.k), c.compute, c.native, &bytes);
+    ASSERT_EQ(segs.size(), 1u) << c.what;
+    EXPECT_EQ(segs[0].format, DType::kBF16) << c.what;
+  }
+  segs = cuda::plan_device_weight(entry({{DType::kF8E4M3Rows, 64}}, 128), DType::kF32, true, &bytes);
+  EXPECT_EQ(segs[0].format, DType::kF32);
+}
+
 TEST(CudaFp8, ActivationQuantizationIsTheHostRule) {
   PAGODA_REQUIRE_GPU();
   const int64_t M = 5, K = 4096;
