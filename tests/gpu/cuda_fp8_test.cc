@@ -1,6 +1,8 @@
 // FP8 W8A8 on CUDA (DType::kF8E4M3Rows kept on the device, backend/cuda/device_weight.h):
 //   1. quantize_activations_fp8: the codes and scales of quant::quantize_row(kF8E4M3Rows), bit for
 //      bit, for bf16 and f32 rows (a zero row: scale 0, codes 0);
+//      rms_norm_fp8 (the norm fused with it) gives the codes and scales of rms_norm (bf16) then
+//      quantize_activations_fp8, bit for bit (D 128 / 4096 / 8192, gathered rows);
 //   2. gemv_fp8 (W8A16, 1..8 rows, every output mode, one- and two-row warps, an N that is not a
 //      multiple of the warp's rows) against a double reference on the dequantized weights
 //      (scale x e4m3) and the bf16 activations: NMSE <= 1e-9 for f32 outputs (the same products,
@@ -175,6 +177,29 @@ TEST(CudaFp8, ActivationQuantizationIsTheHostRule) {
     }
     EXPECT_EQ(differ, 0) << "codes differ from quant::quantize_row's";
     EXPECT_EQ(scales[2], 0.0f);
+  }
+}
+
+TEST(CudaFp8, FusedNormQuantizationEqualsTheTwoKernels) {
+  PAGODA_REQUIRE_GPU();
+  for (int64_t D : {128, 4096, 8192}) {
+    for (bool gather : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "D " << D << (gather ? " gathered rows" : ""));
+      const int64_t T = 7;
+      std::vector<float> x = test::random_floats(T * D, 81 + D, -4.0f, 4.0f);
+      for (int64_t k = 0; k < D; ++k) x[static_cast<size_t>(3 * D + k)] *= 1e-3f;
+      const std::vector<float> w = test::random_floats(D, 91, 0.5f, 1.5f);
+      const std::vector<int32_t> rows = {6, 0, 3, 3, 5};
+      const int64_t n = gather ? static_cast<int64_t>(rows.size()) : T;
+      auto dx = test::to_device(x), dw = test::to_device(w), dr = test::to_device(rows);
+      const int32_t* rp = gather ? dr.as<int32_t>() : nullptr;
+      cuda::DeviceBuffer normed(n * D * 2), q1(n * D), s1(n * 4), q2(n * D), s2(n * 4);
+      cuda::rms_norm(dx.as<float>(), rp, n, D, dw.as<float>(), 1e-5f, normed.get(), DType::kBF16, nullptr);
+      cuda::quantize_activations_fp8(normed.get(), DType::kBF16, n, D, q1.as<uint8_t>(), s1.as<float>(), nullptr);
+      ASSERT_TRUE(cuda::rms_norm_fp8(dx.as<float>(), rp, n, D, dw.as<float>(), 1e-5f, q2.as<uint8_t>(), s2.as<float>(), nullptr));
+      EXPECT_EQ(test::to_host<float>(s1, n), test::to_host<float>(s2, n));
+      EXPECT_EQ(test::to_host<uint8_t>(q1, n * D), test::to_host<uint8_t>(q2, n * D));
+    }
   }
 }
 

@@ -226,6 +226,14 @@ class CudaExecutor final : public ModelExecutor {
   // FP8 weights: the FP8 GEMV for few rows (and, in chunks of its rows, in batch-invariant mode),
   // else per-token FP8 activations and the cuBLASLt FP8 GEMM.
   void fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // The FP8 GEMM of M rows over the activations in fp8_xq_ / fp8_xs_ (fp8_linear's quantization or
+  // fp8_norm_quantized's); kSwiGlu not supported.
+  void fp8_gemm(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // Where M rows over w take the FP8 GEMM: rms_norm of x's rows (rows: gathered, or null) fused with
+  // their FP8 quantization into fp8_xq_ / fp8_xs_ (cuda::rms_norm_fp8), true; false (nothing
+  // launched) for any other weight, M or shape: the caller runs the norm and linear().
+  bool fp8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                          const float* norm_weight, float eps);
   // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant), or for
   // an FP8 weight the FP8 GEMV (at most tuning.quant_gemv_max_rows rows too; always in
   // batch-invariant mode). Both fuse SwiGLU.

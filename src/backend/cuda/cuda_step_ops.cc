@@ -66,9 +66,23 @@ void CudaExecutor::fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_
                      ldy, mode, stream_);
     return;
   }
-  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the FP8 GEMM has no fused SwiGLU");
   PAGODA_CHECK(M <= fp8_rows_cap_, "FP8 activations of {} rows exceed their scratch of {}", M, fp8_rows_cap_);
   cuda::quantize_activations_fp8(x, act_, M, K, fp8_xq_, fp8_xs_, stream_);
+  fp8_gemm(w, M, y, mode);
+}
+
+bool CudaExecutor::fp8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                                      const float* norm_weight, float eps) {
+  if (!w.fp8() || quant_gemv(M, w) || M > fp8_rows_cap_) return false;
+  return cuda::rms_norm_fp8(x, rows, M, w.k, norm_weight, eps, fp8_xq_, fp8_xs_, stream_);
+}
+
+void CudaExecutor::fp8_gemm(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the FP8 GEMM has no fused SwiGLU");
+  const cuda::DeviceWeightSegment& seg = w.segments.front();
+  const float* w_scale = cuda::fp8_scales(seg, w.k);
+  const int64_t N = w.n, K = w.k;
+  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
   if (blas_->matmul_fp8(fp8_xq_, fp8_xs_, seg.data, w_scale, M, N, K, y, f32_out ? DType::kF32 : DType::kBF16,
                         mode == GemmOut::kAddF32, stream_))
     return;
@@ -245,6 +259,13 @@ class CudaExecutor::StepOps final : public LayerOps {
       e.profiler_.mark("rms_norm", e.stream_);
       e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
       e.profiler_.mark("gate/up+swiglu", e.stream_);
+    } else if (e.fp8_norm_quantized(gu, T_, e.residual_.as<float>(), nullptr, e.vec(norm.weight),
+                                    static_cast<float>(norm.eps))) {  // FP8: the norm writes the GEMM's FP8 input
+      e.profiler_.mark("rms_norm+fp8 quantize", e.stream_);
+      e.fp8_gemm(gu, T_, e.gu_.get(), GemmOut::kStoreAct);
+      e.profiler_.mark("gate/up", e.stream_);
+      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("swiglu", e.stream_);
     } else {
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
@@ -424,6 +445,13 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
       cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
+      return;
+    }
+    // An FP8 weight past the GEMV: the norm writes the FP8 activations of the GEMM directly.
+    if (mode != GemmOut::kSwiGlu && e.fp8_norm_quantized(w, M, e.residual_.as<float>(), rows, e.vec(norm.weight), eps)) {
+      if (label) e.profiler_.mark("rms_norm+fp8 quantize", e.stream_);
+      e.fp8_gemm(w, M, y, mode);
+      if (label) e.profiler_.mark(label, e.stream_);
       return;
     }
     DeviceBuffer& normed = rows ? e.last_ : e.hidden_;
