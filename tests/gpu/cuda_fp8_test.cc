@@ -2,7 +2,8 @@
 //   1. quantize_activations_fp8: the codes and scales of quant::quantize_row(kF8E4M3Rows), bit for
 //      bit, for bf16 and f32 rows (a zero row: scale 0, codes 0);
 //      rms_norm_fp8 (the norm fused with it) gives the codes and scales of rms_norm (bf16) then
-//      quantize_activations_fp8, bit for bit (D 128 / 4096 / 8192, gathered rows);
+//      quantize_activations_fp8, bit for bit (D 128 / 4096 / 8192, gathered rows); so does
+//      swiglu_fp8 against swiglu then quantize_activations_fp8 (F 160 / 14336 / 28672, a zero row);
 //   2. gemv_fp8 (W8A16, 1..8 rows, every output mode, one- and two-row warps, an N that is not a
 //      multiple of the warp's rows) against a double reference on the dequantized weights
 //      (scale x e4m3) and the bf16 activations: NMSE <= 1e-9 for f32 outputs (the same products,
@@ -200,6 +201,23 @@ TEST(CudaFp8, FusedNormQuantizationEqualsTheTwoKernels) {
       EXPECT_EQ(test::to_host<float>(s1, n), test::to_host<float>(s2, n));
       EXPECT_EQ(test::to_host<uint8_t>(q1, n * D), test::to_host<uint8_t>(q2, n * D));
     }
+  }
+}
+
+TEST(CudaFp8, FusedSwiGluQuantizationEqualsTheTwoKernels) {
+  PAGODA_REQUIRE_GPU();
+  for (int64_t F : {160, 14336, 28672}) {  // 28672: 56 KiB of shared memory, past the default 48
+    SCOPED_TRACE(::testing::Message() << "F " << F);
+    const int64_t T = 5;
+    std::vector<float> gu = test::random_floats(T * 2 * F, 101 + F, -6.0f, 6.0f);
+    for (int64_t k = 0; k < 2 * F; ++k) gu[static_cast<size_t>(2 * 2 * F + k)] = 0.0f;  // a zero row
+    auto dgu = test::to_device(bf16_bits(gu));
+    cuda::DeviceBuffer act(T * F * 2), q1(T * F), s1(T * 4), q2(T * F), s2(T * 4);
+    cuda::swiglu(dgu.get(), T, F, act.get(), DType::kBF16, nullptr);
+    cuda::quantize_activations_fp8(act.get(), DType::kBF16, T, F, q1.as<uint8_t>(), s1.as<float>(), nullptr);
+    ASSERT_TRUE(cuda::swiglu_fp8(dgu.get(), T, F, q2.as<uint8_t>(), s2.as<float>(), nullptr));
+    EXPECT_EQ(test::to_host<float>(s1, T), test::to_host<float>(s2, T));
+    EXPECT_EQ(test::to_host<uint8_t>(q1, T * F), test::to_host<uint8_t>(q2, T * F));
   }
 }
 

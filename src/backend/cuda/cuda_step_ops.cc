@@ -264,6 +264,14 @@ class CudaExecutor::StepOps final : public LayerOps {
       e.profiler_.mark("rms_norm+fp8 quantize", e.stream_);
       e.fp8_gemm(gu, T_, e.gu_.get(), GemmOut::kStoreAct);
       e.profiler_.mark("gate/up", e.stream_);
+      const cuda::DeviceWeight& dw = e.weight(down);
+      if (dw.fp8() && !e.quant_gemv(T_, dw) && dw.k == F &&
+          cuda::swiglu_fp8(e.gu_.get(), T_, F, e.fp8_xq_, e.fp8_xs_, e.stream_)) {  // SwiGLU writes down's FP8 input
+        e.profiler_.mark("swiglu+fp8 quantize", e.stream_);
+        e.fp8_gemm(dw, T_, e.residual_.get(), GemmOut::kAddF32);
+        e.profiler_.mark("down", e.stream_);
+        return;
+      }
       cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
       e.profiler_.mark("swiglu", e.stream_);
     } else {

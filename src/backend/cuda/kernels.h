@@ -60,6 +60,10 @@ void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
 
 // out[t, i] = silu(gu[t, i]) * gu[t, F + i]. gu: [T, 2F], out: [T, F], both `dtype` (f32 | bf16).
 void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s);
+// swiglu (bf16) fused with quantize_activations_fp8 of its rows: codes q [T, F] e4m3 and scales
+// [T] f32, bit for bit the two kernels' result, without the bf16 rows in memory. False (nothing
+// launched) unless F % 8 == 0, gu 16-byte and q 8-byte aligned and a row's 2F bytes fit 160 KiB.
+bool swiglu_fp8(const void* gu, int64_t T, int64_t F, uint8_t* q, float* scale, cudaStream_t s);
 
 // out[t, i] = gelu_tanh(gu[t, i]) * gu[t, F + i] (GeGLU, tanh approximation of GELU). gu: [T, 2F],
 // out: [T, F], both `dtype` (f32 | bf16).
