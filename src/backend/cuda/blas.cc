@@ -33,6 +33,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool usable = true;  // false: no algorithm (FP8 outer-vector scaling), nothing to run
+  bool ran = false;    // a launch succeeded
 };
 
 // The fastest of the `found` candidates for plan p on these operands: each launched once, then
@@ -181,9 +182,15 @@ bool BlasLt::run(const void* x, const float* x_scale, const void* w, const float
     it = impl_->plans.emplace(key, p).first;
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  const Plan& p = it->second;
-  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
-                              workspace_.get(), workspace_.bytes(), stream));
+  Plan& p = it->second;
+  const cublasStatus_t st = cublasLtMatmul(impl_->handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                                           workspace_.get(), workspace_.bytes(), stream);
+  if (st != CUBLAS_STATUS_SUCCESS && outer && !p.ran) {
+    p.usable = false;  // an outer-vector algorithm the heuristic offered but the library refuses to run
+    return false;
+  }
+  CUBLAS_CHECK(st);
+  p.ran = true;
   return true;
 }
 
