@@ -129,7 +129,8 @@ bench_model() {  # SHAPE
 #   tp128_8b tp128_1b  only the 1000 x 128/128 runs of m8b / m1b (TP128_SEQS, TP_KV)
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
-#             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
+#             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3); TP_QUANT:
+#             --quantization (e.g. fp8: FP8 W8A8)
 #   prof8b    per-op GPU time (--cuda-profile): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b / decodemma8b: with PAGODA_ROW_ATTENTION=simt / mma;
@@ -243,13 +244,13 @@ stage_model() {  # 8b | 1b
   stage_tp128 $1
 }
 # Offline throughput, 1000 requests of LEN in / LEN out, one run per --max-num-seqs in SEQS
-# (TP_KV: the KV dtype). Usage: stage_throughput SHAPE LEN "SEQS" LIMIT_S TAILN
+# (TP_KV: the KV dtype; TP_QUANT: --quantization, e.g. fp8). Usage: stage_throughput SHAPE LEN "SEQS" LIMIT_S TAILN
 stage_throughput() {
   local m seqs
   ensure_model $1
   m=$(model_dir $1)
   for seqs in $3; do
-    TAILN=$5 step tp$2_$1_${TP_KV:-bf16}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+    TAILN=$5 step tp$2_$1_${TP_KV:-bf16}${TP_QUANT:+_$TP_QUANT}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV} ${TP_QUANT:+--quantization $TP_QUANT}
   done
 }
 stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
