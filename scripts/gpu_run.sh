@@ -129,7 +129,8 @@ bench_model() {  # SHAPE
 #   tp128_8b tp128_1b  only the 1000 x 128/128 runs of m8b / m1b (TP128_SEQS, TP_KV)
 #   hf8b hf1b transformers generate() baseline, batch 64, 128/128 and 1000/1000 (tools/hf_baseline.py)
 #   tp8b tp1b offline throughput 1000 x 1000/1000 (progress lines every 10 s); TP_SEQS: one run per
-#             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3)
+#             --max-num-seqs in the list (default 256); TP_KV: the KV dtype (e.g. f8_e4m3); TP_QUANT:
+#             --quantization (e.g. fp8: FP8 W8A8)
 #   prof8b    per-op GPU time (--cuda-profile): decode b1/b64, prefill 8192, a 256-request wave
 #   wave8b    (wavesimt8b: with PAGODA_ROW_ATTENTION=simt) one wave of 256 requests of 1000 in / 300 out (a quick proxy for tp8b)
 #   decode8b  batch-1 decode only (decodesimt8b / decodemma8b: with PAGODA_ROW_ATTENTION=simt / mma;
@@ -166,6 +167,8 @@ bench_model() {  # SHAPE
 #             --cpu-offload-gb OFFLOAD_GB (default 8.1: a 10 GB device budget at batch 1), decode
 #             tg16 at batch 1 and 64 against the host -> device bound; offline throughput in a 10 GB
 #             budget (--gpu-memory-utilization, auto offload). ~250 s with the model made
+#   fp8       FP8 W8A8: the CudaFp8.* GPU tests, then the 8B shape with --quantization fp8 against
+#             bf16: prefill 8192 (ratio to the FP8 GEMM rate), tg128 b1/8/64, 1000 x 128/128 (stage_fp8)
 #   onlinequant  --quantization int4|int8|fp8 on CUDA: perplexity and KL of the tiny Llama-3 f16 GGUF
 #             against its own CUDA f16 run (the CPU's figures: tests/e2e/quantization_cli_test.py),
 #             then the Llama-3.2-1B shape quantized on line: prefill 512 and tg128 at batch 1 and 8
@@ -199,6 +202,24 @@ stage_onlinequant() {
     TAILN=8 step oq_bench1b_$q 60 $PAGODA bench -m $m --device cuda --quantization $q -p 512 -n 128 -b 1,8 -r 3
   done
 }
+# FP8 W8A8 (DType::kF8E4M3Rows on the device): the FP8 GPU tests (CudaFp8.*: activation
+# quantization, the FP8 GEMV and the cuBLASLt FP8 GEMM against their references, models against
+# their bf16-dequantized forward at batch 1/4/16), then the 8B shape quantized on line
+# (--quantization fp8) against bf16 in the same call: pagoda bench prefill 8192 (the FP8 run's
+# compute peak is the cuBLASLt FP8 GEMM at 8192^3 measured in the same process) and tg128 at batch
+# 1/8/64; offline throughput 1000 x 128/128 with FP8 (bf16's: m8b / tp128_8b). About 220 s with the
+# 8B model made (+~90 s making it).
+stage_fp8() {
+  step fp8tests 90 $TESTS --gtest_filter='CudaFp8.*'
+  ensure_model 8b
+  local m=$(model_dir 8b)
+  TAILN=14 step fp8_bench_8b 100 $PAGODA bench -m $m --device cuda --quantization fp8 -p 8192 -n 128 -b 1,8,64 -r 2
+  TAILN=12 step fp8_bf16_bench_8b 70 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 -r 2
+  TAILN=4 step fp8_tp128_8b 90 $PAGODA bench -m $m --device cuda --quantization fp8 -p 0 -n 0 --requests 1000 \
+    --input-len 128 --output-len 128 --max-num-seqs 256
+  # cuBLASLt without outer-vector FP8 kernels for a shape: the fallback's warning
+  grep -h "outer-vector scales for" "$LOGS"/fp8_*.log 2>/dev/null | head -n 2 >>"$SUMMARY"
+}
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 170 $TESTS
@@ -223,13 +244,13 @@ stage_model() {  # 8b | 1b
   stage_tp128 $1
 }
 # Offline throughput, 1000 requests of LEN in / LEN out, one run per --max-num-seqs in SEQS
-# (TP_KV: the KV dtype). Usage: stage_throughput SHAPE LEN "SEQS" LIMIT_S TAILN
+# (TP_KV: the KV dtype; TP_QUANT: --quantization, e.g. fp8). Usage: stage_throughput SHAPE LEN "SEQS" LIMIT_S TAILN
 stage_throughput() {
   local m seqs
   ensure_model $1
   m=$(model_dir $1)
   for seqs in $3; do
-    TAILN=$5 step tp$2_$1_${TP_KV:-bf16}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV}
+    TAILN=$5 step tp$2_$1_${TP_KV:-bf16}${TP_QUANT:+_$TP_QUANT}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV} ${TP_QUANT:+--quantization $TP_QUANT}
   done
 }
 stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
@@ -703,6 +724,7 @@ for s in "$@"; do
     sbench) stage_sbench ;;
     sgpt2) stage_sgpt2 ;;
     onlinequant) stage_onlinequant ;;
+    fp8) stage_fp8 ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;

@@ -10,7 +10,8 @@
 // time) against the machine's measured bandwidth, and for pp the achieved FLOP/s against the
 // measured compute peak. CPU: read bandwidth and f32 FMA (or int8 VNNI) peak. CUDA: the
 // device-to-device copy bandwidth (bytes read + bytes written, as the achieved figure counts
-// bytes moved) and the cuBLASLt bf16 GEMM rate at 8192^3. Timing: a warm-up run, then R
+// bytes moved) and the cuBLASLt bf16 GEMM rate at 8192^3 (the FP8 GEMM's for FP8 weights kept on
+// the device: F8E4M3Rows). Timing: a warm-up run, then R
 // repetitions (mean and stddev).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -324,15 +325,22 @@ int run_bench(const BenchOptions& o) {
     const auto& linears = loaded->model->weights().linears;
     const bool quantized = std::any_of(linears.begin(), linears.end(),
                                        [](const LinearEntry& e) { return is_quantized(e.parts.at(0).dtype()); });
+    // FP8 weights (F8E4M3Rows, kept on the device): prefill runs the FP8 GEMM, so its rate is the peak.
+    const bool fp8 = std::any_of(linears.begin(), linears.end(),
+                                 [](const LinearEntry& e) { return e.parts.at(0).dtype() == DType::kF8E4M3Rows; });
     if (cuda) {
-      auto c = cuda_measure_ceilings(dev->index);
+      auto c = cuda_measure_ceilings(dev->index, int64_t{4} << 30, 8192, fp8);
       if (!c.ok()) {
         std::cerr << "pagoda bench: " << c.status().to_string() << "\n";
         return 1;
       }
       bandwidth = c->copy_bandwidth;
-      compute_peak = c->bf16_gemm_flops;
-      peak_name = "cuBLASLt bf16 GEMM 8192^3";
+      compute_peak = fp8 ? c->fp8_gemm_flops : c->bf16_gemm_flops;
+      peak_name = !fp8 ? "cuBLASLt bf16 GEMM 8192^3"
+                  : c->fp8_outer_vec ? "cuBLASLt FP8 GEMM 8192^3 (e4m3, outer-vector scales)"
+                                     : "cuBLASLt FP8 GEMM 8192^3 (e4m3, unscaled: no outer-vector kernel)";
+      out["machine_bf16_gemm_gflop_s"] = c->bf16_gemm_flops / 1e9;
+      if (fp8) out["machine_fp8_gemm_gflop_s"] = c->fp8_gemm_flops / 1e9;
       bw_name = "device copy (read + write)";
       machine = c->device_name;
     } else {

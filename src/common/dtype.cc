@@ -49,13 +49,14 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::kI64, "i64", 1, 8, false, false},
     DTypeTraits{DType::kF64, "f64", 1, 8, false, false},
     DTypeTraits{DType::kF8E4M3, "f8_e4m3", 1, 1, false, false},
+    DTypeTraits{DType::kF8E4M3Rows, "f8_e4m3_rows", 1, 1, true, true, {}, 4},
 };
 
 }  // namespace
 
 std::optional<DTypeTraits> dtype_traits_of(uint32_t raw) {
   for (const auto& t : kTraits)
-    if (static_cast<uint32_t>(t.dtype) == raw && t.dtype != DType::kF8E4M3) return t;  // GGUF ids only
+    if (static_cast<uint32_t>(t.dtype) == raw && static_cast<uint32_t>(t.dtype) < 0x1000) return t;  // GGUF ids only
   return std::nullopt;
 }
 

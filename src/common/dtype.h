@@ -47,6 +47,11 @@ enum class DType : uint32_t {
   // Not a GGUF type (dtype_traits_of never returns it): the FP8 E4M3 KV cache of the CUDA backend
   // (1 sign, 4 exponent, 3 mantissa bits, bias 7, no infinities, max 448; half.h converts).
   kF8E4M3 = 0x1000,
+  // Not a GGUF type: an FP8 W8A8 linear weight row, one f32 scale then K E4M3 codes ([f32 s][K
+  // codes], w[k] = s * e4m3(code[k])). FP8 checkpoints with per-tensor or per-channel scales and
+  // `--quantization fp8` load into it for the CUDA backend (decisions.md#d-fp8-1); the CPU backend
+  // gets them as bf16(w) (model_loader.h ModelLoadOptions::fp8_rows).
+  kF8E4M3Rows = 0x1001,
 };
 
 struct DTypeTraits {
@@ -59,6 +64,8 @@ struct DTypeTraits {
   // For a GGUF type the engine can read but not compute with: why, and what to use instead
   // (empty when weight_supported or for the plain integer types).
   std::string_view unsupported_hint = {};
+  // Bytes a row carries besides its blocks (kF8E4M3Rows: its f32 scale); 0 for every GGUF type.
+  int64_t row_scale_bytes = 0;
 };
 
 // Traits of a known dtype; nullopt for an id we do not know (e.g. a corrupt GGUF type field).
@@ -76,7 +83,7 @@ inline bool kv_cache_dtype_supported(DType t) {
 // Bytes of a row of `n` elements; n must be a multiple of the block size.
 inline int64_t row_bytes(DType t, int64_t n) {
   const auto& tr = dtype_traits(t);
-  return n / tr.block_size * tr.block_bytes;
+  return n / tr.block_size * tr.block_bytes + tr.row_scale_bytes;
 }
 inline bool is_quantized(DType t) { return dtype_traits(t).quantized; }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/half.h"
+#include "common/log.h"
 #include "loader/hf_model_dir.h"
 #include "quant/grouped_int.h"
 #include "quant/rtn.h"
@@ -471,8 +472,9 @@ Result<GroupedIntWeight> decode_compressed_tensors(const Module& m, const Packed
   return w;
 }
 
-// FP8 E4M3 weight [N, K] times its scale (one, per row [N, 1], or per block [ceil(N / bn),
-// ceil(K / bk)]), rounded to bf16: exact products in f32, then |error| <= 2^-9 of the value.
+// FP8 E4M3 weight [N, K] with one scale or one per row [N, 1]: F8E4M3Rows rows (the codes, each
+// row with its scale as f32, exact). Per block [ceil(N / bn), ceil(K / bk)]: the codes times their
+// block's scale, rounded to bf16 (exact products in f32, then |error| <= 2^-9 of the value).
 Result<Tensor> decode_fp8(const Module& m, const PackedConfig& c) {
   PAGODA_ASSIGN_OR_RETURN(Raw w, raw(m, "weight", "F8_E4M3", 2));
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -513,6 +515,17 @@ Result<Tensor> decode_fp8(const Module& m, const PackedConfig& c) {
     std::memcpy(&h, sc.data + 2 * i, 2);
     return dt == "BF16" ? bf16_to_f32(h) : fp16_to_f32(h);
   };
+  if (c.fp8_block[0] <= 0) {
+    // One scale per tensor or per row: the E4M3 codes as they are, each row with its f32 scale.
+    Tensor out = Tensor::empty(DType::kF8E4M3Rows, {N, K});
+    for (int64_t n = 0; n < N; ++n) {
+      uint8_t* row = out.row_ptr(n);
+      const float s = scale_at(SR == 1 ? 0 : n);
+      std::memcpy(row, &s, 4);
+      std::memcpy(row + 4, w.data + n * K, static_cast<size_t>(K));
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(DType::kBF16, {N, K});
   uint16_t* o = out.data_as<uint16_t>();
   for (int64_t n = 0; n < N; ++n)
@@ -546,7 +559,8 @@ Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& conf
   auto it = config.find("quantization_config");
   if (it == config.end() || it->is_null()) return std::optional<DType>();
   PAGODA_ASSIGN_OR_RETURN(std::optional<PackedConfig> c, parse_config(*it, "config.json quantization_config"));
-  if (c->method == Method::kFp8) return std::optional<DType>(DType::kBF16);
+  if (c->method == Method::kFp8)
+    return std::optional<DType>(c->fp8_block[0] > 0 ? DType::kBF16 : DType::kF8E4M3Rows);
   const bool sym = c->method == Method::kGptq ? it->value("sym", true)
                    : c->method == Method::kAwq ? false
                                                : c->ct_symmetric;
@@ -633,6 +647,9 @@ Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const Hf
   work();
   for (auto& t : pool) t.join();
 
+  if (fp8 && config->fp8_block[0] > 0)
+    log_info("load", "{}: FP8 weights with {} x {} block scales run as bf16 (only per-tensor and per-channel scales "
+             "stay FP8 on the GPU)", dir.dir(), config->fp8_block[0], config->fp8_block[1]);
   PackedIntCheckpoint ckpt;
   ckpt.method = config->name;
   for (size_t i = 0; i < jobs.size(); ++i) {

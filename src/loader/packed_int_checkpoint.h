@@ -27,10 +27,12 @@
 //   FP8 E4M3              compressed-tensors format "float-quantized" (weights type float, 8 bits,
 //                         strategy tensor / channel / block: <m>.weight F8_E4M3 [N, K] and
 //                         <m>.weight_scale [], [1], [N, 1] or a block grid; <m>.input_scale is
-//                         dropped: activations stay in the compute dtype), or quant_method "fp8"
-//                         (<m>.weight_scale_inv per weight_block_size block). Decoded to BF16:
-//                         bf16(fp8 * scale), the product exact in f32, so |error| <= 2^-9 relative.
-//                         The CUDA backend uploads these bf16 rows as any bf16 weight (no FP8 GEMM).
+//                         dropped: the CUDA backend quantizes activations per token at run time),
+//                         or quant_method "fp8" (<m>.weight_scale_inv per weight_block_size block).
+//                         One scale or one per row: F8E4M3Rows (the codes as they are, each row's
+//                         scale as f32; the CUDA backend's FP8 W8A8 matmuls, the CPU's bf16 rows:
+//                         model/model_loader.h). Block scales: BF16 = bf16(fp8 * scale), the product
+//                         exact in f32, so |error| <= 2^-9 relative (a log line says so).
 // Scales in BF16 or F32 are rounded to fp16 (exact for BF16 values in fp16's normal range).
 // Anything else (another quant_method, bits, format or layout, a missing or misshapen tensor)
 // is a load error naming the tensor and the file, never a silently different weight.
@@ -67,7 +69,7 @@ struct PackedIntCheckpoint {
 Result<std::optional<PackedIntCheckpoint>> decode_packed_int_checkpoint(const HfModelDir& dir, int threads = 0);
 
 // The native format the packed linears of a checkpoint with this config.json decode to (Q4_0:
-// symmetric 4-bit, Q4_1: asymmetric 4-bit, AWQ; Q8_0: symmetric 8-bit; BF16: FP8), for memory plans made from
+// symmetric 4-bit, Q4_1: asymmetric 4-bit, AWQ; Q8_0: symmetric 8-bit; F8E4M3Rows: FP8 per tensor / channel; BF16: FP8 per block), for memory plans made from
 // config.json alone; nullopt without quantization_config; an error for a config that would not load.
 Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& config);
 

@@ -55,8 +55,10 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
     return invalid_argument("{}: max_model_len {} is out of range (1 to {})", path, m.max_model_len, kMaxContextLength);
   const int load_threads = options.load_threads > 0 ? options.load_threads
                                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // FP8 weights stay F8E4M3Rows only where no CPU kernel reads them (the whole model on a device).
+  const bool fp8_rows = !options.cpu_kernels || options.cpu_kernels_from_layer >= m.config.num_layers;
   if (options.precheck) {
-    auto weight_bytes = online_quantized_bytes(m.config, *m.weights, options.quantization);
+    auto weight_bytes = online_quantized_bytes(m.config, *m.weights, options.quantization, fp8_rows);
     if (!weight_bytes.ok()) return Status(weight_bytes.status().code(), fmt::format("{}: {}", path, weight_bytes.status().message()));
     if (Status st = options.precheck(m.config, *weight_bytes, m.max_model_len); !st.ok())
       return Status(st.code(), fmt::format("{}: {}", path, st.message()));
@@ -66,6 +68,11 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
     auto q = quantize_weight_source(std::move(m.weights), m.config, options.quantization, load_threads);
     if (!q.ok()) return Status(q.status().code(), fmt::format("{}: {}", path, q.status().message()));
     m.weights = std::move(q).value();
+  }
+  if (!fp8_rows) {
+    auto b = fp8_rows_as_bf16(std::move(m.weights), load_threads);
+    if (!b.ok()) return Status(b.status().code(), fmt::format("{}: {}", path, b.status().message()));
+    m.weights = std::move(b).value();
   }
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
   const WeightSource* source = m.weights.get();

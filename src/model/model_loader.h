@@ -30,6 +30,9 @@ struct ModelLoadOptions {
   int load_threads = 0;
   // On-line quantization of a 16-bit / f32 checkpoint's decoder linears (model/online_quantization.h);
   // the precheck sees the quantized bytes. An already-quantized checkpoint is a load error.
+  // FP8 weights (F8E4M3Rows: FP8 checkpoints with per-tensor / per-channel scales, --quantization
+  // fp8) stay FP8 when no layer is prepared for the CPU (cpu_kernels false, or from a layer past the
+  // last: the device reads them); otherwise they become bf16(scale x e4m3) rows, D56's values.
   WeightQuantization quantization = WeightQuantization::kNone;
   // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
   // total; the last call has done == total. Empty: no reports.

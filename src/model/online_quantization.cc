@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/half.h"
 #include "common/log.h"
 #include "common/thread_pool.h"
 #include "loader/hf_model_dir.h"
@@ -102,8 +103,7 @@ Tensor quantize_tensor(const Tensor& src, DType format, WeightQuantization q) {
     if (q == WeightQuantization::kInt4) {
       for (int64_t r = 0; r < n; ++r) quant::quantize_row(DType::kQ4_0, f.data() + r * k, out.row_ptr(r0 + r), k);
     } else if (q == WeightQuantization::kFp8) {
-      const quant::Fp8Rows fp8 = quant::fp8_e4m3_per_row(f.data(), n, k);
-      quant::fp8_rows_to_bf16(fp8, n, k, reinterpret_cast<uint16_t*>(out.row_ptr(r0)));
+      for (int64_t r = 0; r < n; ++r) quant::quantize_row(DType::kF8E4M3Rows, f.data() + r * k, out.row_ptr(r0 + r), k);
     } else {
       const quant::GroupedIntWeight w = quant::rtn_gptq(f.data(), n, k, 8, group, /*symmetric=*/true);
       quant::write_native_rows(w, format, out.row_ptr(r0));
@@ -148,20 +148,61 @@ std::optional<DType> online_quantized_format(const TensorDecl& d, WeightQuantiza
   switch (q) {
     case WeightQuantization::kInt4: return DType::kQ4_0;
     case WeightQuantization::kInt8: return DType::kQ8_0;
-    case WeightQuantization::kFp8: return DType::kBF16;
+    case WeightQuantization::kFp8: return DType::kF8E4M3Rows;
     case WeightQuantization::kNone: break;
   }
   return std::nullopt;
 }
 
-Result<int64_t> online_quantized_bytes(const ModelConfig& config, const WeightSource& source, WeightQuantization q) {
+namespace {
+
+// Bytes of `rows` rows of `k` in `format` as the load keeps them (F8E4M3Rows as bf16 unless fp8_rows).
+int64_t kept_bytes(DType format, int64_t rows, int64_t k, bool fp8_rows) {
+  if (format == DType::kF8E4M3Rows && !fp8_rows) format = DType::kBF16;
+  return rows * row_bytes(format, k);
+}
+
+}  // namespace
+
+Result<int64_t> online_quantized_bytes(const ModelConfig& config, const WeightSource& source, WeightQuantization q,
+                                       bool fp8_rows) {
   int64_t bytes = 0;
   for (const std::string& name : source.names())
-    if (const Tensor* t = source.find(name)) bytes += t->nbytes();
+    if (const Tensor* t = source.find(name))
+      bytes += t->dtype() == DType::kF8E4M3Rows ? kept_bytes(t->dtype(), t->rows(), t->dim(-1), fp8_rows) : t->nbytes();
   if (q == WeightQuantization::kNone) return bytes;
   PAGODA_ASSIGN_OR_RETURN(const std::vector<Target> targets, plan_targets(config, source, q));
-  for (const Target& t : targets) bytes += t.tensor->rows() * row_bytes(t.format, t.tensor->dim(-1)) - t.tensor->nbytes();
+  for (const Target& t : targets)
+    bytes += kept_bytes(t.format, t.tensor->rows(), t.tensor->dim(-1), fp8_rows) - t.tensor->nbytes();
   return bytes;
+}
+
+Result<std::unique_ptr<WeightSource>> fp8_rows_as_bf16(std::unique_ptr<WeightSource> source, int threads) {
+  std::vector<std::pair<std::string, const Tensor*>> targets;
+  for (const std::string& name : source->names())
+    if (const Tensor* t = source->find(name); t != nullptr && t->dtype() == DType::kF8E4M3Rows) targets.emplace_back(name, t);
+  if (targets.empty()) return source;
+  std::vector<Tensor> done(targets.size());
+  std::atomic<size_t> next{0};
+  ThreadPool pool(threads);
+  pool.run([&](int, int) {
+    std::vector<float> f;
+    for (size_t i = next++; i < targets.size(); i = next++) {
+      const Tensor& src = *targets[i].second;
+      const int64_t k = src.dim(-1);
+      Tensor out = Tensor::empty(DType::kBF16, src.shape());
+      f.resize(static_cast<size_t>(k));
+      for (int64_t r = 0; r < src.rows(); ++r) {
+        quant::dequantize_row(DType::kF8E4M3Rows, src.row_ptr(r), f.data(), k);
+        auto* o = reinterpret_cast<uint16_t*>(out.row_ptr(r));
+        for (int64_t c = 0; c < k; ++c) o[c] = f32_to_bf16(f[static_cast<size_t>(c)]);
+      }
+      done[i] = std::move(out);
+    }
+  });
+  std::map<std::string, Tensor> replaced;
+  for (size_t i = 0; i < targets.size(); ++i) replaced.emplace(targets[i].first, std::move(done[i]));
+  return std::unique_ptr<WeightSource>(std::make_unique<QuantizedWeightSource>(std::move(source), std::move(replaced)));
 }
 
 Result<std::unique_ptr<WeightSource>> quantize_weight_source(std::unique_ptr<WeightSource> source,

@@ -15,8 +15,8 @@
 //   int8  GPTQ's symmetric RTN, one group per output channel (W8A16's per-channel scales), scale =
 //         fp16(2 max|row| / 255), codes + 128 in [0, 255]  ->  Q8_0 (d = scale, q = code - 128), exact.
 //   fp8   E4M3 weights with one f32 scale per output channel (max|row| / 448), as an FP8 W8A8
-//         checkpoint's weights  ->  BF16 = bf16(fp8 x scale), the FP8 loader's mapping
-//         (decisions.md#d56: no FP8 GEMM yet, so the memory is bf16's; the accuracy is FP8's).
+//         checkpoint's weights  ->  F8E4M3Rows, the FP8 loader's format (the CUDA backend's FP8
+//         matmuls; the CPU backend's bf16(fp8 x scale) rows through fp8_rows_as_bf16).
 //
 // What is quantized: every declared tensor with `linear` set in a decoder layer (attention q/k/v/o,
 // the MLP, MoE experts and shared experts), except the MoE routers (ffn_gate_inp, small and
@@ -56,16 +56,22 @@ inline constexpr std::string_view kWeightQuantizationModes = "int4, int8, fp8";
 // layer, not a MoE router.
 bool quantizable_linear(const TensorDecl& d);
 
-// The native format a declared tensor becomes under `q` (Q4_0, Q8_0, BF16), or nullopt when it
+// The native format a declared tensor becomes under `q` (Q4_0, Q8_0, F8E4M3Rows), or nullopt when it
 // stays as it is (not a decoder linear, a router, an input size not a multiple of 32, kNone).
 std::optional<DType> online_quantized_format(const TensorDecl& d, WeightQuantization q);
 // The group size (columns per scale) an input size of `k` gets under `q` (0: not quantized).
 int64_t online_quantization_group(int64_t k, WeightQuantization q);
 
 // The weight bytes `source` has once quantized (its tensors' bytes, each quantized linear counted
-// in its native format), without quantizing: for the memory check before the load. Errors as
-// quantize_weight_source's for an already-quantized checkpoint.
-Result<int64_t> online_quantized_bytes(const ModelConfig& config, const WeightSource& source, WeightQuantization q);
+// in its native format), without quantizing: for the memory check before the load. F8E4M3Rows
+// tensors (the source's or the quantized ones) count as bf16 unless `fp8_rows` (the load keeps
+// them: ModelLoadOptions). Errors as quantize_weight_source's for an already-quantized checkpoint.
+Result<int64_t> online_quantized_bytes(const ModelConfig& config, const WeightSource& source, WeightQuantization q,
+                                       bool fp8_rows = true);
+
+// A source whose F8E4M3Rows tensors (FP8 checkpoints, --quantization fp8) are bf16(scale x e4m3)
+// rows (owned host memory), for the CPU kernels; `source` itself when it has none.
+Result<std::unique_ptr<WeightSource>> fp8_rows_as_bf16(std::unique_ptr<WeightSource> source, int threads);
 
 // A source whose decoder linears are the quantized native rows (owned host memory; the others are
 // `source`'s tensors, which it keeps alive). kNone returns `source` itself. threads <= 0: one per core.

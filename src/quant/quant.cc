@@ -1,15 +1,36 @@
 // The traits table of the weight and activation formats, and the row-conversion front end.
 #include "quant/quant.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "quant/formats.h"
 
 namespace pagoda::quant {
 namespace {
 
 using namespace ref;
+
+// kF8E4M3Rows: [f32 scale][n E4M3 codes]; w = scale * e4m3(code), the product in f32.
+void dequantize_row_f8_rows(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  float s;
+  std::memcpy(&s, p, 4);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(p[4 + i]) * s;
+}
+// scale = max|x| / 448, code = e4m3(x / scale) (nearest even, saturating); all zeros: scale 0.
+void quantize_row_f8_rows(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::abs(src[i]));
+  const float s = amax / 448.0f;
+  std::memcpy(p, &s, 4);
+  for (int64_t i = 0; i < n; ++i) p[4 + i] = s != 0.0f ? f32_to_fp8_e4m3(src[i] / s) : 0;
+}
 
 constexpr std::array kOps = {
     QuantOps{DType::kF32, 1, 4, dequantize_row_f32, quantize_row_f32, DType::kF32, vec_dot_f32_f32},
@@ -31,6 +52,8 @@ constexpr std::array kOps = {
     QuantOps{DType::kTQ1_0, 256, 54, dequantize_row_tq1_0, quantize_row_tq1_0, DType::kQ8_K, vec_dot_tq1_0_q8_k},
     QuantOps{DType::kTQ2_0, 256, 66, dequantize_row_tq2_0, quantize_row_tq2_0, DType::kQ8_K, vec_dot_tq2_0_q8_k},
     QuantOps{DType::kQ8_K, 256, 292, dequantize_row_q8_k, quantize_row_q8_k, DType::kQ8_K, nullptr},
+    // No CPU dot product: the CPU backend runs these weights as bf16 (model_loader.h).
+    QuantOps{DType::kF8E4M3Rows, 1, 1, dequantize_row_f8_rows, quantize_row_f8_rows, DType::kF32, nullptr},
 };
 
 }  // namespace

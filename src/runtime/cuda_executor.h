@@ -94,12 +94,17 @@ Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model& model, co
 Status cuda_supports_model(const ModelConfig& config);
 
 // Machine ceilings for `pagoda bench` on the GPU: device-to-device copy bandwidth (bytes/s,
-// counting bytes read + bytes written) and the cuBLASLt bf16 GEMM rate at n^3 (FLOP/s).
+// counting bytes read + bytes written) and the cuBLASLt bf16 and FP8 (e4m3 with outer-vector
+// scales, bf16 out) GEMM rates at n^3 (FLOP/s).
 struct CudaCeilings {
   double copy_bandwidth = 0;   // read + write
   double bf16_gemm_flops = 0;
+  double fp8_gemm_flops = 0;
+  bool fp8_outer_vec = false;  // the FP8 rate is of the outer-vector-scaled GEMM (else the unscaled one)
   std::string device_name;
 };
-Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes = int64_t{4} << 30, int64_t gemm_n = 8192);
+// fp8_gemm: also the FP8 rate (left 0 otherwise).
+Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes = int64_t{4} << 30, int64_t gemm_n = 8192,
+                                           bool fp8_gemm = false);
 
 }  // namespace pagoda

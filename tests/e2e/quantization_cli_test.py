@@ -72,8 +72,10 @@ def test_info_shows_the_quantized_weights():
     by = {m: info[m]["weight_bytes_by_dtype"] for m in info}
     # tiny llama3: 2 layers x 7 linears, embedding and norms f16 / f32 as in the file
     assert by["int4"]["q4_0"]["tensors"] == 14 and by["int8"]["q8_0"]["tensors"] == 14, by
-    assert by["fp8"]["bf16"]["tensors"] == 14, by
+    assert by["fp8"]["f8_e4m3_rows"]["tensors"] == 14, by  # the FP8 rows a device load keeps
     linear_f16 = by["none"]["f16"]["bytes"] - by["int4"].get("f16", {"bytes": 0})["bytes"]
+    # a byte a weight and an f32 scale a row (K >= 128: at most 4 / 128 more)
+    assert linear_f16 // 2 < by["fp8"]["f8_e4m3_rows"]["bytes"] <= linear_f16 // 2 * 33 // 32, by
     assert by["int4"]["q4_0"]["bytes"] * 32 == linear_f16 // 2 * 18
     assert by["int8"]["q8_0"]["bytes"] * 32 == linear_f16 // 2 * 34
     assert info["int4"]["weight_bytes"] < info["int8"]["weight_bytes"] < info["none"]["weight_bytes"]

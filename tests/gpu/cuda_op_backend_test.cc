@@ -67,7 +67,7 @@ class CudaOpBackend final : public OpBackend {
   }
   std::vector<float> linear(const Tensor& w, const std::vector<float>& x, int64_t M) override {
     const int64_t N = w.dim(0), K = w.dim(1);
-    const DType dev = cuda::device_weight_format(w.dtype(), compute_, /*native_quant=*/true);
+    const DType dev = cuda::device_weight_format(w.dtype(), K, compute_, /*native_quant=*/true);
     auto dx = upload_as(x, compute_);
     cuda::DeviceBuffer y(M * N * 4);
     if (is_quantized(dev)) {

@@ -1,10 +1,10 @@
 // On-line quantization at load (`--quantization int4|int8|fp8`, model/online_quantization.h) on the
 // tiny models, f32 / f16 / bf16 checkpoints in Hugging Face and GGUF form, dense and MoE:
-//   1. every decoder linear becomes the mode's native rows (Q4_0 / Q8_0 / BF16), and their values
+//   1. every decoder linear becomes the mode's native rows (Q4_0 / Q8_0 / F8E4M3Rows), and their values
 //      are the plain round-to-nearest of the source weight written here (double arithmetic, its
 //      own E4M3 table; int4 ggml's Q4_0 rule, int8 GPTQ's per-channel rule): equal except where
 //      the two land on opposite sides of a rounding tie, and within the RTN error budget of the
-//      source (half a step; half an E4M3 ulp plus the bf16 rounding for fp8); embeddings, lm_head,
+//      source (half a step; half an E4M3 ulp for fp8); embeddings, lm_head,
 //      norms, routers and biases are the source's own tensors; int4's rows are byte-identical to
 //      the Q4_0 GGUF files of the same models (the gguf package's quantizer = llama-quantize's);
 //   2. the quantized model against the same checkpoint's unquantized forward: greedy agreement and
@@ -88,10 +88,10 @@ void check_row(WeightQuantization q, const float* w, const float* got, int64_t k
       double want, budget;
       if (q == WeightQuantization::kFp8) {
         const double s = amax / 448.0;
-        want = s == 0 ? 0.0 : bf16_to_f32(f32_to_bf16(static_cast<float>(e4m3_nearest(w[j] / s) * s)));
-        // half an E4M3 ulp (2^-4 relative; 2^-10 x s among the subnormals), then bf16's 2^-9
-        budget = (std::abs(w[j]) * std::ldexp(1.0, -4) + s * std::ldexp(1.0, -10)) * (1 + std::ldexp(1.0, -8)) +
-                 std::abs(w[j]) * std::ldexp(1.0, -8);
+        // F8E4M3Rows: the code times the f32 scale, exact in f32 (no bf16 rounding)
+        want = s == 0 ? 0.0 : static_cast<double>(static_cast<float>(e4m3_nearest(w[j] / s)) * static_cast<float>(s));
+        // half an E4M3 ulp (2^-4 relative; 2^-10 x s among the subnormals)
+        budget = (std::abs(w[j]) * std::ldexp(1.0, -4) + s * std::ldexp(1.0, -10)) * (1 + std::ldexp(1.0, -8));
       } else if (q == WeightQuantization::kInt4) {
         // ggml's Q4_0: d = the block's signed extreme / -8, code = min(15, trunc(w / d + 8.5)), stored fp16(d)
         double ext = 0;
@@ -126,7 +126,7 @@ void check_row(WeightQuantization q, const float* w, const float* got, int64_t k
 }
 
 DType expected_format(WeightQuantization q) {
-  return q == WeightQuantization::kInt4 ? DType::kQ4_0 : q == WeightQuantization::kInt8 ? DType::kQ8_0 : DType::kBF16;
+  return q == WeightQuantization::kInt4 ? DType::kQ4_0 : q == WeightQuantization::kInt8 ? DType::kQ8_0 : DType::kF8E4M3Rows;
 }
 
 TEST(OnlineQuantization, WeightsAreThePlainRoundToNearest) {
@@ -276,10 +276,13 @@ TEST(OnlineQuantization, MemoryCheckSeesTheQuantizedBytes) {
   ASSERT_TRUE(plain.ok());
   auto config = model_config_from_source(**plain);
   ASSERT_TRUE(config.ok());
-  int64_t f32_bytes = 0, linear_elems = 0;
+  int64_t f32_bytes = 0, linear_elems = 0, linear_rows = 0;
   for (const std::string& name : (*plain)->names()) f32_bytes += (*plain)->find(name)->nbytes();
   for (const TensorDecl& d : family_of(*config).tensor_table(*config))
-    if (d.linear && d.layer >= 0) linear_elems += (*plain)->find(d.hf_name)->numel();
+    if (d.linear && d.layer >= 0) {
+      linear_elems += (*plain)->find(d.hf_name)->numel();
+      linear_rows += (*plain)->find(d.hf_name)->rows();
+    }
   for (WeightQuantization q : kModes) {
     SCOPED_TRACE(std::string(weight_quantization_name(q)));
     int64_t seen = -1;
@@ -297,9 +300,14 @@ TEST(OnlineQuantization, MemoryCheckSeesTheQuantizedBytes) {
     const int64_t per32 = q == WeightQuantization::kInt4 ? 18 : q == WeightQuantization::kInt8 ? 34 : 64;
     EXPECT_EQ(held, f32_bytes - linear_elems * 4 + linear_elems / 32 * per32);
     EXPECT_EQ(seen, held);
-    auto predicted = online_quantized_bytes(*config, **plain, q);
+    // A CPU load keeps fp8 as bf16 rows; a device load keeps the F8E4M3Rows: a byte an element and
+    // an f32 scale a row.
+    auto predicted = online_quantized_bytes(*config, **plain, q, /*fp8_rows=*/false);
     ASSERT_TRUE(predicted.ok());
     EXPECT_EQ(*predicted, held);
+    auto on_device = online_quantized_bytes(*config, **plain, q, /*fp8_rows=*/true);
+    ASSERT_TRUE(on_device.ok());
+    EXPECT_EQ(*on_device, q == WeightQuantization::kFp8 ? f32_bytes - linear_elems * 3 + linear_rows * 4 : held);
   }
 }
 

@@ -62,8 +62,9 @@ const Variant kVariants[] = {
     {"llama3-ct-w8a16-channel", DType::kQ8_0},
     // act-order: columns reordered into contiguous groups, the activations gathered (input_order)
     {"llama3-gptq-w4g32-actorder", DType::kQ4_0},
-    // FP8 E4M3 weights x scale, rounded to bf16 at load (exact f32 products; |error| <= 2^-9 relative).
-    {"llama3-ct-fp8-channel", DType::kBF16},      {"llama3-fp8-block128", DType::kBF16},
+    // FP8 E4M3 weights: per channel kept as the codes with their row's f32 scale (exact); per block
+    // x scale rounded to bf16 at load (exact f32 products; |error| <= 2^-9 relative).
+    {"llama3-ct-fp8-channel", DType::kF8E4M3Rows},      {"llama3-fp8-block128", DType::kBF16},
 };
 
 std::string variant_dir(const std::string& name) { return test::models_dir() + "/tiny/quant/" + name; }
@@ -173,6 +174,7 @@ TEST(PackedIntCheckpoint, DecodesToThePackersValues) {
                 std::string(dtype_name(v.format)).c_str(), ref.size(), worst_in_scales,
                 v.format == DType::kQ4_1   ? "16 x 2^-11 = 7.8e-3"
                 : v.format == DType::kBF16 ? "bf16 rounding of the exact product"
+                : v.format == DType::kF8E4M3Rows ? "exact: the codes and scales as they are"
                                            : "0, exact");
     ++checked;
   }

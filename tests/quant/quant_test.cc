@@ -387,5 +387,43 @@ TEST(QuantTraits, TableAgreesWithDTypeTraits) {
   EXPECT_EQ(quant_ops(DType::kIQ2_XXS), nullptr);
 }
 
+// F8E4M3Rows: a row is [f32 scale][K e4m3 codes]; scale = max|x| / 448, code = e4m3(x / scale)
+// (nearest even, saturating), w = scale x e4m3(code) exactly in f32. No CPU dot product (the CPU
+// runs these weights as bf16), not a GGUF type.
+TEST(QuantTraits, Fp8RowsAreAScaleAndTheCodes) {
+  EXPECT_EQ(row_bytes(DType::kF8E4M3Rows, 4096), 4096 + 4);
+  EXPECT_TRUE(is_quantized(DType::kF8E4M3Rows));
+  EXPECT_FALSE(dtype_traits_of(static_cast<uint32_t>(DType::kF8E4M3Rows)).has_value());
+  EXPECT_EQ(dtype_from_name("f8_e4m3_rows"), DType::kF8E4M3Rows);
+  const QuantOps* o = quant_ops(DType::kF8E4M3Rows);
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->vec_dot, nullptr);
+  const int64_t K = 96;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> x(K), back(K);
+  for (auto& v : x) v = dist(rng);
+  x[5] = -0.25f;  // the extreme: code -448
+  std::vector<uint8_t> row(K + 4);
+  quantize_row(DType::kF8E4M3Rows, x.data(), row.data(), K);
+  float s;
+  std::memcpy(&s, row.data(), 4);
+  EXPECT_EQ(s, 0.25f / 448.0f);
+  EXPECT_EQ(row[4 + 5], 0xFE);  // -448: sign, exponent 15, mantissa 6
+  dequantize_row(DType::kF8E4M3Rows, row.data(), back.data(), K);
+  EXPECT_NEAR(back[5], -0.25f, 1e-7f);
+  for (int64_t i = 0; i < K; ++i) {
+    EXPECT_EQ(row[4 + i], f32_to_fp8_e4m3(x[i] / s)) << i;
+    EXPECT_EQ(back[i], fp8_e4m3_to_f32(row[4 + i]) * s) << i;
+    // half an E4M3 step: 2^-4 relative, or 2^-10 x s among the subnormals
+    EXPECT_LE(std::abs(back[i] - x[i]), std::abs(x[i]) * 0.0625f + s * 0.0009765625f + 1e-12f) << i;
+  }
+  std::vector<float> zeros(K, 0.0f);
+  quantize_row(DType::kF8E4M3Rows, zeros.data(), row.data(), K);
+  std::memcpy(&s, row.data(), 4);
+  EXPECT_EQ(s, 0.0f);
+  for (int64_t i = 0; i < K; ++i) EXPECT_EQ(row[4 + i], 0) << i;
+}
+
 }  // namespace
 }  // namespace pagoda::quant

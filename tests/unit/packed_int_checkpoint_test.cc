@@ -246,6 +246,45 @@ TEST(PackedIntCheckpoint, Fp8BlockScalesDecodeToBf16) {
   EXPECT_NE((*src)->find("norm.weight"), nullptr) << "tensors that are not FP8 stay";
 }
 
+TEST(PackedIntCheckpoint, Fp8ChannelAndTensorScalesKeepTheCodes) {
+  // Per row ([N, 1], bf16 scales) and per tensor ([], f32): F8E4M3Rows rows, [f32 scale][codes], with
+  // the file's codes and the scale exact; dequantize_row gives scale x e4m3(code).
+  for (bool per_row : {true, false}) {
+    SCOPED_TRACE(per_row ? "per row" : "per tensor");
+    TempDir d;
+    std::vector<uint8_t> codes(N * K);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i * 37) % 0x7e) | (i % 3 == 0 ? 0x80 : 0);
+    std::vector<uint16_t> row_scales(N);
+    for (int64_t n = 0; n < N; ++n) row_scales[static_cast<size_t>(n)] = f32_to_bf16(0.125f * static_cast<float>(n + 1));
+    const nlohmann::json scheme = {{"quant_method", "compressed-tensors"},
+                                   {"format", "float-quantized"},
+                                   {"config_groups",
+                                    {{"group_0",
+                                      {{"targets", {"Linear"}},
+                                       {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", per_row ? "channel" : "tensor"},
+                                                    {"symmetric", true}, {"dynamic", false}}}}}}}};
+    auto src = open_dir(d, scheme,
+                        {tensor("m.weight", "F8_E4M3", {N, K}, codes),
+                         per_row ? tensor("m.weight_scale", "BF16", {N, 1}, row_scales)
+                                 : tensor("m.weight_scale", "F32", {1}, std::vector<float>{0.75f})});
+    ASSERT_TRUE(src.ok()) << src.status().to_string();
+    const Tensor* w = (*src)->find("m.weight");
+    ASSERT_NE(w, nullptr);
+    ASSERT_EQ(w->dtype(), DType::kF8E4M3Rows);
+    ASSERT_EQ(w->row_bytes(), K + 4);
+    std::vector<float> row(K);
+    for (int64_t n = 0; n < N; ++n) {
+      const float s = per_row ? bf16_to_f32(row_scales[static_cast<size_t>(n)]) : 0.75f;
+      float got_s;
+      std::memcpy(&got_s, w->row_ptr(n), 4);
+      ASSERT_EQ(got_s, s) << n;
+      ASSERT_EQ(std::memcmp(w->row_ptr(n) + 4, codes.data() + n * K, K), 0) << n;
+      quant::dequantize_row(DType::kF8E4M3Rows, w->row_ptr(n), row.data(), K);
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[k], fp8_e4m3_to_f32(codes[n * K + k]) * s) << n << ", " << k;
+    }
+  }
+}
+
 TEST(GroupedInt, Q4_1ErrorStaysWithinTheFp16RoundingOfM) {
   quant::GroupedIntWeight w;
   w.n = 4;

@@ -57,6 +57,62 @@ __global__ void swiglu_bf16x8_kernel(const uint4* __restrict__ gu, int T_, int F
   }
 }
 
+// One block a row t: swiglu_bf16x8_kernel's bf16 values of the row (the same arithmetic) kept in
+// shared memory, then quantized as quantize_activations_fp8 does (scale max|row| / 448, e4m3(v /
+// scale) codes), 8 a thread a store.
+__global__ void swiglu_fp8_kernel(const uint4* __restrict__ gu, int F8, uint8_t* __restrict__ q, float* __restrict__ scale) {
+  extern __shared__ uint4 row8[];  // F8 entries of 8 bf16
+  __shared__ float red[33];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  float amax = 0.0f;
+  for (int c = threadIdx.x; c < F8; c += blockDim.x) {
+    const int64_t gi = t * 2 * F8 + c;
+    const uint4 gv = __ldg(gu + gi), uv = __ldg(gu + gi + F8);
+    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
+    const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&uv);
+    uint4 r;
+    __nv_bfloat162* r2 = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 g = __bfloat1622float2(g2[i]), u = __bfloat1622float2(u2[i]);
+      r2[i] = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
+      const float2 v = __bfloat1622float2(r2[i]);
+      amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
+    }
+    row8[c] = r;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  amax = warp_max(amax);
+  if (lane == 0) red[warp] = amax;
+  __syncthreads();  // red and row8 written
+  if (warp == 0) {
+    float m = lane < nw ? red[lane] : 0.0f;
+    m = warp_max(m);
+    if (lane == 0) red[32] = m;
+  }
+  __syncthreads();
+  const float sc = red[32] / 448.0f;
+  uint2* qr = reinterpret_cast<uint2*>(q + t * 8 * F8);
+  for (int c = threadIdx.x; c < F8; c += blockDim.x) {
+    uint2 codes = make_uint2(0, 0);
+    if (sc != 0.0f) {
+      const uint4 r = row8[c];
+      const __nv_bfloat162* r2 = reinterpret_cast<const __nv_bfloat162*>(&r);
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(r2[i]);
+        w[i] = __nv_cvt_float2_to_fp8x2(make_float2(v.x / sc, v.y / sc), __NV_SATFINITE, __NV_E4M3);
+      }
+      codes = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+    }
+    qr[c] = codes;
+  }
+  if (threadIdx.x == 0) scale[t] = sc;
+}
+
 __global__ void softcap_kernel(float* __restrict__ x, int64_t n, float cap, float inv_cap) {
   pdl_trigger();
   pdl_wait();
@@ -107,6 +163,25 @@ void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaSt
     launch_pdl(gated_kernel<bf16, SiluMul>, dim3(grid), dim3(256), 0, s, static_cast<const bf16*>(gu), T, F, static_cast<bf16*>(out));
   }
   CUDA_CHECK_LAUNCH();
+}
+
+bool swiglu_fp8(const void* gu, int64_t T, int64_t F, uint8_t* q, float* scale, cudaStream_t s) {
+  constexpr size_t kMaxSmem = 160 * 1024;  // opted into below 48 KiB (Hopper: up to 227 KiB a block)
+  const size_t smem = static_cast<size_t>(F) * 2;
+  if (F % 8 != 0 || !aligned16(gu) || reinterpret_cast<uintptr_t>(q) % 8 != 0 || smem > kMaxSmem) return false;
+  if (T <= 0) return true;
+  if (smem > 48 * 1024) {
+    static const bool opted = [] {
+      CUDA_CHECK(cudaFuncSetAttribute(swiglu_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kMaxSmem)));
+      return true;
+    }();
+    (void)opted;
+  }
+  launch_pdl(swiglu_fp8_kernel, dim3(static_cast<unsigned>(T)), dim3(256), smem, s, static_cast<const uint4*>(gu),
+             static_cast<int>(F / 8), q, scale);
+  CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 void geglu_tanh(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s) {

@@ -31,6 +31,21 @@ class BlasLt {
   void matmul(const void* x, const void* w, DType in_dtype, int64_t M, int64_t N, int64_t K, void* y, DType out_dtype,
               bool accumulate, cudaStream_t stream);
 
+  // FP8 W8A8 (Hopper tensor cores): y[M, N] (=, +=) x_scale[m] * w_scale[n] * sum_k e4m3(xq[m, k])
+  // e4m3(w[n, k]), with xq [M, K] and w [N, K] e4m3 codes row-major (N and K multiples of 16,
+  // 16-byte aligned: the TN layout FP8 requires) and the scales f32 vectors on the device ([M] and
+  // [N]), applied by cuBLASLt's outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F:
+  // w_scale as A's, x_scale as B's; cuBLAS >= 12.9 on Hopper). out_dtype bf16 (accumulate false)
+  // or f32; f32 accumulation. False, with nothing launched, where this cuBLAS has no such kernel for
+  // the shape and output (remembered per shape): the caller then takes matmul_fp8_unscaled and
+  // scales the output itself. Plans cached and autotuned as matmul's.
+  bool matmul_fp8(const void* xq, const float* x_scale, const void* w, const float* w_scale, int64_t M, int64_t N,
+                  int64_t K, void* y, DType out_dtype, bool accumulate, cudaStream_t stream);
+  // y[M, N] f32 = sum_k e4m3(xq[m, k]) e4m3(w[n, k]) (unit scales: cuBLASLt's FP8 GEMM of every
+  // version with FP8), the fallback of matmul_fp8.
+  void matmul_fp8_unscaled(const void* xq, const void* w, int64_t M, int64_t N, int64_t K, float* y,
+                           cudaStream_t stream);
+
   size_t workspace_bytes() const { return workspace_.bytes(); }
   // Autotuning, while on (off by default; the CUDA executor turns it on for the warm-up of its
   // decode graphs, so a new M in a serving step never pays for it): the first call of a shape with
@@ -44,6 +59,12 @@ class BlasLt {
   static constexpr int64_t kTuneMinM = 2, kTuneMaxM = 1024, kTuneMaxOutBytes = int64_t{64} << 20;
 
  private:
+  // matmul / matmul_fp8 / matmul_fp8_unscaled (in_dtype kF8E4M3Rows: e4m3 operands; kOuterVec:
+  // with the scale vectors). False: no outer-vector algorithm (nothing launched).
+  enum class Scaling { kNone, kOuterVec, kUnit };
+  bool run(const void* x, const float* x_scale, const void* w, const float* w_scale, DType in_dtype, Scaling scaling,
+           int64_t M, int64_t N, int64_t K, void* y, DType out_dtype, bool accumulate, cudaStream_t stream);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   DeviceBuffer workspace_;

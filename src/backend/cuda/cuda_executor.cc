@@ -124,7 +124,12 @@ void CudaExecutor::upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* ba
     const cuda::DeviceWeightSegment* seg = &dw.segments.front();
     for (const auto& sg : dw.segments)
       if (row >= sg.row0 && row < sg.row0 + sg.n) seg = &sg;
-    up.upload(part, seg->format, base + seg->offset + cuda::device_weight_bytes(seg->format, row - seg->row0, dw.k));
+    uint8_t* seg_base = base + seg->offset;
+    const int64_t r = row - seg->row0;
+    if (seg->format == DType::kF8E4M3Rows)
+      up.upload_fp8_rows(part, seg_base + r * dw.k, seg_base + cuda::fp8_scales_offset(seg->n, dw.k) + r * 4);
+    else
+      up.upload(part, seg->format, seg_base + cuda::device_weight_bytes(seg->format, r, dw.k));
     row += part.dim(0);
   }
   for (auto& seg : dw.segments) seg.data = run_base + seg.offset;
@@ -281,11 +286,19 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     dequant_ = quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256) +
                cuda::align_up(cuda::kQuantGemvMaxM * (qs.max_k / 32) * 8, 256);
   }
+  if (qs.fp8_max_k > 0) {
+    fp8_scratch_.reset(static_cast<size_t>(qs.fp8_bytes(tokens)));
+    fp8_xq_ = fp8_scratch_.as<uint8_t>();
+    fp8_xs_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + cuda::align_up(tokens * qs.fp8_max_k, 256));
+    fp8_acc_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + cuda::align_up(tokens * qs.fp8_max_k, 256) +
+                                        cuda::align_up(tokens * 4, 256));
+    fp8_rows_cap_ = tokens;
+  }
   const int64_t gather_bytes = cuda::input_order_scratch_bytes(model_, act_, tokens);
   if (gather_bytes > 0) gather_scratch_.reset(static_cast<size_t>(gather_bytes));
   workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
                      cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
-                     qs.bytes(act_) + gather_bytes +
+                     qs.bytes(act_) + qs.fp8_bytes(tokens) + gather_bytes +
                      cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }
 

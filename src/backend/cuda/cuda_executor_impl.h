@@ -235,14 +235,28 @@ class CudaExecutor final : public ModelExecutor {
   // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
   void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
   void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant).
+  // FP8 weights: the FP8 GEMV for few rows (and, in chunks of its rows, in batch-invariant mode),
+  // else per-token FP8 activations and the cuBLASLt FP8 GEMM.
+  void fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // The FP8 GEMM of M rows over the activations in fp8_xq_ / fp8_xs_ (fp8_linear's quantization or
+  // fp8_norm_quantized's); kSwiGlu not supported.
+  void fp8_gemm(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // Where M rows over w take the FP8 GEMM: rms_norm of x's rows (rows: gathered, or null) fused with
+  // their FP8 quantization into fp8_xq_ / fp8_xs_ (cuda::rms_norm_fp8), true; false (nothing
+  // launched) for any other weight, M or shape: the caller runs the norm and linear().
+  bool fp8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                          const float* norm_weight, float eps);
+  // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant), or for
+  // an FP8 weight the FP8 GEMV (at most tuning.quant_gemv_max_rows rows too; always in
+  // batch-invariant mode). Both fuse SwiGLU.
   bool quant_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    if (w.fp8()) return opt_.batch_invariant || M <= std::min<int64_t>(opt_.tuning.quant_gemv_max_rows, cuda::kFp8GemvMaxM);
     return w.quantized() && !opt_.batch_invariant && M <= opt_.tuning.quant_gemv_max_rows;
   }
   // Whether they take the tensor-core matmul instead: bf16 activations, more rows than the GEMV
-  // takes and at most tuning.quant_mma_max_rows (not batch-invariant).
+  // takes and at most tuning.quant_mma_max_rows (not batch-invariant; not FP8).
   bool quant_mma(int64_t M, const cuda::DeviceWeight& w) const {
-    return w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && !quant_gemv(M, w) &&
+    return w.quantized() && !w.fp8() && !opt_.batch_invariant && act_ == DType::kBF16 && !quant_gemv(M, w) &&
            M <= opt_.tuning.quant_mma_max_rows;
   }
   const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
@@ -330,6 +344,15 @@ class CudaExecutor final : public ModelExecutor {
   int8_t* xq_ = nullptr;
   float2* xds_ = nullptr;
   uint8_t* dequant_ = nullptr;
+  // FP8 weights' activations for the cuBLASLt FP8 GEMM (cuda_sizing.h QuantScratch::fp8_bytes):
+  // codes [fp8_rows_cap_, max K] e4m3 and one f32 scale a row; the unscaled GEMM's output
+  // [kFp8UnscaledRows, max N] f32 (used only where cuBLASLt has no outer-vector scaling).
+  DeviceBuffer fp8_scratch_;
+  uint8_t* fp8_xq_ = nullptr;
+  float* fp8_xs_ = nullptr;
+  float* fp8_acc_ = nullptr;
+  int64_t fp8_rows_cap_ = 0;
+  bool fp8_unscaled_logged_ = false;
   DeviceBuffer sample_work_, sample_mask_, sample_out_dev_, sample_params_dev_, penalties_dev_, blocked_dev_, biases_dev_;
   DeviceBuffer token_masks_dev_, token_mask_rows_dev_;     // structured outputs (SampleSpec::allowed_mask)
   PinnedBuffer token_masks_host_, token_mask_rows_host_;

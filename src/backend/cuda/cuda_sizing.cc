@@ -158,11 +158,22 @@ QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   for (size_t i = 0; i < m.weights().linears.size(); ++i) {
     const LinearEntry& e = m.weights().linears[i];
     const auto segs = plan_device_weight(e, act, native && !dense[i], nullptr);
+    if (segs.front().format == DType::kF8E4M3Rows) {
+      q.fp8_max_k = std::max(q.fp8_max_k, e.k());
+      q.fp8_max_n = std::max(q.fp8_max_n, e.n());
+      continue;
+    }
     if (!is_quantized(segs.front().format)) continue;
     q.dequant_elems = std::max(q.dequant_elems, e.n() * e.k());
     q.max_k = std::max(q.max_k, e.k());
   }
   return q;
+}
+
+int64_t QuantScratch::fp8_bytes(int64_t tokens) const {
+  if (fp8_max_k == 0) return 0;
+  return align_up(tokens * fp8_max_k, 256) + align_up(tokens * 4, 256) +
+         align_up(std::min(tokens, kFp8UnscaledRows) * fp8_max_n * 4, 256);
 }
 
 int64_t QuantScratch::bytes(DType act) const {
@@ -201,6 +212,7 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
                 cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
+                cuda::quant_scratch_for(model, act, cuda::native_quant(options)).fp8_bytes(caps.tokens) +
                 cuda::input_order_scratch_bytes(model, act, caps.tokens);
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;

@@ -77,12 +77,19 @@ std::vector<bool> linears_off_device(const LayerLinears& ll, const Model& m, con
 WeightOffloadPlan offload_plan_for(const LayerWeightBytes& b, const CudaExecutorOptions& o);
 // The act-order gather's scratch: tokens x the largest K of a weight with an input order, in act.
 int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens);
-// Scratch of the native quantized matmuls: the largest quantized weight dequantized to `act` (the
-// cuBLASLt and SIMT paths) and the int8 activations of the GEMV (kQuantGemvMaxM rows of max_k).
+// Scratch of the native quantized matmuls: the largest GGUF-quantized weight dequantized to `act`
+// (the cuBLASLt and SIMT paths) and the int8 activations of the GEMV (kQuantGemvMaxM rows of max_k);
+// for FP8 weights, the FP8 activations of the cuBLASLt FP8 GEMM (tokens rows of fp8_max_k codes and
+// their f32 scales; no dequantized copy).
 struct QuantScratch {
-  int64_t dequant_elems = 0;  // N * K of the largest quantized weight; 0: none
-  int64_t max_k = 0;
+  int64_t dequant_elems = 0;  // N * K of the largest GGUF-quantized weight; 0: none
+  int64_t max_k = 0;          // of the GGUF-quantized weights
+  int64_t fp8_max_k = 0, fp8_max_n = 0;  // of the FP8 weights
   int64_t bytes(DType act) const;
+  // The FP8 activations of `tokens` rows, and the f32 output of kFp8UnscaledRows rows of the
+  // unscaled GEMM (where cuBLASLt has no outer-vector scaling: BlasLt::matmul_fp8).
+  int64_t fp8_bytes(int64_t tokens) const;
+  static constexpr int64_t kFp8UnscaledRows = 256;
 };
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native_quant);
 constexpr int64_t kOverhead = int64_t{512} << 20;  // cuBLASLt workspace, graphs, input buffers, slack

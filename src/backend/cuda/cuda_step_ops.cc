@@ -11,10 +11,13 @@
 // Matmul dispatch (on the weight's device format, backend/cuda/device_weight.h): batch-invariant
 // mode -> SIMT GEMM; bf16 with few rows -> our GEMV (RMSNorm fused into the QKV / gate-up /
 // lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
+// FP8 weights: the FP8 GEMV (bf16 activations; SwiGLU fused) for few rows and in batch-invariant
+// mode, else per-token FP8 activations and cuBLASLt's FP8 GEMM (residual add as its epilogue).
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
 #include "backend/cuda/gather_columns.h"
+#include "common/log.h"
 #include "model/layer_range_ops.h"
 
 namespace pagoda::cuda_impl {
@@ -28,6 +31,7 @@ void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M,
     cuda::gather_columns(x, act_, M, w.k, w.input_order.as<int32_t>(), gather_scratch_.get(), stream_);
     x = gather_scratch_.get();
   }
+  if (w.fp8()) return fp8_linear(x, w, M, y, mode);
   if (w.quantized()) return quant_linear(x, w, M, y, mode);
   PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
                dtype_name(w.format()), dtype_name(act_));
@@ -44,6 +48,56 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
   } else {
     const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
     blas_->matmul(x, w, act_, M, N, K, y, f32_out ? DType::kF32 : act_, mode == GemmOut::kAddF32, stream_);
+  }
+}
+
+void CudaExecutor::fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  PAGODA_CHECK(act_ == DType::kBF16 && w.uniform(), "an FP8 weight is one segment over bf16 activations");
+  const cuda::DeviceWeightSegment& seg = w.segments.front();
+  const float* w_scale = cuda::fp8_scales(seg, w.k);
+  const int64_t N = w.n, K = w.k;
+  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+  if (quant_gemv(M, w)) {
+    const int64_t ldy = mode == GemmOut::kSwiGlu ? N / 2 : N;
+    const int64_t out_elem = f32_out ? 4 : 2;
+    for (int64_t m0 = 0; m0 < M; m0 += cuda::kFp8GemvMaxM)
+      cuda::gemv_fp8(static_cast<const uint8_t*>(x) + m0 * K * 2, seg.data, w_scale,
+                     std::min<int64_t>(cuda::kFp8GemvMaxM, M - m0), N, K, static_cast<uint8_t*>(y) + m0 * ldy * out_elem,
+                     ldy, mode, stream_);
+    return;
+  }
+  PAGODA_CHECK(M <= fp8_rows_cap_, "FP8 activations of {} rows exceed their scratch of {}", M, fp8_rows_cap_);
+  cuda::quantize_activations_fp8(x, act_, M, K, fp8_xq_, fp8_xs_, stream_);
+  fp8_gemm(w, M, y, mode);
+}
+
+bool CudaExecutor::fp8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                                      const float* norm_weight, float eps) {
+  if (!w.fp8() || quant_gemv(M, w) || M > fp8_rows_cap_) return false;
+  return cuda::rms_norm_fp8(x, rows, M, w.k, norm_weight, eps, fp8_xq_, fp8_xs_, stream_);
+}
+
+void CudaExecutor::fp8_gemm(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the FP8 GEMM has no fused SwiGLU");
+  const cuda::DeviceWeightSegment& seg = w.segments.front();
+  const float* w_scale = cuda::fp8_scales(seg, w.k);
+  const int64_t N = w.n, K = w.k;
+  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+  if (blas_->matmul_fp8(fp8_xq_, fp8_xs_, seg.data, w_scale, M, N, K, y, f32_out ? DType::kF32 : DType::kBF16,
+                        mode == GemmOut::kAddF32, stream_))
+    return;
+  // No outer-vector FP8 kernel in this cuBLAS for the shape: the unscaled GEMM, then our scaling.
+  if (!fp8_unscaled_logged_) {
+    log_warn("cuda", "cuBLASLt has no FP8 GEMM with outer-vector scales for M={} N={} K={}: the FP8 matmuls run "
+             "unscaled with a scaling kernel after them", M, N, K);
+    fp8_unscaled_logged_ = true;
+  }
+  const int64_t rows = cuda::QuantScratch::kFp8UnscaledRows, out_elem = f32_out ? 4 : 2;
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t m = std::min(rows, M - m0);
+    blas_->matmul_fp8_unscaled(fp8_xq_ + m0 * K, seg.data, m, N, K, fp8_acc_, stream_);
+    cuda::scale_fp8_output(fp8_acc_, m, N, fp8_xs_ + m0, w_scale, static_cast<uint8_t*>(y) + m0 * N * out_elem, N, mode,
+                           stream_);
   }
 }
 
@@ -205,6 +259,21 @@ class CudaExecutor::StepOps final : public LayerOps {
       e.profiler_.mark("rms_norm", e.stream_);
       e.linear(e.hidden_.get(), gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
       e.profiler_.mark("gate/up+swiglu", e.stream_);
+    } else if (e.fp8_norm_quantized(gu, T_, e.residual_.as<float>(), nullptr, e.vec(norm.weight),
+                                    static_cast<float>(norm.eps))) {  // FP8: the norm writes the GEMM's FP8 input
+      e.profiler_.mark("rms_norm+fp8 quantize", e.stream_);
+      e.fp8_gemm(gu, T_, e.gu_.get(), GemmOut::kStoreAct);
+      e.profiler_.mark("gate/up", e.stream_);
+      const cuda::DeviceWeight& dw = e.weight(down);
+      if (dw.fp8() && !e.quant_gemv(T_, dw) && dw.k == F &&
+          cuda::swiglu_fp8(e.gu_.get(), T_, F, e.fp8_xq_, e.fp8_xs_, e.stream_)) {  // SwiGLU writes down's FP8 input
+        e.profiler_.mark("swiglu+fp8 quantize", e.stream_);
+        e.fp8_gemm(dw, T_, e.residual_.get(), GemmOut::kAddF32);
+        e.profiler_.mark("down", e.stream_);
+        return;
+      }
+      cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
+      e.profiler_.mark("swiglu", e.stream_);
     } else {
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
@@ -440,6 +509,13 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
       cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
+      return;
+    }
+    // An FP8 weight past the GEMV: the norm writes the FP8 activations of the GEMM directly.
+    if (mode != GemmOut::kSwiGlu && e.fp8_norm_quantized(w, M, e.residual_.as<float>(), rows, e.vec(norm.weight), eps)) {
+      if (label) e.profiler_.mark("rms_norm+fp8 quantize", e.stream_);
+      e.fp8_gemm(w, M, y, mode);
+      if (label) e.profiler_.mark(label, e.stream_);
       return;
     }
     DeviceBuffer& normed = rows ? e.last_ : e.hidden_;

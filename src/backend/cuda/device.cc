@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
+#include "common/half.h"
 #include "runtime/cuda_executor.h"
 
 namespace pagoda {
@@ -112,7 +113,7 @@ Result<CudaMemoryInfo> cuda_memory_info(int device) {
   return CudaMemoryInfo{static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
 }
 
-Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64_t gemm_n) {
+Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64_t gemm_n, bool fp8_gemm) {
   std::string why;
   if (!cuda_available(&why)) return make_status(StatusCode::kNotFound, "{}", why);
   CUDA_CHECK(cudaSetDevice(device));
@@ -173,6 +174,48 @@ Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64
     }
     std::sort(ms.begin(), ms.end());
     c.bf16_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms[ms.size() / 2] * 1e-3);
+  }
+  if (fp8_gemm) {
+    // The same values as e4m3 codes (|v| <= 1: normal and subnormal codes), unit scale vectors,
+    // bf16 out: the FP8 W8A8 GEMM the engine runs (BlasLt::matmul_fp8). Median of 10 after 3.
+    const int64_t n = gemm_n;
+    std::vector<uint8_t> codes(static_cast<size_t>(n * n));
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (auto& v : codes) {
+      st ^= st << 13;
+      st ^= st >> 7;
+      st ^= st << 17;
+      v = f32_to_fp8_e4m3(static_cast<float>(static_cast<int64_t>(st % 2001) - 1000) * 1e-3f);
+    }
+    std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+    cuda::DeviceBuffer xq(static_cast<size_t>(n * n)), wq(static_cast<size_t>(n * n)), sc(static_cast<size_t>(n) * 4),
+        y(static_cast<size_t>(n * n) * 4);
+    cuda::BlasLt blas;
+    std::vector<float> ms;
+    CUDA_CHECK(cudaMemcpy(xq.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(wq.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(sc.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    // Without outer-vector FP8 kernels (matmul_fp8 false): the unscaled GEMM the engine falls back to.
+    c.fp8_outer_vec = blas.matmul_fp8(xq.get(), sc.as<float>(), wq.get(), sc.as<float>(), n, n, n, y.get(), DType::kBF16,
+                                      false, s);
+    auto fp8 = [&] {
+      if (c.fp8_outer_vec)
+        blas.matmul_fp8(xq.get(), sc.as<float>(), wq.get(), sc.as<float>(), n, n, n, y.get(), DType::kBF16, false, s);
+      else
+        blas.matmul_fp8_unscaled(xq.get(), wq.get(), n, n, n, y.as<float>(), s);
+    };
+    for (int i = 0; i < 3; ++i) fp8();
+    for (int i = 0; i < 10; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      fp8();
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    c.fp8_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms[ms.size() / 2] * 1e-3);
   }
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));

@@ -4,6 +4,11 @@
 //   - a GGUF block-quantized format with kernels (quant_weight_supported: Q4_0 .. Q8_0, Q4_K,
 //     Q5_K, Q6_K), kept as the file's blocks: the int8 GEMV for few rows, dequantized into a
 //     scratch buffer for cuBLASLt and the SIMT GEMM otherwise.
+//   - FP8 E4M3 with a scale per output channel (kF8E4M3Rows: FP8 checkpoints with per-tensor or
+//     per-channel scales, --quantization fp8), N and K multiples of 16, all parts of the weight FP8:
+//     codes [n, K] then scales [n] f32 at fp8_scales_offset (one segment), a byte a weight; the
+//     FP8 GEMV (bf16 activations) for few rows, else dynamic per-token FP8 activations and the
+//     cuBLASLt FP8 GEMM with per-token x per-channel scales.
 // Every other host dtype (f16, other quantized types) is converted or dequantized to the compute
 // dtype at load. A fused weight (q/k/v, gate/up) whose parts come in different formats (llama.cpp's
 // mixes give attn_v a higher type) is one segment per run of parts of one format, stacked along N.
@@ -43,22 +48,34 @@ struct DeviceWeight {
       if (is_quantized(s.format)) return true;
     return false;
   }
+  // FP8 (plan_device_weight makes such a weight one segment).
+  bool fp8() const { return !segments.empty() && segments.front().format == DType::kF8E4M3Rows; }
 };
 
-// The device format a host weight of `host` dtype gets for compute dtype `compute` (bf16 or f32):
-// its own where `native_quant` and the bf16 path has kernels for it, else the compute dtype.
-DType device_weight_format(DType host, DType compute, bool native_quant);
+// The device format a host weight of `host` dtype and `k` inputs gets for compute dtype `compute`
+// (bf16 or f32): its own where `native_quant` and the bf16 path has kernels for it, else the compute
+// dtype.
+DType device_weight_format(DType host, int64_t k, DType compute, bool native_quant);
+
+// An FP8 segment of n rows: its scales' byte offset from the segment's codes (16-byte aligned).
+inline int64_t fp8_scales_offset(int64_t n, int64_t k) { return (n * k + 15) / 16 * 16; }
+inline const float* fp8_scales(const DeviceWeightSegment& s, int64_t k) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(s.data) + fp8_scales_offset(s.n, k));
+}
 
 // Bytes of an [n, k] weight in `format`.
-inline int64_t device_weight_bytes(DType format, int64_t n, int64_t k) { return n * device_row_bytes(format, k); }
+inline int64_t device_weight_bytes(DType format, int64_t n, int64_t k) {
+  if (format == DType::kF8E4M3Rows) return fp8_scales_offset(n, k) + n * 4;
+  return n * device_row_bytes(format, k);
+}
 
 // Segments are placed at multiples of this in one allocation.
 constexpr int64_t kSegmentAlign = 256;
 
 // The device layout of a host linear weight (data pointers unset): every part in its
 // device_weight_format, adjacent parts of one format merged into a segment, unless some part has
-// no native kernels: then the whole weight takes the compute dtype (one segment). `bytes`: the
-// storage it needs.
+// no native kernels, or FP8 parts sit beside parts of another format: then the whole weight takes
+// the compute dtype (one segment). `bytes`: the storage it needs.
 std::vector<DeviceWeightSegment> plan_device_weight(const LinearEntry& e, DType compute, bool native_quant,
                                                     int64_t* bytes);
 

@@ -60,6 +60,10 @@ void scale_f32(float* x, int64_t n, float scale, cudaStream_t s);
 
 // out[t, i] = silu(gu[t, i]) * gu[t, F + i]. gu: [T, 2F], out: [T, F], both `dtype` (f32 | bf16).
 void swiglu(const void* gu, int64_t T, int64_t F, void* out, DType dtype, cudaStream_t s);
+// swiglu (bf16) fused with quantize_activations_fp8 of its rows: codes q [T, F] e4m3 and scales
+// [T] f32, bit for bit the two kernels' result, without the bf16 rows in memory. False (nothing
+// launched) unless F % 8 == 0, gu 16-byte and q 8-byte aligned and a row's 2F bytes fit 160 KiB.
+bool swiglu_fp8(const void* gu, int64_t T, int64_t F, uint8_t* q, float* scale, cudaStream_t s);
 
 // out[t, i] = gelu_tanh(gu[t, i]) * gu[t, F + i] (GeGLU, tanh approximation of GELU). gu: [T, 2F],
 // out: [T, F], both `dtype` (f32 | bf16).
@@ -284,6 +288,34 @@ void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64
 // out[rows, K] (bf16 or f32) = the values of quantized rows w, each computed as
 // quant::dequantize_row computes it on the host (f32; bf16 rounds that).
 void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
+
+// ---- fp8_matmul.cu: FP8 E4M3 weights with per-channel scales (DType::kF8E4M3Rows) -------------
+//
+// The device layout of such a weight (device_weight.h): codes [N, K] e4m3, K a multiple of 16
+// (fp8_weight_supported), then scales [N] f32; w[n, k] = scale[n] * e4m3(code[n, k]).
+bool fp8_weight_supported(int64_t K);
+// y[M, N] = x W^T for bf16 x [M, K] (16-byte aligned rows) and the FP8 W (N = 2F: [gate; up] for
+// kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. W8A16: the codes are converted in
+// registers, f32 sums scaled per channel at the end; a row's result does not depend on M.
+// 1 <= M <= kFp8GemvMaxM.
+constexpr int kFp8GemvMaxM = 8;
+void gemv_fp8(const void* x, const void* w, const float* w_scale, int64_t M, int64_t N, int64_t K, void* y,
+              int64_t ldy, GemmOut mode, cudaStream_t s);
+// Dynamic per-token FP8 activations for the W8A8 GEMM (BlasLt::matmul_fp8): per row of x [M, K]
+// (bf16 or f32), scale = max|x| / 448 (f32) and q = e4m3(x / scale) (nearest even, saturating; 0
+// for a zero row), bit for bit quant::quantize_row(kF8E4M3Rows)'s codes and scale.
+void quantize_activations_fp8(const void* x, DType x_dtype, int64_t M, int64_t K, uint8_t* q, float* scale,
+                              cudaStream_t s);
+// rms_norm (bf16 out) of rows x[rows ? rows[i] : i] fused with quantize_activations_fp8: the same
+// codes [n, D] and scales [n] as the two kernels, bit for bit, without the bf16 row in memory
+// (norm.cu). False (nothing launched) where the vectorised norm does not apply (D % 4, alignment)
+// or a row's bf16 values exceed 48 KiB of shared memory: the caller runs the two kernels.
+bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, uint8_t* q,
+                  float* scale, cudaStream_t s);
+// y[m, n] (kStoreF32 / kAddF32 / kStoreAct: bf16; row stride ldy) = x_scale[m] * w_scale[n] *
+// acc[m, n], acc [M, N] f32 the unscaled FP8 GEMM (BlasLt::matmul_fp8_unscaled).
+void scale_fp8_output(const float* acc, int64_t M, int64_t N, const float* x_scale, const float* w_scale, void* y,
+                      int64_t ldy, GemmOut mode, cudaStream_t s);
 
 // ---- moe.cu: mixture-of-experts layers (model/layer_ops.h moe_mlp) ---------------------------
 //

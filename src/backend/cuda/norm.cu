@@ -65,6 +65,57 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const int32_t* __re
   }
 }
 
+// rms_norm_kernel<bf16, true>'s rows (the same block_rms_norm_row, the same threads: the same bf16
+// values), kept in shared memory, then quantized as quantize_activations_fp8 does: one f32 scale
+// max|row| / 448 and e4m3(value / scale) codes, 4 a thread a store.
+__global__ void rms_norm_fp8_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
+                                    const float* __restrict__ w, float eps, uint8_t* __restrict__ q,
+                                    float* __restrict__ scale) {
+  extern __shared__ uint2 row_bf16[];  // D / 4 entries of 4 bf16
+  __shared__ float scratch[33];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows ? rows[i] : i;
+  float amax = 0.0f;
+  block_rms_norm_row<4>(reinterpret_cast<const float4*>(x + r * D), reinterpret_cast<const float4*>(w), D / 4, eps,
+                        scratch, [&](int j, const float4& y) {
+                          uint2 u;
+                          const __nv_bfloat162 a = __floats2bfloat162_rn(y.x, y.y), b = __floats2bfloat162_rn(y.z, y.w);
+                          *reinterpret_cast<__nv_bfloat162*>(&u.x) = a;
+                          *reinterpret_cast<__nv_bfloat162*>(&u.y) = b;
+                          row_bf16[j] = u;
+                          const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+                          amax = fmaxf(amax, fmaxf(fmaxf(fabsf(fa.x), fabsf(fa.y)), fmaxf(fabsf(fb.x), fabsf(fb.y))));
+                        });
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  amax = warp_max(amax);
+  __syncthreads();  // scratch: block_sum's last read; row_bf16: every thread's writes
+  if (lane == 0) scratch[warp] = amax;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < nw ? scratch[lane] : 0.0f;
+    t = warp_max(t);
+    if (lane == 0) scratch[32] = t;
+  }
+  __syncthreads();
+  const float s = scratch[32] / 448.0f;
+  uint32_t* qr = reinterpret_cast<uint32_t*>(q + i * D);
+  for (int j = threadIdx.x; j < D / 4; j += blockDim.x) {
+    uint32_t codes = 0;
+    if (s != 0.0f) {
+      const uint2 u = row_bf16[j];
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+      const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a.x / s, a.y / s), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(b.x / s, b.y / s), __NV_SATFINITE, __NV_E4M3);
+      codes = lo | (hi << 16);
+    }
+    qr[j] = codes;
+  }
+  if (threadIdx.x == 0) scale[i] = s;
+}
+
 // One block per row: residual[t] += rms_norm(x[t]) * w, the row read twice (Gemma's post-norms;
 // the rows are short).
 __global__ void rms_norm_add_kernel(const float* __restrict__ x, int D, const float* __restrict__ w, float eps,
@@ -167,14 +218,28 @@ void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t
   CUDA_CHECK_LAUNCH();
 }
 
+// Vectorised rms_norm: threads for about 4 float4 each (whole warps, 32..256).
+static int rms_norm_vec4_threads(int64_t D) {
+  return static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(D / 4, 4), 32) * 32)));
+}
+
+bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, uint8_t* q,
+                  float* scale, cudaStream_t s) {
+  const size_t smem = static_cast<size_t>(D) * 2;
+  if (D % 4 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(q) || smem > 48 * 1024) return false;
+  if (n <= 0) return true;
+  launch_pdl(rms_norm_fp8_kernel, dim3(static_cast<unsigned>(n)), dim3(rms_norm_vec4_threads(D)), smem, s, x, rows,
+             static_cast<int>(D), w, eps, q, scale);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 void rms_norm(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, void* out,
               DType out_dtype, cudaStream_t s) {
   if (n <= 0) return;
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "rms_norm: out dtype must be f32 or bf16");
   const bool vec4 = D % 4 == 0 && aligned16(x) && aligned16(w) && aligned16(out);
-  // Vectorised: threads for about 4 float4 each (whole warps, 32..256).
-  const int threads = vec4 ? static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(D / 4, 4), 32) * 32)))
-                           : (D >= 2048 ? 512 : (D >= 256 ? 256 : 64));
+  const int threads = vec4 ? rms_norm_vec4_threads(D) : (D >= 2048 ? 512 : (D >= 256 ? 256 : 64));
   const int d = static_cast<int>(D);
   if (out_dtype == DType::kF32) {
     auto* o = static_cast<float*>(out);

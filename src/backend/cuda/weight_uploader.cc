@@ -36,6 +36,7 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
   const int64_t cols = src.ndim() == 1 ? src.numel() : src.dim(-1);
   // Quantized blocks are copied as they are (a native device format); else elements of 2 or 4 bytes.
   PAGODA_CHECK(!is_quantized(dst_dtype) || src.dtype() == dst_dtype, "a quantized device weight is its host blocks");
+  PAGODA_CHECK(dst_dtype != DType::kF8E4M3Rows, "FP8 rows go through upload_fp8_rows");
   const int64_t out_row = device_row_bytes(dst_dtype, cols);
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(kChunk) / out_row);
   PAGODA_CHECK(out_row <= static_cast<int64_t>(kChunk), "weight row too large for staging");
@@ -70,6 +71,28 @@ void WeightUploader::upload(const Tensor& src, DType dst_dtype, void* dst) {
     submit(static_cast<uint8_t*>(dst) + r0 * out_row, static_cast<size_t>(n * out_row));
   }
   bytes_read_ += rows * src.row_bytes();
+}
+
+void WeightUploader::upload_fp8_rows(const Tensor& src, void* codes, void* scales) {
+  PAGODA_CHECK(src.dtype() == DType::kF8E4M3Rows && src.ndim() == 2, "upload_fp8_rows: an F8E4M3Rows matrix");
+  const int64_t rows = src.dim(0), K = src.dim(1);
+  PAGODA_CHECK(K <= static_cast<int64_t>(kChunk), "weight row too large for staging");
+  const int64_t per = static_cast<int64_t>(kChunk) / K;
+  std::vector<float> row_scales(static_cast<size_t>(rows));
+  for (int64_t r0 = 0; r0 < rows; r0 += per) {
+    const int64_t n = std::min(per, rows - r0);
+    uint8_t* stage = next();
+    pool_.parallel_for(n, 64, [&](int64_t b, int64_t en) {
+      for (int64_t r = b; r < en; ++r) {
+        const uint8_t* in = src.row_ptr(r0 + r);  // [f32 scale][K codes]
+        std::memcpy(&row_scales[static_cast<size_t>(r0 + r)], in, 4);
+        std::memcpy(stage + r * K, in + 4, static_cast<size_t>(K));
+      }
+    });
+    submit(static_cast<uint8_t*>(codes) + r0 * K, static_cast<size_t>(n * K));
+  }
+  upload_f32(row_scales.data(), rows, scales);
+  bytes_read_ += rows * src.row_bytes() - rows * 4;  // upload_f32 counted the scales
 }
 
 void WeightUploader::upload_f32(const float* src, int64_t n, void* dst) {

@@ -27,8 +27,11 @@ class WeightUploader {
 
   // Rows [0, rows) of src ([rows, cols], any weight dtype) -> dst as dst_dtype (f32 or bf16/f16
   // storage of the same element size, or src's own quantized dtype: its blocks in the device
-  // layout, device_row_bytes a row), contiguous.
+  // layout, device_row_bytes a row; not F8E4M3Rows: upload_fp8_rows), contiguous.
   void upload(const Tensor& src, DType dst_dtype, void* dst);
+  // An F8E4M3Rows weight [rows, K] in the FP8 device layout (device_weight.h): its codes to
+  // `codes` ([rows, K], contiguous), its row scales to `scales` ([rows] f32).
+  void upload_fp8_rows(const Tensor& src, void* codes, void* scales);
   void upload_f32(const float* src, int64_t n, void* dst);
   // Bytes of host memory read so far (the source tensors' sizes).
   int64_t bytes_read() const { return bytes_read_; }

@@ -21,6 +21,6 @@ Result<CudaLayerWeightBytes> cuda_layer_weight_bytes(const Model&, const CudaExe
 Result<std::unique_ptr<ModelExecutor>> make_cuda_executor(const Model&, const KvCacheSpec&, const CudaExecutorOptions&) {
   return unimplemented("{}", kNoCuda);
 }
-Result<CudaCeilings> cuda_measure_ceilings(int, int64_t, int64_t) { return unimplemented("{}", kNoCuda); }
+Result<CudaCeilings> cuda_measure_ceilings(int, int64_t, int64_t, bool) { return unimplemented("{}", kNoCuda); }
 
 }  // namespace pagoda
