@@ -222,7 +222,7 @@ stage_fp8() {
 }
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
-  TAILN=3 step tests 170 $TESTS
+  TAILN=3 step tests 260 $TESTS
 }
 # 8bpeaked: the 8B shape with a peaked next-token distribution (make_random_llama.py --peaked: a
 # greedy continuation that survives a change of kernels, for the speculative-decoding replay).
