@@ -2,8 +2,8 @@
 //   1. quantize_activations_fp8: the codes and scales of quant::quantize_row(kF8E4M3Rows), bit for
 //      bit, for bf16 and f32 rows (a zero row: scale 0, codes 0);
 //      rms_norm_fp8 (the norm fused with it) gives the codes and scales of rms_norm (bf16) then
-//      quantize_activations_fp8, bit for bit (D 128 / 4096 / 8192, gathered rows); so does
-//      swiglu_fp8 against swiglu then quantize_activations_fp8 (F 160 / 14336 / 28672, a zero row);
+//      quantize_activations_fp8, bit for bit (D 128 / 4096 / 8192 / 24576, gathered rows); so does
+//      swiglu_fp8 against swiglu then quantize_activations_fp8 (F 160 / 14336 / 24576 / 28672, a zero row);
 //   2. gemv_fp8 (W8A16, 1..8 rows, every output mode, one- and two-row warps, an N that is not a
 //      multiple of the warp's rows) against a double reference on the dequantized weights
 //      (scale x e4m3) and the bf16 activations: NMSE <= 1e-9 for f32 outputs (the same products,
@@ -183,7 +183,7 @@ TEST(CudaFp8, ActivationQuantizationIsTheHostRule) {
 
 TEST(CudaFp8, FusedNormQuantizationEqualsTheTwoKernels) {
   PAGODA_REQUIRE_GPU();
-  for (int64_t D : {128, 4096, 8192}) {
+  for (int64_t D : {128, 4096, 8192, 24576}) {  // 24576: 48 KiB of bf16, past the default with the static scratch
     for (bool gather : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "D " << D << (gather ? " gathered rows" : ""));
       const int64_t T = 7;
@@ -206,7 +206,7 @@ TEST(CudaFp8, FusedNormQuantizationEqualsTheTwoKernels) {
 
 TEST(CudaFp8, FusedSwiGluQuantizationEqualsTheTwoKernels) {
   PAGODA_REQUIRE_GPU();
-  for (int64_t F : {160, 14336, 28672}) {  // 28672: 56 KiB of shared memory, past the default 48
+  for (int64_t F : {160, 14336, 24576, 28672}) {  // 24576 (48 KiB) and 28672 (56 KiB): past the default 48 KiB
     SCOPED_TRACE(::testing::Message() << "F " << F);
     const int64_t T = 5;
     std::vector<float> gu = test::random_floats(T * 2 * F, 101 + F, -6.0f, 6.0f);

@@ -309,7 +309,7 @@ void quantize_activations_fp8(const void* x, DType x_dtype, int64_t M, int64_t K
 // rms_norm (bf16 out) of rows x[rows ? rows[i] : i] fused with quantize_activations_fp8: the same
 // codes [n, D] and scales [n] as the two kernels, bit for bit, without the bf16 row in memory
 // (norm.cu). False (nothing launched) where the vectorised norm does not apply (D % 4, alignment)
-// or a row's bf16 values exceed 48 KiB of shared memory: the caller runs the two kernels.
+// or a row's bf16 values exceed 96 KiB of shared memory: the caller runs the two kernels.
 bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, uint8_t* q,
                   float* scale, cudaStream_t s);
 // y[m, n] (kStoreF32 / kAddF32 / kStoreAct: bf16; row stride ldy) = x_scale[m] * w_scale[n] *

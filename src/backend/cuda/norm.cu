@@ -225,9 +225,18 @@ static int rms_norm_vec4_threads(int64_t D) {
 
 bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, uint8_t* q,
                   float* scale, cudaStream_t s) {
+  constexpr size_t kMaxSmem = 96 * 1024;  // opted into past the default 48 KiB (Hopper: up to 227 KiB a block)
   const size_t smem = static_cast<size_t>(D) * 2;
-  if (D % 4 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(q) || smem > 48 * 1024) return false;
+  if (D % 4 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(q) || smem > kMaxSmem) return false;
   if (n <= 0) return true;
+  if (smem > 47 * 1024) {  // the default 48 KiB a block also hold the static shared memory (a KiB of margin)
+    static const bool opted = [] {
+      CUDA_CHECK(cudaFuncSetAttribute(rms_norm_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kMaxSmem)));
+      return true;
+    }();
+    (void)opted;
+  }
   launch_pdl(rms_norm_fp8_kernel, dim3(static_cast<unsigned>(n)), dim3(rms_norm_vec4_threads(D)), smem, s, x, rows,
              static_cast<int>(D), w, eps, q, scale);
   CUDA_CHECK_LAUNCH();
