@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <stdexcept>
 #include <random>
 
 #include "model/tensor_parallel_plan.h"
@@ -152,6 +154,22 @@ struct Run {
   std::vector<int64_t> argmax;  // the output head's greedy token per row
 };
 
+// The rank's part of a stacked expert tensor [E, N, K] split along dim 1 (N) or 2 (K).
+Mat slice_experts(const Mat& m, const TensorShard& s) {
+  const int64_t E = s.decl.shape[0], N = s.decl.shape[1], K = s.decl.shape[2];
+  EXPECT_EQ(s.ranges.size(), 1u);
+  const ShardRange r = s.ranges[0];
+  Mat out;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < N; ++n) {
+      if (s.dim == 1 && (n < r.offset || n >= r.offset + r.length)) continue;
+      const auto row = m.begin() + (e * N + n) * K;
+      if (s.dim == 1) out.insert(out.end(), row, row + K);
+      else out.insert(out.end(), row + r.offset, row + r.offset + r.length);
+    }
+  return out;
+}
+
 // One layer then the output head, per the plan: each rank's partials summed (the all-reduce), the
 // vocabulary-parallel logits' per-rank (max, index) reduced to the lowest index of the largest.
 // `swap_o`: give rank r rank (r+1)'s o slice (a wrong plan the check must catch).
@@ -280,6 +298,88 @@ TEST(TensorParallelLayer, ReplicatedKvHeadsWithBiasesMatchAtFourRanks) {
   c.attention_bias = true;
   c.tie_word_embeddings = true;
   check_model(c, {2, 4});
+}
+
+// The MoE MLP (router replicated, each expert's width split) and the vocabulary-parallel embedding:
+// each rank's partial down products summed, and each rank's embedding rows (zeros outside its
+// range) summed, equal the whole computation.
+TEST(TensorParallelLayer, MoeExpertsAndEmbeddingMatch) {
+  ModelConfig c = small(ArchFamily::kMixtral, 8, 4);
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.expert_intermediate_size = 32;
+  c.norm_topk_prob = true;
+  auto whole = plan_tensor_parallel(c, 1);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const Weights w = random_weights(whole->table, 5);
+  const int64_t T = 6, D = c.hidden_size, E = c.num_experts;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Mat h(static_cast<size_t>(T * D));
+  for (float& v : h) v = nd(rng);
+  // Routing is computed whole on every rank (the router is replicated): the same experts and weights.
+  const Mat router = matmul(h, w.full.at("blk.0.ffn_gate_inp.weight"), T, E, D);
+  std::vector<std::vector<std::pair<int64_t, double>>> routes(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int64_t> idx(static_cast<size_t>(E));
+    std::iota(idx.begin(), idx.end(), 0);
+    const float* lg = &router[static_cast<size_t>(t * E)];
+    std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(), [&](int64_t a, int64_t b) { return lg[a] > lg[b]; });
+    const double w0 = 1.0, w1 = std::exp(double(lg[idx[1]]) - lg[idx[0]]);
+    routes[static_cast<size_t>(t)] = {{idx[0], w0 / (w0 + w1)}, {idx[1], w1 / (w0 + w1)}};
+  }
+  // Experts of width F given as [E, F, D] gate / up and [E, D, F] down.
+  auto moe = [&](const Mat& gate, const Mat& up, const Mat& down, int64_t F) {
+    Mat y(static_cast<size_t>(T * D), 0.f);
+    for (int64_t t = 0; t < T; ++t)
+      for (const auto& [e, rw] : routes[static_cast<size_t>(t)]) {
+        const Mat x(h.begin() + t * D, h.begin() + (t + 1) * D);
+        const Mat g = matmul(x, Mat(gate.begin() + e * F * D, gate.begin() + (e + 1) * F * D), 1, F, D);
+        const Mat u = matmul(x, Mat(up.begin() + e * F * D, up.begin() + (e + 1) * F * D), 1, F, D);
+        Mat a(static_cast<size_t>(F));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+        const Mat o = matmul(a, Mat(down.begin() + e * D * F, down.begin() + (e + 1) * D * F), 1, D, F);
+        for (int64_t i = 0; i < D; ++i) y[static_cast<size_t>(t * D + i)] += static_cast<float>(rw * o[static_cast<size_t>(i)]);
+      }
+    return y;
+  };
+  const Mat ref = moe(w.full.at("blk.0.ffn_gate_exps.weight"), w.full.at("blk.0.ffn_up_exps.weight"),
+                      w.full.at("blk.0.ffn_down_exps.weight"), c.expert_intermediate_size);
+  float mx = 0;
+  for (float v : ref) mx = std::max(mx, std::fabs(v));
+  const std::vector<int64_t> tokens = {0, 1, 150, 151, 299, 300};
+  for (int size : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(size));
+    auto plan = plan_tensor_parallel(c, size);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    Mat sum(ref.size(), 0.f), emb(static_cast<size_t>(static_cast<int64_t>(tokens.size()) * D), 0.f);
+    for (const RankShards& r : plan->ranks) {
+      auto get = [&](const std::string& n) -> const TensorShard& {
+        for (const TensorShard& s : r.tensors)
+          if (s.decl.gguf_name == n) return s;
+        throw std::runtime_error(n);
+      };
+      const Mat part = moe(slice_experts(w.full.at("blk.0.ffn_gate_exps.weight"), get("blk.0.ffn_gate_exps.weight")),
+                           slice_experts(w.full.at("blk.0.ffn_up_exps.weight"), get("blk.0.ffn_up_exps.weight")),
+                           slice_experts(w.full.at("blk.0.ffn_down_exps.weight"), get("blk.0.ffn_down_exps.weight")),
+                           r.expert_intermediate_size);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      EXPECT_EQ(get("blk.0.ffn_gate_inp.weight").kind, ShardKind::kReplicated);
+      const Mat rows = slice(w.full.at("token_embd.weight"), get("token_embd.weight"));
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        const int64_t id = tokens[t];
+        if (id < r.vocab_begin || id >= r.vocab_end) continue;  // zeros from this rank
+        for (int64_t i = 0; i < D; ++i) emb[t * D + i] += rows[static_cast<size_t>((id - r.vocab_begin) * D + i)];
+      }
+    }
+    float err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs(sum[i] - ref[i]));
+    EXPECT_LE(err, 1e-4f * (1 + mx)) << "max |sharded - whole| of the MoE output";
+    const Mat& full_emb = w.full.at("token_embd.weight");
+    for (size_t t = 0; t < tokens.size(); ++t)
+      for (int64_t i = 0; i < D; ++i)
+        ASSERT_EQ(emb[t * D + i], full_emb[static_cast<size_t>(tokens[t] * D + i)]) << "token " << tokens[t];
+  }
 }
 
 TEST(TensorParallelLayer, FusedQkvAndGateUpMatch) {

@@ -253,7 +253,9 @@ TEST(TensorParallelPlan, ShardsTileEveryWeight) {
           }
           for (size_t i = 0; i < s.shape.size(); ++i)
             EXPECT_EQ(s.shape[i], static_cast<int>(i) == s.dim ? len : d.shape[i]) << d.gguf_name;
-          if (s.kind == ShardKind::kVocabParallel) EXPECT_GE(s.padded_rows, len);
+          if (s.kind == ShardKind::kVocabParallel) {
+            EXPECT_GE(s.padded_rows, len);
+          }
         }
         for (int64_t i = 0; i < full; ++i)
           ASSERT_EQ(cover[static_cast<size_t>(i)], 1) << d.gguf_name << " element " << i << " of dim " << s0.dim;
