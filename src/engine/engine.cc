@@ -93,7 +93,7 @@ Status tensor_parallel_supported(int size) {
   if (size < 1) return invalid_argument("--tensor-parallel-size must be >= 1, got {}", size);
   return unimplemented(
       "--tensor-parallel-size {}: multi-GPU execution is not built yet (the NCCL tensor-parallel executor, "
-      "docs/decisions.md D-tp-1); only 1 runs. `pagoda memplan --tensor-parallel-size {}` prints each rank's "
+      "docs/decisions.md D78); only 1 runs. `pagoda memplan --tensor-parallel-size {}` prints each rank's "
       "memory plan", size, size);
 }
 

@@ -1,4 +1,4 @@
-// The tensor-parallel sharding plan (docs/decisions.md D-tp-1): for a model config and a number of
+// The tensor-parallel sharding plan (docs/decisions.md D78): for a model config and a number of
 // ranks, which part of every declared weight each rank holds. Pure arithmetic over the family's
 // tensor table; no weights are read. Megatron's split: q/k/v, gate/up (and their fused forms)
 // column-parallel (rows of [N, K] split along N), o and down row-parallel (columns split along

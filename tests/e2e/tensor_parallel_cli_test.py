@@ -1,4 +1,4 @@
-"""`--tensor-parallel-size` through the real binary (issue 33; docs/decisions.md D-tp-1):
+"""`--tensor-parallel-size` through the real binary (issue 33; docs/decisions.md D78):
   - `pagoda memplan --tensor-parallel-size N` prints each rank's plan from the sharding plan
     (model/tensor_parallel_plan.h): Llama-3-8B's and -70B's configs split into halves / quarters,
     KV heads replicated when fewer than the ranks, a quantized GGUF's cuts on its blocks; size 1
