@@ -73,6 +73,7 @@ struct BenchOptions {
   std::string cpu_offload;
   int64_t cpu_offload_bytes = 0;  // resolved from cpu_offload before run_bench
   int64_t n_gpu_layers = -1;      // CPU + GPU layer split (EngineConfig::n_gpu_layers)
+  int tensor_parallel_size = 1;   // EngineConfig::tensor_parallel_size
   TuningFlags tuning_flags;
   TuningConfig tuning;  // resolved from tuning_flags and the environment before run_bench
   SpeculativeOptions spec_flags;
@@ -119,6 +120,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   if (o.device != "cpu") cfg.memory_utilization = o.memory_utilization;
   cfg.cpu_offload_bytes = o.cpu_offload_bytes;
   cfg.n_gpu_layers = o.n_gpu_layers;
+  cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.speculative = o.speculative;
   const int64_t vocab = loaded.config.vocab_size;
   ThreadPool pool(o.threads);
@@ -626,6 +628,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   add_speculative_options(app, &o->spec_flags);
   add_cpu_offload_option(app, &o->cpu_offload);
   add_n_gpu_layers_option(app, &o->n_gpu_layers);
+  add_tensor_parallel_option(app, &o->tensor_parallel_size);
   app->add_flag("--json", o->json, "Print JSON");
   return [o, subs] {
     for (auto& [sub, action] : *subs)
@@ -634,6 +637,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
       std::cerr << "pagoda bench: --model is required (or use `pagoda bench serve` / `pagoda bench throughput`)\n";
       return 2;
     }
+    if (!check_tensor_parallel_option(o->tensor_parallel_size, "bench")) return 2;
     if (!resolve_device_option(o->device, "bench", o->model)) return 2;
     auto tuning = resolve_tuning(o->tuning_flags);
     if (!tuning.ok()) {

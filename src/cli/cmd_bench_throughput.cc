@@ -58,6 +58,7 @@ struct ThroughputOptions {
   KvTierOptions kv_tiers;
   std::string cpu_offload;
   int64_t n_gpu_layers = -1;
+  int tensor_parallel_size = 1;
   uint64_t seed = 0;
   bool json = false;
   WeightQuantization quantization = WeightQuantization::kNone;
@@ -127,6 +128,7 @@ Result<BatchFigures> run_batch(Engine& e, const std::vector<std::vector<int32_t>
 }
 
 int run_throughput(ThroughputOptions& o) {
+  if (!check_tensor_parallel_option(o.tensor_parallel_size, "bench throughput")) return 2;
   if (!resolve_device_option(o.device, "bench throughput", o.model)) return 2;
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
     std::cerr << "pagoda bench throughput: --num-prompts, --input-len, --output-len must be positive\n";
@@ -152,6 +154,7 @@ int run_throughput(ThroughputOptions& o) {
   cfg.kv_tiers = resolve_kv_tier_options(o.kv_tiers);
   if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "bench throughput")) return 2;
   cfg.n_gpu_layers = o.n_gpu_layers;
+  cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
   cfg.dtype = o.dtype;
@@ -526,6 +529,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   add_kv_tier_options(app, &o->kv_tiers);
   add_cpu_offload_option(app, &o->cpu_offload);
   add_n_gpu_layers_option(app, &o->n_gpu_layers);
+  add_tensor_parallel_option(app, &o->tensor_parallel_size);
   app->add_flag("--json", o->json, "Print JSON");
   app->add_option("--json-schema", o->json_schema,
                   "Constrain every request to this JSON Schema (file); also runs unconstrained for the ratio")

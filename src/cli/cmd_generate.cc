@@ -44,6 +44,7 @@ struct GenerateOptions {
   double memory_utilization = 0.0;
   std::string cpu_offload;
   int64_t n_gpu_layers = -1;
+  int tensor_parallel_size = 1;
   bool verbose = false;
   bool profile_startup = false;
   std::string plan_cache;
@@ -52,6 +53,7 @@ struct GenerateOptions {
 };
 
 int run_generate(GenerateOptions& o) {
+  if (!check_tensor_parallel_option(o.tensor_parallel_size, "generate")) return 2;
   if (!resolve_device_option(o.device, "generate", o.model)) return 2;
   if (!check_max_model_len("generate", o.model, o.max_model_len)) return 2;
   EngineConfig cfg;
@@ -66,6 +68,7 @@ int run_generate(GenerateOptions& o) {
   cfg.memory_utilization = o.memory_utilization;
   if (!resolve_cpu_offload_option(o.cpu_offload, cfg.cpu_offload_bytes, "generate")) return 2;
   cfg.n_gpu_layers = o.n_gpu_layers;
+  cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.plan_cache = o.plan_cache;
   if (!resolve_speculative_options(o.spec, cfg.speculative, "generate")) return 2;
   auto tuning = resolve_tuning(o.tuning);
@@ -200,6 +203,7 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
       ->check(CLI::Range(0.0, 1.0));
   add_cpu_offload_option(app, &o->cpu_offload);
   add_n_gpu_layers_option(app, &o->n_gpu_layers);
+  add_tensor_parallel_option(app, &o->tensor_parallel_size);
   add_tuning_options(app, o->tuning);
   add_speculative_options(app, &o->spec);
   app->add_flag("-v,--verbose", o->verbose, "Print the engine configuration and memory plan to stderr");

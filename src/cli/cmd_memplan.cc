@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "loader/packed_int_checkpoint.h"
 #include "model/model_loader.h"
 #include "model/family.h"
+#include "model/tensor_parallel_plan.h"
 #include "engine/engine_config.h"
 #include "runtime/memory_plan.h"
 #include "runtime/weight_offload_plan.h"
@@ -38,6 +40,7 @@ struct MemplanOptions {
   std::string cpu_offload;     // --cpu-offload-gb G|auto (options.h)
   int64_t n_gpu_layers = -1;   // --n-gpu-layers N (options.h): a CPU + GPU layer split
   double h2d_gb_s = 25;        // host -> device bandwidth the offload prediction assumes
+  int tensor_parallel_size = 1;  // > 1: each rank's plan (model/tensor_parallel_plan.h)
   bool json = false;
 };
 
@@ -81,13 +84,19 @@ struct ModelFacts {
   ParameterFootprint footprint;
   std::vector<int64_t> layer_linear_bytes;  // [num_layers]: each layer's matmul weights (offload)
   int64_t output_bytes = 0;                  // the untied output head's (0: tied to the embedding)
+  std::map<std::string, int64_t> decl_bytes;  // each declared tensor's bytes, by GGUF name (present ones)
+  // Elements per quantization block of the layers' linears along K (1: 16-bit): where a
+  // row-parallel cut may fall.
+  int64_t k_block = 1;
 };
 
 // The footprint, noting each layer's matmul weight bytes into f.layer_linear_bytes on the way.
 ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t(const TensorDecl&)>& bytes_of) {
   f.layer_linear_bytes.assign(static_cast<size_t>(std::max<int64_t>(0, f.config.num_layers)), 0);
+  f.decl_bytes.clear();
   return parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
     const int64_t b = bytes_of(d);
+    if (b > 0) f.decl_bytes[d.gguf_name] = b;
     if (b > 0 && d.linear && d.layer >= 0 && d.layer < static_cast<int64_t>(f.layer_linear_bytes.size()))
       f.layer_linear_bytes[static_cast<size_t>(d.layer)] += b;
     if (b > 0 && d.gguf_name == "output.weight") f.output_bytes = b;
@@ -110,7 +119,11 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
       const GgufTensorInfo* t = gguf->find_tensor(d.gguf_name);
       if (t == nullptr) return -1;
-      if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
+      if (d.linear && d.layer >= 0) f.k_block = std::max<int64_t>(f.k_block, dtype_traits(t->dtype).block_size);
+      if (auto q = online_quantized_format(d, o.quantization)) {
+        f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
+        return quantized_bytes(d, *q);
+      }
       return static_cast<int64_t>(t->nbytes);
     });
     if (o.quantization != WeightQuantization::kNone) {
@@ -145,6 +158,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     return n / tr.block_size * tr.block_bytes;
   });
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
+  f.k_block = tr.block_size;
   // GPTQ / AWQ / compressed-tensors: the decoder's linears in the native rows they load as.
   PAGODA_ASSIGN_OR_RETURN(std::optional<DType> packed, packed_int_linear_format(j));
   if (o.quantization != WeightQuantization::kNone) {
@@ -154,7 +168,10 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
                               weight_quantization_name(o.quantization), config_path);
     f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
       if (!d.required) return -1;
-      if (auto q = online_quantized_format(d, o.quantization)) return quantized_bytes(d, *q);
+      if (auto q = online_quantized_format(d, o.quantization)) {
+        f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
+        return quantized_bytes(d, *q);
+      }
       int64_t n = 1;
       for (int64_t x : d.shape) n *= x;
       return n / tr.block_size * tr.block_bytes;
@@ -173,10 +190,86 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       return d.linear && d.layer >= 0 ? n / qt.block_size * qt.block_bytes : n / tr.block_size * tr.block_bytes;
     });
     f.weight_bytes = f.footprint.total_bytes;
+    f.k_block = qt.block_size;  // the native rows the packed linears load as
     f.weight_source = fmt::format("{} parameters from config.json: the layers' linears as {} (quantization_config), "
                                   "the rest {}", params, qt.name, tr.name);
   }
   return f;
+}
+
+// Each rank's memory plan under tensor parallelism: the rank's shards of the declared weights (the
+// undeclared ones, if any, whole), its query and KV heads' KV bytes, the rest as one GPU's. Every
+// rank shares rank 0's block table, so the engine's KV blocks are the fewest any rank holds.
+int run_tensor_parallel_memplan(const MemplanOptions& o, const ModelFacts& facts, const MemoryPlanInput& in) {
+  const int n = o.tensor_parallel_size;
+  auto tp = plan_tensor_parallel(facts.config, n, {.k_block = facts.k_block});
+  if (!tp.ok()) {
+    std::cerr << "pagoda memplan: " << tp.status().message() << "\n";
+    return 2;
+  }
+  int64_t declared = 0;
+  for (const auto& [name, b] : facts.decl_bytes) declared += b;
+  nlohmann::json ranks = nlohmann::json::array();
+  std::vector<std::string> lines;
+  int64_t min_blocks = -1;
+  bool fits = true;
+  for (const RankShards& r : tp->ranks) {
+    MemoryPlanInput ri = in;
+    int64_t shards = 0;
+    for (const TensorShard& s : r.tensors) {
+      auto it = facts.decl_bytes.find(s.decl.gguf_name);
+      if (it != facts.decl_bytes.end()) shards += shard_bytes(s, it->second);
+    }
+    ri.weight_bytes = in.weight_bytes - declared + shards;
+    ri.config.num_heads = r.num_heads;
+    ri.config.num_kv_heads = r.num_kv_heads;
+    if (!facts.config.is_moe()) ri.config.intermediate_size = r.intermediate_size;
+    auto p = plan_memory(ri);
+    nlohmann::json jr = {{"rank", r.rank}, {"first_head", r.first_head}, {"heads", r.num_heads},
+                         {"first_kv_head", r.first_kv_head}, {"kv_heads", r.num_kv_heads},
+                         {"vocab_begin", r.vocab_begin}, {"vocab_end", r.vocab_end}, {"weights", ri.weight_bytes},
+                         {"fits", p.ok()}};
+    std::string head = fmt::format("rank {}: query heads [{}, {}), KV heads [{}, {}), vocabulary [{}, {}): weights {:.2f} GiB",
+                                   r.rank, r.first_head, r.first_head + r.num_heads, r.first_kv_head,
+                                   r.first_kv_head + r.num_kv_heads, r.vocab_begin, r.vocab_end,
+                                   static_cast<double>(ri.weight_bytes) / (1 << 30));
+    if (p.ok()) {
+      jr["plan"] = p->to_json();
+      min_blocks = min_blocks < 0 ? p->num_blocks : std::min(min_blocks, p->num_blocks);
+      lines.push_back(fmt::format("{}, KV {} bytes per token, KV cache {:.2f} GiB ({} blocks), total {:.2f} GiB of {:.2f}",
+                                  head, p->kv_bytes_per_token, static_cast<double>(p->kv_cache) / (1 << 30),
+                                  p->num_blocks, static_cast<double>(p->total) / (1 << 30),
+                                  static_cast<double>(p->budget) / (1 << 30)));
+    } else {
+      fits = false;
+      jr["error"] = p.status().message();
+      lines.push_back(fmt::format("{}; does not fit: {}", head, p.status().message()));
+    }
+    ranks.push_back(std::move(jr));
+  }
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["config"] = facts.config.to_json();
+    j["weights_from"] = facts.weight_source;
+    j["fits"] = fits;
+    j["tensor_parallel"] = {{"size", n}, {"kv_head_replicas", tp->kv_head_replicas},
+                            {"vocab_rows_per_rank", tp->vocab_rows_per_rank}, {"k_block", facts.k_block},
+                            {"num_blocks", fits ? min_blocks : 0}, {"ranks", ranks}};
+    std::cout << j.dump(2) << "\n";
+    return fits ? 0 : 3;
+  }
+  std::cout << facts.config.summary() << "\n";
+  std::cout << fmt::format("weights: {} bytes ({})\n", facts.weight_bytes, facts.weight_source);
+  std::cout << fmt::format("tensor parallel size {}: KV heads {}, vocabulary {} rows per rank (padded), cuts on {}-element "
+                           "blocks; per rank, with --memory each GPU's:\n",
+                           n, tp->kv_head_replicas > 1 ? fmt::format("replicated x{}", tp->kv_head_replicas) : "split",
+                           tp->vocab_rows_per_rank, facts.k_block);
+  for (const std::string& l : lines) std::cout << "  " << l << "\n";
+  if (!fits) return 3;
+  std::cout << fmt::format("KV blocks (one block table for every rank: the fewest any rank holds): {}, {} tokens\n",
+                           min_blocks, min_blocks * in.block_size);
+  return 0;
 }
 
 int run_memplan(const MemplanOptions& o) {
@@ -239,6 +332,14 @@ int run_memplan(const MemplanOptions& o) {
     for (int64_t l = o.n_gpu_layers; l < L; ++l) in.weight_bytes -= facts->layer_linear_bytes[static_cast<size_t>(l)];
     in.weight_bytes -= facts->output_bytes;
     set_layer_split(in, o.n_gpu_layers);
+  }
+  if (o.tensor_parallel_size > 1) {
+    if (in.split_device_layers > 0 || offload_bytes > 0) {
+      std::cerr << "pagoda memplan: --tensor-parallel-size with --n-gpu-layers or --cpu-offload-gb is not planned: the "
+                   "ranks hold every layer on their GPUs\n";
+      return 2;
+    }
+    return run_tensor_parallel_memplan(o, *facts, in);
   }
   // Weight offload (runtime/weight_offload_plan.h), as the engine plans it on a GPU: an explicit
   // size, or (auto) the fewest layers that make one sequence of --max-model-len tokens fit (of at
@@ -321,6 +422,9 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
   add_kv_tier_options(app, &o->tiers);
   add_n_gpu_layers_option(app, &o->n_gpu_layers);
   add_cpu_offload_option(app, &o->cpu_offload);
+  app->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "Plan each of N GPUs of a tensor-parallel split (the weights' shards, the ranks' KV heads)")
+      ->check(CLI::Range(1, 1024));
   app->add_option("--h2d-gb-s", o->h2d_gb_s, "Host -> device bandwidth for the offload prediction, GB/s (PCIe 4.0 x16 "
                   "about 25, 5.0 x16 about 50; pagoda bench --cpu-offload-gb measures it)")->check(CLI::Range(0.1, 10000.0));
   app->add_flag("--json", o->json, "Print JSON");

@@ -82,6 +82,7 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 int run_serve(ServeCliOptions& o) {
+  if (!check_tensor_parallel_option(o.engine.tensor_parallel_size, "serve")) return 2;
   // Signals are taken synchronously by the main thread (sigwait); block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -279,6 +280,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   add_kv_tier_options(app, &o->kv_tiers);
   add_cpu_offload_option(app, &o->cpu_offload);
   add_n_gpu_layers_option(app, &e.n_gpu_layers);
+  add_tensor_parallel_option(app, &e.tensor_parallel_size);
   app->add_option("--policy", e.scheduler.policy, "Scheduling policy: fcfs or priority");
   app->add_option("--max-queue-delay-us", e.max_queue_delay_us, "When idle, wait this long for more arrivals before a step")->check(CLI::Range(0, 60000000));
   app->add_flag("--no-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");

@@ -95,6 +95,18 @@ void add_n_gpu_layers_option(CLI::App* app, int64_t* n) {
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20));
 }
 
+void add_tensor_parallel_option(CLI::App* app, int* n) {
+  app->add_option("--tensor-parallel-size", *n,
+                  "GPUs the model is split over (tensor parallelism); only 1 runs in this build")
+      ->check(CLI::Range(1, 1024));
+}
+
+bool check_tensor_parallel_option(int n, std::string_view cmd) {
+  const Status s = tensor_parallel_supported(n);
+  if (!s.ok()) std::cerr << "pagoda " << cmd << ": " << s.message() << "\n";
+  return s.ok();
+}
+
 void add_speculative_options(CLI::App* app, SpeculativeOptions* o) {
   app->add_option("--speculative-config", o->json,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'");

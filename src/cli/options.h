@@ -71,6 +71,11 @@ bool resolve_cpu_offload_option(const std::string& o, int64_t& bytes, std::strin
 // CPU; -1 (the default) or >= the model's layers: all on the GPU; 0: all on the CPU.
 void add_n_gpu_layers_option(CLI::App* app, int64_t* n);
 
+// --tensor-parallel-size N (vLLM's spelling; EngineConfig::tensor_parallel_size).
+void add_tensor_parallel_option(CLI::App* app, int* n);
+// False with a "pagoda CMD: ..." error on stderr when this build cannot run size n (> 1 today).
+bool check_tensor_parallel_option(int n, std::string_view cmd);
+
 // Range validators of the numeric options; CLI11 prints "--opt: Value X not in range [A - B]".
 inline CLI::Range port_range() { return CLI::Range(0, 65535); }
 

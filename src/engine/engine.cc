@@ -80,15 +80,25 @@ std::string EngineConfig::to_string() const {
   return fmt::format(
       "model {} | quantization {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
-      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | n_gpu_layers {} | {} | speculative {}",
+      "device {} | dtype {} | cuda graphs {} | batch-invariant {} | n_gpu_layers {} | tensor_parallel_size {} | {} | speculative {}",
       model, weight_quantization_name(quantization), threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
       scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant,
-      n_gpu_layers < 0 ? std::string("all") : std::to_string(n_gpu_layers), tuning.to_string(),
+      n_gpu_layers < 0 ? std::string("all") : std::to_string(n_gpu_layers), tensor_parallel_size, tuning.to_string(),
       speculative.to_string());
 }
 
+Status tensor_parallel_supported(int size) {
+  if (size == 1) return {};
+  if (size < 1) return invalid_argument("--tensor-parallel-size must be >= 1, got {}", size);
+  return unimplemented(
+      "--tensor-parallel-size {}: multi-GPU execution is not built yet (the NCCL tensor-parallel executor, "
+      "docs/decisions.md D78); only 1 runs. `pagoda memplan --tensor-parallel-size {}` prints each rank's "
+      "memory plan", size, size);
+}
+
 Result<EngineConfig> resolve_layer_split(const EngineConfig& config) {
+  PAGODA_RETURN_IF_ERROR(tensor_parallel_supported(config.tensor_parallel_size));
   PAGODA_ASSIGN_OR_RETURN(const DeviceSpec dev, parse_device(config.device));
   if (config.n_gpu_layers < -1)
     return invalid_argument("--n-gpu-layers must be >= 0 (or -1: every layer on the GPU), got {}", config.n_gpu_layers);

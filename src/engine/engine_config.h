@@ -53,6 +53,9 @@ struct EngineConfig {
   // head on the CPU from the mapped file. -1 or >= the model's layers: every layer on the GPU; 0:
   // the whole model on the CPU (as --device cpu). On the CPU device only -1 and 0 are accepted.
   int64_t n_gpu_layers = -1;
+  // Tensor parallelism (docs/decisions.md D78): the model split over this many GPUs. Only 1 runs
+  // today; the multi-GPU executor is not built, so > 1 is refused (tensor_parallel_supported).
+  int tensor_parallel_size = 1;
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)
   // Engine plan cache (engine/engine_plan.h): "" the default (common/env_config.h:
@@ -64,7 +67,11 @@ struct EngineConfig {
   std::string to_string() const;
 };
 
-// The configuration a layer split resolves to: --n-gpu-layers 0 with a CUDA device is the CPU
+// OK for a tensor parallel size this build runs (1); otherwise an error naming what is missing.
+Status tensor_parallel_supported(int size);
+
+// The configuration a layer split resolves to (after tensor_parallel_supported(), which every engine
+// creation passes through here): --n-gpu-layers 0 with a CUDA device is the CPU
 // device (llama.cpp's -ngl 0 runs every layer on the CPU); any other value is kept. An error when
 // n_gpu_layers asks for GPU layers without a CUDA device, or is below -1.
 Result<EngineConfig> resolve_layer_split(const EngineConfig& config);
