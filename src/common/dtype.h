@@ -49,7 +49,7 @@ enum class DType : uint32_t {
   kF8E4M3 = 0x1000,
   // Not a GGUF type: an FP8 W8A8 linear weight row, one f32 scale then K E4M3 codes ([f32 s][K
   // codes], w[k] = s * e4m3(code[k])). FP8 checkpoints with per-tensor or per-channel scales and
-  // `--quantization fp8` load into it for the CUDA backend (decisions.md#d-fp8-1); the CPU backend
+  // `--quantization fp8` load into it for the CUDA backend (decisions.md#d80); the CPU backend
   // gets them as bf16(w) (model_loader.h ModelLoadOptions::fp8_rows).
   kF8E4M3Rows = 0x1001,
 };
