@@ -25,6 +25,21 @@ void cuda_fail(const char* file, int line, const char* expr, const char* msg) {
 }
 
 namespace {
+
+// The ceilings' GEMM operands: n values in [-1, 1] in steps of 1e-3 (never all zeros), from a
+// fixed xorshift sequence, so every probe multiplies the same data.
+std::vector<float> probe_values(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  for (auto& x : v) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    x = static_cast<float>(static_cast<int64_t>(st % 2001) - 1000) * 1e-3f;
+  }
+  return v;
+}
+
 // The few NVML entry points we use, resolved at run time.
 struct Nvml {
   using InitFn = int (*)();
@@ -126,15 +141,12 @@ Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  {
-    // Device-to-device copy of copy_bytes: bandwidth counts bytes read + bytes written. Median of 10.
-    cuda::DeviceBuffer a(static_cast<size_t>(copy_bytes)), b(static_cast<size_t>(copy_bytes));
-    CUDA_CHECK(cudaMemsetAsync(a.get(), 1, static_cast<size_t>(copy_bytes), s));
-    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+  // Median device time (ms) of 10 runs of `op` on stream s, each between two events.
+  auto median_ms = [&](auto&& op) {
     std::vector<float> ms;
     for (int i = 0; i < 10; ++i) {
       CUDA_CHECK(cudaEventRecord(e0, s));
-      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+      op();
       CUDA_CHECK(cudaEventRecord(e1, s));
       CUDA_CHECK(cudaEventSynchronize(e1));
       float t = 0;
@@ -142,56 +154,44 @@ Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    c.copy_bandwidth = 2.0 * static_cast<double>(copy_bytes) / (ms[ms.size() / 2] * 1e-3);
+    return static_cast<double>(ms[ms.size() / 2]);
+  };
+  {
+    // Device-to-device copy of copy_bytes: bandwidth counts bytes read + bytes written. Median of 10.
+    cuda::DeviceBuffer a(static_cast<size_t>(copy_bytes)), b(static_cast<size_t>(copy_bytes));
+    CUDA_CHECK(cudaMemsetAsync(a.get(), 1, static_cast<size_t>(copy_bytes), s));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+    const double ms = median_ms([&] {
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), static_cast<size_t>(copy_bytes), cudaMemcpyDeviceToDevice, s));
+    });
+    c.copy_bandwidth = 2.0 * static_cast<double>(copy_bytes) / (ms * 1e-3);
   }
   {
     // cuBLASLt bf16 GEMM n x n x n on random data (never zeros): median of 10 after 3 warm-ups.
     const int64_t n = gemm_n;
     const size_t bytes = static_cast<size_t>(n * n) * 2;
     cuda::DeviceBuffer x(bytes), w(bytes), y(static_cast<size_t>(n * n) * 2), tmp(static_cast<size_t>(n * n) * 4);
-    std::vector<float> host(static_cast<size_t>(n * n));
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    for (auto& v : host) {
-      st ^= st << 13;
-      st ^= st >> 7;
-      st ^= st << 17;
-      v = static_cast<float>(static_cast<int64_t>(st % 2001) - 1000) * 1e-3f;
-    }
+    const std::vector<float> host = cuda::probe_values(n * n);
     CUDA_CHECK(cudaMemcpy(tmp.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
     cuda::convert(tmp.get(), DType::kF32, x.get(), DType::kBF16, n * n, s);
     cuda::convert(tmp.get(), DType::kF32, w.get(), DType::kBF16, n * n, s);
     cuda::BlasLt blas;
     for (int i = 0; i < 3; ++i) blas.matmul(x.get(), w.get(), DType::kBF16, n, n, n, y.get(), DType::kBF16, false, s);
-    std::vector<float> ms;
-    for (int i = 0; i < 10; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      blas.matmul(x.get(), w.get(), DType::kBF16, n, n, n, y.get(), DType::kBF16, false, s);
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    c.bf16_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms[ms.size() / 2] * 1e-3);
+    const double ms =
+        median_ms([&] { blas.matmul(x.get(), w.get(), DType::kBF16, n, n, n, y.get(), DType::kBF16, false, s); });
+    c.bf16_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3);
   }
   if (fp8_gemm) {
     // The same values as e4m3 codes (|v| <= 1: normal and subnormal codes), unit scale vectors,
     // bf16 out: the FP8 W8A8 GEMM the engine runs (BlasLt::matmul_fp8). Median of 10 after 3.
     const int64_t n = gemm_n;
-    std::vector<uint8_t> codes(static_cast<size_t>(n * n));
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    for (auto& v : codes) {
-      st ^= st << 13;
-      st ^= st >> 7;
-      st ^= st << 17;
-      v = f32_to_fp8_e4m3(static_cast<float>(static_cast<int64_t>(st % 2001) - 1000) * 1e-3f);
-    }
+    const std::vector<float> values = cuda::probe_values(n * n);
+    std::vector<uint8_t> codes(values.size());
+    for (size_t i = 0; i < values.size(); ++i) codes[i] = f32_to_fp8_e4m3(values[i]);
     std::vector<float> ones(static_cast<size_t>(n), 1.0f);
     cuda::DeviceBuffer xq(static_cast<size_t>(n * n)), wq(static_cast<size_t>(n * n)), sc(static_cast<size_t>(n) * 4),
         y(static_cast<size_t>(n * n) * 4);
     cuda::BlasLt blas;
-    std::vector<float> ms;
     CUDA_CHECK(cudaMemcpy(xq.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(wq.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(sc.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
@@ -205,17 +205,7 @@ Result<CudaCeilings> cuda_measure_ceilings(int device, int64_t copy_bytes, int64
         blas.matmul_fp8_unscaled(xq.get(), wq.get(), n, n, n, y.as<float>(), s);
     };
     for (int i = 0; i < 3; ++i) fp8();
-    for (int i = 0; i < 10; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      fp8();
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    c.fp8_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (ms[ms.size() / 2] * 1e-3);
+    c.fp8_gemm_flops = 2.0 * static_cast<double>(n) * n * n / (median_ms(fp8) * 1e-3);
   }
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
