@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -62,6 +63,16 @@ inline EngineConfig base_engine_config(const std::string& model) {
   c.scheduler.max_num_batched_tokens = 512;
   c.plan_cache = "off";  // tests that exercise the plan cache name a directory of their own
   return c;
+}
+
+// A greedy request for `max_tokens` tokens that ignores EOS (a fixed-length token stream to compare).
+inline GenerateRequest greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest g;
+  g.prompt_ids = std::move(prompt);
+  g.sampling.temperature = 0;
+  g.stop.max_tokens = max_tokens;
+  g.stop.ignore_eos = true;
+  return g;
 }
 
 // Request i's prompt: 1-60 ids spread over the vocabulary (mixed lengths for batching tests).

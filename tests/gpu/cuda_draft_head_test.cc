@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "draft_head_test_util.h"
 #include "gpu_test_util.h"
 #include "model/draft_head.h"
 #include "model/model_loader.h"
@@ -68,6 +69,55 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return w;
 }
 
+KvCacheSpec f32_cache(int64_t num_blocks) {
+  KvCacheSpec spec;
+  spec.num_blocks = num_blocks;
+  spec.block_size = kBlock;
+  spec.dtype = DType::kF32;
+  return spec;
+}
+
+CudaExecutorOptions f32_options(int64_t max_num_seqs, bool batch_invariant) {
+  CudaExecutorOptions co;
+  co.dtype = "f32";
+  co.max_num_tokens = 256;
+  co.max_num_seqs = max_num_seqs;
+  co.max_model_len = 128;
+  co.batch_invariant = batch_invariant;
+  return co;
+}
+
+// The prompt of the head tests and the target's captured rows over it ([T, n Dt] f32, the layers
+// `after`), from the CPU executor (blocks 1 and 2 of `spec`'s cache).
+const std::vector<int32_t> kHeadPrompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256, 33, 411, 2, 90, 12, 7};
+std::vector<float> prompt_features(const Model& target, const KvCacheSpec& spec, const std::vector<int64_t>& after,
+                                   ThreadPool& pool) {
+  auto cpu = make_cpu_executor(target, spec, pool);
+  EXPECT_TRUE(cpu->set_hidden_capture(after));
+  ForwardBatch b;
+  b.add_sequence(kHeadPrompt, static_cast<int32_t>(kHeadPrompt.size()), {1, 2}, kBlock, true, true);
+  cpu->forward(b);
+  const Tensor* fx = cpu->captured_hidden();
+  EXPECT_NE(fx, nullptr);
+  return fx == nullptr ? std::vector<float>{} : test::floats_of(*fx);
+}
+
+// Expects the device's drafts to equal the host's wherever a host logits row ([rows, vocab] f32)
+// has its top two further apart than `tie` (a near tie: either draft is right); returns how many
+// rows were compared.
+int expect_same_drafts(const std::vector<float>& host_logits, int64_t vocab, const std::vector<int32_t>& host_drafts,
+                       const std::vector<int32_t>& device_drafts, double tie, const std::string& what) {
+  int compared = 0;
+  for (size_t i = 0; i < host_drafts.size(); ++i) {
+    std::vector<float> row(host_logits.begin() + static_cast<int64_t>(i) * vocab, host_logits.begin() + static_cast<int64_t>(i + 1) * vocab);
+    std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+    if (row[0] - row[1] <= tie) continue;
+    EXPECT_EQ(host_drafts[i], device_drafts.at(i)) << what << " row " << i;
+    ++compared;
+  }
+  return compared;
+}
+
 // The prompts of three sequences, then verification steps (sequence s gets fresh[s] tokens, logits
 // at each) and one-token decode steps, each run through the graphs (capture on), eagerly, and on
 // the CPU executor: the captured rows [T, 3 D] (layers 1, 0, 1 of the tiny llama) of the graph
@@ -82,10 +132,7 @@ TEST(CudaDraftHeads, HiddenCaptureInsideGraphsMatchesTheCpu) {
   auto cpu_model = load_model(tiny);
   ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
   const int64_t V = cpu_model->config.vocab_size, D = cpu_model->config.hidden_size, W = 3 * D;
-  KvCacheSpec spec;
-  spec.num_blocks = 3 * 16 + 2;
-  spec.block_size = kBlock;
-  spec.dtype = DType::kF32;
+  const KvCacheSpec spec = f32_cache(3 * 16 + 2);
   ThreadPool pool(2);
   for (bool invariant : {true, false}) {
     for (const char* capture : {"lazy", "start"}) {
@@ -95,12 +142,7 @@ TEST(CudaDraftHeads, HiddenCaptureInsideGraphsMatchesTheCpu) {
       lo.cpu_kernels = false;
       auto m = load_model(tiny, lo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
-      CudaExecutorOptions co;
-      co.dtype = "f32";
-      co.max_num_tokens = 256;
-      co.max_num_seqs = 32;
-      co.max_model_len = 128;
-      co.batch_invariant = invariant;
+      CudaExecutorOptions co = f32_options(32, invariant);
       co.tuning.graph_capture = capture;
       auto ex = make_cuda_executor(*m->model, spec, co);
       ASSERT_TRUE(ex.ok()) << ex.status().to_string();
@@ -193,16 +235,8 @@ TEST(CudaDraftHeads, MtpOutputHeadOnTheDeviceMatchesTheHost) {
   ASSERT_TRUE(dev_head.ok()) << dev_head.status().to_string();
   ASSERT_EQ((*dev_head)->lm_head, nullptr);
 
-  KvCacheSpec spec;
-  spec.num_blocks = 8;
-  spec.block_size = kBlock;
-  spec.dtype = DType::kF32;
-  CudaExecutorOptions co;
-  co.dtype = "f32";
-  co.max_num_tokens = 256;
-  co.max_num_seqs = 8;
-  co.max_model_len = 128;
-  auto ex = make_cuda_executor(*dev_model->model, spec, co);
+  const KvCacheSpec spec = f32_cache(8);
+  auto ex = make_cuda_executor(*dev_model->model, spec, f32_options(8, false));
   ASSERT_TRUE(ex.ok()) << ex.status().to_string();
   ModelExecutor& e = **ex;
   int64_t calls = 0;
@@ -213,76 +247,32 @@ TEST(CudaDraftHeads, MtpOutputHeadOnTheDeviceMatchesTheHost) {
 
   // The target's states over a prompt, from the CPU executor (both heads read the same rows).
   ThreadPool pool(2);
-  auto cpu = make_cpu_executor(*host_model->model, spec, pool);
-  ASSERT_TRUE(cpu->set_hidden_capture((*host_head)->capture_after));
-  const std::vector<int32_t> prompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256, 33, 411, 2, 90, 12, 7};
-  const int32_t T = static_cast<int32_t>(prompt.size());
-  ForwardBatch b;
-  b.add_sequence(prompt, T, {1, 2}, kBlock, true, true);
-  cpu->forward(b);
-  const std::vector<float> feats(cpu->captured_hidden()->data_as<const float>(),
-                                 cpu->captured_hidden()->data_as<const float>() + cpu->captured_hidden()->numel());
+  const std::vector<float> feats = prompt_features(*host_model->model, spec, (*host_head)->capture_after, pool);
+  const int32_t T = static_cast<int32_t>(kHeadPrompt.size());
 
   DraftHeadForward hf(**host_head, 8, kBlock, DType::kF32, pool);
   DraftHeadForward df(**dev_head, 8, kBlock, DType::kF32, pool, device_head);
-  const int64_t Vd = (*host_head)->draft_vocab, D = (*host_head)->config.hidden_size;
-  const std::vector<int32_t> table = {1, 2, 3};
-  std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows = {T - 3, T - 2};
-  std::vector<int64_t> slots;
-  for (int32_t p = 0; p < T - 1; ++p) {
-    positions.push_back(p);
-    slots.push_back(table[p / 16] * 16 + p % 16);
-  }
-  std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
-  DraftHeadPass pass;
-  pass.tokens = tokens;
-  pass.positions = positions;
-  pass.slots = slots;
-  pass.seqs = seqs;
-  pass.features = feats.data();
-  pass.logits_rows = rows;
-  std::vector<float> hidden(D);
-  int32_t draft = 0;
-  std::vector<int32_t> tk, ps, rw;  // a chained step's pass
-  std::vector<int64_t> sl;
-  std::vector<AttentionSeq> sq;
+  const int64_t Vd = (*host_head)->draft_vocab;
+  test::DraftPassBuilder passes({1, 2, 3}, kBlock);
+  passes.catch_up(kHeadPrompt, feats.data(), {T - 3, T - 2});
+  std::vector<float> hidden;
   int compared = 0;
   for (int32_t s = 0; s < 4; ++s) {
     if (s > 0) {  // a chained one-row step from the host run's draft and hidden output
-      const int32_t pos = T - 2 + s;
-      tk = {draft};
-      ps = {pos};
-      rw = {0};
-      sl = {table[pos / 16] * 16 + pos % 16};
-      sq = {{0, 1, pos + 1, table}};
-      pass = DraftHeadPass{};
-      pass.tokens = tk;
-      pass.positions = ps;
-      pass.slots = sl;
-      pass.seqs = sq;
-      pass.hidden = hidden.data();
-      pass.logits_rows = rw;
+      hidden = test::last_row(hf.out_hidden());
+      passes.chained(hf.drafts().back(), T - 2 + s, hidden.data());
     }
-    hf.forward(pass);
-    df.forward(pass);
-    const int64_t m = static_cast<int64_t>(pass.logits_rows.size());
+    hf.forward(passes.pass());
+    df.forward(passes.pass());
+    const int64_t m = static_cast<int64_t>(passes.pass().logits_rows.size());
     ASSERT_EQ(hf.logits().numel(), m * Vd);
     ASSERT_EQ(df.logits().numel(), m * Vd);
-    const std::vector<float> hl(hf.logits().data_as<const float>(), hf.logits().data_as<const float>() + m * Vd);
-    const std::vector<float> dl(df.logits().data_as<const float>(), df.logits().data_as<const float>() + m * Vd);
+    const std::vector<float> hl = test::floats_of(hf.logits()), dl = test::floats_of(df.logits());
     const auto [lo_it, hi_it] = std::minmax_element(hl.begin(), hl.end());
     const double range = static_cast<double>(*hi_it) - *lo_it, diff = max_abs_diff(hl, dl);
     EXPECT_LE(diff, 1e-4 * range) << "step " << s;
-    for (int64_t i = 0; i < m; ++i) {
-      std::vector<float> row(hl.begin() + i * Vd, hl.begin() + (i + 1) * Vd);
-      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-      if (row[0] - row[1] <= 2e-4 * range) continue;  // a near tie: either draft is right
-      EXPECT_EQ(hf.drafts()[static_cast<size_t>(i)], df.drafts()[static_cast<size_t>(i)]) << "step " << s << " row " << i;
-      ++compared;
-    }
+    compared += expect_same_drafts(hl, Vd, hf.drafts(), df.drafts(), 2e-4 * range, fmt::format("step {}", s));
     std::printf("[mtp-device-head] step %d: max|device - host| logits %.2e of range %.2e\n", s, diff, range);
-    draft = hf.drafts()[static_cast<size_t>(m - 1)];  // the last row's: position T - 2 + s
-    hidden.assign(hf.out_hidden().data_as<const float>() + (m - 1) * D, hf.out_hidden().data_as<const float>() + m * D);
   }
   EXPECT_EQ(calls, 4);
   EXPECT_GE(compared, 3);
@@ -319,17 +309,8 @@ TEST(CudaDraftHeads, DeviceRunnerMatchesTheHostHead) {
                          : load_eagle3_head(hc.head, host_model->config, tw.token_embd, 256);
       ASSERT_TRUE(head.ok()) << head.status().to_string();
       const DraftHead& h = **head;
-      KvCacheSpec spec;
-      spec.num_blocks = 8;
-      spec.block_size = kBlock;
-      spec.dtype = DType::kF32;
-      CudaExecutorOptions co;
-      co.dtype = "f32";
-      co.max_num_tokens = 256;
-      co.max_num_seqs = 8;
-      co.max_model_len = 128;
-      co.batch_invariant = invariant;
-      auto ex = make_cuda_executor(*dev_model->model, spec, co);
+      const KvCacheSpec spec = f32_cache(8);
+      auto ex = make_cuda_executor(*dev_model->model, spec, f32_options(8, invariant));
       ASSERT_TRUE(ex.ok()) << ex.status().to_string();
       std::string why;
       std::unique_ptr<DraftHeadRunner> dev = (*ex)->make_draft_head_runner(h, 8, kBlock, why);
@@ -337,78 +318,34 @@ TEST(CudaDraftHeads, DeviceRunnerMatchesTheHostHead) {
       ThreadPool pool(2);
       DraftHeadForward host(h, 8, kBlock, DType::kF32, pool);
 
-      auto cpu = make_cpu_executor(*host_model->model, spec, pool);
-      ASSERT_TRUE(cpu->set_hidden_capture(h.capture_after));
-      const std::vector<int32_t> prompt = {1, 17, 300, 45, 9, 211, 77, 500, 3, 128, 64, 256, 33, 411, 2, 90, 12, 7};
-      const int32_t T = static_cast<int32_t>(prompt.size());
-      ForwardBatch b;
-      b.add_sequence(prompt, T, {1, 2}, kBlock, true, true);
-      cpu->forward(b);
-      const Tensor* fx = cpu->captured_hidden();
-      ASSERT_NE(fx, nullptr);
-      const std::vector<float> feats(fx->data_as<const float>(), fx->data_as<const float>() + fx->numel());
-
+      const std::vector<float> feats = prompt_features(*host_model->model, spec, h.capture_after, pool);
+      ASSERT_FALSE(feats.empty());
+      const int32_t T = static_cast<int32_t>(kHeadPrompt.size());
       const int64_t Vd = h.draft_vocab, D = h.config.hidden_size;
-      const std::vector<int32_t> table = {1, 2, 3};
-      std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows = {T - 3, T - 2};
-      std::vector<int64_t> slots;
-      for (int32_t q = 0; q < T - 1; ++q) {
-        positions.push_back(q);
-        slots.push_back(table[q / 16] * 16 + q % 16);
-      }
-      std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
-      DraftHeadPass pass;
-      pass.tokens = tokens;
-      pass.positions = positions;
-      pass.slots = slots;
-      pass.seqs = seqs;
-      pass.features = feats.data();
-      pass.logits_rows = rows;
-      std::vector<int32_t> tk, ps, rw = {0};
-      std::vector<int64_t> sl;
-      std::vector<AttentionSeq> sq;
+      test::DraftPassBuilder passes({1, 2, 3}, kBlock);
+      passes.catch_up(kHeadPrompt, feats.data(), {T - 3, T - 2});
       std::vector<float> hidden;
       int compared = 0;
       for (int s = 0; s < 4; ++s) {
         if (s > 0) {
-          const int32_t pos = T - 2 + s;
-          const int64_t mh = host.out_hidden().dim(0);
-          tk = {host.drafts().back()};
-          ps = {pos};
-          sl = {table[pos / 16] * 16 + pos % 16};
-          sq = {{0, 1, pos + 1, table}};
-          hidden.assign(host.out_hidden().data_as<const float>() + (mh - 1) * D, host.out_hidden().data_as<const float>() + mh * D);
-          pass = DraftHeadPass{};
-          pass.tokens = tk;
-          pass.positions = ps;
-          pass.slots = sl;
-          pass.seqs = sq;
-          pass.hidden = hidden.data();
-          pass.logits_rows = rw;
+          hidden = test::last_row(host.out_hidden());
+          passes.chained(host.drafts().back(), T - 2 + s, hidden.data());
         }
-        host.forward(pass);
-        dev->forward(pass);
-        const int64_t m = static_cast<int64_t>(pass.logits_rows.size());
+        host.forward(passes.pass());
+        dev->forward(passes.pass());
+        const int64_t m = static_cast<int64_t>(passes.pass().logits_rows.size());
         ASSERT_EQ(dev->logits().dim(0), m);
         ASSERT_EQ(dev->logits().dim(1), Vd);
         ASSERT_EQ(dev->out_hidden().dim(0), m);
         ASSERT_EQ(dev->out_hidden().dim(1), D);
-        const std::vector<float> hl(host.logits().data_as<const float>(), host.logits().data_as<const float>() + m * Vd);
-        const std::vector<float> dl(dev->logits().data_as<const float>(), dev->logits().data_as<const float>() + m * Vd);
-        const std::vector<float> hh(host.out_hidden().data_as<const float>(), host.out_hidden().data_as<const float>() + m * D);
-        const std::vector<float> dh(dev->out_hidden().data_as<const float>(), dev->out_hidden().data_as<const float>() + m * D);
+        const std::vector<float> hl = test::floats_of(host.logits()), dl = test::floats_of(dev->logits());
+        const std::vector<float> hh = test::floats_of(host.out_hidden()), dh = test::floats_of(dev->out_hidden());
         const auto [lo_it, hi_it] = std::minmax_element(hl.begin(), hl.end());
         const double range = static_cast<double>(*hi_it) - *lo_it;
         const double ldiff = max_abs_diff(hl, dl), hdiff = max_abs_diff(hh, dh), hmax = std::max(1.0, max_abs(hh));
         EXPECT_LE(ldiff, 1e-3 * range) << "pass " << s;
         EXPECT_LE(hdiff, 1e-3 * hmax) << "pass " << s;
-        for (int64_t i = 0; i < m; ++i) {
-          std::vector<float> row(hl.begin() + i * Vd, hl.begin() + (i + 1) * Vd);
-          std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-          if (row[0] - row[1] <= 2e-3 * range) continue;
-          EXPECT_EQ(host.drafts()[static_cast<size_t>(i)], dev->drafts()[static_cast<size_t>(i)]) << "pass " << s << " row " << i;
-          ++compared;
-        }
+        compared += expect_same_drafts(hl, Vd, host.drafts(), dev->drafts(), 2e-3 * range, fmt::format("pass {}", s));
         std::printf("[device-head] %s pass %d: max|device - host| logits %.2e of range %.2e, hidden %.2e of %.2e\n",
                     hc.head.c_str(), s, ldiff, range, hdiff, hmax);
       }

@@ -33,6 +33,7 @@ namespace fs = std::filesystem;
 
 using test::collect;
 using test::Collected;
+using test::greedy_request;
 using test::mixed_prompt;
 
 // (model, tokenizer) pairs the engine tests run on: a tiny f32 GGUF, and the bf16 GPU model.
@@ -52,6 +53,18 @@ EngineConfig cuda_config(const std::string& model, const std::string& tok) {
   return c;
 }
 
+// Requests make(0) .. make(batch - 1) submitted to `a` (all at once), then to `b`; each request's
+// generated tokens from a and from b.
+std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> tokens_of_both(
+    Engine& a, Engine& b, int batch, const std::function<GenerateRequest(int)>& make) {
+  std::vector<std::shared_ptr<RequestStream>> sa, sb;
+  for (int i = 0; i < batch; ++i) sa.push_back(*a.submit(make(i)));
+  for (int i = 0; i < batch; ++i) sb.push_back(*b.submit(make(i)));
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> out;
+  for (int i = 0; i < batch; ++i) out.emplace_back(collect(*sa[i]).tokens[0], collect(*sb[i]).tokens[0]);
+  return out;
+}
+
 TEST(CudaEngine, ConcurrentGreedyRequestsMatchSoloRunsInBatchInvariantMode) {
   PAGODA_REQUIRE_GPU();
   for (const auto& [model, tok] : engine_models()) {
@@ -62,14 +75,7 @@ TEST(CudaEngine, ConcurrentGreedyRequestsMatchSoloRunsInBatchInvariantMode) {
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       const int kRequests = 48, kTokens = 8;
       const int64_t vocab = (*engine)->model_config().vocab_size;
-      auto make = [&](int i) {
-        GenerateRequest g;
-        g.prompt_ids = mixed_prompt(i, vocab);
-        g.sampling.temperature = 0;
-        g.stop.max_tokens = kTokens;
-        g.stop.ignore_eos = true;
-        return g;
-      };
+      auto make = [&](int i) { return greedy_request(mixed_prompt(i, vocab), kTokens); };
       std::vector<std::vector<int32_t>> solo(kRequests);
       for (int i = 0; i < kRequests; ++i) solo[i] = collect(**(*engine)->submit(make(i))).tokens[0];
       std::vector<std::shared_ptr<RequestStream>> streams;
@@ -328,12 +334,10 @@ TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
         return g;
       };
       for (int batch : {1, 8}) {
-        std::vector<std::shared_ptr<RequestStream>> a, b;
-        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
-        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
         int same = 0;
         for (int i = 0; i < batch; ++i) {
-          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          const auto& [x, y] = pairs[static_cast<size_t>(i)];
           same += x == y;
           if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
         }
@@ -386,11 +390,9 @@ TEST(CudaEngine, ConstrainedOutputWithSpeculationKeepsGreedyOutput) {
         return g;
       };
       for (int batch : {1, 8}) {
-        std::vector<std::shared_ptr<RequestStream>> a, b;
-        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
-        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
         for (int i = 0; i < batch; ++i) {
-          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          const auto& [x, y] = pairs[static_cast<size_t>(i)];
           EXPECT_EQ(x, y) << "batch " << batch << " request " << i;
           auto fresh = (*constraint)->start();
           for (size_t j = 0; j < y.size(); ++j) ASSERT_TRUE(fresh->advance(y[j])) << "request " << i << " token " << j;
@@ -429,14 +431,7 @@ TEST(CudaEngine, DraftHeadsKeepGreedyOutput) {
     auto plain = Engine::create(c);
     ASSERT_TRUE(plain.ok()) << plain.status().to_string();
     const int64_t vocab = (*plain)->model_config().vocab_size;
-    auto make = [&](int i) {
-      GenerateRequest g;
-      g.prompt_ids = mixed_prompt(i, vocab);
-      g.sampling.temperature = 0;
-      g.stop.max_tokens = 40;
-      g.stop.ignore_eos = true;
-      return g;
-    };
+    auto make = [&](int i) { return greedy_request(mixed_prompt(i, vocab), 40); };
     for (bool device_head : {false, true}) {
       SCOPED_TRACE(hc.head + (device_head ? " (device head)" : " (host head)"));
       EngineConfig cs = c;
@@ -485,21 +480,12 @@ TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
       auto spec = Engine::create(cs);
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();
       const int64_t vocab = (*plain)->model_config().vocab_size;
-      auto make = [&](int i) {
-        GenerateRequest g;
-        g.prompt_ids = mixed_prompt(i, vocab);
-        g.sampling.temperature = 0;
-        g.stop.max_tokens = 40;
-        g.stop.ignore_eos = true;
-        return g;
-      };
+      auto make = [&](int i) { return greedy_request(mixed_prompt(i, vocab), 40); };
       for (int batch : {1, 8}) {
-        std::vector<std::shared_ptr<RequestStream>> a, b;
-        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
-        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
         int same = 0;
         for (int i = 0; i < batch; ++i) {
-          const auto x = collect(*a[i]).tokens[0], y = collect(*b[i]).tokens[0];
+          const auto& [x, y] = pairs[static_cast<size_t>(i)];
           same += x == y;
           if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
         }

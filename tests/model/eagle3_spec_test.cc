@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/draft_head_proposer.h"
 #include "engine/engine_config.h"
+#include "draft_head_test_util.h"
 #include "engine_test_util.h"
 #include "model/draft_head.h"
 #include "model/model_loader.h"
@@ -78,44 +79,18 @@ TEST(Eagle3Head, DraftLogitsMatchAnIndependentNumpyReference) {
 
     // The head: a catch-up pass over positions 0..T-2, then 3 chained one-row steps.
     DraftHeadForward hf(h, 8, 16, DType::kF32, pool);
-    const std::vector<int32_t> table = {1, 2, 3};
-    std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows;
-    std::vector<int64_t> slots;
-    for (int32_t p = 0; p < T - 1; ++p) {
-      positions.push_back(p);
-      slots.push_back(table[p / 16] * 16 + p % 16);
-    }
-    std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
-    rows = {T - 2};
-    DraftHeadPass pass;
-    pass.tokens = tokens;
-    pass.positions = positions;
-    pass.slots = slots;
-    pass.seqs = seqs;
-    pass.features = feats->data_as<const float>();
-    pass.logits_rows = rows;
-    hf.forward(pass);
-    const int64_t dv = h.draft_vocab, D = h.config.hidden_size;
-    std::vector<float> logits(hf.logits().data_as<const float>(), hf.logits().data_as<const float>() + dv);
+    test::DraftPassBuilder passes({1, 2, 3}, 16);
+    hf.forward(passes.catch_up(prompt, feats->data_as<const float>(), {T - 2}));
+    std::vector<float> logits = test::floats_of(hf.logits());
     std::vector<int32_t> drafts = {hf.drafts()[0]}, chain;
-    std::vector<float> hidden(hf.out_hidden().data_as<const float>(), hf.out_hidden().data_as<const float>() + D);
+    std::vector<float> hidden = test::last_row(hf.out_hidden());
     for (int32_t s = 0; s < 3; ++s) {
-      const int32_t pos = T - 1 + s;
       chain.push_back(drafts.back());
-      std::vector<int32_t> tk = {drafts.back()}, ps = {pos}, rw = {0};
-      std::vector<int64_t> sl = {table[pos / 16] * 16 + pos % 16};
-      std::vector<AttentionSeq> sq = {{0, 1, pos + 1, table}};
-      DraftHeadPass cp;
-      cp.tokens = tk;
-      cp.positions = ps;
-      cp.slots = sl;
-      cp.seqs = sq;
-      cp.hidden = hidden.data();
-      cp.logits_rows = rw;
-      hf.forward(cp);
-      logits.insert(logits.end(), hf.logits().data_as<const float>(), hf.logits().data_as<const float>() + dv);
+      hf.forward(passes.chained(drafts.back(), T - 1 + s, hidden.data()));
+      const std::vector<float> step = test::floats_of(hf.logits());
+      logits.insert(logits.end(), step.begin(), step.end());
       drafts.push_back(hf.drafts()[0]);
-      hidden.assign(hf.out_hidden().data_as<const float>(), hf.out_hidden().data_as<const float>() + D);
+      hidden = test::last_row(hf.out_hidden());
     }
     for (int32_t d : drafts) {
       EXPECT_GE(d, 0);
@@ -185,43 +160,15 @@ TEST(MtpModule, OutsideOutputHeadGivesTheSameDrafts) {
   ex->forward(fb);
   const Tensor* feats = ex->captured_hidden();
   ASSERT_NE(feats, nullptr);
-  const std::vector<int32_t> table = {1, 2};
-  std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end()), positions, rows = {T - 3, T - 2};
-  std::vector<int64_t> slots;
-  for (int32_t p = 0; p < T - 1; ++p) {
-    positions.push_back(p);
-    slots.push_back(table[p / 16] * 16 + p % 16);
-  }
-  std::vector<AttentionSeq> seqs = {{0, T - 1, T - 1, table}};
-  DraftHeadPass pass;
-  pass.tokens = tokens;
-  pass.positions = positions;
-  pass.slots = slots;
-  pass.seqs = seqs;
-  pass.features = feats->data_as<const float>();
-  pass.logits_rows = rows;
-  std::vector<int32_t> tk, ps, rw = {0};
-  std::vector<int64_t> sl;
-  std::vector<AttentionSeq> sq;
+  test::DraftPassBuilder passes({1, 2}, 16);
+  passes.catch_up(prompt, feats->data_as<const float>(), {T - 3, T - 2});
   std::vector<float> hidden;
-  const int64_t D = (*own)->config.hidden_size;
   for (int s = 0; s < 3; ++s) {
     if (s > 0) {
-      const int32_t pos = T - 2 + s;
-      tk = {a.drafts().back()};
-      ps = {pos};
-      sl = {table[pos / 16] * 16 + pos % 16};
-      sq = {{0, 1, pos + 1, table}};
-      const int64_t m = a.out_hidden().dim(0);
-      hidden.assign(a.out_hidden().data_as<const float>() + (m - 1) * D, a.out_hidden().data_as<const float>() + m * D);
-      pass = DraftHeadPass{};
-      pass.tokens = tk;
-      pass.positions = ps;
-      pass.slots = sl;
-      pass.seqs = sq;
-      pass.hidden = hidden.data();
-      pass.logits_rows = rw;
+      hidden = test::last_row(a.out_hidden());
+      passes.chained(a.drafts().back(), T - 2 + s, hidden.data());
     }
+    const DraftHeadPass& pass = passes.pass();
     a.forward(pass);
     b.forward(pass);
     ASSERT_EQ(a.logits().numel(), b.logits().numel());

@@ -34,6 +34,7 @@ std::string smollm2_or_skip() {
 
 using test::collect;
 using test::Collected;
+using test::greedy_request;
 using test::mixed_prompt;
 EngineConfig base_config(const std::string& model) { return test::base_engine_config(model); }
 
@@ -50,14 +51,7 @@ TEST_P(EngineBatchEquivalence, ConcurrentGreedyRequestsMatchSoloRuns) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const int kRequests = 64, kTokens = 8;
   const int64_t vocab = (*engine)->model_config().vocab_size;
-  auto make = [&](int i) {
-    GenerateRequest g;
-    g.prompt_ids = mixed_prompt(i, vocab);
-    g.sampling.temperature = 0;
-    g.stop.max_tokens = kTokens;
-    g.stop.ignore_eos = true;
-    return g;
-  };
+  auto make = [&](int i) { return greedy_request(mixed_prompt(i, vocab), kTokens); };
   std::vector<std::vector<int32_t>> solo(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     auto s = (*engine)->submit(make(i));
