@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/mapped_file.h"
 #include "common/plan_file.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 
 #include <algorithm>
@@ -29,6 +30,30 @@ const Tensor* WeightTableReader::find(const std::string& gguf_name) const {
   if (name.empty()) return nullptr;
   auto r = lookup_(name);
   return r.ok() ? *r : nullptr;
+}
+
+Status WeightTableReader::add_output_head(ModelWeights& w) {
+  w.tied_output = find("output.weight") == nullptr;
+  PAGODA_ASSIGN_OR_RETURN(const LinearId output, add_linear(w, w.tied_output ? "token_embd.weight" : "output.weight"));
+  w.output = output;
+  return Status::ok_status();
+}
+
+Tensor WeightTableReader::f32_concat(std::initializer_list<std::string> gguf_names) const {
+  std::vector<Tensor> parts;
+  for (const std::string& g : gguf_names)
+    if (const Tensor* t = find(g)) parts.push_back(to_f32(*t));
+  if (parts.empty()) return Tensor();
+  if (parts.size() == 1) return parts[0];
+  int64_t n = 0;
+  for (const Tensor& p : parts) n += p.numel();
+  Tensor cat = Tensor::empty(DType::kF32, {n});
+  int64_t off = 0;
+  for (const Tensor& p : parts) {
+    std::copy_n(p.data_as<const float>(), p.numel(), cat.data_as<float>() + off);
+    off += p.numel();
+  }
+  return cat;
 }
 
 Result<LinearId> WeightTableReader::add_linear(ModelWeights& w, std::initializer_list<std::string> gguf_names,

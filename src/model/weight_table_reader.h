@@ -35,6 +35,12 @@ class WeightTableReader {
   Result<LinearId> add_linear(ModelWeights& w, const std::string& gguf_name) {
     return add_linear(w, {gguf_name}, name_of(gguf_name));
   }
+  // The output head: output.weight, or the embedding where the checkpoint has none (w.tied_output),
+  // added to `w` as w.output.
+  Status add_output_head(ModelWeights& w);
+  // The present tensors of `gguf_names` as f32, concatenated flat in that order (a fused bias, or
+  // one norm weight); an undefined tensor when none is present.
+  Tensor f32_concat(std::initializer_list<std::string> gguf_names) const;
   // The experts of the stacked declarations `gate`, `up` ([E, F, D]) and `down` ([E, D, F]) as an
   // ExpertSet added to `w`: expert e's gate and up fused, its down alone. GGUF: views of expert e's
   // slice of each 3-d tensor; HF: expert e's own tensors (no stacked copy is made).

@@ -254,10 +254,8 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
 
   w.token_embd = *reader.find("token_embd.weight");
   const VectorId output_norm = w.add_vector(norm_of("output_norm.weight"));
-  w.tied_output = reader.find("output.weight") == nullptr;
-  const std::string out_name = w.tied_output ? "token_embd.weight" : "output.weight";
-  PAGODA_ASSIGN_OR_RETURN(const LinearId output, reader.add_linear(w, out_name));
-  w.output = output;
+  PAGODA_RETURN_IF_ERROR(reader.add_output_head(w));
+  const LinearId output = w.output;
 
   std::vector<GemmaLayer> layers;
   for (int64_t i = 0; i < config.num_layers; ++i) {

@@ -83,46 +83,29 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   const auto table = tensor_table(config);
   PAGODA_RETURN_IF_ERROR(validate_tensor_table(table, naming, lookup));
   WeightTableReader reader(table, naming, lookup, params.cpu_kernels);
-  auto f32_of = [&](std::initializer_list<std::string> gguf_names) -> Tensor {
-    std::vector<Tensor> parts;
-    for (const std::string& g : gguf_names)
-      if (const Tensor* t = reader.find(g)) parts.push_back(to_f32(*t));
-    if (parts.empty()) return Tensor();
-    if (parts.size() == 1) return parts[0];
-    int64_t n = 0;
-    for (const Tensor& p : parts) n += p.numel();
-    Tensor cat = Tensor::empty(DType::kF32, {n});
-    int64_t off = 0;
-    for (const Tensor& p : parts) {
-      std::copy_n(p.data_as<const float>(), p.numel(), cat.data_as<float>() + off);
-      off += p.numel();
-    }
-    return cat;
-  };
   ModelWeights w;
 
   w.token_embd = *reader.find("token_embd.weight");
-  const VectorId output_norm = w.add_vector(f32_of({"output_norm.weight"}));
-  w.tied_output = reader.find("output.weight") == nullptr;
-  PAGODA_ASSIGN_OR_RETURN(const LinearId output, reader.add_linear(w, w.tied_output ? "token_embd.weight" : "output.weight"));
-  w.output = output;
+  const VectorId output_norm = w.add_vector(reader.f32_concat({"output_norm.weight"}));
+  PAGODA_RETURN_IF_ERROR(reader.add_output_head(w));
+  const LinearId output = w.output;
   std::vector<float> rope_freqs;
-  if (Tensor rf = f32_of({"rope_freqs.weight"}); rf.defined())
+  if (Tensor rf = reader.f32_concat({"rope_freqs.weight"}); rf.defined())
     rope_freqs.assign(rf.data_as<float>(), rf.data_as<float>() + rf.numel());
 
   std::vector<DenseDecoderLayer> layers;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
     DenseDecoderLayer ly;
-    ly.attn_norm = w.add_vector(f32_of({p + "attn_norm.weight"}));
+    ly.attn_norm = w.add_vector(reader.f32_concat({p + "attn_norm.weight"}));
     PAGODA_ASSIGN_OR_RETURN(ly.wqkv, reader.add_linear(w, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv"));
-    if (config.attention_bias) ly.qkv_bias = w.add_vector(f32_of({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
+    if (config.attention_bias) ly.qkv_bias = w.add_vector(reader.f32_concat({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
     if (config.qk_norm) {
-      ly.q_norm = w.add_vector(f32_of({p + "attn_q_norm.weight"}));
-      ly.k_norm = w.add_vector(f32_of({p + "attn_k_norm.weight"}));
+      ly.q_norm = w.add_vector(reader.f32_concat({p + "attn_q_norm.weight"}));
+      ly.k_norm = w.add_vector(reader.f32_concat({p + "attn_k_norm.weight"}));
     }
     PAGODA_ASSIGN_OR_RETURN(ly.wo, reader.add_linear(w, p + "attn_output.weight"));
-    ly.ffn_norm = w.add_vector(f32_of({p + "ffn_norm.weight"}));
+    ly.ffn_norm = w.add_vector(reader.f32_concat({p + "ffn_norm.weight"}));
     PAGODA_ASSIGN_OR_RETURN(ly.gate_up, reader.add_linear(w, {p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_gate_up"));
     PAGODA_ASSIGN_OR_RETURN(ly.down, reader.add_linear(w, p + "ffn_down.weight"));
     layers.push_back(ly);

@@ -129,9 +129,8 @@ Result<std::unique_ptr<Model>> load(const ModelConfig& config, WeightNaming nami
   ModelWeights w;
   w.token_embd = *reader.find("token_embd.weight");
   const VectorId output_norm = w.add_vector(to_f32(*reader.find("output_norm.weight")));
-  w.tied_output = reader.find("output.weight") == nullptr;
-  PAGODA_ASSIGN_OR_RETURN(const LinearId output, reader.add_linear(w, w.tied_output ? "token_embd.weight" : "output.weight"));
-  w.output = output;
+  PAGODA_RETURN_IF_ERROR(reader.add_output_head(w));
+  const LinearId output = w.output;
   std::vector<float> factors;
   if (config.rope_scaling.kind == RopeScaling::Kind::kLongRope) factors = longrope_factors(config, reader, params.max_positions);
 
