@@ -280,18 +280,18 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   eager_.allocate(tokens, std::max<int64_t>(caps_.seqs, tokens / 16 + 1), bt_stride_);
   const cuda::QuantScratch qs = cuda::quant_scratch_for(model_, act_, cuda::native_quant(opt_));
   if (qs.max_k > 0) {
-    quant_scratch_.reset(static_cast<size_t>(qs.bytes(act_)));
-    xq_ = quant_scratch_.as<int8_t>();
-    xds_ = reinterpret_cast<float2*>(quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256));
-    dequant_ = quant_scratch_.as<uint8_t>() + cuda::align_up(cuda::kQuantGemvMaxM * qs.max_k, 256) +
-               cuda::align_up(cuda::kQuantGemvMaxM * (qs.max_k / 32) * 8, 256);
+    const cuda::QuantScratch::Layout l = qs.layout(act_);
+    quant_scratch_.reset(static_cast<size_t>(l.bytes));
+    xq_ = reinterpret_cast<int8_t*>(quant_scratch_.as<uint8_t>() + l.xq);
+    xds_ = reinterpret_cast<float2*>(quant_scratch_.as<uint8_t>() + l.xds);
+    dequant_ = quant_scratch_.as<uint8_t>() + l.dequant;
   }
   if (qs.fp8_max_k > 0) {
-    fp8_scratch_.reset(static_cast<size_t>(qs.fp8_bytes(tokens)));
-    fp8_xq_ = fp8_scratch_.as<uint8_t>();
-    fp8_xs_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + cuda::align_up(tokens * qs.fp8_max_k, 256));
-    fp8_acc_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + cuda::align_up(tokens * qs.fp8_max_k, 256) +
-                                        cuda::align_up(tokens * 4, 256));
+    const cuda::QuantScratch::Fp8Layout l = qs.fp8_layout(tokens);
+    fp8_scratch_.reset(static_cast<size_t>(l.bytes));
+    fp8_xq_ = fp8_scratch_.as<uint8_t>() + l.codes;
+    fp8_xs_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + l.scales);
+    fp8_acc_ = reinterpret_cast<float*>(fp8_scratch_.as<uint8_t>() + l.unscaled_out);
     fp8_rows_cap_ = tokens;
   }
   const int64_t gather_bytes = cuda::input_order_scratch_bytes(model_, act_, tokens);

@@ -170,16 +170,24 @@ QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   return q;
 }
 
-int64_t QuantScratch::fp8_bytes(int64_t tokens) const {
-  if (fp8_max_k == 0) return 0;
-  return align_up(tokens * fp8_max_k, 256) + align_up(tokens * 4, 256) +
-         align_up(std::min(tokens, kFp8UnscaledRows) * fp8_max_n * 4, 256);
+QuantScratch::Fp8Layout QuantScratch::fp8_layout(int64_t tokens) const {
+  Fp8Layout l;
+  if (fp8_max_k == 0) return l;
+  l.codes = 0;
+  l.scales = l.codes + align_up(tokens * fp8_max_k, 256);
+  l.unscaled_out = l.scales + align_up(tokens * 4, 256);
+  l.bytes = l.unscaled_out + align_up(std::min(tokens, kFp8UnscaledRows) * fp8_max_n * 4, 256);
+  return l;
 }
 
-int64_t QuantScratch::bytes(DType act) const {
-  if (max_k == 0) return 0;
-  const int64_t xq = align_up(kQuantGemvMaxM * max_k, 256) + align_up(kQuantGemvMaxM * (max_k / 32) * 8, 256);
-  return align_up(dequant_elems * elem_bytes(act), 256) + xq;
+QuantScratch::Layout QuantScratch::layout(DType act) const {
+  Layout l;
+  if (max_k == 0) return l;
+  l.xq = 0;
+  l.xds = l.xq + align_up(kQuantGemvMaxM * max_k, 256);
+  l.dequant = l.xds + align_up(kQuantGemvMaxM * (max_k / 32) * 8, 256);
+  l.bytes = l.dequant + align_up(dequant_elems * elem_bytes(act), 256);
+  return l;
 }
 
 }  // namespace cuda

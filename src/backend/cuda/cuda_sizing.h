@@ -81,14 +81,27 @@ int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens);
 // (the cuBLASLt and SIMT paths) and the int8 activations of the GEMV (kQuantGemvMaxM rows of max_k);
 // for FP8 weights, the FP8 activations of the cuBLASLt FP8 GEMM (tokens rows of fp8_max_k codes and
 // their f32 scales; no dequantized copy).
+// Each scratch is one buffer; its layout gives the byte offset of each part (256-aligned) and the
+// buffer's size, for both the planner and the executor that carves the buffer.
 struct QuantScratch {
   int64_t dequant_elems = 0;  // N * K of the largest GGUF-quantized weight; 0: none
   int64_t max_k = 0;          // of the GGUF-quantized weights
   int64_t fp8_max_k = 0, fp8_max_n = 0;  // of the FP8 weights
-  int64_t bytes(DType act) const;
-  // The FP8 activations of `tokens` rows, and the f32 output of kFp8UnscaledRows rows of the
-  // unscaled GEMM (where cuBLASLt has no outer-vector scaling: BlasLt::matmul_fp8).
-  int64_t fp8_bytes(int64_t tokens) const;
+  // The GEMV's int8 activations [kQuantGemvMaxM, max_k] and their (d, d * sum) pairs
+  // [kQuantGemvMaxM, max_k / 32] float2, then the dequantized weight [dequant_elems] act.
+  struct Layout {
+    int64_t xq = 0, xds = 0, dequant = 0, bytes = 0;
+  };
+  Layout layout(DType act) const;
+  int64_t bytes(DType act) const { return layout(act).bytes; }
+  // The FP8 activations of `tokens` rows (codes [tokens, fp8_max_k] e4m3, scales [tokens] f32),
+  // then the f32 output [kFp8UnscaledRows, fp8_max_n] of the unscaled GEMM (where cuBLASLt has no
+  // outer-vector scaling: BlasLt::matmul_fp8). All zero without FP8 weights.
+  struct Fp8Layout {
+    int64_t codes = 0, scales = 0, unscaled_out = 0, bytes = 0;
+  };
+  Fp8Layout fp8_layout(int64_t tokens) const;
+  int64_t fp8_bytes(int64_t tokens) const { return fp8_layout(tokens).bytes; }
   static constexpr int64_t kFp8UnscaledRows = 256;
 };
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native_quant);
