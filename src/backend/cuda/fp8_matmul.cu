@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_warp_rows.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/swiglu.cuh"
 
@@ -63,19 +64,18 @@ __device__ __forceinline__ void load_x16(const bf16* p, float (&f)[16]) {
 
 template <int M, GemmOut MODE, int ROWS>
 __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
-  constexpr bool kSwiGlu = MODE == GemmOut::kSwiGlu;
-  constexpr int R = kSwiGlu ? 2 : ROWS;
+  using Rows = GemvWarpRows<MODE, ROWS>;
+  constexpr int R = Rows::R;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int n0 = kSwiGlu ? warp : R * warp;
+  const int n0 = Rows::first_output(warp);
   if (n0 >= a.n_out) {
     pdl_wait();
     return;
   }
   int row_of[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) row_of[r] = kSwiGlu ? n0 + r * a.n_out : (n0 + r < a.n_out ? n0 + r : n0);
+  Rows::weight_rows(n0, a.n_out, row_of);
   const int chunks = a.K / 16;
   const uint4* rows[R];
 #pragma unroll
@@ -121,37 +121,18 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
   if (lane != 0) return;
-  float sc[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) sc[r] = a.scale[row_of[r]];
+  for (int r = 0; r < R; ++r) {
+    const float sc = a.scale[row_of[r]];
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if constexpr (kSwiGlu) {
-      static_cast<bf16*>(a.y)[m * a.ldy + n0] = swiglu_out(acc[m][0] * sc[0], acc[m][1] * sc[1]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int n = n0 + r;
-        if (n >= a.n_out) break;
-        const float v = acc[m][r] * sc[r];
-        if constexpr (MODE == GemmOut::kStoreF32) {
-          static_cast<float*>(a.y)[m * a.ldy + n] = v;
-        } else if constexpr (MODE == GemmOut::kAddF32) {
-          static_cast<float*>(a.y)[m * a.ldy + n] += v;
-        } else {
-          static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(v);
-        }
-      }
-    }
+    for (int m = 0; m < M; ++m) acc[m][r] *= sc;
   }
+  Rows::store(acc, n0, a.n_out, a.y, a.ldy);
 }
-
-inline bool fp8_row_pairs(const Fp8GemvArgs& a) { return a.n_out >= 8192 || a.K >= 8192; }
 
 template <int M, int ROWS>
 void launch_fp8_rows(const Fp8GemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const int warps = mode == GemmOut::kSwiGlu ? a.n_out : (a.n_out + ROWS - 1) / ROWS;
-  const dim3 grid(static_cast<unsigned>(ceil_div(warps, kWarps)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
   const dim3 block(kWarps * 32);
   switch (mode) {
     case GemmOut::kStoreF32: launch_pdl(gemv_fp8_kernel<M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
@@ -166,22 +147,13 @@ void launch_fp8_rows(const Fp8GemvArgs& a, GemmOut mode, cudaStream_t s) {
 template <int M>
 void launch_fp8_m(const Fp8GemvArgs& a, GemmOut mode, cudaStream_t s) {
   if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && fp8_row_pairs(a)) return launch_fp8_rows<M, 2>(a, mode, s);
+    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_fp8_rows<M, 2>(a, mode, s);
   }
   launch_fp8_rows<M, 1>(a, mode, s);
 }
 
 void launch_fp8(const Fp8GemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
-  switch (M) {
-    case 1: launch_fp8_m<1>(a, mode, s); break;
-    case 2: launch_fp8_m<2>(a, mode, s); break;
-    case 3: launch_fp8_m<3>(a, mode, s); break;
-    case 4: launch_fp8_m<4>(a, mode, s); break;
-    case 5: launch_fp8_m<5>(a, mode, s); break;
-    case 6: launch_fp8_m<6>(a, mode, s); break;
-    case 7: launch_fp8_m<7>(a, mode, s); break;
-    default: launch_fp8_m<8>(a, mode, s); break;
-  }
+  with_gemv_m(M, [&](auto m) { launch_fp8_m<decltype(m)::value>(a, mode, s); });
 }
 
 // ---- activations --------------------------------------------------------------------------

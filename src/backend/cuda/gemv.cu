@@ -20,6 +20,7 @@
 #include "backend/cuda/block_trace.cuh"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/simt_tile.cuh"
 #include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
@@ -275,17 +276,7 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(const T* __restrict__ x,
     }
     __syncthreads();
     const int kn = min(kTk, K - k0);  // padding k would add +0.0f: skip it (keeps -0.0 results exact)
-    for (int k = 0; k < kn; ++k) {
-      float a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = xs[k][ty * 4 + i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = ws[k][tx * 4 + j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }
+    simt_tile_fma(xs, ws, kn, tx, ty, acc);
     __syncthreads();
   }
 #pragma unroll

@@ -15,6 +15,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_utils.cuh"
+#include "backend/cuda/simt_tile.cuh"
 #include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
@@ -580,6 +581,31 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_down_combine_kernel(MoeMa
   if (lane == 0) residual[n] += o;
 }
 
+// The rows of a grouped GEMM's tile: sorted positions [m0, m_end) of one segment, and its expert.
+struct SegmentTile {
+  int m0, m_end, expert;
+};
+
+// Tile `tile` of the segment table (the segment s with seg.tile[s] <= tile < seg.tile[s + 1]; at
+// most kMoeTile rows from seg.begin[s] + (tile - seg.tile[s]) kMoeTile); false for a tile past the
+// device-side count (the same answer for the whole block). Thread 0 searches and publishes through
+// `info` (shared memory); every thread of the block must call it (it synchronises the block).
+__device__ __forceinline__ bool segment_tile(const MoeMatmulParams& a, int tile, int (&info)[3], SegmentTile& out) {
+  const int nseg = *a.seg.count;
+  if (tile >= a.seg.tile[nseg]) return false;
+  if (threadIdx.x == 0) {
+    int s = 0;
+    while (a.seg.tile[s + 1] <= tile) ++s;
+    const int m0 = a.seg.begin[s] + (tile - a.seg.tile[s]) * kMoeTile;
+    info[0] = m0;
+    info[1] = min(m0 + kMoeTile, a.seg.begin[s + 1]);
+    info[2] = a.seg.expert[s];
+  }
+  __syncthreads();
+  out = {info[0], info[1], info[2]};
+  return true;
+}
+
 // Block (x, tile): a kMoeTile x kMoeTile output tile of one segment (the segment whose tiles
 // [seg.tile[s], seg.tile[s + 1]) hold blockIdx.y), 4 x 4 outputs a thread, every output one f32
 // FMA chain over k in order (gemv.cu's gemm_simt: the same result whatever the other rows are).
@@ -590,21 +616,12 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
   __shared__ int info[3];
   pdl_trigger();
   pdl_wait();
-  const int tile = blockIdx.y, tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-  const int nseg = *a.seg.count;
-  if (tile >= a.seg.tile[nseg]) return;  // the same for the whole block
-  if (tid == 0) {
-    int s = 0;
-    while (a.seg.tile[s + 1] <= tile) ++s;
-    const int m0 = a.seg.begin[s] + (tile - a.seg.tile[s]) * kMoeTile;
-    info[0] = m0;
-    info[1] = min(m0 + kMoeTile, a.seg.begin[s + 1]);
-    info[2] = a.seg.expert[s];
-  }
-  __syncthreads();
-  const int m0 = info[0], m_end = info[1];
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  SegmentTile st;
+  if (!segment_tile(a, blockIdx.y, info, st)) return;  // the same for the whole block
+  const int m0 = st.m0, m_end = st.m_end;
   const int n0 = blockIdx.x * kMoeTile, N = a.N, K = a.K;
-  const T* w = static_cast<const T*>(a.w[info[2]]);
+  const T* w = static_cast<const T*>(a.w[st.expert]);
   const T* x = static_cast<const T*>(a.x);
   // The rows this thread loads: r = tid / kTk + 16 i (i < 4) at k offset tid % kTk.
   const int lr = tid / kTk, lk = tid % kTk;
@@ -630,18 +647,7 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
       ws[lk][r] = wrow[i] != nullptr && kin ? to_f32(wrow[i][k0 + lk]) : 0.0f;
     }
     __syncthreads();
-    const int kn = min(kTk, K - k0);
-    for (int k = 0; k < kn; ++k) {
-      float av[4], bv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = xs[k][ty * 4 + i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bv[j] = ws[k][tx * 4 + j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
+    simt_tile_fma(xs, ws, min(kTk, K - k0), tx, ty, acc);
     __syncthreads();
   }
 #pragma unroll
@@ -669,21 +675,12 @@ __global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulPara
   __shared__ int info[3];
   pdl_trigger();
   pdl_wait();
-  const int tile = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nseg = *a.seg.count;
-  if (tile >= a.seg.tile[nseg]) return;  // the same for the whole block
-  if (tid == 0) {
-    int s = 0;
-    while (a.seg.tile[s + 1] <= tile) ++s;
-    const int m0 = a.seg.begin[s] + (tile - a.seg.tile[s]) * kMoeTile;
-    info[0] = m0;
-    info[1] = min(m0 + kMoeTile, a.seg.begin[s + 1]);
-    info[2] = a.seg.expert[s];
-  }
-  __syncthreads();
-  const int m0 = info[0], m_end = info[1];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  SegmentTile st;
+  if (!segment_tile(a, blockIdx.y, info, st)) return;  // the same for the whole block
+  const int m0 = st.m0, m_end = st.m_end;
   const int n0 = blockIdx.x * kMoeTile, N = a.N, K = a.K;
-  const bf16* w = static_cast<const bf16*>(a.w[info[2]]);
+  const bf16* w = static_cast<const bf16*>(a.w[st.expert]);
   const bf16* x = static_cast<const bf16*>(a.x);
   // This thread's 16-byte chunks of a slice: rows lr + 32 i (i < 2) of each tile, k offset lc.
   constexpr int kRowsPerPass = kMmaThreads / (kMmaBK / 8);
@@ -827,26 +824,23 @@ unsigned gemv_blocks(int n_out, int per_warp, unsigned max_segments) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, per_warp * kGemvWarps))));
 }
 
-template <class T>
-void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
-  const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
-  const dim3 grid(gemv_blocks(n_out, 1, max_segments), max_segments), block(kGemvWarps * 32);
-  switch (p.mode) {
-    case GemmOut::kSwiGlu: launch_pdl(moe_gemv_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
-    case GemmOut::kStoreF32: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
-    case GemmOut::kStoreAct: launch_pdl(moe_gemv_kernel<T, GemmOut::kStoreAct>, grid, block, 0, s, p); break;
-    default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
-  }
+// The grouped GEMV of one mode: moe_gemv1 where every segment is one row, moe_gemv otherwise.
+template <class T, GemmOut MODE>
+void launch_gemv_mode(const MoeMatmulParams& p, const dim3& grid, cudaStream_t s) {
+  const dim3 block(kGemvWarps * 32);
+  if (p.max_rows == 1) launch_pdl(moe_gemv1_kernel<T, MODE>, grid, block, 0, s, p);
+  else launch_pdl(moe_gemv_kernel<T, MODE>, grid, block, 0, s, p);
 }
 
 template <class T>
-void launch_gemv1(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
+void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
   const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
-  const dim3 grid(gemv_blocks(n_out, 2, max_segments), max_segments), block(kGemvWarps * 32);
+  const int per_warp = p.max_rows == 1 ? 2 : 1;  // moe_gemv1: two weight rows at a time
+  const dim3 grid(gemv_blocks(n_out, per_warp, max_segments), max_segments);
   switch (p.mode) {
-    case GemmOut::kSwiGlu: launch_pdl(moe_gemv1_kernel<T, GemmOut::kSwiGlu>, grid, block, 0, s, p); break;
-    case GemmOut::kStoreF32: launch_pdl(moe_gemv1_kernel<T, GemmOut::kStoreF32>, grid, block, 0, s, p); break;
-    case GemmOut::kStoreAct: launch_pdl(moe_gemv1_kernel<T, GemmOut::kStoreAct>, grid, block, 0, s, p); break;
+    case GemmOut::kSwiGlu: launch_gemv_mode<T, GemmOut::kSwiGlu>(p, grid, s); break;
+    case GemmOut::kStoreF32: launch_gemv_mode<T, GemmOut::kStoreF32>(p, grid, s); break;
+    case GemmOut::kStoreAct: launch_gemv_mode<T, GemmOut::kStoreAct>(p, grid, s); break;
     default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: mode");
   }
 }
@@ -854,8 +848,7 @@ void launch_gemv1(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t 
 template <class T>
 void launch_matmul(const MoeMatmulParams& p, bool gemv, unsigned max_segments, unsigned max_tiles, cudaStream_t s) {
   if (gemv) {
-    if (p.max_rows == 1) launch_gemv1<T>(p, max_segments, s);
-    else launch_gemv<T>(p, max_segments, s);
+    launch_gemv<T>(p, max_segments, s);
   } else if (p.tensor_cores) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
     if constexpr (std::is_same_v<T, bf16>) {

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_warp_rows.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_utils.cuh"
 #include "backend/cuda/quant_layout.h"
@@ -274,21 +275,18 @@ struct QGemvArgs {
 // after the wait.
 template <class D, int M, GemmOut MODE, int ROWS>
 __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
-  constexpr bool kSwiGlu = MODE == GemmOut::kSwiGlu;
-  constexpr int R = kSwiGlu ? 2 : ROWS;
+  using Rows = GemvWarpRows<MODE, ROWS>;
+  constexpr int R = Rows::R;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int n0 = kSwiGlu ? warp : R * warp;  // the first output row
+  const int n0 = Rows::first_output(warp);
   if (n0 >= a.n_out) {
     pdl_wait();
     return;
   }
-  // Row r of the warp; past the end of an n_out that is not a multiple of R, its first row again
-  // (read, not stored).
   int row_of[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) row_of[r] = kSwiGlu ? n0 + r * a.n_out : (n0 + r < a.n_out ? n0 + r : n0);
+  Rows::weight_rows(n0, a.n_out, row_of);
   const int units = a.K / 32;
   const uint8_t* rows[R];
 #pragma unroll
@@ -336,35 +334,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
   if (lane != 0) return;
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if constexpr (kSwiGlu) {
-      static_cast<bf16*>(a.y)[m * a.ldy + n0] = swiglu_out(acc[m][0], acc[m][1]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int n = n0 + r;
-        if (n >= a.n_out) break;
-        if constexpr (MODE == GemmOut::kStoreF32) {
-          static_cast<float*>(a.y)[m * a.ldy + n] = acc[m][r];
-        } else if constexpr (MODE == GemmOut::kAddF32) {
-          static_cast<float*>(a.y)[m * a.ldy + n] += acc[m][r];
-        } else {
-          static_cast<bf16*>(a.y)[m * a.ldy + n] = __float2bfloat16_rn(acc[m][r]);
-        }
-      }
-    }
-  }
+  Rows::store(acc, n0, a.n_out, a.y, a.ldy);
 }
-
-// Two rows a warp where that still leaves the GPU many warps (a large N) or each warp a long row
-// (a large K); one row otherwise (q/k/v and o of an 8B model: N, K = 4096..6144).
-inline bool gemv_row_pairs(const QGemvArgs& a) { return a.n_out >= 8192 || a.K >= 8192; }
 
 template <class D, int M, int ROWS>
 void launch_gemv_rows(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const int warps = mode == GemmOut::kSwiGlu ? a.n_out : (a.n_out + ROWS - 1) / ROWS;
-  const dim3 grid(static_cast<unsigned>(ceil_div(warps, kWarps)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
   const dim3 block(kWarps * 32);
   switch (mode) {
     case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
@@ -381,23 +356,14 @@ void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
   // Two-row kernels for batch 1 and 2 only (the decode steps that read weights for few rows):
   // the instantiations cost compile time.
   if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a)) return launch_gemv_rows<D, M, 2>(a, mode, s);
+    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_gemv_rows<D, M, 2>(a, mode, s);
   }
   launch_gemv_rows<D, M, 1>(a, mode, s);
 }
 
 template <class D>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
-  switch (M) {
-    case 1: launch_gemv_m<D, 1>(a, mode, s); break;
-    case 2: launch_gemv_m<D, 2>(a, mode, s); break;
-    case 3: launch_gemv_m<D, 3>(a, mode, s); break;
-    case 4: launch_gemv_m<D, 4>(a, mode, s); break;
-    case 5: launch_gemv_m<D, 5>(a, mode, s); break;
-    case 6: launch_gemv_m<D, 6>(a, mode, s); break;
-    case 7: launch_gemv_m<D, 7>(a, mode, s); break;
-    default: launch_gemv_m<D, 8>(a, mode, s); break;
-  }
+  with_gemv_m(M, [&](auto m) { launch_gemv_m<D, decltype(m)::value>(a, mode, s); });
 }
 
 // ---- tensor-core matmul over bf16 activations ---------------------------------------------
