@@ -150,7 +150,7 @@ bench_model() {  # SHAPE
 #             the peaked random 8B (make_random_llama.py --peaked), in the default (fast) kernels
 #   serve     `pagoda serve --device cuda` answers a completion; `pagoda bench throughput --device
 #             cuda` (the Engine path, 256 x 64/64), both on stories260K (random models have no tokenizer)
-#   moe       mixture of experts (backend/cuda/moe.cu): a random OLMoE-1B-7B-shaped BF16 model
+#   moe       mixture of experts (backend/cuda/moe.cu, moe_gemm.cu): a random OLMoE-1B-7B-shaped BF16 model
 #             (tools/make_random_moe.py; MOE_SHAPE, MOE_LAYERS), pagoda bench prefill 512 and tg128
 #             at batch 1 and 8; "bw %" counts the bytes a step reads (the selected experts only);
 #             MOE_PROFILE=1: then the per-op profile of batch-1 decode (~30 s more)

@@ -317,7 +317,7 @@ bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, con
 void scale_fp8_output(const float* acc, int64_t M, int64_t N, const float* x_scale, const float* w_scale, void* y,
                       int64_t ldy, GemmOut mode, cudaStream_t s);
 
-// ---- moe.cu: mixture-of-experts layers (model/layer_ops.h moe_mlp) ---------------------------
+// ---- moe.cu, moe_gemm.cu: mixture-of-experts layers (model/layer_ops.h moe_mlp) ---------------
 //
 // A step of T tokens routes P = T * k (token, slot) pairs; pair p = t * k + j is token t's j-th
 // choice. moe_route picks them, moe_sort orders them by expert, moe_matmul runs the experts over

@@ -1,5 +1,6 @@
 // Mixture-of-experts kernels (kernels.h, "moe.cu"): routing, the sort of (token, slot) pairs by
-// expert, the grouped expert matmuls and the weighted combine into the residual stream. Every
+// expert, the grouped expert GEMVs of small steps (moe_matmul; larger steps take the grouped GEMMs
+// of moe_gemm.cu) and the weighted combine into the residual stream. Every
 // count that depends on the routing (pairs per expert, active experts, tiles) stays in device
 // memory: grids are sized from host-known bounds (T, k, E) and blocks past the device-side counts
 // exit, so the whole MoE layer is one fixed launch sequence, capturable in a CUDA graph, with no
@@ -14,8 +15,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/mma_utils.cuh"
-#include "backend/cuda/simt_tile.cuh"
+#include "backend/cuda/moe_matmul.cuh"
 #include "backend/cuda/swiglu.cuh"
 
 namespace pagoda::cuda {
@@ -28,13 +28,9 @@ constexpr int kRouteSortThreads = 512;  // the fused route + sort's one block
 constexpr int kCombineThreads = 128;    // columns a block of moe_combine
 constexpr int kRouterWarps = 8;         // router rows (experts) a block of moe_norm_route
 constexpr int kRouterPre = 8;           // 16-byte router chunks a lane loads before waiting
-constexpr int kMmaThreads = 128;        // the tensor-core grouped GEMM: 4 warps of 32 x 32 outputs
-constexpr int kMmaBK = 32;              // its k slice
-constexpr int kMmaLd = kMmaBK + 8;      // its shared-memory row stride (elements): 80 bytes
 constexpr int kGemvWarps = 8;    // output rows a block of the grouped GEMV
 constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves (steps of 2+)
 constexpr int kGemvLoads = 8;    // 16-byte weight loads in flight a lane over two weight rows (4 a row)
-constexpr int kTk = 16;          // k slice of the grouped SIMT GEMM
 constexpr int kDownSegs = 4;     // segments (experts) a warp of moe_down_combine streams together
 
 // acc += dot of 16 bytes of weights and 16 bytes of inputs (8 bf16 or 4 f32), in element order.
@@ -354,23 +350,7 @@ __global__ __launch_bounds__(kRouterWarps * 32) void moe_norm_route_kernel(MoeNo
                                       a.seg, sid, cursor);
 }
 
-// ---- grouped matmuls ----
-
-// Input row (element offset) of sorted position `pos`.
-__device__ __forceinline__ int64_t input_row(const MoeMatmulParams& a, int pos) {
-  return a.gather != nullptr ? a.gather[pos] / a.gather_div : pos;
-}
-
-// y (f32 or T) at sorted position pos, column n.
-template <class T, GemmOut MODE>
-__device__ __forceinline__ void store_out(const MoeMatmulParams& a, int pos, int n, float v) {
-  if constexpr (MODE == GemmOut::kStoreF32) {
-    const int64_t row = a.scatter != nullptr ? a.scatter[pos] : pos;
-    static_cast<float*>(a.y)[row * a.ldy + n] = v;
-  } else {
-    static_cast<T*>(a.y)[static_cast<int64_t>(pos) * a.ldy + n] = from_f32<T>(v);
-  }
-}
+// ---- grouped GEMVs (steps up to kMoeGemvMaxTokens) ----
 
 // Block (x, s) of a grid of gemv_blocks(...) x segments: its warps take output rows n = x *
 // kGemvWarps + warp, then n + the grid's warps, ... of active segment s (fewer, longer-lived blocks:
@@ -581,185 +561,6 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_down_combine_kernel(MoeMa
   if (lane == 0) residual[n] += o;
 }
 
-// The rows of a grouped GEMM's tile: sorted positions [m0, m_end) of one segment, and its expert.
-struct SegmentTile {
-  int m0, m_end, expert;
-};
-
-// Tile `tile` of the segment table (the segment s with seg.tile[s] <= tile < seg.tile[s + 1]; at
-// most kMoeTile rows from seg.begin[s] + (tile - seg.tile[s]) kMoeTile); false for a tile past the
-// device-side count (the same answer for the whole block). Thread 0 searches and publishes through
-// `info` (shared memory); every thread of the block must call it (it synchronises the block).
-__device__ __forceinline__ bool segment_tile(const MoeMatmulParams& a, int tile, int (&info)[3], SegmentTile& out) {
-  const int nseg = *a.seg.count;
-  if (tile >= a.seg.tile[nseg]) return false;
-  if (threadIdx.x == 0) {
-    int s = 0;
-    while (a.seg.tile[s + 1] <= tile) ++s;
-    const int m0 = a.seg.begin[s] + (tile - a.seg.tile[s]) * kMoeTile;
-    info[0] = m0;
-    info[1] = min(m0 + kMoeTile, a.seg.begin[s + 1]);
-    info[2] = a.seg.expert[s];
-  }
-  __syncthreads();
-  out = {info[0], info[1], info[2]};
-  return true;
-}
-
-// Block (x, tile): a kMoeTile x kMoeTile output tile of one segment (the segment whose tiles
-// [seg.tile[s], seg.tile[s + 1]) hold blockIdx.y), 4 x 4 outputs a thread, every output one f32
-// FMA chain over k in order (gemv.cu's gemm_simt: the same result whatever the other rows are).
-template <class T, GemmOut MODE>
-__global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
-  __shared__ float xs[kTk][kMoeTile + 4];
-  __shared__ float ws[kTk][kMoeTile + 4];
-  __shared__ int info[3];
-  pdl_trigger();
-  pdl_wait();
-  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-  SegmentTile st;
-  if (!segment_tile(a, blockIdx.y, info, st)) return;  // the same for the whole block
-  const int m0 = st.m0, m_end = st.m_end;
-  const int n0 = blockIdx.x * kMoeTile, N = a.N, K = a.K;
-  const T* w = static_cast<const T*>(a.w[st.expert]);
-  const T* x = static_cast<const T*>(a.x);
-  // The rows this thread loads: r = tid / kTk + 16 i (i < 4) at k offset tid % kTk.
-  const int lr = tid / kTk, lk = tid % kTk;
-  const T* xrow[4];
-  const T* wrow[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = lr + 16 * i;
-    xrow[i] = m0 + r < m_end ? x + input_row(a, m0 + r) * a.ldx : nullptr;
-    wrow[i] = n0 + r < N ? w + static_cast<int64_t>(n0 + r) * K : nullptr;
-  }
-  float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += kTk) {
-    const bool kin = k0 + lk < K;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = lr + 16 * i;
-      xs[lk][r] = xrow[i] != nullptr && kin ? to_f32(xrow[i][k0 + lk]) : 0.0f;
-      ws[lk][r] = wrow[i] != nullptr && kin ? to_f32(wrow[i][k0 + lk]) : 0.0f;
-    }
-    __syncthreads();
-    simt_tile_fma(xs, ws, min(kTk, K - k0), tx, ty, acc);
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int pos = m0 + ty * 4 + i;
-    if (pos >= m_end) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + tx * 4 + j;
-      if (n < N) store_out<T, MODE>(a, pos, n, acc[i][j]);
-    }
-  }
-}
-
-// Block (x, tile): the SIMT kernel's kMoeTile x kMoeTile output tile, on tensor cores (bf16):
-// 4 warps of 32 x 32 outputs, m16n8k16 mma with f32 accumulators. A (the segment's gathered input
-// rows) and B (the expert's weight rows, [N, K] row-major: the mma's column-major operand) pass
-// through shared memory in k slices of kMmaBK, copied with cp.async one slice ahead (two stages),
-// read with ldmatrix; rows padded to kMmaLd elements so that ldmatrix's 8 row reads hit distinct
-// banks. Rows past the segment or N and k past K are zero-filled (K a multiple of 8).
-template <GemmOut MODE>
-__global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulParams a) {
-  __shared__ __align__(16) bf16 as[2][kMoeTile][kMmaLd];
-  __shared__ __align__(16) bf16 bs[2][kMoeTile][kMmaLd];
-  __shared__ int info[3];
-  pdl_trigger();
-  pdl_wait();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  SegmentTile st;
-  if (!segment_tile(a, blockIdx.y, info, st)) return;  // the same for the whole block
-  const int m0 = st.m0, m_end = st.m_end;
-  const int n0 = blockIdx.x * kMoeTile, N = a.N, K = a.K;
-  const bf16* w = static_cast<const bf16*>(a.w[st.expert]);
-  const bf16* x = static_cast<const bf16*>(a.x);
-  // This thread's 16-byte chunks of a slice: rows lr + 32 i (i < 2) of each tile, k offset lc.
-  constexpr int kRowsPerPass = kMmaThreads / (kMmaBK / 8);
-  static_assert(kMoeTile % kRowsPerPass == 0);
-  constexpr int kPasses = kMoeTile / kRowsPerPass;
-  const int lr = tid / (kMmaBK / 8), lc = (tid % (kMmaBK / 8)) * 8;
-  const bf16* arow[kPasses];
-  const bf16* brow[kPasses];
-#pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int r = lr + kRowsPerPass * i;
-    arow[i] = m0 + r < m_end ? x + input_row(a, m0 + r) * a.ldx : nullptr;
-    brow[i] = n0 + r < N ? w + static_cast<int64_t>(n0 + r) * K : nullptr;
-  }
-  auto load = [&](int stage, int k0) {
-    const int k = k0 + lc;
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int r = lr + kRowsPerPass * i;
-      const bool va = arow[i] != nullptr && k < K, vb = brow[i] != nullptr && k < K;
-      cp_async16(&as[stage][r][lc], va ? arow[i] + k : x, va);
-      cp_async16(&bs[stage][r][lc], vb ? brow[i] + k : w, vb);
-    }
-    cp_async_commit();
-  };
-  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-  float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
-  const int nk = (K + kMmaBK - 1) / kMmaBK;
-  load(0, 0);
-  for (int kt = 0; kt < nk; ++kt) {
-    if (kt + 1 < nk) {
-      load((kt + 1) & 1, (kt + 1) * kMmaBK);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int st = kt & 1;
-#pragma unroll
-    for (int kk = 0; kk < kMmaBK; kk += 16) {
-      uint32_t af[2][4], bfr[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(af[mi], &as[st][wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-      // B: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) of each 16 columns
-#pragma unroll
-      for (int nj = 0; nj < 2; ++nj)
-        ldmatrix_x4(bfr[nj], &bs[st][wn + nj * 16 + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-          mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2], bfr[ni >> 1][(ni & 1) * 2 + 1], bf16{});
-    }
-    __syncthreads();  // this stage is refilled by the next iteration's copy
-  }
-  // C fragment: rows g and g + 8 of each m16 tile, columns 2 (lane % 4) + {0, 1} of each n8 tile.
-  const int g = lane >> 2, q = (lane & 3) * 2;
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int pos = m0 + wm + mi * 16 + g + h * 8;
-      if (pos >= m_end) continue;
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int n = n0 + wn + ni * 8 + q;
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (n + e < N) store_out<bf16, MODE>(a, pos, n + e, acc[mi][ni][h * 2 + e]);
-      }
-    }
-}
-
 // ---- combine ----
 
 // Block (t, y): columns [y * kCombineThreads, ...) of token t, a thread a column:
@@ -845,31 +646,6 @@ void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s
   }
 }
 
-template <class T>
-void launch_matmul(const MoeMatmulParams& p, bool gemv, unsigned max_segments, unsigned max_tiles, cudaStream_t s) {
-  if (gemv) {
-    launch_gemv<T>(p, max_segments, s);
-  } else if (p.tensor_cores) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
-    if constexpr (std::is_same_v<T, bf16>) {
-      switch (p.mode) {
-        case GemmOut::kStoreF32: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreF32>, grid, dim3(kMmaThreads), 0, s, p); break;
-        case GemmOut::kStoreAct: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreAct>, grid, dim3(kMmaThreads), 0, s, p); break;
-        default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM stores f32 or act");
-      }
-    } else {
-      PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM is bf16");
-    }
-  } else {
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
-    switch (p.mode) {
-      case GemmOut::kStoreF32: launch_pdl(moe_gemm_kernel<T, GemmOut::kStoreF32>, grid, dim3(256), 0, s, p); break;
-      case GemmOut::kStoreAct: launch_pdl(moe_gemm_kernel<T, GemmOut::kStoreAct>, grid, dim3(256), 0, s, p); break;
-      default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the SIMT path stores f32 or act (SwiGLU is a separate kernel)");
-    }
-  }
-}
-
 }  // namespace
 
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
@@ -935,8 +711,9 @@ void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s
   const unsigned max_segments = static_cast<unsigned>(std::min(p.E, p.P));
   const unsigned max_tiles = static_cast<unsigned>(moe_max_tiles(p.P, p.E));
   PAGODA_CUDA_REQUIRE(max_tiles <= 65535u, "moe_matmul: too many pairs for one launch");
-  if (dtype == DType::kF32) launch_matmul<float>(p, gemv, max_segments, max_tiles, s);
-  else launch_matmul<bf16>(p, gemv, max_segments, max_tiles, s);
+  if (!gemv) launch_moe_gemm(p, dtype, max_tiles, s);
+  else if (dtype == DType::kF32) launch_gemv<float>(p, max_segments, s);
+  else launch_gemv<bf16>(p, max_segments, s);
   CUDA_CHECK_LAUNCH();
 }
 
