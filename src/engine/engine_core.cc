@@ -128,6 +128,38 @@ int64_t draft_lookahead_blocks(const EngineConfig& config) {
   return int64_t{config.scheduler.max_num_seqs} * ((config.speculative.num_speculative_tokens + bs - 1) / bs + 1);
 }
 
+DraftHeadDeviceMemory device_draft_head_memory(const DraftHead& h, const Tensor& target_embedding, DType act,
+                                               const EngineConfig& config) {
+  const int64_t seqs = config.scheduler.max_num_seqs;
+  const int64_t rows = std::max<int64_t>(config.scheduler.max_num_batched_tokens, seqs);
+  return draft_head_device_memory(h, act, h.embedding.data() == target_embedding.data(), rows, seqs);
+}
+
+void add_device_draft_head(MemoryPlanInput& in, const DraftHeadDeviceMemory& m, const EngineConfig& config) {
+  in.draft_kv_bytes_per_token = m.kv_bytes_per_token;
+  in.draft_fixed_bytes =
+      m.weights + m.pass_buffers + (draft_lookahead_blocks(config) + 1) * m.kv_bytes_per_token * config.block_size;
+  in.draft_label = "draft head";
+}
+
+namespace {
+// The EAGLE-3 head or MTP module of config.speculative for `target`, with a RoPE table of max_len
+// positions; an MTP module shares the target's CPU output head where the target has one.
+Result<std::unique_ptr<DraftHead>> load_speculative_head(const EngineConfig& config, const LoadedModel& target,
+                                                         int64_t max_len) {
+  const SpeculativeConfig& sc = config.speculative;
+  const ModelWeights& tw = target.model->weights();
+  auto head = sc.method == "eagle3"
+                  ? load_eagle3_head(sc.model, target.config, tw.token_embd, max_len)
+                  : load_mimo_mtp_head(sc.model.empty() ? config.model : sc.model, target.config, tw.token_embd,
+                                       tw.linear(tw.output).cpu, max_len);
+  if (!head.ok())
+    return invalid_argument("cannot load the {}: {}", sc.method == "eagle3" ? "EAGLE-3 head" : "MTP module",
+                            head.status().to_string());
+  return std::move(*head);
+}
+}  // namespace
+
 int64_t kv_host_tier_blocks(const EngineConfig&, const MemoryPlan& plan) {
   return std::min<int64_t>(plan.host_tier_blocks, std::numeric_limits<int32_t>::max() - 1);
 }
@@ -210,6 +242,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                               config.speculative.model, draft->config.vocab_size, mc.vocab_size);
     core->draft_model_ = std::move(*draft);
   }
+  // An EAGLE-3 head or MTP module too: on a GPU with --spec-device-head the plan counts it.
+  if (config.speculative.enabled() && (config.speculative.method == "eagle3" || config.speculative.method == "mtp")) {
+    PAGODA_ASSIGN_OR_RETURN(core->draft_head_, load_speculative_head(config, model, in.max_model_len));
+  }
   if (cuda) {
     // Device memory: the CUDA executor's own terms (weights in its compute dtype, workspace,
     // logits + sampling scratch); the budget is a fraction of the GPU (cudaMemGetInfo), less what
@@ -224,6 +260,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
       in.draft_kv_bytes_per_token = core->draft_model_.config.kv_bytes_per_token(config.kv_dtype);
       in.draft_fixed_bytes = dt.weights + dt.workspace + dt.logits + dt.overhead +
                              (draft_lookahead_blocks(config) + 1) * in.draft_kv_bytes_per_token * config.block_size;
+    }
+    if (core->draft_head_ != nullptr && config.speculative.device_head) {
+      add_device_draft_head(in,
+                            device_draft_head_memory(*core->draft_head_, model.model->weights().token_embd,
+                                                     terms.compute_dtype, config),
+                            config);
     }
     PAGODA_ASSIGN_OR_RETURN(const CudaMemoryInfo info, cuda_memory_info(dev.index));
     in.workspace_bytes = terms.workspace;
@@ -321,8 +363,9 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
   if (sc.method == "ngram") return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(sc.ngram_min, sc.ngram_max));
   if (sc.method == "eagle3" || sc.method == "mtp") {
     // On CUDA the head runs on the host (its weights and cache in host memory, the engine's
-    // threads), reading the target's states the CUDA executor copies back each step; an MTP
-    // module's logits go through the target's output head on the device (no host copy of it).
+    // threads), reading the target's states the CUDA executor copies back each step, or with
+    // --spec-device-head on the device (in the memory plan's draft share); an MTP module's logits
+    // go through the target's output head on the device (no host copy of it).
     const ModelWeights& tw = model_.model->weights();
     std::shared_ptr<const LinearWeight> target_output = tw.linear(tw.output).cpu;
     DraftOutputHead output_head;
@@ -335,20 +378,15 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
         PAGODA_CHECK(ex->output_logits(x, m, logits), "the target's output head on {}", ex->device_name());
       };
     }
-    auto head = sc.method == "eagle3"
-                    ? load_eagle3_head(sc.model, model_.config, tw.token_embd, max_model_len_)
-                    : load_mimo_mtp_head(sc.model.empty() ? config_.model : sc.model, model_.config, tw.token_embd,
-                                         target_output, max_model_len_);
-    if (!head.ok())
-      return invalid_argument("cannot load the {}: {}", sc.method == "eagle3" ? "EAGLE-3 head" : "MTP module",
-                              head.status().to_string());
-    if (!executor_->set_hidden_capture((*head)->capture_after))
+    PAGODA_CHECK(draft_head_ != nullptr, "speculative method '{}' without a loaded head", sc.method);
+    std::unique_ptr<DraftHead> head = std::move(draft_head_);
+    if (!executor_->set_hidden_capture(head->capture_after))
       return unimplemented("the {} executor cannot capture the target's hidden states an EAGLE-3 head reads",
                            executor_->device_name());
     int64_t target_bytes = 0;
     for (const auto& name : model_.weights->names())
       if (const Tensor* t = model_.weights->find(name)) target_bytes += t->nbytes();
-    const double cost = static_cast<double>((*head)->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
+    const double cost = static_cast<double>(head->weight_bytes) / static_cast<double>(std::max<int64_t>(1, target_bytes));
     // The head's cache holds a row per target token plus every sequence's lookahead.
     const int64_t blocks = plan_.num_blocks + draft_lookahead_blocks(config_) + 1;
     DraftHeadProposer::RunnerFactory runner;
@@ -364,7 +402,7 @@ Result<std::unique_ptr<Proposer>> EngineCore::make_proposer(const CudaExecutorOp
       };
     }
     auto proposer = std::make_unique<DraftHeadProposer>(
-        std::move(*head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
+        std::move(head), static_cast<int32_t>(blocks), static_cast<int32_t>(config_.block_size),
         config_.kv_dtype == DType::kF8E4M3 ? DType::kF16 : config_.kv_dtype,  // the head's cache is a host one
         cost,
         *pool_, static_cast<int32_t>(max_model_len_), config_.scheduler.max_num_batched_tokens, std::move(output_head),

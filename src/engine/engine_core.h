@@ -12,8 +12,10 @@
 #include "engine/engine_config.h"
 #include "engine/executor_decorator.h"
 #include "kv/kv_cache_manager.h"
+#include "model/draft_head.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
+#include "runtime/draft_head_device_memory.h"
 #include "runtime/memory_plan.h"
 #include "runtime/model_runner.h"
 #include "sched/scheduler.h"
@@ -60,6 +62,16 @@ Status precheck_memory_plan(const EngineConfig& config, const ModelConfig& mc, i
 
 // Blocks a draft model's cache holds beyond one per target block: every sequence's lookahead.
 int64_t draft_lookahead_blocks(const EngineConfig& config);
+
+// The device memory of draft head `h` run on the target's device (--spec-device-head) for
+// `config`: compute dtype `act`, passes of up to max_num_batched_tokens (or max_num_seqs) rows with
+// a logits row per sequence; `target_embedding`: the target's token embedding (shared when the
+// head's is the same tensor).
+DraftHeadDeviceMemory device_draft_head_memory(const DraftHead& h, const Tensor& target_embedding, DType act,
+                                               const EngineConfig& config);
+// Counts such a head in `in` as a draft model is counted: its weights, pass buffers and the
+// lookahead (and null) blocks of its cache fixed, its cache a block per target block.
+void add_device_draft_head(MemoryPlanInput& in, const DraftHeadDeviceMemory& m, const EngineConfig& config);
 
 // Host-tier blocks of the KV cache for `config` (kv_tiers) under `plan` (its block bytes and
 // model length): the host bytes in blocks, or, with a disk tier, at least one sequence's blocks.
@@ -121,6 +133,9 @@ class EngineCore {
   EngineConfig config_;
   LoadedModel model_;
   LoadedModel draft_model_;  // speculative method "draft" (outlives the runner's proposer)
+  // Speculative methods "eagle3" / "mtp": the head, loaded before the memory plan (which counts
+  // it when it runs on the device); make_proposer hands it to the proposer.
+  std::unique_ptr<DraftHead> draft_head_;
   MemoryPlan plan_;
   int64_t max_model_len_ = 0;
   ThreadPool* pool_ = nullptr;

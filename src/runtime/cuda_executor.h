@@ -57,6 +57,7 @@ struct CudaExecutorOptions {
 
 // The memory planner's terms for a CUDA executor with these options (bytes on the device).
 struct CudaMemoryTerms {
+  DType compute_dtype = DType::kF32;  // the activations' and uploaded weights' dtype (options.dtype resolved)
   int64_t weights = 0;     // resident weights plus the offload slots
   int64_t offloaded = 0;   // weight bytes that stay in pinned host memory (cpu_offload_bytes' plan)
   std::string offload_summary;  // WeightOffloadPlan::summary(); empty: no offload

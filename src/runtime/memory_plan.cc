@@ -71,6 +71,7 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   const int64_t host_block_bytes = (all_layers_per_token - p.kv_bytes_per_token) * in.block_size;
   p.block_bytes = p.kv_bytes_per_token * in.block_size;
   p.draft_fixed = in.draft_fixed_bytes;
+  p.draft_label = in.draft_label;
   const int64_t draft_block_bytes = in.draft_kv_bytes_per_token * in.block_size;
   p.offloaded_weights = in.offloaded_weight_bytes;
   p.offload = in.offload_summary;
@@ -99,7 +100,7 @@ Result<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
           "the model does not fit: weights {} + workspace {} + logits {} + overhead {}{} = {} exceed the budget {} "
           "({:.0f}% of {}); {}; or give more memory",
           bytes_str(p.weights), bytes_str(p.workspace), bytes_str(p.logits), bytes_str(p.runtime_overhead),
-          p.draft_fixed > 0 ? " + draft model " + bytes_str(p.draft_fixed) : std::string(), bytes_str(fixed),
+          p.draft_fixed > 0 ? " + " + p.draft_label + " " + bytes_str(p.draft_fixed) : std::string(), bytes_str(fixed),
           bytes_str(p.budget), 100 * in.memory_utilization, bytes_str(in.device_memory), advice);
     }
   }
@@ -157,7 +158,8 @@ std::string MemoryPlan::to_string() const {
   if (offloaded_weights > 0)
     os << fmt::format("weight offload: {} in pinned host memory: {}\n", bytes_str(offloaded_weights), offload);
   if (draft_fixed > 0)
-    os << fmt::format("draft model (in the total): fixed {} + KV cache {}\n", bytes_str(draft_fixed), bytes_str(draft_kv_cache));
+    os << fmt::format("{} (in the total): fixed {} + KV cache {}\n", draft_label, bytes_str(draft_fixed),
+                      bytes_str(draft_kv_cache));
   os << fmt::format("KV cache: {} blocks x {} = {} tokens ({} bytes/token); max concurrency at {} tokens: {:.2f}x",
                     num_blocks, bytes_str(block_bytes), kv_tokens, kv_bytes_per_token, max_model_len, max_concurrency);
   if (kv_window > 0)
@@ -181,7 +183,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"max_concurrency", max_concurrency}, {"kv_window", kv_window}, {"kv_tokens_per_sequence", kv_tokens_per_sequence},
           {"host_tier", host_tier}, {"host_tier_blocks", host_tier_blocks},
           {"disk_tier", disk_tier}, {"disk_tier_blocks", disk_tier_blocks}, {"draft_fixed", draft_fixed},
-          {"draft_kv_cache", draft_kv_cache}, {"offloaded_weights", offloaded_weights}, {"offload", offload},
+          {"draft_kv_cache", draft_kv_cache}, {"draft_label", draft_label}, {"offloaded_weights", offloaded_weights}, {"offload", offload},
           {"split_device_layers", split_device_layers}, {"num_layers", num_layers}, {"host_kv_cache", host_kv_cache}};
 }
 

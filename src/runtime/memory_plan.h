@@ -47,8 +47,11 @@ struct MemoryPlanInput {
   // Speculative decoding's draft model on the same device: its fixed terms (weights, workspace,
   // logits, overhead and the KV of its lookahead blocks) and its KV bytes per token. The KV budget
   // then holds num_blocks blocks of the target's and as many of the draft's. 0: no draft model.
+  // The same terms count an EAGLE-3 / MTP head run on the device (--spec-device-head): its weights,
+  // pass buffers and lookahead blocks fixed, its one-layer cache a block per target block.
   int64_t draft_fixed_bytes = 0;
   int64_t draft_kv_bytes_per_token = 0;
+  std::string draft_label = "draft model";  // what the draft terms are, in the printout
   // Weight offload (CUDA): weight bytes in pinned host memory (outside the budget; weight_bytes
   // counts the resident ones and the slots) and the plan's summary line; 0 / empty: none.
   int64_t offloaded_weight_bytes = 0;
@@ -87,6 +90,7 @@ struct MemoryPlan {
   // blocks (the lookahead blocks are in draft_fixed).
   int64_t draft_fixed = 0;
   int64_t draft_kv_cache = 0;
+  std::string draft_label;  // MemoryPlanInput::draft_label
   int64_t offloaded_weights = 0;  // MemoryPlanInput::offloaded_weight_bytes
   std::string offload;            // MemoryPlanInput::offload_summary
   // A layer split: the device's layers [0, split_device_layers) (kv_bytes_per_token and block_bytes

@@ -13,11 +13,13 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/model_config.h"
+#include "runtime/draft_head_device_memory.h"
 #include "runtime/memory_plan.h"
 #include "common/dtype.h"
 #include "engine/engine_core.h"
 #include "grammar/constraint.h"
 #include "gpu_test_util.h"
+#include "model/draft_head.h"
 #include "model/model_loader.h"
 #include "engine_test_util.h"
 #include "prompt_logprobs_reference.h"
@@ -441,11 +443,10 @@ TEST(CudaEngine, DraftHeadsKeepGreedyOutput) {
       auto spec = Engine::create(cs);
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();
       for (int batch : {1, 4, 8}) {
-        std::vector<std::shared_ptr<RequestStream>> a, b;
-        for (int i = 0; i < batch; ++i) a.push_back(*(*plain)->submit(make(i)));
-        for (int i = 0; i < batch; ++i) b.push_back(*(*spec)->submit(make(i)));
+        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
         for (int i = 0; i < batch; ++i)
-          EXPECT_EQ(collect(*a[i]).tokens[0], collect(*b[i]).tokens[0]) << "batch " << batch << " request " << i;
+          EXPECT_EQ(pairs[static_cast<size_t>(i)].first, pairs[static_cast<size_t>(i)].second)
+              << "batch " << batch << " request " << i;
       }
       const EngineStats st = (*spec)->stats();
       EXPECT_GT(st.spec_num_draft_tokens, 0);
@@ -818,6 +819,62 @@ TEST(CudaEngine, PlannedMemoryMatchesAllocated) {
         << model;
     std::printf("[cuda-memplan] %s: %s | %s\n", model.c_str(), (*core)->executor().describe().c_str(),
                 plan.to_string().c_str());
+  }
+}
+
+// --spec-device-head: the engine's plan counts the head's device share (weights, pass buffers, the
+// lookahead blocks of its cache fixed; a cache block per target block) as a draft model's
+// (engine_core.h add_device_draft_head), from the head loaded before the plan; a host head adds
+// nothing to the device's plan. The tiny llama's EAGLE-3 head and the tiny qwen2's MTP module, f32.
+TEST(CudaEngine, PlanCountsTheDeviceDraftHead) {
+  PAGODA_REQUIRE_GPU();
+  struct HeadCase {
+    const char* method;
+    std::string target, head;
+  };
+  const std::vector<HeadCase> heads = {
+      {"eagle3", test::models_dir() + "/tiny/llama3/model-f32.gguf", test::models_dir() + "/tiny/eagle3-llama3"},
+      {"mtp", test::models_dir() + "/tiny/qwen2/model-f32.gguf", test::models_dir() + "/tiny/mimo-mtp"}};
+  ThreadPool pool(2);
+  for (const HeadCase& hc : heads) {
+    ASSERT_TRUE(fs::exists(hc.target) && fs::exists(hc.head)) << "tools/make_tiny_models.py and tools/make_draft_heads.py";
+    for (bool device_head : {false, true}) {
+      SCOPED_TRACE(hc.head + (device_head ? " (device head)" : " (host head)"));
+      EngineConfig c = cuda_config(hc.target, "");
+      c.speculative.method = hc.method;
+      c.speculative.model = hc.head;
+      c.speculative.device_head = device_head;
+      ModelLoadOptions lo;
+      lo.max_model_len = c.max_model_len;
+      lo.cpu_kernels = false;
+      auto loaded = load_model(hc.target, lo);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+      auto core = EngineCore::create(c, std::move(*loaded), pool);
+      ASSERT_TRUE(core.ok()) << core.status().to_string();
+      const MemoryPlan& plan = (*core)->memory_plan();
+      std::printf("[cuda-memplan-head] %s: %s\n", hc.head.c_str(), plan.to_string().c_str());
+      if (!device_head) {
+        EXPECT_EQ(plan.draft_fixed, 0);
+        EXPECT_EQ(plan.draft_kv_cache, 0);
+        continue;
+      }
+      // The same head on the host, its device bytes in the executor's f32.
+      auto host = load_model(hc.target);
+      ASSERT_TRUE(host.ok()) << host.status().to_string();
+      const ModelWeights& tw = host->model->weights();
+      auto head = std::string(hc.method) == "eagle3"
+                      ? load_eagle3_head(hc.head, host->config, tw.token_embd, plan.max_model_len)
+                      : load_mimo_mtp_head(hc.head, host->config, tw.token_embd, tw.linear(tw.output).cpu, plan.max_model_len);
+      ASSERT_TRUE(head.ok()) << head.status().to_string();
+      const DraftHeadDeviceMemory m = device_draft_head_memory(**head, tw.token_embd, DType::kF32, c);
+      const int64_t bs = c.block_size;
+      EXPECT_EQ(m.kv_bytes_per_token, 2 * (*head)->config.num_kv_heads * (*head)->config.head_dim * 4);
+      EXPECT_EQ(plan.draft_label, "draft head");
+      EXPECT_EQ(plan.draft_fixed, m.weights + m.pass_buffers + (draft_lookahead_blocks(c) + 1) * bs * m.kv_bytes_per_token);
+      EXPECT_EQ(plan.draft_kv_cache, plan.num_blocks * bs * m.kv_bytes_per_token);
+      EXPECT_EQ(plan.total, plan.weights + plan.workspace + plan.logits + plan.runtime_overhead + plan.kv_cache +
+                                plan.draft_fixed + plan.draft_kv_cache);
+    }
   }
 }
 

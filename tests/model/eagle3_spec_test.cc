@@ -20,12 +20,15 @@
 #include "engine/engine.h"
 #include "engine/draft_head_proposer.h"
 #include "engine/engine_config.h"
+#include "engine/engine_core.h"
 #include "draft_head_test_util.h"
 #include "engine_test_util.h"
 #include "model/draft_head.h"
 #include "model/model_loader.h"
 #include "ops/linear.h"
+#include "runtime/draft_head_device_memory.h"
 #include "runtime/draft_head_forward.h"
+#include "runtime/memory_plan.h"
 #include "runtime/model_executor.h"
 #include "test_paths.h"
 
@@ -365,6 +368,59 @@ TEST(Eagle3Spec, DeviceHeadIsRefusedWhereItCannotApply) {
   e = Engine::create(c);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("--spec-device-head needs a CUDA target"), std::string::npos) << e.status().to_string();
+}
+
+// --spec-device-head puts the head's weights, pass buffers and one-layer cache on the target's
+// device: the memory plan counts them as it counts a draft model (engine/engine_core.h
+// add_device_draft_head). The tiny EAGLE-3 head (D 128, 8 heads and 2 KV heads of 16, F 256,
+// draft vocabulary 256, three captured layers) in bf16: its matrices from its config's shapes,
+// its cache 2 x 2 x 16 x 2 bytes a token; the plan then holds fewer target blocks in the same KV
+// budget, a head block for each, and the head's fixed bytes in its total.
+TEST(Eagle3Spec, DeviceHeadCountsInTheMemoryPlan) {
+  auto target = load_model(tiny("llama3/model-f32.gguf"));
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const ModelWeights& tw = target->model->weights();
+  auto head = load_eagle3_head(tiny("eagle3-llama3"), target->config, tw.token_embd, 256);
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  const DraftHead& h = **head;
+  EngineConfig c = test::base_engine_config(tiny("llama3/model-f32.gguf"));
+  c.speculative.method = "eagle3";
+  c.speculative.num_speculative_tokens = 3;
+  c.scheduler.max_num_seqs = 8;
+  c.scheduler.max_num_batched_tokens = 256;
+
+  const DraftHeadDeviceMemory m = device_draft_head_memory(h, tw.token_embd, DType::kBF16, c);
+  const int64_t D = 128, Q = 8 * 16, KV = 2 * 16, F = 256, Dv = 256, Dt = target->config.hidden_size;
+  const int64_t matrices = D * 3 * Dt + (Q + 2 * KV) * 2 * D + D * Q + 2 * F * D + D * F + Dv * D;
+  int64_t vectors = 0;
+  for (const Tensor* v : {&h.input_norm, &h.hidden_norm, &h.layer_norm, &h.post_norm, &h.final_norm, &h.target_norm, &h.qkv_bias})
+    if (v->defined()) vectors += v->numel();
+  EXPECT_GE(vectors, 3 * D);  // at least the embedding's, the hidden input's and the final norm
+  const int64_t rope = 2 * 256 * (16 / 2);  // cos and sin of 256 positions
+  EXPECT_EQ(m.weights, 2 * matrices + 4 * vectors + 4 * rope);  // the target's embedding is shared
+  EXPECT_EQ(m.kv_bytes_per_token, 2 * 2 * 16 * 2);
+  EXPECT_GT(m.pass_buffers, 256 * (Q + 2 * KV) * 4);  // 256 rows of q/k/v in f32 at least
+  EngineConfig wide = c;
+  wide.scheduler.max_num_batched_tokens = 512;
+  EXPECT_GT(device_draft_head_memory(h, tw.token_embd, DType::kBF16, wide).pass_buffers, m.pass_buffers);
+  const DraftHeadDeviceMemory own = draft_head_device_memory(h, DType::kBF16, false, 256, 8);
+  EXPECT_EQ(own.weights, m.weights + target->config.vocab_size * D * 2);  // an embedding of its own
+
+  MemoryPlanInput in = memory_plan_input(c, target->config, 1 << 20);
+  in.kv_cache_memory = int64_t{8} << 20;
+  auto plain = plan_memory(in);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  add_device_draft_head(in, m, c);
+  auto with_head = plan_memory(in);
+  ASSERT_TRUE(with_head.ok()) << with_head.status().to_string();
+  const int64_t bs = c.block_size, lookahead = draft_lookahead_blocks(c);
+  EXPECT_EQ(with_head->draft_fixed, m.weights + m.pass_buffers + (lookahead + 1) * bs * m.kv_bytes_per_token);
+  EXPECT_EQ(with_head->draft_kv_cache, with_head->num_blocks * bs * m.kv_bytes_per_token);
+  EXPECT_EQ(with_head->num_blocks, in.kv_cache_memory / (plain->block_bytes + bs * m.kv_bytes_per_token) - 1);
+  EXPECT_LT(with_head->num_blocks, plain->num_blocks);
+  EXPECT_EQ(with_head->total, plain->total - plain->kv_cache + with_head->kv_cache + with_head->draft_fixed +
+                                  with_head->draft_kv_cache);
+  EXPECT_NE(with_head->to_string().find("draft head (in the total)"), std::string::npos) << with_head->to_string();
 }
 
 TEST(Eagle3Spec, SamplingKeepsTheTargetDistribution) {

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_executor_impl.h"
 #include "model/draft_head.h"
+#include "runtime/draft_head_device_memory.h"
 #include "runtime/draft_head_forward.h"
 
 namespace pagoda::cuda_impl {
@@ -127,11 +128,10 @@ bool CudaExecutor::DraftRunner::init(std::string& why) {
       return false;
     }
   }
-  const int64_t kv_bytes = 2 * num_blocks_ * block_size_ * KVH_ * Dh_ * static_cast<int64_t>(ae_);
-  int64_t weight_bytes = 0;
-  for (const auto* ps : {&head_.matrices.fc, &head_.matrices.input_proj, &head_.matrices.qkv, &head_.matrices.o,
-                         &head_.matrices.gate_up, &head_.matrices.down, &head_.matrices.lm_head})
-    for (const Tensor& p : *ps) weight_bytes += p.dim(0) * p.dim(1) * static_cast<int64_t>(ae_);
+  // The bytes the memory plan counts for a device head (runtime/draft_head_device_memory.h).
+  const DraftHeadDeviceMemory mem = draft_head_device_memory(head_, e_.act_, embed_ != nullptr, 0, 0);
+  const int64_t kv_bytes = num_blocks_ * block_size_ * mem.kv_bytes_per_token;
+  const int64_t weight_bytes = mem.weights;
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // Head weights, its cache, and a margin for the pass buffers.

@@ -197,6 +197,7 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
   const cuda::Dims d(model);
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
+  t.compute_dtype = act;
   t.weights = cuda::weight_bytes_for(model, act, cuda::native_quant(options));
   const bool split = !options.layers.whole(model.config().num_layers);
   if (split || options.cpu_offload_bytes > 0) {
