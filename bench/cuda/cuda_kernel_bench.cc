@@ -8,8 +8,8 @@
 // speculative verification's 5 query rows of one sequence at 384 and 4096 keys: the split-KV row
 // kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
 // verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5), qgemv (the
-// int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold; the q8 activation
-// kernels, fused with the norm and not). Median of
+// int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold, against the
+// batched-load experiment; the q8 activation kernels, fused with the norm and not). Median of
 // CUDA-event timings after warm-ups, on random data. A measurement: the ASSERTs only stop a section
 // whose set-up failed. Run on a GPU machine: scripts/gpu_run.sh kbench (docs/cuda.md).
 #include <gtest/gtest.h>
@@ -233,14 +233,26 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
         }
         const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
         for (int64_t M : {1, 2, 8}) {
-          int next = 0;
-          const double ms = time_ms([&] {
-            // xq: rows of K = F int8 codes a row; the GEMV reads the first K of each row as [M, K]
-            // (any valid codes do for timing).
-            cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), ws[next++ % copies].get(), f, M, sh.N, sh.K, yq.get(),
-                             ldy, sh.mode, nullptr);
-          });
-          report_bw(fmt::format("qgemv {} M={} {}", dtype_name(f), M, sh.name), bytes, ms);
+          // The product's kernel (gemv_quant) against the batched-load experiment (gemv_quant_batched,
+          // decisions.md D-q8fuse-1) in alternating rounds A B A B; each the lower of its two medians.
+          // xq holds rows of F codes; the GEMV reads M x K of them (any valid codes do for timing).
+          double ms[2] = {1e30, 1e30};
+          for (int round = 0; round < 4; ++round) {
+            const int v = round % 2;
+            int next = 0;
+            ms[v] = std::min(ms[v], time_ms([&] {
+              const void* w = ws[next++ % copies].get();
+              if (v == 0)
+                cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
+              else
+                cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode,
+                                         nullptr);
+            }));
+          }
+          std::printf("[kbench] %-40s %8.1f us %8.1f GB/s %5.1f%% of copy | batched%d %8.1f us %5.1f%% of copy\n",
+                      fmt::format("qgemv {} M={} {}", dtype_name(f), M, sh.name).c_str(), ms[0] * 1e3,
+                      bytes / ms[0] / 1e6, 100.0 * bytes / (ms[0] * 1e-3) / bw, cuda::kQuantGemvExperimentBatch,
+                      ms[1] * 1e3, 100.0 * bytes / (ms[1] * 1e-3) / bw);
         }
       }
     }

@@ -6,7 +6,8 @@
 // dequantized weights, within f32 summation error.
 // rms_norm_q8 (the norm fused with the activation quantization, which the executor runs before
 // the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
-// (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows).
+// (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
+// (gemv_quant_batched, decisions.md D-q8fuse-1) gives gemv_quant's outputs.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
 // counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
 // (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
@@ -283,6 +284,46 @@ TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
     cuda::quantize_activations_q8(dx.get(), DType::kBF16, 1, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
     cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, 1, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
     for (float v : to_host<float>(y, N)) EXPECT_EQ(v, 0.0f) << dtype_name(f);
+  }
+}
+
+TEST(CudaQuant, BatchedLoadGemvExperimentMatchesTheGemv) {
+  PAGODA_REQUIRE_GPU();
+  // gemv_quant_batched (decisions.md D-q8fuse-1: a lane's weight loads of kQuantGemvExperimentBatch
+  // units before their dot products) sums the same products in the same order as gemv_quant: the
+  // same outputs up to the compiler's contraction choices. K 256 (2 units a lane at most: a partial
+  // batch), 2816 (88 units), 8448 (264: two rows a warp at M <= 2, three batches, the last partial).
+  for (DType f : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t K : {256, 2816, 8448}) {
+      if (K % dtype_traits(f).block_size != 0) continue;
+      const int64_t N = 2 * 21;
+      const auto q = quantize_matrix(f, N, K, 41 + static_cast<uint32_t>(K));
+      auto dw = upload(f, q, N, K);
+      for (int64_t M : {1, 2, 8}) {
+        const auto x = bf16_round(random_floats(M * K, 50 + static_cast<uint32_t>(M), -2, 2));
+        auto dx = to_device(to_bf16(x));
+        cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
+        cuda::quantize_activations_q8(dx.get(), DType::kBF16, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+        const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M);
+        for (cuda::GemmOut mode : {cuda::GemmOut::kStoreF32, cuda::GemmOut::kAddF32, cuda::GemmOut::kSwiGlu}) {
+          const bool swiglu = mode == cuda::GemmOut::kSwiGlu;
+          const int64_t ld = swiglu ? N / 2 : N, bytes = M * ld * 4;
+          const auto base = random_floats(M * ld, 9);
+          auto y0 = to_device(base), y1 = to_device(base);
+          cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y0.get(), ld, mode, nullptr);
+          cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y1.get(), ld, mode, nullptr);
+          std::vector<float> a, b;
+          if (swiglu) {
+            a = from_bf16(to_host<uint16_t>(y0, M * ld));
+            b = from_bf16(to_host<uint16_t>(y1, M * ld));
+          } else {
+            a = to_host<float>(y0, bytes / 4);
+            b = to_host<float>(y1, bytes / 4);
+          }
+          EXPECT_LT(nmse(b, a), swiglu ? 1e-9 : 1e-12) << where << " mode " << static_cast<int>(mode);
+        }
+      }
+    }
   }
 }
 
