@@ -717,7 +717,7 @@ for s in "$@"; do
     kbench) stage_kbench ;;
     kbenchverify) stage_kbench_verify ;;
     qkbench) stage_qkbench ;;
-    q8tests) TAILN=8 step q8tests 120 $TESTS --gtest_filter='CudaQuant.*:CudaParity.NativeQuantizedWeightsStayNearTheirDequantizedForward' ;;
+    q8tests) TAILN=8 step q8tests 150 $TESTS --gtest_filter='CudaQuant.*:CudaParity.NativeQuantizedWeightsStayNearTheirDequantizedForward' ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
     trace8b) stage_trace 8b ;;
