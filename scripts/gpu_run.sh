@@ -139,6 +139,11 @@ bench_model() {  # SHAPE
 #             the 8B model: run after m8b or decode8b)
 #   kbench    the CUDA kernel benchmarks (pagoda_cuda_kernel_bench, bench/cuda/)
 #   kbenchverify  only a verification step's kernels (matmuls at 1-8 rows, 5-row attention)
+#   qkbench   only the qgemv section of the kernel bench: the int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K
+#             weights on the 8B shapes at M = 1, 2, 8 (weights cold, % of the copy bandwidth) and the
+#             q8 activation kernels (rms_norm_q8 fused vs rms_norm + quantize_activations_q8); ~40 s
+#   q8tests   the quantized-matmul GPU tests (CudaQuant.*, incl. rms_norm_q8 bit for bit against the
+#             two kernels) and the native-quant model parity (the fused norm on every decode step); ~40 s
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
@@ -521,6 +526,7 @@ stage_moetests() {
   step moetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaParity.*:CudaEngine.MixtureOfExperts*'
 }
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
+stage_qkbench() { PAGODA_KBENCH_ONLY=qgemv TAILN=3 step qkbench 120 $KBENCH; }
 # A verification step's kernels (speculative decoding, k = 4: 5 rows): the matmuls at M = 1 / 4
 # (GEMV), 5 (cuBLASLt, SIMT GEMM), 8; the attention of 5 rows of one sequence (split-KV kernels vs
 # one prefill tile) at 384 and 4096 keys. ~40 s.
@@ -710,6 +716,8 @@ for s in "$@"; do
     smallb8b) for g in 1 4 2; do PAGODA_GEMV_MAX_ROWS=$g TAILN=5 step smallb_gemv${g}_8b 60 $PAGODA bench -m "$(model_dir 8b)" --device cuda -p 0 -n 128 -b 1,2,3,4 -r 3; done ;;
     kbench) stage_kbench ;;
     kbenchverify) stage_kbench_verify ;;
+    qkbench) stage_qkbench ;;
+    q8tests) TAILN=8 step q8tests 150 $TESTS --gtest_filter='CudaQuant.*:CudaParity.NativeQuantizedWeightsStayNearTheirDequantizedForward' ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
     trace8b) stage_trace 8b ;;

@@ -7,15 +7,19 @@
 // tiles 64 and 128; the prefill GEMMs), elementwise (the prefill elementwise kernels), verify (a
 // speculative verification's 5 query rows of one sequence at 384 and 4096 keys: the split-KV row
 // kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
-// verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5). Median of
+// verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5), qgemv (the
+// int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold, against the
+// batched-load experiment; the q8 activation kernels, fused with the norm and not). Median of
 // CUDA-event timings after warm-ups, on random data. A measurement: the ASSERTs only stop a section
 // whose set-up failed. Run on a GPU machine: scripts/gpu_run.sh kbench (docs/cuda.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 
 #include "cuda_fixtures.h"
 #include "gpu_test_util.h"
@@ -23,6 +27,7 @@
 #if PAGODA_HAVE_CUDA
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_layout.h"
 #include "common/half.h"
 #endif
 
@@ -76,11 +81,49 @@ cuda::DeviceBuffer random_device(size_t bytes) {
   return b;
 }
 
+// A quantized [N, K] weight in the device layout (quant_layout.h): random codes, every fp16 scale
+// and min field set to a random value in [2^-10, 2^-7] (valid, finite), Q6_K's int8 sub-block
+// scales random. Timing only: the values need not come from a quantizer.
+cuda::DeviceBuffer random_quant_device(DType f, int64_t N, int64_t K) {
+  const int64_t bb = dtype_traits(f).block_bytes, blocks = N * (K / dtype_traits(f).block_size);
+  std::vector<uint8_t> h(static_cast<size_t>(blocks * bb));
+  uint64_t s = 0x2545f4914f6cdd1dull;
+  auto next = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  for (size_t i = 0; i + 8 <= h.size(); i += 8) {
+    const uint64_t v = next();
+    std::memcpy(h.data() + i, &v, 8);
+  }
+  // Byte offsets of the fp16 fields in a block (GGUF layouts, quant/blocks.h).
+  std::vector<int64_t> halves;
+  switch (f) {
+    case DType::kQ4_0: case DType::kQ8_0: halves = {0}; break;
+    case DType::kQ4_K: halves = {0, 2}; break;
+    case DType::kQ6_K: halves = {208}; break;
+    default: ADD_FAILURE() << "random_quant_device: no layout for " << dtype_name(f); return cuda::DeviceBuffer(16);
+  }
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t o : halves) {
+      const uint16_t v = f32_to_fp16(std::ldexp(1.0f + static_cast<float>(next() % 1024) / 1024.0f, -10 + static_cast<int>(next() % 3)));
+      std::memcpy(h.data() + b * bb + o, &v, 2);
+    }
+  std::vector<uint8_t> dev(static_cast<size_t>(N * cuda::device_row_bytes(f, K)));
+  cuda::to_device_quant_layout(f, h.data(), dev.data(), N, K);
+  return to_device(dev);
+}
+
 TEST(CudaKernelBench, LlamaEightBShapes) {
   PAGODA_REQUIRE_GPU();
   // PAGODA_KBENCH_ONLY=gemv,decode,... runs only the sections named (all when unset).
   const char* only = std::getenv("PAGODA_KBENCH_ONLY");
-  auto want = [&](const char* section) { return !only || std::strstr(only, section) != nullptr; };
+  // Whole names: "qgemv" does not pick "gemv".
+  auto want = [&](const char* section) {
+    return !only || (std::string(",") + only + ",").find(std::string(",") + section + ",") != std::string::npos;
+  };
   auto ceil = cuda_measure_ceilings(0, int64_t{2} << 30, 8192);
   ASSERT_TRUE(ceil.ok());
   const double bw = ceil->copy_bandwidth;
@@ -160,6 +203,80 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
         });
         report_bw(fmt::format("gemv M=1 {} L2 {}", sh.name, cold ? "cold" : "hot"), bytes, ms);
       }
+    }
+  }
+  // The int8 GEMV over native quantized weights (gemv_quant; dp4a over q8 activations) at batch 1,
+  // 2 and 8 on the 8B layer shapes, weights cold in L2 (a different copy each run: copies of at
+  // least 160 MB in all), GB/s counted on the weight bytes read (device_row_bytes x N); then the
+  // kernels that make its activations at M = 1: quantize_activations_q8 alone, rms_norm +
+  // quantize_activations_q8 (the unfused path) and rms_norm_q8 (the fused one).
+  if (want("qgemv")) {
+    const Shape qshapes[] = {{"qkv  6144x4096", Nqkv, D, cuda::GemmOut::kStoreF32, false},
+                             {"o    4096x4096 +=", D, D, cuda::GemmOut::kAddF32, false},
+                             {"gate/up 28672x4096 +swiglu", 2 * F, D, cuda::GemmOut::kSwiGlu, false},
+                             {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false}};
+    const int64_t kMaxM = 8;
+    auto xa = random_device(static_cast<size_t>(kMaxM * F * 2));
+    cuda::DeviceBuffer xq(kMaxM * F), xds(kMaxM * (F / 32) * 8), yq(kMaxM * 2 * F * 4);
+    cuda::quantize_activations_q8(xa.get(), DType::kBF16, kMaxM, F, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+    CUDA_CHECK(cudaMemset(yq.get(), 0, yq.bytes()));
+    for (DType f : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) {
+      for (const Shape& sh : qshapes) {
+        const double bytes = static_cast<double>(cuda::device_row_bytes(f, sh.K)) * sh.N;
+        const int copies = std::max(2, static_cast<int>(std::ceil(160e6 / bytes)));
+        std::vector<cuda::DeviceBuffer> ws;
+        ws.push_back(random_quant_device(f, sh.N, sh.K));
+        for (int i = 1; i < copies; ++i) {
+          cuda::DeviceBuffer c(ws.front().bytes());
+          CUDA_CHECK(cudaMemcpy(c.get(), ws.front().get(), c.bytes(), cudaMemcpyDeviceToDevice));
+          ws.push_back(std::move(c));
+        }
+        const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
+        for (int64_t M : {1, 2, 8}) {
+          // The product's kernel (gemv_quant) against the batched-load experiment (gemv_quant_batched,
+          // decisions.md D-q8fuse-1) in alternating rounds A B A B; each the lower of its two medians.
+          // xq holds rows of F codes; the GEMV reads M x K of them (any valid codes do for timing).
+          double ms[2] = {1e30, 1e30};
+          for (int round = 0; round < 4; ++round) {
+            const int v = round % 2;
+            int next = 0;
+            ms[v] = std::min(ms[v], time_ms([&] {
+              const void* w = ws[next++ % copies].get();
+              if (v == 0)
+                cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
+              else
+                cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode,
+                                         nullptr);
+            }));
+          }
+          std::printf("[kbench] %-40s %8.1f us %8.1f GB/s %5.1f%% of copy | batched%d %8.1f us %5.1f%% of copy\n",
+                      fmt::format("qgemv {} M={} {}", dtype_name(f), M, sh.name).c_str(), ms[0] * 1e3,
+                      bytes / ms[0] / 1e6, 100.0 * bytes / (ms[0] * 1e-3) / bw, cuda::kQuantGemvExperimentBatch,
+                      ms[1] * 1e3, 100.0 * bytes / (ms[1] * 1e-3) / bw);
+        }
+      }
+    }
+    for (int64_t K : {D, F}) {
+      auto xr = random_device(static_cast<size_t>(K * 4));
+      auto gk = random_device(static_cast<size_t>(K * 4));
+      cuda::DeviceBuffer xn(K * 2);
+      cuda::rms_norm(xr.as<float>(), nullptr, 1, K, gk.as<float>(), 1e-5f, xn.get(), DType::kBF16, nullptr);
+      std::printf("[kbench] %-40s %8.1f us\n", fmt::format("quantize_activations_q8 M=1 K={}", K).c_str(),
+                  1e3 * time_ms([&] {
+                    cuda::quantize_activations_q8(xn.get(), DType::kBF16, 1, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+                  }));
+      std::printf("[kbench] %-40s %8.1f us\n", fmt::format("rms_norm + quantize_q8 M=1 K={}", K).c_str(),
+                  1e3 * time_ms([&] {
+                    cuda::rms_norm(xr.as<float>(), nullptr, 1, K, gk.as<float>(), 1e-5f, xn.get(), DType::kBF16, nullptr);
+                    cuda::quantize_activations_q8(xn.get(), DType::kBF16, 1, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+                  }));
+      bool fused = true;
+      const double ms = time_ms([&] {
+        fused = fused && cuda::rms_norm_q8(xr.as<float>(), nullptr, 1, K, gk.as<float>(), 1e-5f, DType::kBF16,
+                                           xq.as<int8_t>(), xds.as<float2>(), nullptr);
+      });
+      ASSERT_TRUE(fused) << "rms_norm_q8 refused K " << K;
+      std::printf("[kbench] %-40s %8.1f us\n", fmt::format("rms_norm_q8 M=1 K={}", K).c_str(), ms * 1e3);
     }
   }
   // Split-KV attention: batch 256 x 1500 keys, 64 x 1000, batch 1 at 8192 and 32768 keys, and the

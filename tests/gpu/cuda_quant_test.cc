@@ -4,12 +4,17 @@
 // dequantized weights and the unquantized activations, within the int8-activation error budget,
 // and the tensor-core matmul (every mode, M up to kQuantMmaMaxM) against one over the bf16-rounded
 // dequantized weights, within f32 summation error.
+// rms_norm_q8 (the norm fused with the activation quantization, which the executor runs before
+// the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
+// (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
+// (gemv_quant_batched, decisions.md D-q8fuse-1) gives gemv_quant's outputs.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
 // counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
 // (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
 // such that they do not).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -280,6 +285,99 @@ TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
     cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, 1, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
     for (float v : to_host<float>(y, N)) EXPECT_EQ(v, 0.0f) << dtype_name(f);
   }
+}
+
+TEST(CudaQuant, BatchedLoadGemvExperimentMatchesTheGemv) {
+  PAGODA_REQUIRE_GPU();
+  // gemv_quant_batched (decisions.md D-q8fuse-1: a lane's weight loads of kQuantGemvExperimentBatch
+  // units before their dot products) sums the same products in the same order as gemv_quant: the
+  // same outputs up to the compiler's contraction choices. K 256 (2 units a lane at most: a partial
+  // batch), 2816 (88 units), 8448 (264: two rows a warp at M <= 2, three batches, the last partial).
+  for (DType f : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t K : {256, 2816, 8448}) {
+      if (K % dtype_traits(f).block_size != 0) continue;
+      const int64_t N = 2 * 21;
+      const auto q = quantize_matrix(f, N, K, 41 + static_cast<uint32_t>(K));
+      auto dw = upload(f, q, N, K);
+      for (int64_t M : {1, 2, 8}) {
+        const auto x = bf16_round(random_floats(M * K, 50 + static_cast<uint32_t>(M), -2, 2));
+        auto dx = to_device(to_bf16(x));
+        cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
+        cuda::quantize_activations_q8(dx.get(), DType::kBF16, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+        const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M);
+        for (cuda::GemmOut mode : {cuda::GemmOut::kStoreF32, cuda::GemmOut::kAddF32, cuda::GemmOut::kSwiGlu}) {
+          const bool swiglu = mode == cuda::GemmOut::kSwiGlu;
+          const int64_t ld = swiglu ? N / 2 : N, bytes = M * ld * 4;
+          const auto base = random_floats(M * ld, 9);
+          auto y0 = to_device(base), y1 = to_device(base);
+          cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y0.get(), ld, mode, nullptr);
+          cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y1.get(), ld, mode, nullptr);
+          std::vector<float> a, b;
+          if (swiglu) {
+            a = from_bf16(to_host<uint16_t>(y0, M * ld));
+            b = from_bf16(to_host<uint16_t>(y1, M * ld));
+          } else {
+            a = to_host<float>(y0, bytes / 4);
+            b = to_host<float>(y1, bytes / 4);
+          }
+          EXPECT_LT(nmse(b, a), swiglu ? 1e-9 : 1e-12) << where << " mode " << static_cast<int>(mode);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaQuant, FusedNormQuantizationEqualsTheTwoKernels) {
+  PAGODA_REQUIRE_GPU();
+  // rms_norm_q8 against rms_norm into the activation dtype then quantize_activations_q8 (what the
+  // unfused path runs): the same codes and (d, d * sum) bits. D 160 and 4160: a last float4 pass of
+  // a quarter and a half warp (lane groups of 8 without the rest of their warp); 64: the tiny test
+  // models' width; the 8B-class widths. Row 2 is zero (d = 0), row 3 tiny, row 4 large.
+  for (int64_t D : {64, 128, 160, 4096, 4160, 5120, 8192, 14336}) {
+    for (DType act : {DType::kBF16, DType::kF32}) {
+      for (bool gather : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "D " << D << " " << dtype_name(act) << (gather ? " gathered rows" : ""));
+        const int64_t T = 7;
+        std::vector<float> x = random_floats(T * D, 17 + static_cast<uint32_t>(D), -4.0f, 4.0f);
+        for (int64_t k = 0; k < D; ++k) {
+          x[static_cast<size_t>(2 * D + k)] = 0.0f;
+          x[static_cast<size_t>(3 * D + k)] *= 1e-6f;
+          x[static_cast<size_t>(4 * D + k)] *= 1e4f;
+        }
+        const std::vector<float> w = random_floats(D, 23, -1.5f, 1.5f);
+        const std::vector<int32_t> rows = {6, 2, 0, 3, 3, 4};
+        const int64_t n = gather ? static_cast<int64_t>(rows.size()) : T;
+        auto dx = to_device(x), dw = to_device(w), dr = to_device(rows);
+        const int32_t* rp = gather ? dr.as<int32_t>() : nullptr;
+        const int64_t blocks = n * (D / 32);
+        cuda::DeviceBuffer normed(n * D * 4), q1(n * D), ds1(blocks * 8), q2(n * D), ds2(blocks * 8);
+        cuda::rms_norm(dx.as<float>(), rp, n, D, dw.as<float>(), 1e-5f, normed.get(), act, nullptr);
+        cuda::quantize_activations_q8(normed.get(), act, n, D, q1.as<int8_t>(), ds1.as<float2>(), nullptr);
+        ASSERT_TRUE(cuda::rms_norm_q8(dx.as<float>(), rp, n, D, dw.as<float>(), 1e-5f, act, q2.as<int8_t>(),
+                                      ds2.as<float2>(), nullptr));
+        const auto a = to_host<int8_t>(q1, n * D), b = to_host<int8_t>(q2, n * D);
+        const auto da = to_host<uint32_t>(ds1, blocks * 2), db = to_host<uint32_t>(ds2, blocks * 2);
+        int64_t code_diff = 0, ds_diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) code_diff += a[i] != b[i];
+        for (size_t i = 0; i < da.size(); ++i) ds_diff += da[i] != db[i];
+        EXPECT_EQ(code_diff, 0) << "codes differ";
+        EXPECT_EQ(ds_diff, 0) << "(d, d * sum) bits differ";
+        // Not vacuous: the codes span the int8 range and the zero row (row 2, gathered as row 1) is zero.
+        EXPECT_EQ(*std::max_element(b.begin(), b.end()), 127);
+        const int64_t zero_row = gather ? 1 : 2;
+        for (int64_t k = 0; k < D; ++k) ASSERT_EQ(b[static_cast<size_t>(zero_row * D + k)], 0);
+        for (int64_t j = 0; j < D / 32; ++j) ASSERT_EQ(db[static_cast<size_t>(2 * (zero_row * (D / 32) + j))], 0u);
+      }
+    }
+  }
+  // Where the vectorised norm does not apply, nothing is launched and the caller is told.
+  cuda::DeviceBuffer x(4 * 96), w(4 * 96), q(96), ds(8 * 3);
+  EXPECT_FALSE(cuda::rms_norm_q8(x.as<float>(), nullptr, 1, 80, w.as<float>(), 1e-5f, DType::kBF16, q.as<int8_t>(),
+                                 ds.as<float2>(), nullptr));  // D % 32 != 0
+  EXPECT_FALSE(cuda::rms_norm_q8(x.as<float>() + 1, nullptr, 1, 64, w.as<float>(), 1e-5f, DType::kBF16, q.as<int8_t>(),
+                                 ds.as<float2>(), nullptr));  // unaligned rows
+  EXPECT_FALSE(cuda::rms_norm_q8(x.as<float>(), nullptr, 1, 64, w.as<float>(), 1e-5f, DType::kF16, q.as<int8_t>(),
+                                 ds.as<float2>(), nullptr));  // no q8 path from f16
 }
 
 #endif

@@ -246,6 +246,15 @@ class CudaExecutor final : public ModelExecutor {
   // launched) for any other weight, M or shape: the caller runs the norm and linear().
   bool fp8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
                           const float* norm_weight, float eps);
+  // Where M rows over a native quantized weight take the int8 GEMV (and it has no input order):
+  // rms_norm of x's rows (rows: gathered, or null) fused with their q8 quantization into xq_ / xds_
+  // (cuda::rms_norm_q8: the bits rms_norm + quantize_activations_q8 write), true; false (nothing
+  // launched) for any other weight, M or shape: the caller runs the norm and linear().
+  bool q8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                         const float* norm_weight, float eps);
+  // The int8 GEMV of M rows over a native quantized weight from the activations in xq_ / xds_
+  // (quant_linear's quantization or q8_norm_quantized's), per segment; every mode.
+  void quant_gemv_quantized(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
   // Whether M rows over a native quantized weight take the int8 GEMV (not batch-invariant), or for
   // an FP8 weight the FP8 GEMV (at most tuning.quant_gemv_max_rows rows too; always in
   // batch-invariant mode). Both fuse SwiGLU.

@@ -13,6 +13,9 @@
 // lm_head GEMVs, SwiGLU into gate/up); otherwise cuBLASLt (residual add as its beta = 1 epilogue).
 // FP8 weights: the FP8 GEMV (bf16 activations; SwiGLU fused) for few rows and in batch-invariant
 // mode, else per-token FP8 activations and cuBLASLt's FP8 GEMM (residual add as its epilogue).
+// Native quantized (GGUF-block) weights: the int8 GEMV for few rows (RMSNorm fused into the q8
+// activation quantization before the QKV / gate-up / lm_head GEMVs: cuda::rms_norm_q8; SwiGLU into
+// gate/up), the tensor-core matmul up to quant_mma_max_rows, else dequantized for cuBLASLt.
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
@@ -101,36 +104,44 @@ void CudaExecutor::fp8_gemm(const cuda::DeviceWeight& w, int64_t M, void* y, Gem
   }
 }
 
+namespace {
+
+// matmul(segment, out, ldy, mode) per segment of w, its outputs at the segment's columns of y (M
+// rows); a SwiGLU over gate/up in two formats goes through gu (the matmuls' kStoreAct outputs [M, N])
+// and the swiglu kernel.
+template <class Matmul>
+void per_segment(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode, void* gu, DType act, cudaStream_t s,
+                 Matmul&& matmul) {
+  const int64_t N = w.n;
+  if (mode == GemmOut::kSwiGlu && !w.uniform()) {
+    for (const auto& seg : w.segments) matmul(seg, static_cast<uint16_t*>(gu) + seg.row0, N, GemmOut::kStoreAct);
+    cuda::swiglu(gu, M, N / 2, y, act, s);
+    return;
+  }
+  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
+  for (const auto& seg : w.segments) {
+    void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
+                       : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
+    matmul(seg, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode);
+  }
+}
+
+}  // namespace
+
 // Native quantized weights: the int8 GEMV or the tensor-core matmul per segment for few rows
 // (outputs at the segment's columns; a SwiGLU over gate/up in two formats goes through gu_ and the
 // swiglu kernel), else the weight dequantized into the scratch and the dense path.
 void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   const int64_t N = w.n, K = w.k;
-  // matmul(segment, out, ldy, mode) per segment of w, its outputs at the segment's columns of y.
-  auto per_segment = [&](auto&& matmul) {
-    if (mode == GemmOut::kSwiGlu && !w.uniform()) {
-      for (const auto& seg : w.segments) matmul(seg, gu_.as<uint16_t>() + seg.row0, N, GemmOut::kStoreAct);
-      cuda::swiglu(gu_.get(), M, N / 2, y, act_, stream_);
-      return;
-    }
-    const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-    for (const auto& seg : w.segments) {
-      void* ys = f32_out ? static_cast<void*>(static_cast<float*>(y) + seg.row0)
-                         : static_cast<void*>(static_cast<uint16_t*>(y) + seg.row0);
-      matmul(seg, ys, mode == GemmOut::kSwiGlu ? N / 2 : N, mode);
-    }
-  };
   if (quant_mma(M, w)) {
-    per_segment([&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
+    per_segment(w, M, y, mode, gu_.get(), act_, stream_, [&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
       cuda::gemm_quant_mma(x, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
     });
     return;
   }
   if (quant_gemv(M, w)) {
     cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
-    per_segment([&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
-      cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
-    });
+    quant_gemv_quantized(w, M, y, mode);
     return;
   }
   PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the dequantized path has no fused SwiGLU");
@@ -138,6 +149,18 @@ void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int6
     cuda::dequantize_weight(seg.data, seg.format, seg.n, K, dequant_ + seg.row0 * K * cuda::elem_bytes(act_), act_,
                             stream_);
   dense_linear(x, dequant_, N, K, M, y, mode);
+}
+
+void CudaExecutor::quant_gemv_quantized(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
+  per_segment(w, M, y, mode, gu_.get(), act_, stream_, [&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
+    cuda::gemv_quant(xq_, xds_, seg.data, seg.format, M, seg.n, w.k, ys, ldy, m, stream_);
+  });
+}
+
+bool CudaExecutor::q8_norm_quantized(const cuda::DeviceWeight& w, int64_t M, const float* x, const int32_t* rows,
+                                     const float* norm_weight, float eps) {
+  if (!w.quantized() || w.fp8() || !quant_gemv(M, w) || w.input_order.get() != nullptr) return false;
+  return cuda::rms_norm_q8(x, rows, M, w.k, norm_weight, eps, act_, xq_, xds_, stream_);
 }
 
 // The layer ops of one forward pass on the executor's buffers: `in` holds the step's inputs on
@@ -253,6 +276,11 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), nullptr, e.vec(norm.weight), static_cast<float>(norm.eps)};
       cuda::gemv_bf16(nullptr, gu.data(), T_, gu.n, gu.k, e.act_buf_.get(), F, GemmOut::kSwiGlu, e.stream_, &nrm);
       e.profiler_.mark("norm+gate/up+swiglu gemv", e.stream_);
+    } else if (e.q8_norm_quantized(gu, T_, e.residual_.as<float>(), nullptr, e.vec(norm.weight),
+                                   static_cast<float>(norm.eps))) {  // the norm writes the int8 GEMV's input
+      e.profiler_.mark("rms_norm+q8 quantize", e.stream_);
+      e.quant_gemv_quantized(gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
+      e.profiler_.mark("gate/up+swiglu", e.stream_);
     } else if (e.quant_gemv(T_, gu) || e.quant_mma(T_, gu)) {  // gate/up + SwiGLU in one quantized matmul
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
@@ -509,6 +537,13 @@ class CudaExecutor::StepOps final : public LayerOps {
       const cuda::GemvNorm nrm{e.residual_.as<float>(), rows, e.vec(norm.weight), eps};
       cuda::gemv_bf16(nullptr, w.data(), M, w.n, w.k, y, w.n, mode, e.stream_, &nrm);
       if (fused_label) e.profiler_.mark(fused_label, e.stream_);
+      return;
+    }
+    // A native quantized weight on the int8 GEMV: the norm writes its q8 activations directly.
+    if (e.q8_norm_quantized(w, M, e.residual_.as<float>(), rows, e.vec(norm.weight), eps)) {
+      if (label) e.profiler_.mark("rms_norm+q8 quantize", e.stream_);
+      e.quant_gemv_quantized(w, M, y, mode);
+      if (label) e.profiler_.mark(label, e.stream_);
       return;
     }
     // An FP8 weight past the GEMV: the norm writes the FP8 activations of the GEMM directly.

@@ -271,12 +271,27 @@ bool quant_weight_supported(DType format);
 // Activations quantized for gemv_quant: per 32 inputs of a row, 32 int8 codes q = round(x / d),
 // d = max|x| / 127, and ds = (d, d * sum(q)). x: [M, K] bf16 or f32; q: [M, K]; ds: [M, K / 32].
 void quantize_activations_q8(const void* x, DType x_dtype, int64_t M, int64_t K, int8_t* q, float2* ds, cudaStream_t s);
+// rms_norm (out dtype act: bf16 or f32) of rows x[rows ? rows[i] : i] fused with
+// quantize_activations_q8 of its output: the same codes q [n, D] and ds [n, D / 32] as the two
+// kernels (rms_norm into act, then quantize_activations_q8 of that), bit for bit, in one launch
+// without the normalised row in memory (norm.cu). False (nothing launched) where D % 32 != 0, a
+// pointer is not 16-byte aligned (the vectorised norm's condition) or act is another dtype: the
+// caller runs the two kernels.
+bool rms_norm_q8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, DType act,
+                 int8_t* q, float2* ds, cudaStream_t s);
 // y[M, N] = x W^T from quantize_activations_q8's (q, ds) of x and a quantized W [N, K] (N = 2F:
 // [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. One warp an output row,
 // int8 dot products (dp4a) per 32 inputs. 1 <= M <= kQuantGemvMaxM.
 constexpr int kQuantGemvMaxM = 8;
 void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                 void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
+// Experiment (decisions.md D-q8fuse-1; only the kernel bench's qgemv section calls it): gemv_quant
+// with each lane decoding kQuantGemvExperimentBatch of its weight units (all their loads in flight)
+// before any dot product, the same sums in the same order. Formats Q4_0, Q8_0, Q4_K, Q6_K; M 1, 2
+// or 8; modes kStoreF32, kAddF32, kSwiGlu.
+constexpr int kQuantGemvExperimentBatch = 4;
+void gemv_quant_batched(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N,
+                        int64_t K, void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
 // y[M, N] = x W^T for bf16 activations x [M, K] (row stride K, 16-byte aligned) and a quantized W
 // [N, K] (N = 2F: [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. The
 // weights are dequantized in registers to the bf16 values dequantize_weight writes and multiplied

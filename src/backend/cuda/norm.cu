@@ -7,6 +7,7 @@
 // dtype the next matmul reads. Reductions use a fixed order (block_sum), so a row's result does
 // not depend on the other rows.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gather_columns.h"
@@ -114,6 +115,61 @@ __global__ void rms_norm_fp8_kernel(const float* __restrict__ x, const int32_t* 
     qr[j] = codes;
   }
   if (threadIdx.x == 0) scale[i] = s;
+}
+
+// The value the unfused path quantizes: rms_norm's output element as stored in TAct (bf16:
+// rounded to nearest even, as store4 rounds; f32: as computed) and read back by quantize_q8_kernel.
+template <class TAct>
+__device__ __forceinline__ float act_value(float v) {
+  if constexpr (std::is_same_v<TAct, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
+  else return v;
+}
+
+// rms_norm_kernel<TAct, true>'s rows (the same block_rms_norm_row arithmetic and threads: the same
+// values), quantized as quantize_activations_q8 does, straight from the registers: per 32 outputs
+// d = max|v| / 127, q = round(v / d) (0 where d is 0), ds = (d, d * sum q). D % 32 == 0 and
+// blockDim.x % 32 == 0, so thread t's float4 j (j % 32 == t % 32) and the 7 others of its 32-block
+// (j / 8) are the 8 lanes of t's lane group 8 (t % 32 / 8) .. + 7, all calling put for the block or
+// none of them: the block's max and sum are shuffles within the group. The norm weights of the
+// first 4 float4 a thread are read before the wait (NormWeightPreload; the same values).
+template <class TAct>
+__global__ void rms_norm_q8_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int D,
+                                   const float* __restrict__ w, float eps, int8_t* __restrict__ q,
+                                   float2* __restrict__ ds) {
+  __shared__ float scratch[33];
+  pdl_trigger();
+  const int d4 = D / 4;
+  NormWeightPreload<4> weight;
+  weight.load(reinterpret_cast<const float4*>(w), d4);
+  pdl_wait();
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows ? rows[i] : i;
+  const int lane = threadIdx.x & 31;
+  const unsigned group = 0xFFu << (lane & 24);
+  uint32_t* qr = reinterpret_cast<uint32_t*>(q + i * D);
+  float2* dr = ds + i * (D / 32);
+  block_rms_norm_row_with<4>(reinterpret_cast<const float4*>(x + r * D), d4, eps, scratch, weight,
+                             [&](int j, const float4& y) {
+                               const float v[4] = {act_value<TAct>(y.x), act_value<TAct>(y.y), act_value<TAct>(y.z),
+                                                   act_value<TAct>(y.w)};
+                               float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+                               for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
+                               const float d = amax / 127.0f;
+                               uint32_t codes = 0;
+                               int sum = 0;
+#pragma unroll
+                               for (int k = 0; k < 4; ++k) {
+                                 const int qi = amax > 0.0f ? __float2int_rn(v[k] / d) : 0;
+                                 codes |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(qi))) << (8 * k);
+                                 sum += qi;
+                               }
+#pragma unroll
+                               for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(group, sum, o);
+                               qr[j] = codes;
+                               // sum: an exact integer (|sum| <= 32 * 127), as the unfused f32 warp sum of the codes.
+                               if ((lane & 7) == 0) dr[j >> 3] = make_float2(d, d * static_cast<float>(sum));
+                             });
 }
 
 // One block per row: residual[t] += rms_norm(x[t]) * w, the row read twice (Gemma's post-norms;
@@ -239,6 +295,19 @@ bool rms_norm_fp8(const float* x, const int32_t* rows, int64_t n, int64_t D, con
   }
   launch_pdl(rms_norm_fp8_kernel, dim3(static_cast<unsigned>(n)), dim3(rms_norm_vec4_threads(D)), smem, s, x, rows,
              static_cast<int>(D), w, eps, q, scale);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool rms_norm_q8(const float* x, const int32_t* rows, int64_t n, int64_t D, const float* w, float eps, DType act,
+                 int8_t* q, float2* ds, cudaStream_t s) {
+  if (D % 32 != 0 || !aligned16(x) || !aligned16(w) || !aligned16(q) || !aligned16(ds)) return false;
+  if (act != DType::kBF16 && act != DType::kF32) return false;
+  if (n <= 0) return true;
+  const dim3 grid(static_cast<unsigned>(n)), block(rms_norm_vec4_threads(D));
+  const int d = static_cast<int>(D);
+  if (act == DType::kBF16) launch_pdl(rms_norm_q8_kernel<bf16>, grid, block, 0, s, x, rows, d, w, eps, q, ds);
+  else launch_pdl(rms_norm_q8_kernel<float>, grid, block, 0, s, x, rows, d, w, eps, q, ds);
   CUDA_CHECK_LAUNCH();
   return true;
 }

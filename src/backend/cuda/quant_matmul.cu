@@ -273,7 +273,11 @@ struct QGemvArgs {
 // Launched with PDL: the lane's first weight unit is decoded (plain loads: device_utils.cuh) before
 // pdl_wait(), while the kernel that wrote the activations finishes; everything it wrote is read
 // after the wait.
-template <class D, int M, GemmOut MODE, int ROWS>
+// BATCH > 1 is an experiment (gemv_quant_batched, decisions.md D-q8fuse-1; the product runs BATCH
+// 1): a lane decodes BATCH of its units (their weight loads in flight together) before the dot
+// products of any of them, the first batch before pdl_wait(); the units are summed in the same
+// order as with BATCH 1.
+template <class D, int M, GemmOut MODE, int ROWS, int BATCH = 1>
 __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   using Rows = GemvWarpRows<MODE, ROWS>;
   constexpr int R = Rows::R;
@@ -291,10 +295,24 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(row_of[r]) * a.row_bytes;
-  Unit first[R];
-  if (lane < units) {
+  [[maybe_unused]] Unit first[R];         // BATCH 1
+  [[maybe_unused]] Unit batch[BATCH][R];  // BATCH > 1: units u0 + 32 b, b < BATCH (those < units)
+  [[maybe_unused]] auto decode_batch = [&](int u0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) first[r] = D::decode(rows[r], lane, units);
+    for (int b = 0; b < BATCH; ++b) {
+      if (u0 + 32 * b < units) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) batch[b][r] = D::decode(rows[r], u0 + 32 * b, units);
+      }
+    }
+  };
+  if constexpr (BATCH == 1) {
+    if (lane < units) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) first[r] = D::decode(rows[r], lane, units);
+    }
+  } else {
+    decode_batch(lane);
   }
   pdl_wait();
   float acc[M][R];
@@ -321,13 +339,22 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
       }
     }
   };
-  if (lane < units) accumulate(first, lane);
+  if constexpr (BATCH == 1) {
+    if (lane < units) accumulate(first, lane);
 #pragma unroll 4
-  for (int u = lane + 32; u < units; u += 32) {
-    Unit wu[R];
+    for (int u = lane + 32; u < units; u += 32) {
+      Unit wu[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wu[r] = D::decode(rows[r], u, units);
-    accumulate(wu, u);
+      for (int r = 0; r < R; ++r) wu[r] = D::decode(rows[r], u, units);
+      accumulate(wu, u);
+    }
+  } else {
+    for (int u0 = lane; u0 < units; u0 += 32 * BATCH) {
+      if (u0 != lane) decode_batch(u0);
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b)
+        if (u0 + 32 * b < units) accumulate(batch[b], u0 + 32 * b);
+    }
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -364,6 +391,30 @@ void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
 template <class D>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
   with_gemv_m(M, [&](auto m) { launch_gemv_m<D, decltype(m)::value>(a, mode, s); });
+}
+
+// The BATCH-unit experiment (gemv_quant_batched): the product's choice of one or two rows a warp;
+// the modes the kernel bench times (f32 store and add, SwiGLU).
+template <class D, int M, int BATCH>
+void launch_gemv_batched(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
+  const bool pairs = M <= 2 && mode != GemmOut::kSwiGlu && gemv_row_pairs(a);
+  const int rows = pairs ? 2 : 1;
+  const int warps = mode == GemmOut::kSwiGlu ? a.n_out : (a.n_out + rows - 1) / rows;
+  const dim3 grid(static_cast<unsigned>(ceil_div(warps, kWarps))), block(kWarps * 32);
+  if (mode == GemmOut::kSwiGlu) {
+    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1, BATCH>, grid, block, 0, s, a);
+  } else if (mode == GemmOut::kStoreF32) {
+    if constexpr (M <= 2) {
+      if (pairs) return launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, 2, BATCH>, grid, block, 0, s, a);
+    }
+    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, 1, BATCH>, grid, block, 0, s, a);
+  } else {
+    PAGODA_CUDA_REQUIRE(mode == GemmOut::kAddF32, "gemv_quant_batched: f32 store, f32 add or SwiGLU only");
+    if constexpr (M <= 2) {
+      if (pairs) return launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, 2, BATCH>, grid, block, 0, s, a);
+    }
+    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, 1, BATCH>, grid, block, 0, s, a);
+  }
 }
 
 // ---- tensor-core matmul over bf16 activations ---------------------------------------------
@@ -604,6 +655,37 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
   a.ldy = ldy;
   const bool ok = dispatch_format(format, [&](auto d) { launch_gemv<decltype(d)>(a, M, mode, s); });
   PAGODA_CUDA_REQUIRE(ok, "gemv_quant: no kernel for this weight format");
+  CUDA_CHECK_LAUNCH();
+}
+
+void gemv_quant_batched(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N,
+                        int64_t K, void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(M == 1 || M == 2 || M == 8, "gemv_quant_batched: M 1, 2 or 8");
+  PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0 && K % 32 == 0, "gemv_quant_batched: K must be whole blocks");
+  PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemv_quant_batched: SwiGLU needs [gate; up] rows");
+  QGemvArgs a{};
+  a.xq = xq;
+  a.xds = xds;
+  a.w = static_cast<const uint8_t*>(w);
+  a.row_bytes = device_row_bytes(format, K);
+  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
+  a.K = static_cast<int>(K);
+  a.y = y;
+  a.ldy = ldy;
+  constexpr int kBatch = kQuantGemvExperimentBatch;
+  auto run = [&](auto d) {
+    using D = decltype(d);
+    if (M == 1) launch_gemv_batched<D, 1, kBatch>(a, mode, s);
+    else if (M == 2) launch_gemv_batched<D, 2, kBatch>(a, mode, s);
+    else launch_gemv_batched<D, 8, kBatch>(a, mode, s);
+  };
+  switch (format) {
+    case DType::kQ4_0: run(Format<DType::kQ4_0>{}); break;
+    case DType::kQ8_0: run(Format<DType::kQ8_0>{}); break;
+    case DType::kQ4_K: run(Format<DType::kQ4_K>{}); break;
+    case DType::kQ6_K: run(Format<DType::kQ6_K>{}); break;
+    default: PAGODA_CUDA_REQUIRE(false, "gemv_quant_batched: Q4_0, Q8_0, Q4_K or Q6_K only");
+  }
   CUDA_CHECK_LAUNCH();
 }
 
