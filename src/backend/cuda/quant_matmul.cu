@@ -397,10 +397,8 @@ void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
 // the modes the kernel bench times (f32 store and add, SwiGLU).
 template <class D, int M, int BATCH>
 void launch_gemv_batched(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const bool pairs = M <= 2 && mode != GemmOut::kSwiGlu && gemv_row_pairs(a);
-  const int rows = pairs ? 2 : 1;
-  const int warps = mode == GemmOut::kSwiGlu ? a.n_out : (a.n_out + rows - 1) / rows;
-  const dim3 grid(static_cast<unsigned>(ceil_div(warps, kWarps))), block(kWarps * 32);
+  const bool pairs = M <= 2 && mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K);
+  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, pairs ? 2 : 1), kWarps))), block(kWarps * 32);
   if (mode == GemmOut::kSwiGlu) {
     launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1, BATCH>, grid, block, 0, s, a);
   } else if (mode == GemmOut::kStoreF32) {
