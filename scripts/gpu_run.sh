@@ -144,6 +144,9 @@ bench_model() {  # SHAPE
 #             q8 activation kernels (rms_norm_q8 fused vs rms_norm + quantize_activations_q8); ~40 s
 #   q8tests   the quantized-matmul GPU tests (CudaQuant.*, incl. rms_norm_q8 bit for bit against the
 #             two kernels) and the native-quant model parity (the fused norm on every decode step); ~40 s
+#   cleanuptests  the suites over the shared kernel helpers and the draft-head plan (CudaFp8.*,
+#             CudaQuant.*, CudaMoe.*, CudaOps.*, the op cases, CudaDraftHeads.*, CudaEngine.*, the f32
+#             parity): the quicktests set plus FP8, quantized, MoE and draft-head tests; ~90 s (estimate)
 #   trace8b trace1b  block trace of an eager tg step, one per SWEEP entry (stage_trace)
 #   ncu       Nsight Compute sections for kernel-bench launches (NCU_KERNELS, NCU_SKIP, NCU_COUNT,
 #             NCU_ONLY, NCU_TAG)
@@ -717,6 +720,7 @@ for s in "$@"; do
     kbench) stage_kbench ;;
     kbenchverify) stage_kbench_verify ;;
     qkbench) stage_qkbench ;;
+    cleanuptests) TAILN=12 step cleanuptests 180 $TESTS --gtest_filter='CudaFp8.*:CudaQuant.*:CudaMoe.*:CudaOps.*:Backends/OpCase.*:CudaDraftHeads.*:CudaEngine.*:CudaParity.F32*:CudaParity.Cpu*' ;;
     q8tests) TAILN=8 step q8tests 150 $TESTS --gtest_filter='CudaQuant.*:CudaParity.NativeQuantizedWeightsStayNearTheirDequantizedForward' ;;
     tp128_8b) stage_tp128 8b ;;
     tp128_1b) stage_tp128 1b ;;
