@@ -279,19 +279,11 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(const T* __restrict__ x,
     simt_tile_fma(xs, ws, kn, tx, ty, acc);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = m0 + ty * 4 + i;
-    if (m >= M) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + tx * 4 + j;
-      if (n >= N) continue;
-      if constexpr (MODE == GemmOut::kStoreF32) static_cast<float*>(y)[m * ldy + n] = acc[i][j];
-      else if constexpr (MODE == GemmOut::kAddF32) static_cast<float*>(y)[m * ldy + n] += acc[i][j];
-      else static_cast<T*>(y)[m * ldy + n] = from_f32<T>(acc[i][j]);
-    }
-  }
+  simt_tile_outputs(acc, tx, ty, m0, M, n0, N, [&](int m, int n, float v) {
+    if constexpr (MODE == GemmOut::kStoreF32) static_cast<float*>(y)[m * ldy + n] = v;
+    else if constexpr (MODE == GemmOut::kAddF32) static_cast<float*>(y)[m * ldy + n] += v;
+    else static_cast<T*>(y)[m * ldy + n] = from_f32<T>(v);
+  });
 }
 
 template <class T>

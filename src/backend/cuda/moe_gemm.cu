@@ -92,16 +92,7 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
     simt_tile_fma(xs, ws, min(kTk, K - k0), tx, ty, acc);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int pos = m0 + ty * 4 + i;
-    if (pos >= m_end) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + tx * 4 + j;
-      if (n < N) store_out<T, MODE>(a, pos, n, acc[i][j]);
-    }
-  }
+  simt_tile_outputs(acc, tx, ty, m0, m_end, n0, N, [&](int pos, int n, float v) { store_out<T, MODE>(a, pos, n, v); });
 }
 
 // Block (x, tile): the SIMT kernel's kMoeTile x kMoeTile output tile, on tensor cores (bf16):

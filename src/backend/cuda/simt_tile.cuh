@@ -28,4 +28,21 @@ __device__ __forceinline__ void simt_tile_fma(const float (&xs)[TK][LD], const f
   }
 }
 
+// f(row, column, acc[i][j]) for each of the thread's outputs inside the matrix: row row0 + ty * 4 + i
+// below row_end, column col0 + tx * 4 + j below col_end.
+template <class F>
+__device__ __forceinline__ void simt_tile_outputs(const float (&acc)[4][4], int tx, int ty, int row0, int row_end, int col0,
+                                                  int col_end, F&& f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = row0 + ty * 4 + i;
+    if (r >= row_end) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = col0 + tx * 4 + j;
+      if (c < col_end) f(r, c, acc[i][j]);
+    }
+  }
+}
+
 }  // namespace pagoda::cuda
