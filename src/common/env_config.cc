@@ -8,9 +8,6 @@
 namespace pagoda {
 namespace {
 
-constexpr const char* kTuningVars[] = {"PAGODA_ROW_ATTENTION", "PAGODA_SIMT_HEADS", "PAGODA_GEMV_MAX_ROWS",
-                                       "PAGODA_CUDA_PROFILE", "PAGODA_BLOCK_TRACE", "PAGODA_GRAPH_CAPTURE"};
-
 // Switches of the CUDA backend that were removed, and where docs/decisions.md says why.
 constexpr const char* kRetired[][2] = {
     {"PAGODA_UNFUSED_ROPE", "#d3"},  {"PAGODA_ATTN_EARLY", "#d4"},   {"PAGODA_GEMV_PAIR", "#d6"},
@@ -24,12 +21,17 @@ std::optional<std::string> getenv_value(const char* name) {
   return std::string(v);
 }
 
-// The tuning variables as the process had them at the first call.
+// The tuning variables as the process had them at the first call: those apply_tuning_vars asks
+// for (every one, as nothing is set in the lookup it gets here), so the two cannot disagree.
 const std::map<std::string, std::string>& snapshot() {
   static const std::map<std::string, std::string> s = [] {
     std::map<std::string, std::string> m;
-    for (const char* name : kTuningVars)
+    TuningConfig unused;
+    const Status asked = apply_tuning_vars(unused, [&m](const char* name) -> std::optional<std::string> {
       if (auto v = getenv_value(name)) m[name] = *v;
+      return std::nullopt;
+    });
+    (void)asked;  // nothing set: nothing to reject
     for (const auto& [name, anchor] : kRetired)
       if (getenv_value(name))
         std::fprintf(stderr, "pagoda: %s is no longer read (removed; docs/decisions.md%s)\n", name, anchor);
@@ -78,6 +80,10 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
   if (auto v = lookup("PAGODA_QUANT_MMA_MAX_ROWS")) {
     PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_QUANT_MMA_MAX_ROWS", *v, n.quant_mma_max_rows));
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_QUANT_MMA_MAX_ROWS", *v));
+  }
+  if (auto v = lookup("PAGODA_QUANT_GEMV_INBLOCK_Q8")) {
+    if (*v != "0" && *v != "1") return invalid_argument("PAGODA_QUANT_GEMV_INBLOCK_Q8='{}': must be 0 or 1", *v);
+    n.quant_gemv_inblock_q8 = *v == "1";
   }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
