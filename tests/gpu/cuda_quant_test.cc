@@ -7,7 +7,7 @@
 // rms_norm_q8 (the norm fused with the activation quantization, which the executor runs before
 // the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
 // (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
-// (gemv_quant_batched, decisions.md D-q8fuse-1) gives gemv_quant's outputs.
+// (gemv_quant_batched, decisions.md D81) gives gemv_quant's outputs.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
 // counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
 // (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
@@ -289,7 +289,7 @@ TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
 
 TEST(CudaQuant, BatchedLoadGemvExperimentMatchesTheGemv) {
   PAGODA_REQUIRE_GPU();
-  // gemv_quant_batched (decisions.md D-q8fuse-1: a lane's weight loads of kQuantGemvExperimentBatch
+  // gemv_quant_batched (decisions.md D81: a lane's weight loads of kQuantGemvExperimentBatch
   // units before their dot products) sums the same products in the same order as gemv_quant: the
   // same outputs up to the compiler's contraction choices. K 256 (2 units a lane at most: a partial
   // batch), 2816 (88 units), 8448 (264: two rows a warp at M <= 2, three batches, the last partial).
