@@ -7,7 +7,7 @@
 // rms_norm_q8 (the norm fused with the activation quantization, which the executor runs before
 // the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
 // (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
-// (gemv_quant_batched, decisions.md D-q8fuse-1) gives gemv_quant's outputs. The GEMV that
+// (gemv_quant_batched, decisions.md D81) gives gemv_quant's outputs. The GEMV that
 // quantizes its own activations per block (gemv_quant_inblock, decisions.md D-q8inblock-1) gives
 // quantize_activations_q8 + gemv_quant's outputs bit for bit (every format, mode, M and input
 // dtype it takes), and a quantized model gives the same logits with it on as off.
@@ -298,7 +298,7 @@ TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
 
 TEST(CudaQuant, BatchedLoadGemvExperimentMatchesTheGemv) {
   PAGODA_REQUIRE_GPU();
-  // gemv_quant_batched (decisions.md D-q8fuse-1: a lane's weight loads of kQuantGemvExperimentBatch
+  // gemv_quant_batched (decisions.md D81: a lane's weight loads of kQuantGemvExperimentBatch
   // units before their dot products) sums the same products in the same order as gemv_quant: the
   // same outputs up to the compiler's contraction choices. K 256 (2 units a lane at most: a partial
   // batch), 2816 (88 units), 8448 (264: two rows a warp at M <= 2, three batches, the last partial).

@@ -215,7 +215,8 @@ struct PrefillAttentionParams {
   float scale = 1.0f;
   float softcap = 0.0f;         // as RowAttentionParams
   int64_t window = 0;
-  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
+  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps; 4 with warp_rows 32)
+  int warp_rows = 16;           // query rows a warp: 16, or 32 (tile_q 128 only)
 
   void check() const;
 };
@@ -295,7 +296,7 @@ constexpr int64_t kQuantGemvInBlockMaxInputs = 32768;
 bool gemv_quant_inblock_supported(const void* x, DType x_dtype, int64_t M, int64_t K);
 void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                         void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
-// Experiment (decisions.md D-q8fuse-1; only the kernel bench's qgemv section calls it): gemv_quant
+// Experiment (decisions.md D81; only the kernel bench's qgemv section calls it): gemv_quant
 // with each lane decoding kQuantGemvExperimentBatch of its weight units (all their loads in flight)
 // before any dot product, the same sums in the same order. Formats Q4_0, Q8_0, Q4_K, Q6_K; M 1, 2
 // or 8; modes kStoreF32, kAddF32, kSwiGlu.

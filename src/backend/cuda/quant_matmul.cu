@@ -366,7 +366,7 @@ struct QGemvArgs {
 // Launched with PDL: the lane's first weight unit is decoded (plain loads: device_utils.cuh) before
 // pdl_wait(), while the kernel that wrote the activations finishes; everything it wrote is read
 // after the wait.
-// BATCH > 1 is an experiment (gemv_quant_batched, decisions.md D-q8fuse-1; the product runs BATCH
+// BATCH > 1 is an experiment (gemv_quant_batched, decisions.md D81; the product runs BATCH
 // 1): a lane decodes BATCH of its units (their weight loads in flight together) before the dot
 // products of any of them, the first batch before pdl_wait(); the units are summed in the same
 // order as with BATCH 1.
