@@ -143,7 +143,7 @@ bench_model() {  # SHAPE
 #             weights on the 8B shapes at M = 1, 2, 8 (weights cold, % of the copy bandwidth) and the
 #             q8 activation kernels (rms_norm_q8 fused vs rms_norm + quantize_activations_q8); ~40 s
 #   q8inblock the int8 GEMV that quantizes its own activations (gemv_quant_inblock; decisions.md
-#             D-q8inblock-1): its tests (bit for bit against quantize + GEMV, the model's logits
+#             D83): its tests (bit for bit against quantize + GEMV, the model's logits
 #             unchanged) and the qgemv section's o / down lines at M = 1, 2 (two kernels against
 #             one, weights cold, alternating rounds); ~60 s
 #   q8inblock8b  batch-1 / 2 decode (tg128) of the random 8B with on-line int4 weights with

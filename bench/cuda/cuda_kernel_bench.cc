@@ -256,7 +256,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
                       ms[1] * 1e3, 100.0 * bytes / (ms[1] * 1e-3) / bw);
         }
         // o and down (their inputs come out of no norm): quantize_activations_q8 + gemv_quant (the
-        // product) against gemv_quant_inblock (one launch; decisions.md D-q8inblock-1) over the same
+        // product) against gemv_quant_inblock (one launch; decisions.md D83) over the same
         // bf16 rows, alternating rounds A B A B A B, each the lowest of its three medians.
         if (sh.mode == cuda::GemmOut::kAddF32) {
           for (int64_t M : {1, 2}) {

@@ -52,7 +52,7 @@ struct TuningConfig {
   // memory, where they do not come out of an RMSNorm (o, down; every quantized linear over an
   // act-order gather): one launch instead of quantize + GEMV, the same outputs bit for bit
   // (backend/cuda/kernels.h gemv_quant_inblock; rows x inputs up to kQuantGemvInBlockMaxInputs).
-  // Off until a GPU measurement picks it (docs/decisions.md D-q8inblock-1). Env
+  // Off until a GPU measurement picks it (docs/decisions.md D83). Env
   // PAGODA_QUANT_GEMV_INBLOCK_Q8=0|1, flag --cuda-quant-gemv-inblock-q8.
   bool quant_gemv_inblock_q8 = false;
   // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds

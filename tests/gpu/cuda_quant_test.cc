@@ -8,7 +8,7 @@
 // the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
 // (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
 // (gemv_quant_batched, decisions.md D81) gives gemv_quant's outputs. The GEMV that
-// quantizes its own activations per block (gemv_quant_inblock, decisions.md D-q8inblock-1) gives
+// quantizes its own activations per block (gemv_quant_inblock, decisions.md D83) gives
 // quantize_activations_q8 + gemv_quant's outputs bit for bit (every format, mode, M and input
 // dtype it takes), and a quantized model gives the same logits with it on as off.
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
@@ -410,7 +410,8 @@ TEST(CudaQuant, InBlockQuantizationTakesWhatFitsItsSharedMemory) {
   cuda::DeviceBuffer x(8 * 14336 * 4);
   const void* p = x.get();
   EXPECT_TRUE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 2, 14336));   // 8B down at batch 2
-  EXPECT_TRUE(cuda::gemv_quant_inblock_supported(p, DType::kF32, 8, 4096));
+  EXPECT_TRUE(cuda::gemv_quant_inblock_supported(p, DType::kF32, 2, 4096));
+  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kF32, 3, 4096));   // M past kQuantGemvInBlockMaxM
   EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 3, 14336));  // M x K past the limit
   EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 9, 256));    // M past kQuantGemvMaxM
   EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 0, 256));

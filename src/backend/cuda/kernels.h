@@ -290,8 +290,10 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
 // f32, rows contiguous, 16-byte aligned) that each thread block of the GEMV quantizes itself into
 // shared memory, with the q8 formula and codes of quantize_activations_q8, before its dot
 // products; the same outputs bit for bit, every mode. Within gemv_quant_inblock_supported: 1 <= M
-// <= kQuantGemvMaxM and M * K <= kQuantGemvInBlockMaxInputs (every block holds the M x K codes).
-// The executor's choice behind TuningConfig::quant_gemv_inblock_q8 (decisions.md D-q8inblock-1).
+// <= kQuantGemvInBlockMaxM (decode batches) and M * K <= kQuantGemvInBlockMaxInputs (every block
+// holds the M x K codes). The executor's choice behind TuningConfig::quant_gemv_inblock_q8
+// (decisions.md D83).
+constexpr int64_t kQuantGemvInBlockMaxM = 2;
 constexpr int64_t kQuantGemvInBlockMaxInputs = 32768;
 bool gemv_quant_inblock_supported(const void* x, DType x_dtype, int64_t M, int64_t K);
 void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType format, int64_t M, int64_t N, int64_t K,

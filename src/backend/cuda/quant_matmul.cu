@@ -797,14 +797,14 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
 }
 
 bool gemv_quant_inblock_supported(const void* x, DType x_dtype, int64_t M, int64_t K) {
-  return (x_dtype == DType::kBF16 || x_dtype == DType::kF32) && M >= 1 && M <= kQuantGemvMaxM && K > 0 && K % 32 == 0 &&
+  return (x_dtype == DType::kBF16 || x_dtype == DType::kF32) && M >= 1 && M <= kQuantGemvInBlockMaxM && K > 0 && K % 32 == 0 &&
          M * K <= kQuantGemvInBlockMaxInputs && aligned16(x);
 }
 
 void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                         void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
   PAGODA_CUDA_REQUIRE(gemv_quant_inblock_supported(x, x_dtype, M, K),
-                      "gemv_quant_inblock: bf16 or f32 x, 16-byte aligned, 1 <= M <= kQuantGemvMaxM, "
+                      "gemv_quant_inblock: bf16 or f32 x, 16-byte aligned, 1 <= M <= kQuantGemvInBlockMaxM, "
                       "M * K <= kQuantGemvInBlockMaxInputs");
   PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0, "gemv_quant_inblock: K must be whole blocks");
   PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemv_quant_inblock: SwiGLU needs [gate; up] rows");
@@ -818,7 +818,11 @@ void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType forma
   a.y = y;
   a.ldy = ldy;
   if (a.n_out <= 0) return;
-  const bool ok = dispatch_format(format, [&](auto d) { launch_gemv<decltype(d), true>(a, M, mode, s); });
+  // The decode batches only (M 1 and 2: kQuantGemvInBlockMaxM): each M is a set of kernels.
+  const bool ok = dispatch_format(format, [&](auto d) {
+    if (M == 1) launch_gemv_m<decltype(d), 1, true>(a, mode, s);
+    else launch_gemv_m<decltype(d), 2, true>(a, mode, s);
+  });
   PAGODA_CUDA_REQUIRE(ok, "gemv_quant_inblock: no kernel for this weight format");
   CUDA_CHECK_LAUNCH();
 }
