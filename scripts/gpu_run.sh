@@ -385,24 +385,6 @@ stage_offload70b() {
 # 9-64 rows (--cuda-quant-mma-max-rows 64), and with it from one row (also
 # --cuda-quant-gemv-max-rows 0); bf16 batch 8 / 64 as the reference the issue names. quantmma: the
 # random 8B, ~2 min after the model exists; quantmma1b: the 1B shape, ~40 s.
-# The prefill attention kernel with 16 vs 32 query rows a warp (--cuda-prefill-warp-rows, tile 128):
-# its test (every tile / rows-a-warp pair against the dense reference), the kernel bench's prefill
-# section (8192 causal tokens, one layer), then the 8B prefill 8192 and 1000 x 128/128 with each,
-# alternated. ~150 s after the 8B model exists.
-stage_prefillab() {
-  local m w
-  ensure_model 8b
-  m=$(model_dir 8b)
-  TAILN=3 step pftests 90 $TESTS --gtest_filter='CudaAttention.TensorCorePrefill*'
-  PAGODA_KBENCH_ONLY=prefill TAILN=8 step pfkbench 60 bash -c "$KBENCH 2>&1 | grep -E 'kbench\] prefill attention'"
-  for w in 16 32 16 32; do
-    TAILN=4 step pp8192_w$w 40 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --cuda-prefill-warp-rows $w
-  done
-  for w in 16 32; do
-    TAILN=2 step pftp128_w$w 40 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 \
-      --output-len 128 --max-num-seqs 256 --cuda-prefill-warp-rows $w
-  done
-}
 stage_quantmma() {
   local m q
   ensure_model 8b
@@ -747,7 +729,6 @@ for s in "$@"; do
     prof1b) stage_profile 1b ;;
     profq8b) stage_profile_quant 8b ;;
     quantmma) stage_quantmma ;;
-    prefillab) stage_prefillab ;;
     quantmma1b) stage_quantmma_1b ;;
     wave8b) stage_wave 8b ;;
     wavesimt8b) PAGODA_ROW_ATTENTION=simt stage_wave 8b simt ;;

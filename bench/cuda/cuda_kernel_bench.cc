@@ -440,7 +440,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     std::vector<cuda::PrefillSeq> seqs = {{0, static_cast<int32_t>(T), static_cast<int32_t>(T), 0}};
     auto dseqs = to_device(seqs);
     cuda::DeviceBuffer out(T * H * Dh * 2);
-    for (auto [tile, warp_rows] : {std::pair<int, int>{64, 16}, {128, 16}, {128, 32}}) {
+    for (int tile : {64, 128}) {
       std::vector<cuda::PrefillItem> items;
       for (int32_t q0 = static_cast<int32_t>(T) - tile; q0 >= 0; q0 -= tile) items.push_back({0, q0});
       auto ditems = to_device(items);
@@ -459,11 +459,10 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.num_heads = H;
       p.scale = 0.088f;
       p.tile_q = tile;
-      p.warp_rows = warp_rows;
       const double ms = time_ms([&] { cuda::prefill_attention(p, nullptr); }, 5);
       const double flops = 4.0 * H * Dh * (double(T) * (T + 1) / 2);
       std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n",
-                  fmt::format("prefill attention 8192 tile {} x{}", tile, warp_rows).c_str(), ms * 1e3, flops / ms / 1e9);
+                  fmt::format("prefill attention 8192 tile {}", tile).c_str(), ms * 1e3, flops / ms / 1e9);
     }
   }
   // The elementwise kernels of prefill at 8192 tokens (bytes read + written).

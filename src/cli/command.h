@@ -74,12 +74,11 @@ struct TuningFlags {
   bool cuda_profile = false;
   std::string block_trace;
   std::string graph_capture;
-  int prefill_warp_rows = -1;
 };
 
 // --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
 // --cuda-quant-gemv-max-rows, --cuda-quant-mma-max-rows, --cuda-quant-gemv-inblock-q8, --cuda-profile,
-// --cuda-block-trace, --cuda-graph-capture, --cuda-prefill-warp-rows
+// --cuda-block-trace, --cuda-graph-capture
 // (common/tuning_config.h): the same for every subcommand that runs a model.
 inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-row-attention", f.row_attention,
@@ -99,8 +98,6 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
-  app->add_option("--cuda-prefill-warp-rows", f.prefill_warp_rows,
-                  "CUDA: query rows a warp of the tensor-core prefill attention takes (16, or 32: 4 warps a tile)");
   app->add_option("--cuda-graph-capture", f.graph_capture,
                   "CUDA: decode graphs captured lazily (a bucket at its first decode step: start-up and the first "
                   "token never wait for them) or at start (every bucket before the engine is ready)");
@@ -121,7 +118,6 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   if (f.quant_gemv_inblock_q8) t.quant_gemv_inblock_q8 = true;
   if (f.cuda_profile) t.cuda_profile = true;
   if (!f.block_trace.empty()) t.block_trace = f.block_trace;
-  if (f.prefill_warp_rows >= 0) t.prefill_warp_rows = f.prefill_warp_rows;
   PAGODA_RETURN_IF_ERROR(t.validate());
   return t;
 }

@@ -87,10 +87,6 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
   }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
-  if (auto v = lookup("PAGODA_PREFILL_WARP_ROWS")) {
-    PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_PREFILL_WARP_ROWS", *v, n.prefill_warp_rows));
-    PAGODA_RETURN_IF_ERROR(checked("PAGODA_PREFILL_WARP_ROWS", *v));
-  }
   if (auto v = lookup("PAGODA_GRAPH_CAPTURE")) {
     n.graph_capture = *v;
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_GRAPH_CAPTURE", *v));

@@ -12,7 +12,6 @@
 //   PAGODA_CUDA_PROFILE=0|1             -> cuda_profile (any value but "0" turns it on)
 //   PAGODA_BLOCK_TRACE=FILE             -> block_trace
 //   PAGODA_GRAPH_CAPTURE=lazy|start     -> graph_capture
-//   PAGODA_PREFILL_WARP_ROWS=16|32      -> prefill_warp_rows
 //
 // Variables that earlier builds read (comparison variants and knock-outs, docs/decisions.md) are
 // reported on stderr once as no longer read. Thread-safe.

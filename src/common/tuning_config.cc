@@ -18,18 +18,15 @@ Status TuningConfig::validate() const {
                             quant_mma_max_rows);
   if (graph_capture != "lazy" && graph_capture != "start")
     return invalid_argument("graph capture must be lazy or start, got '{}'", graph_capture);
-  if (prefill_warp_rows != 16 && prefill_warp_rows != 32)
-    return invalid_argument("prefill attention rows a warp must be 16 or 32, got {}", prefill_warp_rows);
   return {};
 }
 
 std::string TuningConfig::to_string() const {
   return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}, in-block q8 {}) | "
-                     "profile {} | block trace {} | graph capture {} | prefill warp rows {}",
+                     "profile {} | block trace {} | graph capture {}",
                      row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
                      quant_weights, quant_gemv_max_rows, quant_mma_max_rows, quant_gemv_inblock_q8 ? "on" : "off",
-                     cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture,
-                     prefill_warp_rows);
+                     cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
 }
 
 }  // namespace pagoda

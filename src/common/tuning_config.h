@@ -63,15 +63,11 @@ struct TuningConfig {
   // its warm-up and cuBLASLt autotuning; start-up and the first token do not wait) or "start"
   // (every bucket during start-up). Env PAGODA_GRAPH_CAPTURE, flag --cuda-graph-capture.
   std::string graph_capture = "lazy";
-  // Query rows a warp of the CUDA tensor-core prefill attention takes: 16, or 32 (two m16 tiles a
-  // warp, 4 warps a 128-query tile: each K / V fragment read from shared memory feeds two mma;
-  // docs/decisions.md D82). Env PAGODA_PREFILL_WARP_ROWS, flag --cuda-prefill-warp-rows.
-  int prefill_warp_rows = 16;
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
   // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0,
-  // in-block q8 off) | profile off | block trace off | graph capture lazy | prefill warp rows 16".
+  // in-block q8 off) | profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };
 

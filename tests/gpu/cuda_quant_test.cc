@@ -340,8 +340,8 @@ TEST(CudaQuant, InBlockQuantizationGivesTheTwoKernelsBits) {
   PAGODA_REQUIRE_GPU();
   // gemv_quant_inblock against quantize_activations_q8 + gemv_quant over the same x: the same
   // bytes in y (guard columns past N included). K 256, 4096, 14336 (two rows a warp at M <= 2)
-  // and 288 (rows padded; the 32-input formats only); every M with M x K within
-  // kQuantGemvInBlockMaxInputs; N - 1 outputs (odd: a two-row warp with one row, warps of a block
+  // and 288 (rows padded; the 32-input formats only); every M <= kQuantGemvInBlockMaxM with M x K
+  // within kQuantGemvInBlockMaxInputs (the others refused); N - 1 outputs (odd: a two-row warp with one row, warps of a block
   // without rows) for the f32 / bf16 stores, N / 2 for SwiGLU; bf16 and f32 inputs with a zero
   // 32-input block (d = 0), a tiny one and a large one.
   int compared = 0;
@@ -362,7 +362,7 @@ TEST(CudaQuant, InBlockQuantizationGivesTheTwoKernelsBits) {
           }
           for (int64_t k = 64; k < 96; ++k) x[static_cast<size_t>(k)] *= 1e4f;  // large
           cuda::DeviceBuffer dx = xt == DType::kBF16 ? to_device(to_bf16(x)) : to_device(x);
-          if (M * K > cuda::kQuantGemvInBlockMaxInputs) {
+          if (M > cuda::kQuantGemvInBlockMaxM || M * K > cuda::kQuantGemvInBlockMaxInputs) {
             EXPECT_FALSE(cuda::gemv_quant_inblock_supported(dx.get(), xt, M, K)) << where;
             continue;
           }

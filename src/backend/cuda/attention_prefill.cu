@@ -1,13 +1,10 @@
 // Prefill / chunked-prefill attention over the paged KV cache on tensor cores, FlashAttention-2
 // style (our own code, written from the algorithm): varlen batch, causal, GQA, sliding window.
 //
-// Grid (query head, query tile of one sequence); a tile is 64 or 128 queries. Each warp owns 16
-// query rows (tile 64: 4 warps, tile 128: 8 warps) or, with warp_rows 32 (tile 128 only: 4
-// warps), 32 rows as two m16 tiles, so that every K / V fragment read from shared memory feeds two
-// mma instead of one (the 16-row kernel is bound by those shared-memory reads: per 64-key tile a
-// warp reads the whole K and V tiles, 32 KiB, for 128 mma). The Q tile is converted from the f32
-// rotated queries to the cache's 16-bit type in shared memory; its mma A fragments stay in
-// registers (tile 64) or are re-read for every K tile (tile 128, two blocks an SM); K and V tiles of 64 keys stream through
+// Grid (query head, query tile of one sequence); a tile is 64 or 128 queries (4 or 8 warps),
+// each warp owns 16 query rows. The Q tile is converted from the f32 rotated queries to the
+// cache's 16-bit type in shared memory; its mma A fragments stay in registers (tile 64) or are
+// re-read for every K tile (tile 128, two blocks an SM); K and V tiles of 64 keys stream through
 // shared memory, double-buffered with cp.async (the next tile loads while this one computes),
 // gathered through the block table row by row, zero-filled past the last key. Per tile: S = Q K^T with mma.sync m16n8k16 (f32
 // accumulate), causal / window mask, online softmax in registers (exp2, log2(e) folded into the
@@ -40,13 +37,11 @@ struct PrefillSmem {
   static constexpr int bytes(int kBM) { return (kBM + (F8 ? 2 : 4) * kBN) * LD * 2 + (F8 ? 4 * kBN * D : 0); }
 };
 
-// RM: m16 tiles a warp (1: 16 rows, 2: 32 rows); kBM / (16 RM) warps.
-template <class KVT, int D, int kBM, int RM, bool QS = (kBM == 128)>
-__global__ __launch_bounds__(kBM * 2 / RM, QS ? 2 : 1) void prefill_attention_kernel(PrefillAttentionParams p) {
-  static_assert(RM == 1 || (RM == 2 && QS), "32 rows a warp re-read Q from shared memory (registers)");
+template <class KVT, int D, int kBM, bool QS = (kBM == 128)>
+__global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(PrefillAttentionParams p) {
   constexpr bool F8 = PrefillSmem<KVT, D>::F8;
   using MT = mma_type_t<KVT>;
-  constexpr int kThreads = kBM * 2 / RM;
+  constexpr int kThreads = kBM * 2;
   constexpr int LD = PrefillSmem<KVT, D>::LD;
   constexpr int SLD = F8 ? D : LD;  // row stride of the ring (elements)
   extern __shared__ __align__(16) uint8_t smem[];
@@ -115,29 +110,22 @@ __global__ __launch_bounds__(kBM * 2 / RM, QS ? 2 : 1) void prefill_attention_ke
   load_tile(t_begin, 0);
   __syncthreads();  // Q tile stored
 
-  // This warp's rows: warp * 16 RM + 16 i + (g, g + 8) for m16 tile i.
-  const MT* qsrc = sQ + (warp * 16 * RM + (lane & 15)) * LD + (lane >> 4) * 8;
+  const MT* qsrc = sQ + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
   uint32_t qf[QS ? 1 : D / 16][4];
   if constexpr (!QS) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], qsrc + kk * 16);
   }
 
-  float o[RM][D / 8][4];
+  float o[D / 8][4];
 #pragma unroll
-  for (int i = 0; i < RM; ++i)
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) o[i][dn][0] = o[i][dn][1] = o[i][dn][2] = o[i][dn][3] = 0.0f;
-  float mrow[RM][2], lrow[RM][2];
-#pragma unroll
-  for (int i = 0; i < RM; ++i) {
-    mrow[i][0] = mrow[i][1] = -INFINITY;
-    lrow[i][0] = lrow[i][1] = 0.0f;
-  }
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
   const float sl2 = p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
   const int g = lane >> 2, t4 = lane & 3;
-  const int r0 = warp * 16 * RM + g;  // this thread's rows: r0 + 16 i and r0 + 16 i + 8
+  const int r0 = warp * 16 + g;  // this thread's rows: r0 and r0 + 8
+  const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
 
   for (int t = t_begin; t < t_end; ++t) {
     const int stage = (t - t_begin) & 1;
@@ -161,28 +149,20 @@ __global__ __launch_bounds__(kBM * 2 / RM, QS ? 2 : 1) void prefill_attention_ke
     const MT* cK = sK + (F8 ? 0 : stage * kBN * LD);
     const MT* cV = sV + (F8 ? 0 : stage * kBN * LD);
 
-    float s[RM][8][4];
+    float s[8][4];
 #pragma unroll
-    for (int i = 0; i < RM; ++i)
-#pragma unroll
-      for (int n = 0; n < 8; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qs[RM][4];
-      if constexpr (QS) {
-#pragma unroll
-        for (int i = 0; i < RM; ++i) ldmatrix_x4(qs[i], qsrc + i * 16 * LD + kk * 16);
-      }
+      uint32_t qs[4];
+      if constexpr (QS) ldmatrix_x4(qs, qsrc + kk * 16);
+      const uint32_t(&a)[4] = QS ? qs : qf[QS ? 0 : kk];
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, cK + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
-#pragma unroll
-        for (int i = 0; i < RM; ++i) {
-          const uint32_t(&a)[4] = QS ? qs[i] : qf[QS ? 0 : kk];
-          mma16816(s[i][2 * np], a, b[0], b[1], tag);
-          mma16816(s[i][2 * np + 1], a, b[2], b[3], tag);
-        }
+        mma16816(s[2 * np], a, b[0], b[1], tag);
+        mma16816(s[2 * np + 1], a, b[2], b[3], tag);
       }
     }
 
@@ -190,113 +170,98 @@ __global__ __launch_bounds__(kBM * 2 / RM, QS ? 2 : 1) void prefill_attention_ke
     // in the 4 lanes of a quad).
     const int kbase = t * kBN;
     const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (need_mask) {
 #pragma unroll
-    for (int i = 0; i < RM; ++i) {
-      float mx[2] = {-INFINITY, -INFINITY};
-      if (need_mask) {
-        const int pos_r[2] = {first_pos + r0 + 16 * i, first_pos + r0 + 16 * i + 8};
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int e = 0; e < 4; ++e) {
+          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
+          const int pos = pos_r[e >> 1];
+          const bool ok = key <= pos && (window <= 0 || key > pos - window);
+          s[n][e] = ok ? softcap_log2(s[n][e] * sl2, cap_l2) : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+    } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = kbase + n * 8 + t4 * 2 + (e & 1);
-            const int pos = pos_r[e >> 1];
-            const bool ok = key <= pos && (window <= 0 || key > pos - window);
-            s[i][n][e] = ok ? softcap_log2(s[i][n][e] * sl2, cap_l2) : -INFINITY;
-            mx[e >> 1] = fmaxf(mx[e >> 1], s[i][n][e]);
-          }
-      } else {
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[i][n][e] = softcap_log2(s[i][n][e] * sl2, cap_l2);
-            mx[e >> 1] = fmaxf(mx[e >> 1], s[i][n][e]);
-          }
-      }
-      online_softmax_tile(s[i], mx, mrow[i], lrow[i], o[i]);
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] = softcap_log2(s[n][e] * sl2, cap_l2);
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
     }
+    online_softmax_tile(s, mx, mrow, lrow, o);
 
     // O += P V.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t a[RM][4];
-#pragma unroll
-      for (int i = 0; i < RM; ++i) {
-        a[i][0] = pack2(s[i][2 * kk][0], s[i][2 * kk][1], tag);
-        a[i][1] = pack2(s[i][2 * kk][2], s[i][2 * kk][3], tag);
-        a[i][2] = pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1], tag);
-        a[i][3] = pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3], tag);
-      }
+      uint32_t a[4];
+      a[0] = pack2(s[2 * kk][0], s[2 * kk][1], tag);
+      a[1] = pack2(s[2 * kk][2], s[2 * kk][3], tag);
+      a[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], tag);
+      a[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], tag);
 #pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, cV + (kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7)) * LD + dn * 16 + ((lane >> 4) << 3));
-#pragma unroll
-        for (int i = 0; i < RM; ++i) {
-          mma16816(o[i][2 * dn], a[i], b[0], b[1], tag);
-          mma16816(o[i][2 * dn + 1], a[i], b[2], b[3], tag);
-        }
+        mma16816(o[2 * dn], a, b[0], b[1], tag);
+        mma16816(o[2 * dn + 1], a, b[2], b[3], tag);
       }
     }
     __syncthreads();  // this stage (F8: the converted tile) is overwritten by a later iteration
   }
 
+  float inv[2];
 #pragma unroll
-  for (int i = 0; i < RM; ++i) {
-    float inv[2];
+  for (int i = 0; i < 2; ++i) {
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+    inv[i] = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
+  }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float l = lrow[i][j];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[j] = l > 0.0f ? 1.0f / l : 0.0f;
-    }
+  for (int half = 0; half < 2; ++half) {
+    const int row = r0 + half * 8;
+    if (row >= nq) continue;
+    const int64_t base = static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * D;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = r0 + 16 * i + half * 8;
-      if (row >= nq) continue;
-      const int64_t base =
-          static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * D;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        const int col = dn * 8 + t4 * 2;
-        const float v0 = o[i][dn][half * 2] * inv[half], v1 = o[i][dn][half * 2 + 1] * inv[half];
-        if (p.out_dtype == DType::kBF16) {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
-        }
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int col = dn * 8 + t4 * 2;
+      const float v0 = o[dn][half * 2] * inv[half], v1 = o[dn][half * 2 + 1] * inv[half];
+      if (p.out_dtype == DType::kBF16) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
       }
     }
   }
 }
 
-template <class KVT, int D, int kBM, int RM>
+template <class KVT, int D, int kBM>
 void launch_prefill(const PrefillAttentionParams& p, cudaStream_t s) {
   constexpr int smem = PrefillSmem<KVT, D>::bytes(kBM);
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D, kBM, RM>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<KVT, D, kBM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
     configured = true;
   }
   // Heads fastest: blocks start in item order (longest first) across all heads, and the query
   // heads of a KV head run side by side (their K / V tiles hit in L2).
   dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_items));
-  launch_pdl(prefill_attention_kernel<KVT, D, kBM, RM>, grid, dim3(kBM * 2 / RM), smem, s, p);
+  launch_pdl(prefill_attention_kernel<KVT, D, kBM>, grid, dim3(kBM * 2), smem, s, p);
 }
 
-template <class KVT, int kBM, int RM>
+template <class KVT, int kBM>
 void launch_dtype(const PrefillAttentionParams& p, cudaStream_t s) {
-  if (p.cache.head_dim == 64) launch_prefill<KVT, 64, kBM, RM>(p, s);
-  else launch_prefill<KVT, 128, kBM, RM>(p, s);
+  if (p.cache.head_dim == 64) launch_prefill<KVT, 64, kBM>(p, s);
+  else launch_prefill<KVT, 128, kBM>(p, s);
 }
-template <int kBM, int RM = 1>
+template <int kBM>
 void launch_tile(const PrefillAttentionParams& p, cudaStream_t s) {
-  if (p.cache.dtype == DType::kBF16) launch_dtype<bf16, kBM, RM>(p, s);
-  else if (p.cache.dtype == DType::kF8E4M3) launch_dtype<f8, kBM, RM>(p, s);
-  else launch_dtype<f16, kBM, RM>(p, s);
+  if (p.cache.dtype == DType::kBF16) launch_dtype<bf16, kBM>(p, s);
+  else if (p.cache.dtype == DType::kF8E4M3) launch_dtype<f8, kBM>(p, s);
+  else launch_dtype<f16, kBM>(p, s);
 }
 
 }  // namespace
@@ -314,8 +279,6 @@ void PrefillAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(out_dtype == DType::kF32 || out_dtype == DType::kBF16, "prefill_attention: out dtype");
   PAGODA_CUDA_REQUIRE(q_stride % 4 == 0 && out_stride % 2 == 0, "prefill_attention: strides");
   PAGODA_CUDA_REQUIRE(tile_q == 64 || tile_q == 128, "prefill_attention: tile_q must be 64 or 128");
-  PAGODA_CUDA_REQUIRE(warp_rows == 16 || (warp_rows == 32 && tile_q == 128),
-                      "prefill_attention: warp_rows must be 16, or 32 with tile_q 128");
   PAGODA_CUDA_REQUIRE(num_items <= 65535, "prefill_attention: at most 65535 query tiles a launch");
 }
 
@@ -323,7 +286,6 @@ void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
   p.check();
   if (p.num_items <= 0) return;
   if (p.tile_q == 64) launch_tile<64>(p, s);
-  else if (p.warp_rows == 32) launch_tile<128, 2>(p, s);
   else launch_tile<128>(p, s);
   CUDA_CHECK_LAUNCH();
 }

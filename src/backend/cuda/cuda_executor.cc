@@ -40,8 +40,6 @@ Status CudaExecutor::init() {
   if (d_.Dh > 256) return unimplemented("head_dim {} > 256 is not supported on CUDA", d_.Dh);
   if (opt_.prefill_tile_q != 64 && opt_.prefill_tile_q != 128)
     return invalid_argument("prefill query tile must be 64 or 128, got {}", opt_.prefill_tile_q);
-  if (opt_.tuning.prefill_warp_rows == 32 && opt_.prefill_tile_q != 128)
-    return invalid_argument("32 prefill attention rows a warp need the query tile 128, got tile {}", opt_.prefill_tile_q);
   if (partial()) {
     if (!opt_.layers.valid(d_.L) || !opt_.layers.first())
       return invalid_argument("CUDA layer split: {} (the device runs the first layers)", opt_.layers.to_string(d_.L));
@@ -110,9 +108,7 @@ std::string CudaExecutor::describe() const {
   return fmt::format("cuda:{} ({}, {} SMs) | compute {} | weights {} | kv {} | prefill attention {} | graphs {}{} | "
                      "batch-invariant {} | NVML {} | offload {}",
                      opt_.device, gpu_name_, sms_, dtype_name(act_), weights, dtype_name(spec_.dtype),
-                     use_prefill_kernel_ ? fmt::format("tensor-core (tile {}, {} rows a warp)", opt_.prefill_tile_q,
-                                                       opt_.tuning.prefill_warp_rows)
-                                         : std::string("split-KV rows"),
+                     use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
                      profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
                      : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"

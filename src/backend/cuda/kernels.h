@@ -215,8 +215,7 @@ struct PrefillAttentionParams {
   float scale = 1.0f;
   float softcap = 0.0f;         // as RowAttentionParams
   int64_t window = 0;
-  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps; 4 with warp_rows 32)
-  int warp_rows = 16;           // query rows a warp: 16, or 32 (tile_q 128 only)
+  int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
 
   void check() const;
 };
