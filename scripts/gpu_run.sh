@@ -141,14 +141,7 @@ bench_model() {  # SHAPE
 #   kbenchverify  only a verification step's kernels (matmuls at 1-8 rows, 5-row attention)
 #   qkbench   only the qgemv section of the kernel bench: the int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K
 #             weights on the 8B shapes at M = 1, 2, 8 (weights cold, % of the copy bandwidth) and the
-#             q8 activation kernels (rms_norm_q8 fused vs rms_norm + quantize_activations_q8); ~40 s
-#   q8inblock the int8 GEMV that quantizes its own activations (gemv_quant_inblock; decisions.md
-#             D83): its tests (bit for bit against quantize + GEMV, the model's logits
-#             unchanged) and the qgemv section's o / down lines at M = 1, 2 (two kernels against
-#             one, weights cold, alternating rounds); ~60 s
-#   q8inblock8b  batch-1 / 2 decode (tg128) of the random 8B with on-line int4 weights with
-#             --cuda-quant-gemv-inblock-q8 off and on, two alternating rounds; ~150 s once the
-#             model exists (+ ~100 s to make it)
+#             q8 activation kernels (rms_norm_q8 fused vs rms_norm + quantize_activations_q8); ~10 s
 #   q8tests   the quantized-matmul GPU tests (CudaQuant.*, incl. rms_norm_q8 bit for bit against the
 #             two kernels) and the native-quant model parity (the fused norm on every decode step); ~40 s
 #   cleanuptests  the suites over the shared kernel helpers and the draft-head plan (CudaFp8.*,
@@ -537,19 +530,6 @@ stage_moetests() {
 }
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
 stage_qkbench() { PAGODA_KBENCH_ONLY=qgemv TAILN=3 step qkbench 120 $KBENCH; }
-stage_q8inblock() {
-  TAILN=4 step q8inblock_tests 90 $TESTS --gtest_filter='CudaQuant.InBlock*'
-  PAGODA_KBENCH_ONLY=qgemv TAILN=2 step q8inblock_kbench 120 bash -c "$KBENCH 2>&1 | grep -E 'copy bandwidth|qgemv\+q8'"
-}
-stage_q8inblock_8b() {
-  local m r
-  ensure_model 8b
-  m=$(model_dir 8b)
-  for r in 1 2; do
-    TAILN=5 step q8inblock_off_$r 60 $PAGODA bench -m $m --device cuda --quantization int4 -p 0 -n 128 -b 1,2 -r 3
-    TAILN=5 step q8inblock_on_$r 60 $PAGODA bench -m $m --device cuda --quantization int4 --cuda-quant-gemv-inblock-q8 -p 0 -n 128 -b 1,2 -r 3
-  done
-}
 # A verification step's kernels (speculative decoding, k = 4: 5 rows): the matmuls at M = 1 / 4
 # (GEMV), 5 (cuBLASLt, SIMT GEMM), 8; the attention of 5 rows of one sequence (split-KV kernels vs
 # one prefill tile) at 384 and 4096 keys. ~40 s.
@@ -740,8 +720,6 @@ for s in "$@"; do
     kbench) stage_kbench ;;
     kbenchverify) stage_kbench_verify ;;
     qkbench) stage_qkbench ;;
-    q8inblock) stage_q8inblock ;;
-    q8inblock8b) stage_q8inblock_8b ;;
     cleanuptests) TAILN=12 step cleanuptests 180 $TESTS --gtest_filter='CudaFp8.*:CudaQuant.*:CudaMoe.*:CudaOps.*:Backends/OpCase.*:CudaDraftHeads.*:CudaEngine.*:CudaParity.F32*:CudaParity.Cpu*' ;;
     q8tests) TAILN=8 step q8tests 150 $TESTS --gtest_filter='CudaQuant.*:CudaParity.NativeQuantizedWeightsStayNearTheirDequantizedForward' ;;
     tp128_8b) stage_tp128 8b ;;

@@ -8,9 +8,8 @@
 // speculative verification's 5 query rows of one sequence at 384 and 4096 keys: the split-KV row
 // kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
 // verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5), qgemv (the
-// int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold, against the
-// batched-load experiment; o and down at M = 1, 2 as quantize_activations_q8 + gemv_quant against
-// gemv_quant_inblock; the q8 activation kernels, fused with the norm and not). Median of
+// int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold; the q8
+// activation kernels, fused with the norm and not). Median of
 // CUDA-event timings after warm-ups, on random data. A measurement: the ASSERTs only stop a section
 // whose set-up failed. Run on a GPU machine: scripts/gpu_run.sh kbench (docs/cuda.md).
 #include <gtest/gtest.h>
@@ -234,53 +233,15 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
         }
         const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
         for (int64_t M : {1, 2, 8}) {
-          // The product's kernel (gemv_quant) against the batched-load experiment (gemv_quant_batched,
-          // decisions.md D81) in alternating rounds A B A B; each the lower of its two medians.
           // xq holds rows of F codes; the GEMV reads M x K of them (any valid codes do for timing).
-          double ms[2] = {1e30, 1e30};
-          for (int round = 0; round < 4; ++round) {
-            const int v = round % 2;
-            int next = 0;
-            ms[v] = std::min(ms[v], time_ms([&] {
-              const void* w = ws[next++ % copies].get();
-              if (v == 0)
-                cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
-              else
-                cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode,
-                                         nullptr);
-            }));
-          }
-          std::printf("[kbench] %-40s %8.1f us %8.1f GB/s %5.1f%% of copy | batched%d %8.1f us %5.1f%% of copy\n",
-                      fmt::format("qgemv {} M={} {}", dtype_name(f), M, sh.name).c_str(), ms[0] * 1e3,
-                      bytes / ms[0] / 1e6, 100.0 * bytes / (ms[0] * 1e-3) / bw, cuda::kQuantGemvExperimentBatch,
-                      ms[1] * 1e3, 100.0 * bytes / (ms[1] * 1e-3) / bw);
-        }
-        // o and down (their inputs come out of no norm): quantize_activations_q8 + gemv_quant (the
-        // product) against gemv_quant_inblock (one launch; decisions.md D83) over the same
-        // bf16 rows, alternating rounds A B A B A B, each the lowest of its three medians.
-        if (sh.mode == cuda::GemmOut::kAddF32) {
-          for (int64_t M : {1, 2}) {
-            ASSERT_TRUE(cuda::gemv_quant_inblock_supported(xa.get(), DType::kBF16, M, sh.K)) << sh.name << " M=" << M;
-            double ms[2] = {1e30, 1e30};
-            for (int round = 0; round < 6; ++round) {
-              const int v = round % 2;
-              int next = 0;
-              ms[v] = std::min(ms[v], time_ms([&] {
-                const void* w = ws[next++ % copies].get();
-                if (v == 0) {
-                  cuda::quantize_activations_q8(xa.get(), DType::kBF16, M, sh.K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
-                  cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
-                } else {
-                  cuda::gemv_quant_inblock(xa.get(), DType::kBF16, w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
-                }
-              }));
-            }
-            std::printf("[kbench] %-40s two kernels %8.1f us %5.1f%% of copy | in-block %8.1f us %5.1f%% of copy | "
-                        "in-block / two %.3f\n",
-                        fmt::format("qgemv+q8 {} M={} {}", dtype_name(f), M, sh.name).c_str(), ms[0] * 1e3,
-                        100.0 * bytes / (ms[0] * 1e-3) / bw, ms[1] * 1e3, 100.0 * bytes / (ms[1] * 1e-3) / bw,
-                        ms[1] / ms[0]);
-          }
+          int next = 0;
+          const double ms = time_ms([&] {
+            const void* w = ws[next++ % copies].get();
+            cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), w, f, M, sh.N, sh.K, yq.get(), ldy, sh.mode, nullptr);
+          });
+          std::printf("[kbench] %-40s %8.1f us %8.1f GB/s %5.1f%% of copy\n",
+                      fmt::format("qgemv {} M={} {}", dtype_name(f), M, sh.name).c_str(), ms * 1e3, bytes / ms / 1e6,
+                      100.0 * bytes / (ms * 1e-3) / bw);
         }
       }
     }
@@ -461,8 +422,8 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.tile_q = tile;
       const double ms = time_ms([&] { cuda::prefill_attention(p, nullptr); }, 5);
       const double flops = 4.0 * H * Dh * (double(T) * (T + 1) / 2);
-      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n",
-                  fmt::format("prefill attention 8192 tile {}", tile).c_str(), ms * 1e3, flops / ms / 1e9);
+      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n", fmt::format("prefill attention 8192 tile {}", tile).c_str(),
+                  ms * 1e3, flops / ms / 1e9);
     }
   }
   // The elementwise kernels of prefill at 8192 tokens (bytes read + written).

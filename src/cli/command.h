@@ -70,15 +70,13 @@ struct TuningFlags {
   std::string quant_weights;
   int quant_gemv_max_rows = -1;
   int quant_mma_max_rows = -1;
-  bool quant_gemv_inblock_q8 = false;
   bool cuda_profile = false;
   std::string block_trace;
   std::string graph_capture;
 };
 
 // --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
-// --cuda-quant-gemv-max-rows, --cuda-quant-mma-max-rows, --cuda-quant-gemv-inblock-q8, --cuda-profile,
-// --cuda-block-trace, --cuda-graph-capture
+// --cuda-quant-gemv-max-rows, --cuda-quant-mma-max-rows, --cuda-profile, --cuda-block-trace
 // (common/tuning_config.h): the same for every subcommand that runs a model.
 inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-row-attention", f.row_attention,
@@ -92,9 +90,6 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-quant-mma-max-rows", f.quant_mma_max_rows,
                   "CUDA: rows up to which quantized layers over bf16 activations use the tensor-core matmul beyond "
                   "the int8 GEMV's rows (0-64; 0, the default: off; more rows dequantize for cuBLASLt)");
-  app->add_flag("--cuda-quant-gemv-inblock-q8", f.quant_gemv_inblock_q8,
-                "CUDA: the int8 GEMV quantizes its activations itself, per block in shared memory, where no RMSNorm "
-                "wrote them (o, down): one launch fewer each (off by default until measured)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
@@ -115,7 +110,6 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   if (!f.quant_weights.empty()) t.quant_weights = f.quant_weights;
   if (f.quant_gemv_max_rows >= 0) t.quant_gemv_max_rows = f.quant_gemv_max_rows;
   if (f.quant_mma_max_rows >= 0) t.quant_mma_max_rows = f.quant_mma_max_rows;
-  if (f.quant_gemv_inblock_q8) t.quant_gemv_inblock_q8 = true;
   if (f.cuda_profile) t.cuda_profile = true;
   if (!f.block_trace.empty()) t.block_trace = f.block_trace;
   PAGODA_RETURN_IF_ERROR(t.validate());

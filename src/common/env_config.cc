@@ -81,10 +81,6 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
     PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_QUANT_MMA_MAX_ROWS", *v, n.quant_mma_max_rows));
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_QUANT_MMA_MAX_ROWS", *v));
   }
-  if (auto v = lookup("PAGODA_QUANT_GEMV_INBLOCK_Q8")) {
-    if (*v != "0" && *v != "1") return invalid_argument("PAGODA_QUANT_GEMV_INBLOCK_Q8='{}': must be 0 or 1", *v);
-    n.quant_gemv_inblock_q8 = *v == "1";
-  }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
   if (auto v = lookup("PAGODA_GRAPH_CAPTURE")) {

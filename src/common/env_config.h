@@ -8,7 +8,6 @@
 //   PAGODA_QUANT_WEIGHTS=native|dequantize -> quant_weights
 //   PAGODA_QUANT_GEMV_MAX_ROWS=0..8     -> quant_gemv_max_rows
 //   PAGODA_QUANT_MMA_MAX_ROWS=0..64     -> quant_mma_max_rows
-//   PAGODA_QUANT_GEMV_INBLOCK_Q8=0|1    -> quant_gemv_inblock_q8
 //   PAGODA_CUDA_PROFILE=0|1             -> cuda_profile (any value but "0" turns it on)
 //   PAGODA_BLOCK_TRACE=FILE             -> block_trace
 //   PAGODA_GRAPH_CAPTURE=lazy|start     -> graph_capture

@@ -22,11 +22,10 @@ Status TuningConfig::validate() const {
 }
 
 std::string TuningConfig::to_string() const {
-  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}, in-block q8 {}) | "
-                     "profile {} | block trace {} | graph capture {}",
+  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}) | profile {} | "
+                     "block trace {} | graph capture {}",
                      row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
-                     quant_weights, quant_gemv_max_rows, quant_mma_max_rows, quant_gemv_inblock_q8 ? "on" : "off",
-                     cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
+                     quant_weights, quant_gemv_max_rows, quant_mma_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
 }
 
 }  // namespace pagoda

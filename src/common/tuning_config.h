@@ -48,13 +48,6 @@ struct TuningConfig {
   // benchmark have run: docs/decisions.md D74). Env PAGODA_QUANT_MMA_MAX_ROWS, flag
   // --cuda-quant-mma-max-rows.
   int quant_mma_max_rows = 0;
-  // The int8 GEMV quantizes its bf16 / f32 activations itself, per thread block into shared
-  // memory, where they do not come out of an RMSNorm (o, down; every quantized linear over an
-  // act-order gather): one launch instead of quantize + GEMV, the same outputs bit for bit
-  // (backend/cuda/kernels.h gemv_quant_inblock; rows x inputs up to kQuantGemvInBlockMaxInputs).
-  // Off until a GPU measurement picks it (docs/decisions.md D83). Env
-  // PAGODA_QUANT_GEMV_INBLOCK_Q8=0|1, flag --cuda-quant-gemv-inblock-q8.
-  bool quant_gemv_inblock_q8 = false;
   // File for the per-warp block trace of the last step (backend/cuda/block_trace.h; only builds
   // configured with -DPAGODA_CUDA_BLOCK_TRACE=ON record it); empty: off. Env PAGODA_BLOCK_TRACE,
   // flag --cuda-block-trace.
@@ -66,8 +59,8 @@ struct TuningConfig {
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
-  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0,
-  // in-block q8 off) | profile off | block trace off | graph capture lazy".
+  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
+  // profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };
 

@@ -6,11 +6,7 @@
 // dequantized weights, within f32 summation error.
 // rms_norm_q8 (the norm fused with the activation quantization, which the executor runs before
 // the q/k/v, gate/up and lm_head GEMVs) gives the bits of rms_norm then quantize_activations_q8
-// (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows). The batched-load GEMV experiment
-// (gemv_quant_batched, decisions.md D81) gives gemv_quant's outputs. The GEMV that
-// quantizes its own activations per block (gemv_quant_inblock, decisions.md D83) gives
-// quantize_activations_q8 + gemv_quant's outputs bit for bit (every format, mode, M and input
-// dtype it takes), and a quantized model gives the same logits with it on as off.
+// (bf16 and f32 rows, D 64 .. 14336, a zero row, gathered rows).
 // Weights are quantized on the host by quant::quantize_row (the reference quantizers), with row
 // counts and K that are not multiples of the kernel's tiles, and uploaded in the device layout
 // (backend/cuda/quant_layout.h: planar rows padded to 16 bytes; K such that rows need padding and
@@ -19,17 +15,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include "common/half.h"
 #include "gpu_test_util.h"
-#include "model/model_loader.h"
 #include "quant/quant.h"
-#include "reference_data.h"
-#include "runtime/cuda_executor.h"
-#include "test_paths.h"
 #include "test_util.h"
 
 #if PAGODA_HAVE_CUDA
@@ -294,192 +284,6 @@ TEST(CudaQuant, AllZeroActivationsGiveZeroAndTheMinTerm) {
     cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, 1, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
     for (float v : to_host<float>(y, N)) EXPECT_EQ(v, 0.0f) << dtype_name(f);
   }
-}
-
-TEST(CudaQuant, BatchedLoadGemvExperimentMatchesTheGemv) {
-  PAGODA_REQUIRE_GPU();
-  // gemv_quant_batched (decisions.md D81: a lane's weight loads of kQuantGemvExperimentBatch
-  // units before their dot products) sums the same products in the same order as gemv_quant: the
-  // same outputs up to the compiler's contraction choices. K 256 (2 units a lane at most: a partial
-  // batch), 2816 (88 units), 8448 (264: two rows a warp at M <= 2, three batches, the last partial).
-  for (DType f : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    for (int64_t K : {256, 2816, 8448}) {
-      if (K % dtype_traits(f).block_size != 0) continue;
-      const int64_t N = 2 * 21;
-      const auto q = quantize_matrix(f, N, K, 41 + static_cast<uint32_t>(K));
-      auto dw = upload(f, q, N, K);
-      for (int64_t M : {1, 2, 8}) {
-        const auto x = bf16_round(random_floats(M * K, 50 + static_cast<uint32_t>(M), -2, 2));
-        auto dx = to_device(to_bf16(x));
-        cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
-        cuda::quantize_activations_q8(dx.get(), DType::kBF16, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
-        const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M);
-        for (cuda::GemmOut mode : {cuda::GemmOut::kStoreF32, cuda::GemmOut::kAddF32, cuda::GemmOut::kSwiGlu}) {
-          const bool swiglu = mode == cuda::GemmOut::kSwiGlu;
-          const int64_t ld = swiglu ? N / 2 : N, bytes = M * ld * 4;
-          const auto base = random_floats(M * ld, 9);
-          auto y0 = to_device(base), y1 = to_device(base);
-          cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y0.get(), ld, mode, nullptr);
-          cuda::gemv_quant_batched(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, N, K, y1.get(), ld, mode, nullptr);
-          std::vector<float> a, b;
-          if (swiglu) {
-            a = from_bf16(to_host<uint16_t>(y0, M * ld));
-            b = from_bf16(to_host<uint16_t>(y1, M * ld));
-          } else {
-            a = to_host<float>(y0, bytes / 4);
-            b = to_host<float>(y1, bytes / 4);
-          }
-          EXPECT_LT(nmse(b, a), swiglu ? 1e-9 : 1e-12) << where << " mode " << static_cast<int>(mode);
-        }
-      }
-    }
-  }
-}
-
-TEST(CudaQuant, InBlockQuantizationGivesTheTwoKernelsBits) {
-  PAGODA_REQUIRE_GPU();
-  // gemv_quant_inblock against quantize_activations_q8 + gemv_quant over the same x: the same
-  // bytes in y (guard columns past N included). K 256, 4096, 14336 (two rows a warp at M <= 2)
-  // and 288 (rows padded; the 32-input formats only); every M <= kQuantGemvInBlockMaxM with M x K
-  // within kQuantGemvInBlockMaxInputs (the others refused); N - 1 outputs (odd: a two-row warp with one row, warps of a block
-  // without rows) for the f32 / bf16 stores, N / 2 for SwiGLU; bf16 and f32 inputs with a zero
-  // 32-input block (d = 0), a tiny one and a large one.
-  int compared = 0;
-  for (DType f : kFormats) {
-    for (int64_t K : {256, 4096, 14336, 288}) {
-      if (K % dtype_traits(f).block_size != 0) continue;
-      const int64_t N = K > 4096 ? 2 * 9 : 2 * 77;
-      const auto q = quantize_matrix(f, N, K, 61 + static_cast<uint32_t>(K));
-      auto dw = upload(f, q, N, K);
-      for (int64_t M = 1; M <= cuda::kQuantGemvMaxM; ++M) {
-        for (DType xt : {DType::kBF16, DType::kF32}) {
-          const std::string where = std::string(dtype_name(f)) + " K " + std::to_string(K) + " M " + std::to_string(M) +
-                                    " x " + std::string(dtype_name(xt));
-          std::vector<float> x = random_floats(M * K, 80 + static_cast<uint32_t>(M), -2, 2);
-          for (int64_t k = 0; k < 32; ++k) {
-            x[static_cast<size_t>(k)] = 0.0f;                             // a zero block
-            x[static_cast<size_t>((M - 1) * K + K - 32 + k)] *= 1e-6f;  // tiny
-          }
-          for (int64_t k = 64; k < 96; ++k) x[static_cast<size_t>(k)] *= 1e4f;  // large
-          cuda::DeviceBuffer dx = xt == DType::kBF16 ? to_device(to_bf16(x)) : to_device(x);
-          if (M > cuda::kQuantGemvInBlockMaxM || M * K > cuda::kQuantGemvInBlockMaxInputs) {
-            EXPECT_FALSE(cuda::gemv_quant_inblock_supported(dx.get(), xt, M, K)) << where;
-            continue;
-          }
-          ASSERT_TRUE(cuda::gemv_quant_inblock_supported(dx.get(), xt, M, K)) << where;
-          cuda::DeviceBuffer xq(M * K), xds(M * (K / 32) * 8);
-          cuda::quantize_activations_q8(dx.get(), xt, M, K, xq.as<int8_t>(), xds.as<float2>(), nullptr);
-          for (cuda::GemmOut mode : {cuda::GemmOut::kStoreF32, cuda::GemmOut::kAddF32, cuda::GemmOut::kStoreAct,
-                                     cuda::GemmOut::kSwiGlu}) {
-            const bool swiglu = mode == cuda::GemmOut::kSwiGlu;
-            const int64_t rows = swiglu ? N : N - 1, outs = swiglu ? N / 2 : N - 1, ld = outs + 3;
-            const int64_t elem = mode == cuda::GemmOut::kStoreF32 || mode == cuda::GemmOut::kAddF32 ? 4 : 2;
-            const auto base = random_floats(M * ld, 9);  // prefilled y (the add mode adds into it; guards)
-            std::vector<uint8_t> init(static_cast<size_t>(M * ld * elem));
-            if (elem == 4) {
-              std::memcpy(init.data(), base.data(), init.size());
-            } else {
-              const auto b16 = to_bf16(base);
-              std::memcpy(init.data(), b16.data(), init.size());
-            }
-            auto y0 = to_device(init), y1 = to_device(init);
-            cuda::gemv_quant(xq.as<int8_t>(), xds.as<float2>(), dw.get(), f, M, rows, K, y0.get(), ld, mode, nullptr);
-            cuda::gemv_quant_inblock(dx.get(), xt, dw.get(), f, M, rows, K, y1.get(), ld, mode, nullptr);
-            const auto a = to_host<uint8_t>(y0, init.size()), b = to_host<uint8_t>(y1, init.size());
-            int64_t differ = 0;
-            for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-            EXPECT_EQ(differ, 0) << where << " mode " << static_cast<int>(mode) << ": bytes of y differ";
-            EXPECT_TRUE(a != init) << where << " mode " << static_cast<int>(mode) << ": nothing written";
-            ++compared;
-          }
-          // Not vacuous: the outputs are the matmul's (the int8-activation budget of the GEMV test).
-          if (xt == DType::kBF16) {
-            cuda::DeviceBuffer y(M * N * 4);
-            cuda::gemv_quant_inblock(dx.get(), xt, dw.get(), f, M, N, K, y.get(), N, cuda::GemmOut::kStoreF32, nullptr);
-            EXPECT_LT(nmse(to_host<float>(y, M * N), matmul_ref(bf16_round(x), q.values, M, N, K)), 1e-4) << where;
-          }
-        }
-      }
-    }
-  }
-  EXPECT_GT(compared, 8 * 4 * 2 * 4);
-}
-
-TEST(CudaQuant, InBlockQuantizationTakesWhatFitsItsSharedMemory) {
-  PAGODA_REQUIRE_GPU();
-  cuda::DeviceBuffer x(8 * 14336 * 4);
-  const void* p = x.get();
-  EXPECT_TRUE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 2, 14336));   // 8B down at batch 2
-  EXPECT_TRUE(cuda::gemv_quant_inblock_supported(p, DType::kF32, 2, 4096));
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kF32, 3, 4096));   // M past kQuantGemvInBlockMaxM
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 3, 14336));  // M x K past the limit
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 9, 256));    // M past kQuantGemvMaxM
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 0, 256));
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kBF16, 1, 80));     // K % 32 != 0
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(p, DType::kF16, 1, 256));     // no q8 path from f16
-  EXPECT_FALSE(cuda::gemv_quant_inblock_supported(x.as<uint8_t>() + 2, DType::kBF16, 1, 256));  // unaligned
-}
-
-// A quantized model's logits (a 6-token prompt on the int8 GEMV, then greedy decode steps of one
-// row, graphs included) with tuning.quant_gemv_inblock_q8 on equal those with it off, bit for bit:
-// o and down (and, for the act-order checkpoint, q/k/v and gate/up + SwiGLU over the gathered
-// inputs) take gemv_quant_inblock instead of quantize_activations_q8 + gemv_quant.
-TEST(CudaQuant, InBlockQuantizationLeavesAModelsLogitsUnchanged) {
-  PAGODA_REQUIRE_GPU();
-  namespace fs = std::filesystem;
-  const std::string d = test::models_dir();
-  int checked = 0;
-  for (const std::string& path : {d + "/tiny/llama-mqa/model-q4_0.gguf", d + "/tiny/llama3/model-q8_0.gguf",
-                                  d + "/SmolLM2-135M-Instruct.Q4_1.gguf", d + "/tiny/quant/llama3-gptq-w4g32-actorder"}) {
-    if (!fs::exists(path)) continue;
-    ModelLoadOptions lo;
-    lo.cpu_kernels = false;
-    auto m = load_model(path, lo);
-    ASSERT_TRUE(m.ok()) << path << ": " << m.status().to_string();
-    const int64_t V = m->config.vocab_size;
-    std::vector<int32_t> prompt = {1};
-    for (int i = 1; i < 6; ++i) prompt.push_back(3 + (i * 37) % std::min<int>(500, m->config.vocab_size - 3));
-    const int steps = 8;
-    const int64_t bs = 16;
-    const int64_t nblocks = (static_cast<int64_t>(prompt.size()) + steps + bs - 1) / bs + 1;
-    std::vector<float> logits[2];
-    for (int on = 0; on < 2; ++on) {
-      KvCacheSpec spec;
-      spec.num_blocks = nblocks + 3;
-      spec.block_size = bs;
-      spec.dtype = DType::kBF16;
-      CudaExecutorOptions co;
-      co.dtype = "bf16";
-      co.max_num_tokens = 64;
-      co.max_num_seqs = 4;
-      co.max_model_len = (nblocks + 1) * bs;
-      co.tuning.quant_gemv_inblock_q8 = on == 1;
-      auto ex = make_cuda_executor(*m->model, spec, co);
-      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
-      std::vector<int32_t> table;
-      for (int64_t b = 0; b < nblocks; ++b) table.push_back(static_cast<int32_t>(nblocks + 2 - b));
-      ForwardBatch batch;
-      batch.add_sequence(prompt, static_cast<int32_t>(prompt.size()), table, bs, true, /*want_all_logits=*/true);
-      const Tensor& l0 = (*ex)->forward(batch);
-      logits[on].assign(l0.data_as<float>(), l0.data_as<float>() + l0.numel());
-      int32_t next = test::argmax(logits[on].data() + (prompt.size() - 1) * V, V);
-      int32_t ctx = static_cast<int32_t>(prompt.size());
-      for (int s = 0; s < steps; ++s) {  // the greedy tokens of the run with the option off
-        batch.clear();
-        batch.add_sequence({next}, ++ctx, table, bs);
-        const Tensor& l = (*ex)->forward(batch);
-        logits[on].insert(logits[on].end(), l.data_as<float>(), l.data_as<float>() + V);
-        next = test::argmax(logits[0].data() + logits[on].size() - V, V);
-      }
-    }
-    ASSERT_EQ(logits[0].size(), logits[1].size()) << path;
-    int64_t differ = 0;
-    for (size_t i = 0; i < logits[0].size(); ++i)
-      differ += std::memcmp(&logits[0][i], &logits[1][i], sizeof(float)) != 0;
-    EXPECT_EQ(differ, 0) << path << ": logits differ with the in-block quantization on";
-    ++checked;
-  }
-  EXPECT_GE(checked, 2) << "quantized GGUF test models under " << d;
 }
 
 TEST(CudaQuant, FusedNormQuantizationEqualsTheTwoKernels) {

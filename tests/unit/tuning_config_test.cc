@@ -24,8 +24,8 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
-            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0, in-block q8 off) | "
-            "profile off | block trace off | graph capture lazy");
+            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | profile off | block "
+            "trace off | graph capture lazy");
 }
 
 TEST(TuningConfig, EachVariableSetsItsField) {
@@ -36,7 +36,6 @@ TEST(TuningConfig, EachVariableSetsItsField) {
                                            {"PAGODA_QUANT_WEIGHTS", "dequantize"},
                                            {"PAGODA_QUANT_GEMV_MAX_ROWS", "2"},
                                            {"PAGODA_QUANT_MMA_MAX_ROWS", "16"},
-                                           {"PAGODA_QUANT_GEMV_INBLOCK_Q8", "1"},
                                            {"PAGODA_CUDA_PROFILE", "1"},
                                            {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"},
                                            {"PAGODA_GRAPH_CAPTURE", "start"}}))
@@ -50,12 +49,9 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.quant_weights, "dequantize");
   EXPECT_EQ(t.quant_gemv_max_rows, 2);
   EXPECT_EQ(t.quant_mma_max_rows, 16);
-  EXPECT_TRUE(t.quant_gemv_inblock_q8);
   EXPECT_EQ(t.to_string(),
-            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16, in-block q8 on) | "
-            "profile on | block trace /tmp/trace.bin | graph capture start");
-  ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_QUANT_GEMV_INBLOCK_Q8", "0"}})).ok());
-  EXPECT_FALSE(t.quant_gemv_inblock_q8);
+            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16) | profile on | block "
+            "trace /tmp/trace.bin | graph capture start");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
   EXPECT_FALSE(t.cuda_profile);
@@ -68,7 +64,6 @@ TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
       {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
       {{"PAGODA_QUANT_MMA_MAX_ROWS", "65"}},    {{"PAGODA_QUANT_MMA_MAX_ROWS", "-2"}},
-      {{"PAGODA_QUANT_GEMV_INBLOCK_Q8", "yes"}},
   };
   for (const auto& vars : bad) {
     TuningConfig t;

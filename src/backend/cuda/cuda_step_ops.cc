@@ -15,9 +15,7 @@
 // mode, else per-token FP8 activations and cuBLASLt's FP8 GEMM (residual add as its epilogue).
 // Native quantized (GGUF-block) weights: the int8 GEMV for few rows (RMSNorm fused into the q8
 // activation quantization before the QKV / gate-up / lm_head GEMVs: cuda::rms_norm_q8; SwiGLU into
-// gate/up; elsewhere quantize_activations_q8 before it, or with tuning.quant_gemv_inblock_q8 the
-// GEMV quantizing its activations itself: cuda::gemv_quant_inblock), the tensor-core matmul up to
-// quant_mma_max_rows, else dequantized for cuBLASLt.
+// gate/up), the tensor-core matmul up to quant_mma_max_rows, else dequantized for cuBLASLt.
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
@@ -132,10 +130,7 @@ void per_segment(const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode, 
 
 // Native quantized weights: the int8 GEMV or the tensor-core matmul per segment for few rows
 // (outputs at the segment's columns; a SwiGLU over gate/up in two formats goes through gu_ and the
-// swiglu kernel), else the weight dequantized into the scratch and the dense path. The GEMV's
-// activations: quantize_activations_q8 into xq_ / xds_ once, or with tuning.quant_gemv_inblock_q8
-// (where the kernel takes M x K) quantized inside each GEMV launch (the same bits; one launch fewer
-// for a one-segment weight).
+// swiglu kernel), else the weight dequantized into the scratch and the dense path.
 void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   const int64_t N = w.n, K = w.k;
   if (quant_mma(M, w)) {
@@ -145,12 +140,6 @@ void CudaExecutor::quant_linear(const void* x, const cuda::DeviceWeight& w, int6
     return;
   }
   if (quant_gemv(M, w)) {
-    if (opt_.tuning.quant_gemv_inblock_q8 && cuda::gemv_quant_inblock_supported(x, act_, M, K)) {
-      per_segment(w, M, y, mode, gu_.get(), act_, stream_, [&](const auto& seg, void* ys, int64_t ldy, GemmOut m) {
-        cuda::gemv_quant_inblock(x, act_, seg.data, seg.format, M, seg.n, K, ys, ldy, m, stream_);
-      });
-      return;
-    }
     cuda::quantize_activations_q8(x, act_, M, K, xq_, xds_, stream_);
     quant_gemv_quantized(w, M, y, mode);
     return;

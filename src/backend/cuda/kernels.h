@@ -285,25 +285,6 @@ bool rms_norm_q8(const float* x, const int32_t* rows, int64_t n, int64_t D, cons
 constexpr int kQuantGemvMaxM = 8;
 void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N, int64_t K,
                 void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
-// quantize_activations_q8 + gemv_quant in one launch: y = x W^T for activations x [M, K] (bf16 or
-// f32, rows contiguous, 16-byte aligned) that each thread block of the GEMV quantizes itself into
-// shared memory, with the q8 formula and codes of quantize_activations_q8, before its dot
-// products; the same outputs bit for bit, every mode. Within gemv_quant_inblock_supported: 1 <= M
-// <= kQuantGemvInBlockMaxM (decode batches) and M * K <= kQuantGemvInBlockMaxInputs (every block
-// holds the M x K codes). The executor's choice behind TuningConfig::quant_gemv_inblock_q8
-// (decisions.md D83).
-constexpr int64_t kQuantGemvInBlockMaxM = 2;
-constexpr int64_t kQuantGemvInBlockMaxInputs = 32768;
-bool gemv_quant_inblock_supported(const void* x, DType x_dtype, int64_t M, int64_t K);
-void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType format, int64_t M, int64_t N, int64_t K,
-                        void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
-// Experiment (decisions.md D81; only the kernel bench's qgemv section calls it): gemv_quant
-// with each lane decoding kQuantGemvExperimentBatch of its weight units (all their loads in flight)
-// before any dot product, the same sums in the same order. Formats Q4_0, Q8_0, Q4_K, Q6_K; M 1, 2
-// or 8; modes kStoreF32, kAddF32, kSwiGlu.
-constexpr int kQuantGemvExperimentBatch = 4;
-void gemv_quant_batched(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N,
-                        int64_t K, void* y, int64_t ldy, GemmOut mode, cudaStream_t s);
 // y[M, N] = x W^T for bf16 activations x [M, K] (row stride K, 16-byte aligned) and a quantized W
 // [N, K] (N = 2F: [gate; up] for kSwiGlu, y: [M, F]); kStoreAct and kSwiGlu write bf16. The
 // weights are dequantized in registers to the bf16 values dequantize_weight writes and multiplied

@@ -17,9 +17,6 @@
 // activation load serves two weight rows.
 // The activation quantization and the GEMV are launched with PDL (device_utils.cuh), the GEMV
 // decoding its first weight unit before it waits for the activations.
-//   - gemv_quant_inblock: the same GEMV over bf16 / f32 activations that each thread block
-//     quantizes itself into shared memory (the q8 formula above, the same codes and scales) before
-//     its dot products: one launch instead of two, the same outputs bit for bit.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_utils.cuh"
@@ -255,103 +252,13 @@ __global__ void quantize_q8_kernel(const T* __restrict__ x, int64_t blocks, int8
   if (lane == 0) ds[blk] = make_float2(d, d * sum);
 }
 
-// Where the codes of input e of a row go in a thread block's shared copy (gemv_quant_inblock):
-// unit u = e / 32 at bytes 32u .. 32u + 31 as in global memory, but its two 16-byte halves swapped
-// where bit 2 of u is set. A lane of the GEMV reads unit u = lane (mod 32) as two 16-byte loads,
-// first the half at offset 16 * bit2(lane): lanes 0-3 and 4-7 of a quarter warp then hit disjoint
-// banks (unswizzled, lanes l and l + 4 collide: a 2-way conflict on every load).
-__device__ __forceinline__ int q8_smem_offset(int e) {
-  const int u = e >> 5;
-  return (e & ~16) | ((((e >> 4) ^ (u >> 2)) & 1) << 4);
-}
-
-// The activations x [M, K] (T: bf16 or f32; rows contiguous, 16-byte aligned) quantized by the
-// whole thread block as quantize_q8_kernel quantizes them (the same d = max|x| / 127, codes and d *
-// sum: max and integer sum do not depend on the reduction order) into q [M, K] (at q8_smem_offset
-// within each row) and ds [M, K / 32], both in shared memory. Thread t takes 16-byte chunks t, t +
-// blockDim.x, ...; a 32-input block is kLanes consecutive chunks, held by kLanes aligned lanes of
-// one warp (blockDim.x and kLanes divide 32 evenly), which all take it or all skip it (the chunk
-// count is a multiple of kLanes): its max and code sum are shuffles within that lane group. Up to
-// kLoads chunks a thread are loaded before any is quantized. Every thread calls it; the caller
-// synchronises the block before reading q / ds.
-template <class T>
-__device__ __forceinline__ void quantize_q8_block(const T* __restrict__ x, int M, int K, int8_t* q, float2* ds) {
-  constexpr int kPer = 16 / static_cast<int>(sizeof(T));  // inputs a chunk: 8 bf16 or 4 f32
-  constexpr int kLanes = 32 / kPer;                         // lanes a 32-input block: 4 or 8
-  constexpr int kLoads = 4;
-  const int lane = threadIdx.x & 31;
-  const unsigned group = ((1u << kLanes) - 1) << (lane & ~(kLanes - 1));
-  const int chunks = M * K / kPer;
-  for (int c0 = threadIdx.x; c0 < chunks; c0 += kLoads * blockDim.x) {
-    uint4 v[kLoads];
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int c = c0 + i * blockDim.x;
-      if (c < chunks) v[i] = __ldg(reinterpret_cast<const uint4*>(x) + c);
-    }
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int c = c0 + i * blockDim.x;
-      if (c >= chunks) break;  // the same for the whole lane group
-      float f[kPer];
-      const T* e = reinterpret_cast<const T*>(&v[i]);
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) f[k] = to_f32(e[k]);
-      float amax = fabsf(f[0]);
-#pragma unroll
-      for (int k = 1; k < kPer; ++k) amax = fmaxf(amax, fabsf(f[k]));
-#pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
-      const float d = amax / 127.0f;
-      uint32_t codes[kPer / 4];
-      int sum = 0;
-#pragma unroll
-      for (int w = 0; w < kPer / 4; ++w) {
-        codes[w] = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int qi = amax > 0.0f ? __float2int_rn(f[4 * w + k] / d) : 0;
-          codes[w] |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(qi))) << (8 * k);
-          sum += qi;
-        }
-      }
-#pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(group, sum, o);
-      // Row m = c * kPer / K; a chunk never straddles a 16-byte half of a unit (kPer divides 16).
-      const int e0 = c * kPer, m = e0 / K;
-      int8_t* dst = q + m * K + q8_smem_offset(e0 - m * K);
-      if constexpr (kPer == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(codes[0], codes[1]);
-      else *reinterpret_cast<uint32_t*>(dst) = codes[0];
-      // sum: an exact integer (|sum| <= 32 * 127), as quantize_q8_kernel's f32 warp sum of the codes.
-      if ((lane & (kLanes - 1)) == 0) ds[c / kLanes] = make_float2(d, d * static_cast<float>(sum));
-    }
-  }
-}
-
 // ---- GEMV --------------------------------------------------------------------------------
 
 constexpr int kWarps = 8;
-// Warps a block of gemv_quant_inblock at M rows: fatter blocks than kWarps up to 4 rows, so that
-// the redundant per-block quantization (each block reads all M x K activations from L2) stays
-// small against the weight bytes the block streams. At M = 1 on the 8B shapes, Q4_0 / Q4_K (0.5625
-// bytes a weight): o (4096 x 4096, a row a warp) 256 blocks x 8 KiB of bf16 = 2 MiB read against
-// 9.4 MB of weights (0.22); down (4096 x 14336, two rows a warp) 128 blocks x 28 KiB = 3.6 MiB
-// against 33 MB (0.11); half that for Q8_0, twice that at M = 2. Beyond 4 rows kWarps: the 128
-// registers a thread of a 512-thread block may have spill the accumulators of 8 rows (SwiGLU).
-// The warps a launch has, and so the warps in flight, are those of gemv_quant.
-constexpr int inblock_warps(int M) { return M <= 4 ? 16 : kWarps; }
-// Its shared memory: M x K codes and M x K / 32 (d, d * sum) pairs, 40 KiB at most: within the 48
-// KiB a block gets without opting in (cudaFuncAttributeMaxDynamicSharedMemorySize), so no
-// instantiation needs the opt-in.
-constexpr size_t inblock_smem_bytes(int64_t M, int64_t K) { return static_cast<size_t>(M * K + M * (K / 32) * 8); }
-static_assert(inblock_smem_bytes(1, kQuantGemvInBlockMaxInputs) <= 48 * 1024,
-              "raising kQuantGemvInBlockMaxInputs needs the dynamic shared memory opt-in per instantiation");
 
 struct QGemvArgs {
-  const int8_t* xq;  // [M, K] (gemv_quant)
-  const float2* xds; // [M, K / 32] (gemv_quant)
-  const void* x;     // [M, K] bf16 or f32 (gemv_quant_inblock: quantized by each block)
-  bool x_f32;        // x is f32 (else bf16)
+  const int8_t* xq;  // [M, K]
+  const float2* xds; // [M, K / 32]
   const uint8_t* w;  // rows of row_bytes bytes, in the device layout (quant_layout.h)
   int64_t row_bytes;
   int n_out, K;      // n_out: outputs (F for SwiGLU, whose up rows start at row F)
@@ -366,100 +273,41 @@ struct QGemvArgs {
 // Launched with PDL: the lane's first weight unit is decoded (plain loads: device_utils.cuh) before
 // pdl_wait(), while the kernel that wrote the activations finishes; everything it wrote is read
 // after the wait.
-// BATCH > 1 is an experiment (gemv_quant_batched, decisions.md D81; the product runs BATCH
-// 1): a lane decodes BATCH of its units (their weight loads in flight together) before the dot
-// products of any of them, the first batch before pdl_wait(); the units are summed in the same
-// order as with BATCH 1.
-// INBLOCK (gemv_quant_inblock, inblock_warps(M) warps a block): after the wait every thread of the
-// block, those of warps without rows too, quantizes a.x into dynamic shared memory
-// (quantize_q8_block), the block synchronises, and the dot products read the codes and scales
-// there instead of a.xq / a.xds; everything else, the order and rounding of every sum included, is
-// the code of the two-kernel path, so the outputs are its bits.
-template <class D, int M, GemmOut MODE, int ROWS, int BATCH = 1, bool INBLOCK = false>
-__global__ __launch_bounds__((INBLOCK ? inblock_warps(M) : kWarps) * 32) void gemv_quant_kernel(QGemvArgs a) {
+template <class D, int M, GemmOut MODE, int ROWS>
+__global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   using Rows = GemvWarpRows<MODE, ROWS>;
   constexpr int R = Rows::R;
-  constexpr int kBlockWarps = INBLOCK ? inblock_warps(M) : kWarps;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * kBlockWarps + (threadIdx.x >> 5);
+  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int n0 = Rows::first_output(warp);
-  const bool has_rows = n0 < a.n_out;
-  if constexpr (!INBLOCK) {
-    if (!has_rows) {
-      pdl_wait();
-      return;
-    }
+  if (n0 >= a.n_out) {
+    pdl_wait();
+    return;
   }
+  int row_of[R];
+  Rows::weight_rows(n0, a.n_out, row_of);
   const int units = a.K / 32;
   const uint8_t* rows[R];
-  if (has_rows) {
-    int row_of[R];
-    Rows::weight_rows(n0, a.n_out, row_of);
 #pragma unroll
-    for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(row_of[r]) * a.row_bytes;
-  }
-  [[maybe_unused]] Unit first[R];         // BATCH 1
-  [[maybe_unused]] Unit batch[BATCH][R];  // BATCH > 1: units u0 + 32 b, b < BATCH (those < units)
-  [[maybe_unused]] auto decode_batch = [&](int u0) {
+  for (int r = 0; r < R; ++r) rows[r] = a.w + static_cast<int64_t>(row_of[r]) * a.row_bytes;
+  Unit first[R];
+  if (lane < units) {
 #pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      if (u0 + 32 * b < units) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) batch[b][r] = D::decode(rows[r], u0 + 32 * b, units);
-      }
-    }
-  };
-  if (has_rows) {
-    if constexpr (BATCH == 1) {
-      if (lane < units) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) first[r] = D::decode(rows[r], lane, units);
-      }
-    } else {
-      decode_batch(lane);
-    }
+    for (int r = 0; r < R; ++r) first[r] = D::decode(rows[r], lane, units);
   }
   pdl_wait();
-  // The q8 activations: global (a.xq / a.xds) or this block's shared copy (INBLOCK; codes at
-  // q8_smem_offset within each row).
-  [[maybe_unused]] const int8_t* sq = nullptr;
-  [[maybe_unused]] const float2* sds = nullptr;
-  if constexpr (INBLOCK) {
-    extern __shared__ __align__(16) uint8_t inblock_smem[];
-    int8_t* q = reinterpret_cast<int8_t*>(inblock_smem);
-    float2* ds = reinterpret_cast<float2*>(inblock_smem + M * a.K);  // M * K: a multiple of 32 bytes
-    if (a.x_f32) quantize_q8_block(static_cast<const float*>(a.x), M, a.K, q, ds);
-    else quantize_q8_block(static_cast<const bf16*>(a.x), M, a.K, q, ds);
-    __syncthreads();
-    if (!has_rows) return;
-    sq = q;
-    sds = ds;
-  }
   float acc[M][R];
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  // One unit's contribution: eight dp4a, then f32 with explicit rounding (no contraction choice
-  // left to the compiler, so every instantiation rounds alike).
   auto accumulate = [&](const Unit (&wu)[R], int u) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      int4 x0, x1;
-      float2 xd;
-      if constexpr (INBLOCK) {
-        const int8_t* base = sq + m * a.K + 32 * u;
-        const int sw = 16 * ((u >> 2) & 1);  // q8_smem_offset: halves swapped where bit 2 of u is set
-        x0 = *reinterpret_cast<const int4*>(base + sw);
-        x1 = *reinterpret_cast<const int4*>(base + (16 - sw));
-        xd = sds[m * units + u];
-      } else {
-        const int4* xp = reinterpret_cast<const int4*>(a.xq + static_cast<int64_t>(m) * a.K + 32 * u);
-        x0 = __ldg(xp);
-        x1 = __ldg(xp + 1);
-        xd = __ldg(a.xds + static_cast<int64_t>(m) * units + u);
-      }
+      const int4* xp = reinterpret_cast<const int4*>(a.xq + static_cast<int64_t>(m) * a.K + 32 * u);
+      const int4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+      const float2 xd = __ldg(a.xds + static_cast<int64_t>(m) * units + u);
       const int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -469,28 +317,17 @@ __global__ __launch_bounds__((INBLOCK ? inblock_warps(M) : kWarps) * 32) void ge
           s0 = __dp4a(wu[r].q[i], xs[i], s0);
           s1 = __dp4a(wu[r].q[4 + i], xs[4 + i], s1);
         }
-        // acc += dx * (sa * S_first + sb * S_last) + mn * (dx * sum q)
-        const float dot = __fmaf_rn(wu[r].sa, static_cast<float>(s0), __fmul_rn(wu[r].sb, static_cast<float>(s1)));
-        acc[m][r] = __fadd_rn(acc[m][r], __fmaf_rn(xd.x, dot, __fmul_rn(wu[r].mn, xd.y)));
+        acc[m][r] += xd.x * (wu[r].sa * static_cast<float>(s0) + wu[r].sb * static_cast<float>(s1)) + wu[r].mn * xd.y;
       }
     }
   };
-  if constexpr (BATCH == 1) {
-    if (lane < units) accumulate(first, lane);
+  if (lane < units) accumulate(first, lane);
 #pragma unroll 4
-    for (int u = lane + 32; u < units; u += 32) {
-      Unit wu[R];
+  for (int u = lane + 32; u < units; u += 32) {
+    Unit wu[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) wu[r] = D::decode(rows[r], u, units);
-      accumulate(wu, u);
-    }
-  } else {
-    for (int u0 = lane; u0 < units; u0 += 32 * BATCH) {
-      if (u0 != lane) decode_batch(u0);
-#pragma unroll
-      for (int b = 0; b < BATCH; ++b)
-        if (u0 + 32 * b < units) accumulate(batch[b], u0 + 32 * b);
-    }
+    for (int r = 0; r < R; ++r) wu[r] = D::decode(rows[r], u, units);
+    accumulate(wu, u);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -500,59 +337,33 @@ __global__ __launch_bounds__((INBLOCK ? inblock_warps(M) : kWarps) * 32) void ge
   Rows::store(acc, n0, a.n_out, a.y, a.ldy);
 }
 
-// INBLOCK: gemv_quant_inblock's kernels (inblock_warps(M) warps a block, M x K codes and scales
-// in dynamic shared memory).
-template <class D, int M, int ROWS, bool INBLOCK>
+template <class D, int M, int ROWS>
 void launch_gemv_rows(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  constexpr int kBlockWarps = INBLOCK ? inblock_warps(M) : kWarps;
-  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kBlockWarps)));
-  const dim3 block(kBlockWarps * 32);
-  const size_t smem = INBLOCK ? inblock_smem_bytes(M, a.K) : 0;
+  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
+  const dim3 block(kWarps * 32);
   switch (mode) {
-    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, ROWS, 1, INBLOCK>, grid, block, smem, s, a); break;
-    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, ROWS, 1, INBLOCK>, grid, block, smem, s, a); break;
-    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreAct, ROWS, 1, INBLOCK>, grid, block, smem, s, a); break;
+    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
+    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, ROWS>, grid, block, 0, s, a); break;
+    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreAct, ROWS>, grid, block, 0, s, a); break;
     case GemmOut::kSwiGlu:
-      if constexpr (ROWS == 1) launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1, 1, INBLOCK>, grid, block, smem, s, a);
+      if constexpr (ROWS == 1) launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1>, grid, block, 0, s, a);
       break;
   }
 }
 
-template <class D, int M, bool INBLOCK>
+template <class D, int M>
 void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
   // Two-row kernels for batch 1 and 2 only (the decode steps that read weights for few rows):
   // the instantiations cost compile time.
   if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_gemv_rows<D, M, 2, INBLOCK>(a, mode, s);
+    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_gemv_rows<D, M, 2>(a, mode, s);
   }
-  launch_gemv_rows<D, M, 1, INBLOCK>(a, mode, s);
+  launch_gemv_rows<D, M, 1>(a, mode, s);
 }
 
-template <class D, bool INBLOCK = false>
+template <class D>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
-  with_gemv_m(M, [&](auto m) { launch_gemv_m<D, decltype(m)::value, INBLOCK>(a, mode, s); });
-}
-
-// The BATCH-unit experiment (gemv_quant_batched): the product's choice of one or two rows a warp;
-// the modes the kernel bench times (f32 store and add, SwiGLU).
-template <class D, int M, int BATCH>
-void launch_gemv_batched(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const bool pairs = M <= 2 && mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K);
-  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, pairs ? 2 : 1), kWarps))), block(kWarps * 32);
-  if (mode == GemmOut::kSwiGlu) {
-    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1, BATCH>, grid, block, 0, s, a);
-  } else if (mode == GemmOut::kStoreF32) {
-    if constexpr (M <= 2) {
-      if (pairs) return launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, 2, BATCH>, grid, block, 0, s, a);
-    }
-    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, 1, BATCH>, grid, block, 0, s, a);
-  } else {
-    PAGODA_CUDA_REQUIRE(mode == GemmOut::kAddF32, "gemv_quant_batched: f32 store, f32 add or SwiGLU only");
-    if constexpr (M <= 2) {
-      if (pairs) return launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, 2, BATCH>, grid, block, 0, s, a);
-    }
-    launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, 1, BATCH>, grid, block, 0, s, a);
-  }
+  with_gemv_m(M, [&](auto m) { launch_gemv_m<D, decltype(m)::value>(a, mode, s); });
 }
 
 // ---- tensor-core matmul over bf16 activations ---------------------------------------------
@@ -796,67 +607,6 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
   CUDA_CHECK_LAUNCH();
 }
 
-bool gemv_quant_inblock_supported(const void* x, DType x_dtype, int64_t M, int64_t K) {
-  return (x_dtype == DType::kBF16 || x_dtype == DType::kF32) && M >= 1 && M <= kQuantGemvInBlockMaxM && K > 0 && K % 32 == 0 &&
-         M * K <= kQuantGemvInBlockMaxInputs && aligned16(x);
-}
-
-void gemv_quant_inblock(const void* x, DType x_dtype, const void* w, DType format, int64_t M, int64_t N, int64_t K,
-                        void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
-  PAGODA_CUDA_REQUIRE(gemv_quant_inblock_supported(x, x_dtype, M, K),
-                      "gemv_quant_inblock: bf16 or f32 x, 16-byte aligned, 1 <= M <= kQuantGemvInBlockMaxM, "
-                      "M * K <= kQuantGemvInBlockMaxInputs");
-  PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0, "gemv_quant_inblock: K must be whole blocks");
-  PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemv_quant_inblock: SwiGLU needs [gate; up] rows");
-  QGemvArgs a{};
-  a.x = x;
-  a.x_f32 = x_dtype == DType::kF32;
-  a.w = static_cast<const uint8_t*>(w);
-  a.row_bytes = device_row_bytes(format, K);
-  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
-  a.K = static_cast<int>(K);
-  a.y = y;
-  a.ldy = ldy;
-  if (a.n_out <= 0) return;
-  // The decode batches only (M 1 and 2: kQuantGemvInBlockMaxM): each M is a set of kernels.
-  const bool ok = dispatch_format(format, [&](auto d) {
-    if (M == 1) launch_gemv_m<decltype(d), 1, true>(a, mode, s);
-    else launch_gemv_m<decltype(d), 2, true>(a, mode, s);
-  });
-  PAGODA_CUDA_REQUIRE(ok, "gemv_quant_inblock: no kernel for this weight format");
-  CUDA_CHECK_LAUNCH();
-}
-
-void gemv_quant_batched(const int8_t* xq, const float2* xds, const void* w, DType format, int64_t M, int64_t N,
-                        int64_t K, void* y, int64_t ldy, GemmOut mode, cudaStream_t s) {
-  PAGODA_CUDA_REQUIRE(M == 1 || M == 2 || M == 8, "gemv_quant_batched: M 1, 2 or 8");
-  PAGODA_CUDA_REQUIRE(K % dtype_traits(format).block_size == 0 && K % 32 == 0, "gemv_quant_batched: K must be whole blocks");
-  PAGODA_CUDA_REQUIRE(mode != GemmOut::kSwiGlu || N % 2 == 0, "gemv_quant_batched: SwiGLU needs [gate; up] rows");
-  QGemvArgs a{};
-  a.xq = xq;
-  a.xds = xds;
-  a.w = static_cast<const uint8_t*>(w);
-  a.row_bytes = device_row_bytes(format, K);
-  a.n_out = static_cast<int>(mode == GemmOut::kSwiGlu ? N / 2 : N);
-  a.K = static_cast<int>(K);
-  a.y = y;
-  a.ldy = ldy;
-  constexpr int kBatch = kQuantGemvExperimentBatch;
-  auto run = [&](auto d) {
-    using D = decltype(d);
-    if (M == 1) launch_gemv_batched<D, 1, kBatch>(a, mode, s);
-    else if (M == 2) launch_gemv_batched<D, 2, kBatch>(a, mode, s);
-    else launch_gemv_batched<D, 8, kBatch>(a, mode, s);
-  };
-  switch (format) {
-    case DType::kQ4_0: run(Format<DType::kQ4_0>{}); break;
-    case DType::kQ8_0: run(Format<DType::kQ8_0>{}); break;
-    case DType::kQ4_K: run(Format<DType::kQ4_K>{}); break;
-    case DType::kQ6_K: run(Format<DType::kQ6_K>{}); break;
-    default: PAGODA_CUDA_REQUIRE(false, "gemv_quant_batched: Q4_0, Q8_0, Q4_K or Q6_K only");
-  }
-  CUDA_CHECK_LAUNCH();
-}
 
 void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
                     GemmOut mode, cudaStream_t s) {
