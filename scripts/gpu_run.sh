@@ -261,6 +261,17 @@ stage_throughput() {
     TAILN=$5 step tp$2_$1_${TP_KV:-bf16}${TP_QUANT:+_$TP_QUANT}_$seqs $4 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len $2 --output-len $2 --max-num-seqs $seqs ${TP_KV:+--kv-dtype $TP_KV} ${TP_QUANT:+--quantization $TP_QUANT}
   done
 }
+# The 8B prefill of 8192 tokens with the default prefill attention (wgmma on compute capability 9.0)
+# and with the mma.sync kernel, alternated twice (decisions.md D84). ~90 s after the model exists.
+stage_prefill_ab() {
+  local m i
+  ensure_model 8b
+  m=$(model_dir 8b)
+  for i in 1 2; do
+    TAILN=3 step pf_auto_$i 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3
+    TAILN=3 step pf_mma_$i 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --cuda-prefill-attention mma
+  done
+}
 stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
 stage_tp1000() { stage_throughput $1 1000 "${TP_SEQS:-256}" ${TP1000_LIMIT:-240} 12; }
 # The structured-output corpora on `pagoda serve --device cuda` (stories260K): 200 JSON schemas, 100
@@ -706,6 +717,7 @@ for s in "$@"; do
     tp1b) stage_tp1000 1b ;;
     rm8b) rm -rf "$(model_dir 8b)" ;;
     prof8b) stage_profile 8b ;;
+    prefillab) stage_prefill_ab ;;
     prof1b) stage_profile 1b ;;
     profq8b) stage_profile_quant 8b ;;
     quantmma) stage_quantmma ;;

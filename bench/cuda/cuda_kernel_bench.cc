@@ -3,8 +3,8 @@
 // (decode GEMVs vs cuBLASLt, heuristic and autotuned, at M = 1 .. 384), l2 (batch-1 GEMVs with
 // their weights hot vs cold in L2), decode (split-KV attention at 256 x 1500 keys with scattered
 // and in-order block tables, 64 x 1000, 1 x 8192 / 32768 and the short launches 1 x 512, 8 x 1024:
-// tensor-core and SIMT kernels), prefill (tensor-core prefill attention at 8192 tokens, query
-// tiles 64 and 128; the prefill GEMMs), elementwise (the prefill elementwise kernels), verify (a
+// tensor-core and SIMT kernels), prefill (tensor-core prefill attention at 8192 tokens: mma.sync at query
+// tiles 64 and 128, wgmma at 128 on compute capability 9.0; the prefill GEMMs), elementwise (the prefill elementwise kernels), verify (a
 // speculative verification's 5 query rows of one sequence at 384 and 4096 keys: the split-KV row
 // kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
 // verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5), qgemv (the
@@ -401,7 +401,9 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     std::vector<cuda::PrefillSeq> seqs = {{0, static_cast<int32_t>(T), static_cast<int32_t>(T), 0}};
     auto dseqs = to_device(seqs);
     cuda::DeviceBuffer out(T * H * Dh * 2);
-    for (int tile : {64, 128}) {
+    const std::pair<int, cuda::PrefillKernel> variants[] = {
+        {64, cuda::PrefillKernel::kMmaSync}, {128, cuda::PrefillKernel::kMmaSync}, {128, cuda::PrefillKernel::kWgmma}};
+    for (auto [tile, kernel] : variants) {
       std::vector<cuda::PrefillItem> items;
       for (int32_t q0 = static_cast<int32_t>(T) - tile; q0 >= 0; q0 -= tile) items.push_back({0, q0});
       auto ditems = to_device(items);
@@ -420,10 +422,14 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       p.num_heads = H;
       p.scale = 0.088f;
       p.tile_q = tile;
+      p.kernel = kernel;
+      const bool wgmma = kernel == cuda::PrefillKernel::kWgmma;
+      if (wgmma && !cuda::prefill_attention_wgmma_supported(p)) continue;
       const double ms = time_ms([&] { cuda::prefill_attention(p, nullptr); }, 5);
       const double flops = 4.0 * H * Dh * (double(T) * (T + 1) / 2);
-      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n", fmt::format("prefill attention 8192 tile {}", tile).c_str(),
-                  ms * 1e3, flops / ms / 1e9);
+      std::printf("[kbench] %-40s %8.1f us %8.1f TFLOP/s\n",
+                  fmt::format("prefill attention 8192 tile {}{}", tile, wgmma ? " wgmma" : "").c_str(), ms * 1e3,
+                  flops / ms / 1e9);
     }
   }
   // The elementwise kernels of prefill at 8192 tokens (bytes read + written).

@@ -65,6 +65,7 @@ inline void add_quantization_option(CLI::App* app, WeightQuantization& q) {
 // The tuning flags as given on the command line (unset: empty / -1 / false).
 struct TuningFlags {
   std::string row_attention;
+  std::string prefill_attention;
   int simt_heads = -1;
   int gemv_max_rows = -1;
   std::string quant_weights;
@@ -75,12 +76,14 @@ struct TuningFlags {
   std::string graph_capture;
 };
 
-// --cuda-row-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
+// --cuda-row-attention, --cuda-prefill-attention, --cuda-simt-heads, --cuda-gemv-max-rows, --cuda-quant-weights,
 // --cuda-quant-gemv-max-rows, --cuda-quant-mma-max-rows, --cuda-profile, --cuda-block-trace
 // (common/tuning_config.h): the same for every subcommand that runs a model.
 inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-row-attention", f.row_attention,
                   "CUDA decode attention: auto, simt (no tensor cores), mma (tensor cores for short launches too)");
+  app->add_option("--cuda-prefill-attention", f.prefill_attention,
+                  "CUDA prefill attention: auto (wgmma on compute capability 9.0 where it applies), mma (mma.sync)");
   app->add_option("--cuda-simt-heads", f.simt_heads, "CUDA: query heads a SIMT attention block takes (0: auto, 1, 2, 4)");
   app->add_option("--cuda-gemv-max-rows", f.gemv_max_rows, "CUDA: rows up to which bf16 linear layers use the GEMV (0-4)");
   app->add_option("--cuda-quant-weights", f.quant_weights,
@@ -104,6 +107,7 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   TuningConfig t;
   PAGODA_RETURN_IF_ERROR(apply_tuning_env(t));
   if (!f.row_attention.empty()) t.row_attention = f.row_attention;
+  if (!f.prefill_attention.empty()) t.prefill_attention = f.prefill_attention;
   if (!f.graph_capture.empty()) t.graph_capture = f.graph_capture;
   if (f.simt_heads >= 0) t.simt_heads = f.simt_heads;
   if (f.gemv_max_rows >= 0) t.gemv_max_rows = f.gemv_max_rows;

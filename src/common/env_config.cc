@@ -61,6 +61,10 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
     n.row_attention = *v;
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_ROW_ATTENTION", *v));
   }
+  if (auto v = lookup("PAGODA_PREFILL_ATTENTION")) {
+    n.prefill_attention = *v;
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_PREFILL_ATTENTION", *v));
+  }
   if (auto v = lookup("PAGODA_SIMT_HEADS")) {
     PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_SIMT_HEADS", *v, n.simt_heads));
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_SIMT_HEADS", *v));

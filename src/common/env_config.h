@@ -3,6 +3,7 @@
 // TuningConfig; flags are applied over them afterwards, so a flag wins over the environment.
 //
 //   PAGODA_ROW_ATTENTION=auto|simt|mma  -> TuningConfig::row_attention
+//   PAGODA_PREFILL_ATTENTION=auto|mma   -> prefill_attention
 //   PAGODA_SIMT_HEADS=0|1|2|4           -> simt_heads
 //   PAGODA_GEMV_MAX_ROWS=0..4           -> gemv_max_rows
 //   PAGODA_QUANT_WEIGHTS=native|dequantize -> quant_weights

@@ -5,6 +5,8 @@ namespace pagoda {
 Status TuningConfig::validate() const {
   if (row_attention != "auto" && row_attention != "simt" && row_attention != "mma")
     return invalid_argument("row attention must be auto, simt or mma, got '{}'", row_attention);
+  if (prefill_attention != "auto" && prefill_attention != "mma")
+    return invalid_argument("prefill attention must be auto or mma, got '{}'", prefill_attention);
   if (simt_heads != 0 && simt_heads != 1 && simt_heads != 2 && simt_heads != 4)
     return invalid_argument("SIMT attention heads a block must be 0 (auto), 1, 2 or 4, got {}", simt_heads);
   if (gemv_max_rows < 0 || gemv_max_rows > kTuningMaxGemvRows)
@@ -22,9 +24,9 @@ Status TuningConfig::validate() const {
 }
 
 std::string TuningConfig::to_string() const {
-  return fmt::format("row attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}) | profile {} | "
+  return fmt::format("row attention {} | prefill attention {} | simt heads {} | gemv rows {} | quant weights {} (gemv rows {}, mma rows {}) | profile {} | "
                      "block trace {} | graph capture {}",
-                     row_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
+                     row_attention, prefill_attention, simt_heads == 0 ? std::string("auto") : std::to_string(simt_heads), gemv_max_rows,
                      quant_weights, quant_gemv_max_rows, quant_mma_max_rows, cuda_profile ? "on" : "off", block_trace.empty() ? std::string("off") : block_trace, graph_capture);
 }
 

@@ -24,6 +24,11 @@ struct TuningConfig {
   // kernel for short launches), "simt" (no tensor cores), "mma" (tensor cores for short launches
   // too). Env PAGODA_ROW_ATTENTION, flag --cuda-row-attention.
   std::string row_attention = "auto";
+  // Prefill attention kernel of the CUDA backend: "auto" (the wgmma kernel where it applies:
+  // compute capability 9.0, head dim 128, a 16-bit cache, query tiles of 128; the mma.sync kernel
+  // elsewhere), "mma" (the mma.sync kernel everywhere). Env PAGODA_PREFILL_ATTENTION, flag
+  // --cuda-prefill-attention.
+  std::string prefill_attention = "auto";
   // Query heads a block of the SIMT decode attention takes: 0 its choice, else 1, 2 or 4. Env
   // PAGODA_SIMT_HEADS, flag --cuda-simt-heads.
   int simt_heads = 0;
@@ -59,7 +64,7 @@ struct TuningConfig {
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
-  // One line: "row attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
+  // One line: "row attention auto | prefill attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
   // profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };

@@ -376,6 +376,12 @@ TEST(CudaAttention, FusedRopeDecodeAttentionMatchesUnfused) {
 TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
   PAGODA_REQUIRE_GPU();
   std::mt19937 rng(7);
+  int dev = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool sm90 = major == 9 && minor == 0;
+  int wgmma_cases = 0;
   for (int tile : {64, 128})
   for (int64_t D : {64, 128})
     for (DType kv : {DType::kBF16, DType::kF16, DType::kF8E4M3})
@@ -386,12 +392,14 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           ASSERT_TRUE(cuda::prefill_attention_supported(D, kv));
           const int64_t num_blocks = 200;
           PagedFixture fx(cs, num_blocks, rng());
-          // (num_queries, context): full prompts, chunked prefill (queries after cached keys), ragged tiles.
-          const std::vector<std::pair<int32_t, int32_t>> shapes = {{64, 64}, {100, 100}, {37, 300}, {1, 10}, {130, 200}, {65, 65}};
+          // (num_queries, context): full prompts, chunked prefill (queries after cached keys), ragged
+          // tiles; with 128-query tiles also one of several key tiles (the wgmma kernel's are 128).
+          std::vector<std::pair<int32_t, int32_t>> shapes = {{64, 64}, {100, 100}, {37, 300}, {1, 10}, {130, 200}, {65, 65}};
+          if (tile == 128) shapes.push_back({150, 450});
           std::vector<int32_t> perm(num_blocks);
           std::iota(perm.begin(), perm.end(), 0);
           std::shuffle(perm.begin(), perm.end(), rng);
-          const int64_t stride = 20;
+          const int64_t stride = 30;
           std::vector<int32_t> tables(shapes.size() * stride, 0);
           std::vector<std::vector<int32_t>> seq_tables;
           std::vector<cuda::PrefillSeq> seqs;
@@ -412,7 +420,6 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           auto q = random_floats(T * width, rng(), -1, 1);
           auto dq = to_device(q), dt = to_device(tables), dseqs = to_device(seqs), ditems = to_device(items);
           cuda::DeviceBuffer out(T * width * 4);
-          CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
           cuda::PrefillAttentionParams p;
           p.q = dq.as<float>();
           p.q_stride = width;
@@ -430,22 +437,41 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           p.window = window;
           p.softcap = softcap;
           p.tile_q = tile;
-          cuda::prefill_attention(p, nullptr);
-          auto got = download_as(out, T * width, cs.out);
+          std::vector<std::vector<float>> refs;
           int32_t tb = 0;
           for (size_t s = 0; s < shapes.size(); ++s) {
             const auto [nq, ctx] = shapes[s];
-            auto ref = fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, window, softcap);
-            // Q and P are rounded to the cache's 16-bit type for the tensor cores (f16 for an FP8
-            // cache, whose values the reference reads as stored).
-            const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
-            EXPECT_LT(nmse(got.data() + tb * width, ref.data(), nq * width), bound)
-                << "tile " << tile << " D " << D << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window
-                << " softcap " << softcap << " seq ("
-                << nq << ", " << ctx << ")";
+            refs.push_back(fx.dense(q.data() + tb * width, nq, ctx, seq_tables[s], p.scale, window, softcap));
             tb += nq;
           }
+          // The wgmma kernel applies exactly where its contract says, on a compute capability 9.0
+          // device.
+          p.kernel = cuda::PrefillKernel::kWgmma;
+          const bool wgmma = tile == 128 && D == 128 && kv != DType::kF8E4M3 && sm90;
+          ASSERT_EQ(cuda::prefill_attention_wgmma_supported(p), wgmma);
+          std::vector<cuda::PrefillKernel> kernels = {cuda::PrefillKernel::kMmaSync};
+          if (wgmma) kernels.push_back(cuda::PrefillKernel::kWgmma);
+          for (cuda::PrefillKernel kernel : kernels) {
+            wgmma_cases += kernel == cuda::PrefillKernel::kWgmma;
+            p.kernel = kernel;
+            CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
+            cuda::prefill_attention(p, nullptr);
+            auto got = download_as(out, T * width, cs.out);
+            tb = 0;
+            for (size_t s = 0; s < shapes.size(); ++s) {
+              const auto [nq, ctx] = shapes[s];
+              // Q and P are rounded to the cache's 16-bit type for the tensor cores (f16 for an FP8
+              // cache, whose values the reference reads as stored).
+              const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
+              EXPECT_LT(nmse(got.data() + tb * width, refs[s].data(), nq * width), bound)
+                  << (kernel == cuda::PrefillKernel::kWgmma ? "wgmma" : "mma.sync") << " tile " << tile << " D " << D
+                  << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " softcap "
+                  << softcap << " seq (" << nq << ", " << ctx << ")";
+              tb += nq;
+            }
+          }
         }
+  if (sm90) EXPECT_EQ(wgmma_cases, 16) << "the wgmma kernel ran in every case it applies to";
 }
 
 #endif  // PAGODA_HAVE_CUDA

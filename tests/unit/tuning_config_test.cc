@@ -24,13 +24,14 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
-            "row attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | profile off | block "
+            "row attention auto | prefill attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | profile off | block "
             "trace off | graph capture lazy");
 }
 
 TEST(TuningConfig, EachVariableSetsItsField) {
   TuningConfig t;
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_ROW_ATTENTION", "simt"},
+                                           {"PAGODA_PREFILL_ATTENTION", "mma"},
                                            {"PAGODA_SIMT_HEADS", "2"},
                                            {"PAGODA_GEMV_MAX_ROWS", "4"},
                                            {"PAGODA_QUANT_WEIGHTS", "dequantize"},
@@ -42,6 +43,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
                   .ok());
   EXPECT_EQ(t.graph_capture, "start");
   EXPECT_EQ(t.row_attention, "simt");
+  EXPECT_EQ(t.prefill_attention, "mma");
   EXPECT_EQ(t.simt_heads, 2);
   EXPECT_EQ(t.gemv_max_rows, 4);
   EXPECT_TRUE(t.cuda_profile);
@@ -50,7 +52,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.quant_gemv_max_rows, 2);
   EXPECT_EQ(t.quant_mma_max_rows, 16);
   EXPECT_EQ(t.to_string(),
-            "row attention simt | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16) | profile on | block "
+            "row attention simt | prefill attention mma | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16) | profile on | block "
             "trace /tmp/trace.bin | graph capture start");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
@@ -60,7 +62,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
 
 TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
   const std::map<std::string, std::string> bad[] = {
-      {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_GRAPH_CAPTURE", "eager"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
+      {{"PAGODA_ROW_ATTENTION", "tensor"}}, {{"PAGODA_PREFILL_ATTENTION", "wgmma"}}, {{"PAGODA_GRAPH_CAPTURE", "eager"}}, {{"PAGODA_SIMT_HEADS", "3"}},   {{"PAGODA_SIMT_HEADS", "two"}},
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
       {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
       {{"PAGODA_QUANT_MMA_MAX_ROWS", "65"}},    {{"PAGODA_QUANT_MMA_MAX_ROWS", "-2"}},

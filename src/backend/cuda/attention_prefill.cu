@@ -170,28 +170,9 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     // in the 4 lanes of a quad).
     const int kbase = t * kBN;
     const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (need_mask) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kbase + n * 8 + t4 * 2 + (e & 1);
-          const int pos = pos_r[e >> 1];
-          const bool ok = key <= pos && (window <= 0 || key > pos - window);
-          s[n][e] = ok ? softcap_log2(s[n][e] * sl2, cap_l2) : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-        }
-    } else {
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[n][e] = softcap_log2(s[n][e] * sl2, cap_l2);
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-        }
-    }
-    online_softmax_tile(s, mx, mrow, lrow, o);
+    float mx[2];
+    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
+    online_softmax_tile(s, k, mx, mrow, lrow, o);
 
     // O += P V.
 #pragma unroll
@@ -285,6 +266,12 @@ void PrefillAttentionParams::check() const {
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
   p.check();
   if (p.num_items <= 0) return;
+  if (p.kernel == PrefillKernel::kWgmma ||
+      (p.kernel == PrefillKernel::kAuto && prefill_attention_wgmma_supported(p))) {
+    prefill_attention_wgmma(p, s);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (p.tile_q == 64) launch_tile<64>(p, s);
   else launch_tile<128>(p, s);
   CUDA_CHECK_LAUNCH();

@@ -105,10 +105,15 @@ std::string CudaExecutor::describe() const {
     for (const auto& seg : w.segments) formats[std::string(dtype_name(seg.format))] += cuda::device_weight_bytes(seg.format, seg.n, w.k);
   std::string weights;
   for (const auto& [name, bytes] : formats) weights += fmt::format("{}{} {:.1f} MiB", weights.empty() ? "" : ", ", name, bytes / 1048576.0);
+  cuda::PrefillAttentionParams pp;  // the kernel choice the prefill steps make
+  pp.cache.head_dim = d_.Dh;
+  pp.cache.dtype = spec_.dtype;
+  pp.tile_q = opt_.prefill_tile_q;
+  const bool wgmma = opt_.tuning.prefill_attention == "auto" && cuda::prefill_attention_wgmma_supported(pp);
   return fmt::format("cuda:{} ({}, {} SMs) | compute {} | weights {} | kv {} | prefill attention {} | graphs {}{} | "
                      "batch-invariant {} | NVML {} | offload {}",
                      opt_.device, gpu_name_, sms_, dtype_name(act_), weights, dtype_name(spec_.dtype),
-                     use_prefill_kernel_ ? "tensor-core" : "split-KV rows",
+                     !use_prefill_kernel_ ? "split-KV rows" : wgmma ? "tensor-core wgmma" : "tensor-core mma.sync",
                      opt_.cuda_graphs ? fmt::format("on ({} buckets up to {})", buckets_.size(), caps_.max_bucket) : "off",
                      profiler_.enabled()         ? " (not replayed: the profiler times every step eagerly)"
                      : cuda::block_trace_enabled() ? " (not captured: the block trace records every step eagerly)"

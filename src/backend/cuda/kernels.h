@@ -189,6 +189,11 @@ void row_attention(const RowAttentionParams& p, cudaStream_t s);
 // ---- attention_prefill.cu: FlashAttention-2-style tensor-core kernel --------------------------
 
 constexpr int kPrefillTileQ = 128;  // default query tile of the prefill kernel
+// Which prefill kernel runs: kAuto takes the wgmma kernel (attention_prefill_wgmma.cu) where it
+// applies (compute capability 9.0, head dim 128, f16 / bf16 cache, tile_q 128) and the mma.sync
+// kernel elsewhere; tests and the kernel bench name one (kWgmma where it does not apply is an
+// error).
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma };
 struct PrefillSeq {
   int32_t query_begin;  // first row of the sequence in q / out
   int32_t num_queries;
@@ -216,12 +221,17 @@ struct PrefillAttentionParams {
   float softcap = 0.0f;         // as RowAttentionParams
   int64_t window = 0;
   int tile_q = kPrefillTileQ;   // queries per block: 64 (4 warps) or 128 (8 warps)
+  PrefillKernel kernel = PrefillKernel::kAuto;
 
   void check() const;
 };
 // Head dims 64 and 128 with an f16 or bf16 cache (mma.sync m16n8k16).
 bool prefill_attention_supported(int64_t head_dim, DType kv_dtype);
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
+// The wgmma kernel (attention_prefill_wgmma.cu): whether it applies to p on the current device,
+// and its launch (prefill_attention dispatches to it).
+bool prefill_attention_wgmma_supported(const PrefillAttentionParams& p);
+void prefill_attention_wgmma(const PrefillAttentionParams& p, cudaStream_t s);
 
 // ---- gemv.cu / gemm_simt.cu: the matmuls cuBLASLt does not do ---------------------------------
 

@@ -1,0 +1,249 @@
+// Prefill / chunked-prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a), head dim 128,
+// f16 / bf16 cache: the same contract as attention_prefill.cu's kernel (varlen batch, causal, GQA,
+// sliding window, soft-cap, paged cache), which stays the path of other devices, head dims and
+// the FP8 cache. Our own code, written from the FlashAttention algorithm.
+//
+// A block is two warpgroups and 128 queries of one head (the items' tile_q must be 128); each
+// warpgroup owns 64 of them. K and V stream through shared memory in tiles of 128 keys,
+// double-buffered with cp.async (gathered through the block table row by row, zero-filled past
+// the last key) into the 128-byte swizzled layout wgmma reads. Per tile and warpgroup:
+// S (64 x 128) = Q K^T with Q and K both read by wgmma from shared memory (no ldmatrix, no
+// register copy of Q), the mask and the online softmax in registers (mma_utils.cuh's, as the
+// accumulators have mma.sync's fragment layout), then O (64 x 128) += P V with P from registers
+// and V read transposed from shared memory. A warpgroup skips the tiles its rows cannot see.
+#include <atomic>
+#include <cmath>
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/wgmma.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kD = 128;                        // head dim
+constexpr int kBM = 128;                       // queries a block (two warpgroups of 64)
+constexpr int kBN = 128;                       // keys a tile
+constexpr int kThreads = 256;
+constexpr int kTileBytes = kBN * kD * 2;       // one K or V tile, and the Q tile (kBM == kBN)
+constexpr int kSmemBytes = 5 * kTileBytes + 1024;  // Q, K[2], V[2], and slack to align to 1024
+static_assert(kBM == kBN, "the Q tile shares the K / V tile's layout");
+
+template <class T>
+__global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(PrefillAttentionParams p) {
+#if defined(PAGODA_HAVE_WGMMA)
+  constexpr int kChunks = kD / 8;  // 16-byte chunks a row
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sQ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sK = sQ + kTileBytes;      // [2 stages]
+  uint8_t* sV = sK + 2 * kTileBytes;  // [2 stages]
+  const T tag{};
+  pdl_trigger();
+  pdl_wait();
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2;  // warpgroup: query rows 64 wg .. 64 wg + 63 of the tile
+  const PrefillItem item = p.items[blockIdx.y];
+  const PrefillSeq sq = p.seqs[item.seq];
+  const int h = blockIdx.x;
+  const int KVH = static_cast<int>(p.cache.num_kv_heads);
+  const int kvh = h / (static_cast<int>(p.num_heads) / KVH);
+  const int nq = min(kBM, sq.num_queries - item.q0);
+  const int first_pos = sq.context_len - sq.num_queries + item.q0;
+  const int kv_end = first_pos + nq;
+  const int window = static_cast<int>(p.window);
+  const int kv_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
+  const int t_begin = kv_begin / kBN, t_end = (kv_end + kBN - 1) / kBN;
+  const int bs = static_cast<int>(p.cache.block_size);
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(sq.bt_row) * p.bt_stride;
+  const T* kc = static_cast<const T*>(p.cache.k);
+  const T* vc = static_cast<const T*>(p.cache.v);
+
+  // Thread tid copies 16-byte chunk lc of rows lr, lr + 16, ... of each tile: per thread, the
+  // chunk's place in the cache's block and its swizzled place in the tile are fixed.
+  const int lr = tid / kChunks, lc = tid % kChunks;
+  static_assert(kThreads == 16 * kChunks, "a pass of the block copies 16 rows");
+  const int64_t block_stride = static_cast<int64_t>(KVH) * bs * kD;  // elements a cache block
+  const int64_t head_off = static_cast<int64_t>(kvh) * bs * kD + lc * 8;
+  const uint32_t dst0 = swizzled_offset(lr, lc, kBN);                 // row lr; row lr + 16 i: + 2048 i
+  auto load_tile = [&](int t, int stage) {
+    uint8_t* dK = sK + stage * kTileBytes + dst0;
+    uint8_t* dV = sV + stage * kTileBytes + dst0;
+#pragma unroll
+    for (int i = 0; i < kBN / 16; ++i) {
+      const int key = t * kBN + lr + 16 * i;
+      const bool valid = key < kv_end;
+      int64_t off = 0;
+      if (valid) {
+        const int blk = bs_pow2 ? key >> bs_shift : key / bs;
+        off = table[blk] * block_stride + head_off + static_cast<int64_t>(key - blk * bs) * kD;
+      }
+      cp_async16(dK + i * 16 * 128, kc + off, valid);
+      cp_async16(dV + i * 16 * 128, vc + off, valid);
+    }
+    cp_async_commit();
+  };
+  load_tile(t_begin, 0);
+
+  // Q tile: f32 -> T, swizzled (rows past nq are zero).
+  for (int i = tid; i < kBM * (kD / 4); i += kThreads) {
+    const int row = i / (kD / 4), col = (i - row * (kD / 4)) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row < nq)
+      v = *reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.q_stride +
+                                           static_cast<int64_t>(h) * kD + col);
+    uint2 packed;
+    packed.x = pack2(v.x, v.y, tag);
+    packed.y = pack2(v.z, v.w, tag);
+    *reinterpret_cast<uint2*>(sQ + swizzled_offset(row, col / 8, kBM) + (col & 7) * 2) = packed;
+  }
+
+  // This warpgroup's rows and the keys they can see.
+  const int wg_row0 = wg * 64;
+  const int wg_rows = min(64, nq - wg_row0);
+  const int wg_pos0 = first_pos + wg_row0;
+  const int wg_kv_end = wg_rows > 0 ? wg_pos0 + wg_rows : 0;
+  const int wg_kv_begin = window > 0 ? max(0, wg_pos0 - window + 1) : 0;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int r0 = wg_row0 + (warp & 3) * 16 + g;  // this thread's rows: r0 and r0 + 8
+  const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
+  const uint32_t q_addr = smem_addr(sQ) + wg_row0 * 128;
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+  const float sl2 = p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
+
+  for (int t = t_begin; t < t_end; ++t) {
+    const int stage = (t - t_begin) & 1;
+    if (t + 1 < t_end) {
+      load_tile(t + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async_shared();
+    __syncthreads();
+    const int kbase = t * kBN;
+    if (kbase < wg_kv_end && kbase + kBN > wg_kv_begin) {
+      const uint32_t k_addr = smem_addr(sK + stage * kTileBytes), v_addr = smem_addr(sV + stage * kTileBytes);
+      float s[kBN / 8][4];
+#pragma unroll
+      for (int n = 0; n < kBN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        // 16 columns of d: column block kk / 4 (64 columns each), 32 bytes into its rows.
+        const uint32_t col = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+        wgmma_m64n128k16_ss(s, wgmma_desc(q_addr + col, 16, 1024), wgmma_desc(k_addr + col, 16, 1024), kk > 0, tag);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(s);
+
+      const bool need_mask = kbase + kBN - 1 > wg_pos0 || (window > 0 && kbase <= wg_pos0 + 63 - window);
+      float mx[2];
+      const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
+      online_softmax_tile(s, k, mx, mrow, lrow, o);
+
+      // O += P V: P (64 x 128 keys) from registers, 16 keys a wgmma; V's rows of 16 keys.
+      uint32_t pa[kBN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        pa[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1], tag);
+        pa[kk][1] = pack2(s[2 * kk][2], s[2 * kk][3], tag);
+        pa[kk][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], tag);
+        pa[kk][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], tag);
+      }
+      wgmma_fence_operand(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        wgmma_m64n128k16_rs_tb(o, pa[kk], wgmma_desc(v_addr + kk * 16 * 128, kBN * 128, 1024), tag);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(o);
+    }
+    __syncthreads();  // this stage is loaded again two tiles on
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+    inv[i] = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = r0 + half * 8;
+    if (row >= nq) continue;
+    const int64_t base = static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * kD;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      const int col = dn * 8 + t4 * 2;
+      const float v0 = o[dn][half * 2] * inv[half], v1 = o[dn][half * 2 + 1] * inv[half];
+      if (p.out_dtype == DType::kBF16) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
+      }
+    }
+  }
+#else
+  pdl_wait();
+  __trap();  // host dispatch never launches it below sm_90a
+#endif
+}
+
+template <class T>
+void launch(const PrefillAttentionParams& p, cudaStream_t s) {
+  static bool configured = false;  // per instantiation; the attribute is per device function
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kSmemBytes));
+    configured = true;
+  }
+  // Heads fastest, as attention_prefill.cu: items longest first across all heads.
+  dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_items));
+  launch_pdl(prefill_attention_wgmma_kernel<T>, grid, dim3(kThreads), kSmemBytes, s, p);
+}
+
+// Whether the current device runs sm_90a code (compute capability 9.0), asked once a device.
+bool device_is_sm90() {
+  static std::atomic<int8_t> known[64] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return false;
+  int8_t v = known[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    v = major == 9 && minor == 0 ? 1 : -1;
+    known[dev].store(v, std::memory_order_relaxed);
+  }
+  return v > 0;
+}
+
+}  // namespace
+
+bool prefill_attention_wgmma_supported(const PrefillAttentionParams& p) {
+  return p.cache.head_dim == kD && (p.cache.dtype == DType::kBF16 || p.cache.dtype == DType::kF16) &&
+         p.tile_q == kBM && device_is_sm90();
+}
+
+void prefill_attention_wgmma(const PrefillAttentionParams& p, cudaStream_t s) {
+  PAGODA_CUDA_REQUIRE(prefill_attention_wgmma_supported(p),
+                      "prefill_attention: the wgmma kernel needs compute capability 9.0, head_dim 128, an f16 / bf16 "
+                      "cache and query tiles of 128");
+  if (p.cache.dtype == DType::kBF16) launch<bf16>(p, s);
+  else launch<f16>(p, s);
+}
+
+}  // namespace pagoda::cuda
