@@ -452,7 +452,7 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
           std::vector<cuda::PrefillKernel> kernels = {cuda::PrefillKernel::kMmaSync};
           if (wgmma) kernels.push_back(cuda::PrefillKernel::kWgmma);
           for (cuda::PrefillKernel kernel : kernels) {
-            wgmma_cases += kernel == cuda::PrefillKernel::kWgmma;
+            wgmma_cases += kernel != cuda::PrefillKernel::kMmaSync;
             p.kernel = kernel;
             CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));
             cuda::prefill_attention(p, nullptr);
@@ -464,7 +464,7 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
               // cache, whose values the reference reads as stored).
               const double bound = kv == DType::kBF16 ? 1e-4 : 2e-5;
               EXPECT_LT(nmse(got.data() + tb * width, refs[s].data(), nq * width), bound)
-                  << (kernel == cuda::PrefillKernel::kWgmma ? "wgmma" : "mma.sync") << " tile " << tile << " D " << D
+                  << (kernel == cuda::PrefillKernel::kMmaSync ? "mma.sync" : "wgmma") << " tile " << tile << " D " << D
                   << " kv " << dtype_name(kv) << " heads " << H << "/" << KVH << " window " << window << " softcap "
                   << softcap << " seq (" << nq << ", " << ctx << ")";
               tb += nq;

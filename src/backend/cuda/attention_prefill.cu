@@ -172,7 +172,9 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
     float mx[2];
     const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
-    online_softmax_tile(s, k, mx, mrow, lrow, o);
+    float alpha[2];
+    online_softmax_tile(s, k, mx, mrow, lrow, alpha);
+    rescale_rows(o, alpha);
 
     // O += P V.
 #pragma unroll

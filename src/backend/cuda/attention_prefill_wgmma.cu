@@ -4,13 +4,14 @@
 // the FP8 cache. Our own code, written from the FlashAttention algorithm.
 //
 // A block is two warpgroups and 128 queries of one head (the items' tile_q must be 128); each
-// warpgroup owns 64 of them. K and V stream through shared memory in tiles of 128 keys,
-// double-buffered with cp.async (gathered through the block table row by row, zero-filled past
-// the last key) into the 128-byte swizzled layout wgmma reads. Per tile and warpgroup:
-// S (64 x 128) = Q K^T with Q and K both read by wgmma from shared memory (no ldmatrix, no
-// register copy of Q), the mask and the online softmax in registers (mma_utils.cuh's, as the
-// accumulators have mma.sync's fragment layout), then O (64 x 128) += P V with P from registers
-// and V read transposed from shared memory. A warpgroup skips the tiles its rows cannot see.
+// warpgroup owns 64 of them. K and V stream through shared memory in tiles of 128 keys, a
+// three-stage ring filled by cp.async (gathered through the block table row by row, its entries
+// read a tile ahead; zero-filled past the last key) in the 128-byte swizzled layout wgmma reads.
+// Per tile and warpgroup: S (64 x 128) = Q K^T with Q and K both read by wgmma from shared memory
+// (no ldmatrix, no register copy of Q), the mask and the online softmax in registers
+// (mma_utils.cuh's, as the accumulators have mma.sync's fragment layout), and O (64 x 128) +=
+// P V with P from registers and V read transposed from shared memory, issued with the next tile's
+// S so that it runs during that tile's softmax (D84).
 #include <atomic>
 #include <cmath>
 
@@ -26,7 +27,11 @@ constexpr int kBM = 128;                       // queries a block (two warpgroup
 constexpr int kBN = 128;                       // keys a tile
 constexpr int kThreads = 256;
 constexpr int kTileBytes = kBN * kD * 2;       // one K or V tile, and the Q tile (kBM == kBN)
-constexpr int kSmemBytes = 5 * kTileBytes + 1024;  // Q, K[2], V[2], and slack to align to 1024
+// Three stages of the K / V ring (the P V of a tile runs during the next tile's softmax, so the tile
+// loaded during iteration t replaces tile t - 2); shared memory: Q, K[3], V[3] and slack to align
+// to 1024 (225 KiB: one block an SM).
+constexpr int kStages = 3;
+constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024;
 static_assert(kBM == kBN, "the Q tile shares the K / V tile's layout");
 
 template <class T>
@@ -36,8 +41,8 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sQ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint8_t* sK = sQ + kTileBytes;      // [2 stages]
-  uint8_t* sV = sK + 2 * kTileBytes;  // [2 stages]
+  uint8_t* sK = sQ + kTileBytes;            // [kStages]
+  uint8_t* sV = sK + kStages * kTileBytes;  // [kStages]
   const T tag{};
   pdl_trigger();
   pdl_wait();
@@ -69,24 +74,37 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   const int64_t block_stride = static_cast<int64_t>(KVH) * bs * kD;  // elements a cache block
   const int64_t head_off = static_cast<int64_t>(kvh) * bs * kD + lc * 8;
   const uint32_t dst0 = swizzled_offset(lr, lc, kBN);                 // row lr; row lr + 16 i: + 2048 i
-  auto load_tile = [&](int t, int stage) {
+  // The block-table entries of tile t's rows this thread copies (0 past the last key), then the
+  // copies themselves: apart, so that the entries can be read a tile ahead.
+  using TileBlocks = int32_t[kBN / 16];
+  auto fetch_blocks = [&](int t, TileBlocks& tb) {
+#pragma unroll
+    for (int i = 0; i < kBN / 16; ++i) {
+      const int key = t * kBN + lr + 16 * i;
+      tb[i] = key < kv_end ? table[bs_pow2 ? key >> bs_shift : key / bs] : 0;
+    }
+  };
+  auto copy_tile = [&](int t, int stage, const TileBlocks& tb) {
     uint8_t* dK = sK + stage * kTileBytes + dst0;
     uint8_t* dV = sV + stage * kTileBytes + dst0;
 #pragma unroll
     for (int i = 0; i < kBN / 16; ++i) {
       const int key = t * kBN + lr + 16 * i;
       const bool valid = key < kv_end;
-      int64_t off = 0;
-      if (valid) {
-        const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-        off = table[blk] * block_stride + head_off + static_cast<int64_t>(key - blk * bs) * kD;
-      }
+      const int in_block = bs_pow2 ? key & (bs - 1) : key % bs;
+      const int64_t off = valid ? tb[i] * block_stride + head_off + static_cast<int64_t>(in_block) * kD : 0;
       cp_async16(dK + i * 16 * 128, kc + off, valid);
       cp_async16(dV + i * 16 * 128, vc + off, valid);
     }
     cp_async_commit();
   };
-  load_tile(t_begin, 0);
+  {
+    TileBlocks tb;
+    fetch_blocks(t_begin, tb);
+    copy_tile(t_begin, 0, tb);
+  }
+  TileBlocks next_blocks;  // the entries of the next tile to copy, read one tile ahead
+  if (t_begin + 1 < t_end) fetch_blocks(t_begin + 1, next_blocks);
 
   // Q tile: f32 -> T, swizzled (rows past nq are zero).
   for (int i = tid; i < kBM * (kD / 4); i += kThreads) {
@@ -101,12 +119,9 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
     *reinterpret_cast<uint2*>(sQ + swizzled_offset(row, col / 8, kBM) + (col & 7) * 2) = packed;
   }
 
-  // This warpgroup's rows and the keys they can see.
+  // This warpgroup's rows.
   const int wg_row0 = wg * 64;
-  const int wg_rows = min(64, nq - wg_row0);
   const int wg_pos0 = first_pos + wg_row0;
-  const int wg_kv_end = wg_rows > 0 ? wg_pos0 + wg_rows : 0;
-  const int wg_kv_begin = window > 0 ? max(0, wg_pos0 - window + 1) : 0;
   const int g = lane >> 2, t4 = lane & 3;
   const int r0 = wg_row0 + (warp & 3) * 16 + g;  // this thread's rows: r0 and r0 + 8
   const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
@@ -119,58 +134,83 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   const float sl2 = p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
 
-  for (int t = t_begin; t < t_end; ++t) {
-    const int stage = (t - t_begin) & 1;
-    if (t + 1 < t_end) {
-      load_tile(t + 1, stage ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+  // Every warpgroup computes every tile of the block's range (a tile past its rows' keys is all
+  // masked: p = 0, alpha = 1), so no wgmma sits on a divergent path. Tile t's S is issued with
+  // tile t - 1's P V (P from registers), and the softmax of tile t runs while that P V does.
+  uint32_t pa[kBN / 16][4];
+  auto issue_pv = [&](int stage) {
+    const uint32_t v_addr = smem_addr(sV + stage * kTileBytes);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_m64n128k16_rs_tb(o, pa[kk], wgmma_desc(v_addr + kk * 16 * 128, kBN * 128, 1024), tag);
+    wgmma_commit();
+  };
+  auto issue_s = [&](float (&s)[kBN / 8][4], int stage) {
+    const uint32_t k_addr = smem_addr(sK + stage * kTileBytes);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t col = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
+      wgmma_m64n128k16_ss(s, wgmma_desc(q_addr + col, 16, 1024), wgmma_desc(k_addr + col, 16, 1024), kk > 0, tag);
     }
+    wgmma_commit();
+  };
+  // Tile t landed (the one cp.async group in flight), visible to the async proxy and to every
+  // warp; every warp is past iteration t - 1, so the P V of tile t - 2 is done and its stage
+  // takes tile t + 1.
+  auto next_tile = [&](int t) {
+    cp_async_wait<0>();
     fence_proxy_async_shared();
     __syncthreads();
-    const int kbase = t * kBN;
-    if (kbase < wg_kv_end && kbase + kBN > wg_kv_begin) {
-      const uint32_t k_addr = smem_addr(sK + stage * kTileBytes), v_addr = smem_addr(sV + stage * kTileBytes);
-      float s[kBN / 8][4];
-#pragma unroll
-      for (int n = 0; n < kBN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        // 16 columns of d: column block kk / 4 (64 columns each), 32 bytes into its rows.
-        const uint32_t col = (kk >> 2) * (kBN * 128) + (kk & 3) * 32;
-        wgmma_m64n128k16_ss(s, wgmma_desc(q_addr + col, 16, 1024), wgmma_desc(k_addr + col, 16, 1024), kk > 0, tag);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(s);
-
-      const bool need_mask = kbase + kBN - 1 > wg_pos0 || (window > 0 && kbase <= wg_pos0 + 63 - window);
-      float mx[2];
-      const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
-      online_softmax_tile(s, k, mx, mrow, lrow, o);
-
-      // O += P V: P (64 x 128 keys) from registers, 16 keys a wgmma; V's rows of 16 keys.
-      uint32_t pa[kBN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1], tag);
-        pa[kk][1] = pack2(s[2 * kk][2], s[2 * kk][3], tag);
-        pa[kk][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], tag);
-        pa[kk][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], tag);
-      }
-      wgmma_fence_operand(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        wgmma_m64n128k16_rs_tb(o, pa[kk], wgmma_desc(v_addr + kk * 16 * 128, kBN * 128, 1024), tag);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(o);
+    if (t + 1 < t_end) {
+      copy_tile(t + 1, (t + 1 - t_begin) % kStages, next_blocks);
+      if (t + 2 < t_end) fetch_blocks(t + 2, next_blocks);
     }
-    __syncthreads();  // this stage is loaded again two tiles on
+  };
+  auto softmax = [&](float (&s)[kBN / 8][4], int t, float (&alpha)[2]) {
+    const int kbase = t * kBN;
+    const bool need_mask = kbase + kBN - 1 > wg_pos0 || (window > 0 && kbase <= wg_pos0 + 63 - window);
+    float mx[2];
+    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
+    online_softmax_tile(s, k, mx, mrow, lrow, alpha);
+  };
+  auto pack_p = [&](const float (&s)[kBN / 8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1], tag);
+      pa[kk][1] = pack2(s[2 * kk][2], s[2 * kk][3], tag);
+      pa[kk][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], tag);
+      pa[kk][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], tag);
+    }
+  };
+  {
+    float s[kBN / 8][4], alpha[2];
+    next_tile(t_begin);
+    wgmma_fence();
+    issue_s(s, 0);
+    wgmma_wait<0>();
+    wgmma_fence_operand(s);
+    softmax(s, t_begin, alpha);  // o is zero: no rescale
+    pack_p(s);
   }
+  for (int t = t_begin + 1; t < t_end; ++t) {
+    const int stage = (t - t_begin) % kStages;
+    next_tile(t);
+    float s[kBN / 8][4], alpha[2];
+    wgmma_fence();
+    issue_s(s, stage);
+    issue_pv((t - 1 - t_begin) % kStages);
+    wgmma_wait<1>();
+    wgmma_fence_operand(s);
+    softmax(s, t, alpha);
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+    rescale_rows(o, alpha);
+    pack_p(s);
+  }
+  wgmma_fence();
+  issue_pv((t_end - 1 - t_begin) % kStages);
+  wgmma_wait<0>();
+  wgmma_fence_operand(o);
 
   float inv[2];
 #pragma unroll
@@ -205,8 +245,8 @@ template <class T>
 void launch(const PrefillAttentionParams& p, cudaStream_t s) {
   static bool configured = false;  // per instantiation; the attribute is per device function
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<T>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     configured = true;
   }
   // Heads fastest, as attention_prefill.cu: items longest first across all heads.

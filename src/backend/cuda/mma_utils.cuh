@@ -111,7 +111,10 @@ __device__ __forceinline__ float exp2_approx(float x) {
 template <bool MASK, bool CAP, int NT>
 __device__ __forceinline__ float prepare_scores(float (&s)[NT][4], float sl2, float cap_l2, int kbase, int t4,
                                                 const int (&pos_r)[2], int window, float (&mx)[2]) {
-  mx[0] = mx[1] = -INFINITY;
+  // Four partial maxima a row (n mod 2, e & 1): dependency chains a quarter as long.
+  float m4[2][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) m4[i][0] = m4[i][1] = m4[i][2] = m4[i][3] = -INFINITY;
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -125,8 +128,11 @@ __device__ __forceinline__ float prepare_scores(float (&s)[NT][4], float sl2, fl
         v = ok ? v : -INFINITY;
       }
       s[n][e] = v;
-      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      float& m = m4[e >> 1][(n & 1) * 2 + (e & 1)];
+      m = fmaxf(m, v);
     }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = fmaxf(fmaxf(m4[i][0], m4[i][1]), fmaxf(m4[i][2], m4[i][3]));
   return CAP ? 1.0f : sl2;
 }
 // prepare_scores with the run-time choices (one uniform branch a tile).
@@ -146,11 +152,11 @@ __device__ __forceinline__ float prepare_scores(bool mask, float (&s)[NT][4], fl
 // scale prepare_scores returned, so p = 2^(s k - m k); mx: this thread's maxima of its two rows).
 // Reduces the maxima over the quad, turns s into probabilities, updates the running maxima mrow
 // (in the scores' units) and the thread's partial row sums lrow (summed over the quad at the end),
-// and rescales the O accumulators (DN n8 tiles).
-template <int NT, int DN>
+// and returns in alpha the factors the two rows' O accumulators take (rescale_rows).
+template <int NT>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float k, float (&mx)[2], float (&mrow)[2],
-                                                    float (&lrow)[2], float (&o)[DN][4]) {
-  float mu[2], alpha[2];
+                                                    float (&lrow)[2], float (&alpha)[2]) {
+  float mu[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
@@ -160,16 +166,20 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float k, 
     alpha[i] = exp2_approx(mrow[i] * k - mu[i]);
     mrow[i] = mn;
   }
-  float rs[2] = {0.0f, 0.0f};
+  float rs[2][4] = {};  // four partial sums a row, as prepare_scores' maxima
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[n][e] = exp2_approx(fmaf(s[n][e], k, -mu[e >> 1]));
-      rs[e >> 1] += s[n][e];
+      rs[e >> 1][(n & 1) * 2 + (e & 1)] += s[n][e];
     }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + rs[i];
+  for (int i = 0; i < 2; ++i) lrow[i] = lrow[i] * alpha[i] + ((rs[i][0] + rs[i][1]) + (rs[i][2] + rs[i][3]));
+}
+// O accumulators (DN n8 tiles in C-fragment layout: rows g and g + 8) times the rows' factors.
+template <int DN>
+__device__ __forceinline__ void rescale_rows(float (&o)[DN][4], const float (&alpha)[2]) {
 #pragma unroll
   for (int dn = 0; dn < DN; ++dn) {
     o[dn][0] *= alpha[0];
