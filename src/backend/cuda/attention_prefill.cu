@@ -16,7 +16,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/mma_utils.cuh"
+#include "backend/cuda/prefill_common.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -55,21 +55,8 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
   pdl_wait();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const PrefillItem item = p.items[blockIdx.y];
-  const PrefillSeq sq = p.seqs[item.seq];
-  const int h = blockIdx.x;
-  const int KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int kvh = h / (static_cast<int>(p.num_heads) / KVH);
-  const int nq = min(kBM, sq.num_queries - item.q0);
-  const int first_pos = sq.context_len - sq.num_queries + item.q0;
-  const int kv_end = first_pos + nq;  // keys [0, kv_end) can be visible to some row
-  const int window = static_cast<int>(p.window);
-  const int kv_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
-  const int t_begin = kv_begin / kBN, t_end = (kv_end + kBN - 1) / kBN;
-  const int bs = static_cast<int>(p.cache.block_size);
-  const bool bs_pow2 = (bs & (bs - 1)) == 0;
-  const int bs_shift = __ffs(bs) - 1;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(sq.bt_row) * p.bt_stride;
+  const PrefillBlock b(p, kBM);
+  const int t_begin = b.kv_begin / kBN, t_end = (b.kv_end + kBN - 1) / kBN;
   const KVT* kc = static_cast<const KVT*>(p.cache.k);
   const KVT* vc = static_cast<const KVT*>(p.cache.v);
 
@@ -77,14 +64,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
   constexpr int QV = D / 4;
   for (int i = tid; i < kBM * QV; i += kThreads) {
     const int row = i / QV, c = (i - row * QV) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < nq)
-      v = *reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.q_stride +
-                                           static_cast<int64_t>(h) * D + c);
-    uint2 packed;
-    packed.x = pack2(v.x, v.y, tag);
-    packed.y = pack2(v.z, v.w, tag);
-    *reinterpret_cast<uint2*>(sQ + row * LD + c) = packed;
+    *reinterpret_cast<uint2*>(sQ + row * LD + c) = b.query4(p, row, c, D, tag);
   }
 
   constexpr int EPC = kChunkElems<KVT>;
@@ -95,11 +75,10 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     for (int i = tid; i < kBN * CPR; i += kThreads) {
       const int row = i / CPR, c = (i - row * CPR) * EPC;
       const int key = t * kBN + row;
-      const bool valid = key < kv_end;
+      const bool valid = key < b.kv_end;
       int64_t off = 0;
       if (valid) {
-        const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-        off = ((static_cast<int64_t>(table[blk]) * KVH + kvh) * bs + (key - blk * bs)) * D + c;
+        off = ((static_cast<int64_t>(b.table[b.block_of(key)]) * b.num_kv_heads + b.kvh) * b.bs + b.slot_of(key)) * D + c;
       }
       cp_async16(dK + row * SLD + c, kc + off, valid);
       cp_async16(dV + row * SLD + c, vc + off, valid);
@@ -125,7 +104,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
   const float cap_l2 = p.softcap * kLog2e;  // 0: no soft-cap
   const int g = lane >> 2, t4 = lane & 3;
   const int r0 = warp * 16 + g;  // this thread's rows: r0 and r0 + 8
-  const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
+  const int pos_r[2] = {b.first_pos + r0, b.first_pos + r0 + 8};
 
   for (int t = t_begin; t < t_end; ++t) {
     const int stage = (t - t_begin) & 1;
@@ -169,9 +148,9 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     // Mask (only tiles that cross the diagonal or the window edge), scale, row max (rows live
     // in the 4 lanes of a quad).
     const int kbase = t * kBN;
-    const bool need_mask = kbase + kBN - 1 > first_pos || (window > 0 && kbase <= first_pos + kBM - 1 - window);
+    const bool need_mask = kbase + kBN - 1 > b.first_pos || (b.window > 0 && kbase <= b.first_pos + kBM - 1 - b.window);
     float mx[2];
-    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
+    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, b.window, mx);
     float alpha[2];
     online_softmax_tile(s, k, mx, mrow, lrow, alpha);
     rescale_rows(o, alpha);
@@ -195,29 +174,7 @@ __global__ __launch_bounds__(kBM * 2, QS ? 2 : 1) void prefill_attention_kernel(
     __syncthreads();  // this stage (F8: the converted tile) is overwritten by a later iteration
   }
 
-  float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-    inv[i] = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = r0 + half * 8;
-    if (row >= nq) continue;
-    const int64_t base = static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * D;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int col = dn * 8 + t4 * 2;
-      const float v0 = o[dn][half * 2] * inv[half], v1 = o[dn][half * 2 + 1] * inv[half];
-      if (p.out_dtype == DType::kBF16) {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
-      } else {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
-      }
-    }
-  }
+  store_attention_rows(o, lrow, r0, b.nq, b.sq.query_begin + b.item.q0, b.h, t4, p.out, p.out_dtype, p.out_stride);
 }
 
 template <class KVT, int D, int kBM>

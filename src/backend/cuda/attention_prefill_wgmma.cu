@@ -9,7 +9,7 @@
 // read a tile ahead; zero-filled past the last key) in the 128-byte swizzled layout wgmma reads.
 // Per tile and warpgroup: S (64 x 128) = Q K^T with Q and K both read by wgmma from shared memory
 // (no ldmatrix, no register copy of Q), the mask and the online softmax in registers
-// (mma_utils.cuh's, as the accumulators have mma.sync's fragment layout), and O (64 x 128) +=
+// (prefill_common.cuh's, as the accumulators have mma.sync's fragment layout), and O (64 x 128) +=
 // P V with P from registers and V read transposed from shared memory, issued with the next tile's
 // S so that it runs during that tile's softmax (D84).
 #include <atomic>
@@ -17,6 +17,7 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill_common.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 namespace pagoda::cuda {
@@ -49,21 +50,8 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2;  // warpgroup: query rows 64 wg .. 64 wg + 63 of the tile
-  const PrefillItem item = p.items[blockIdx.y];
-  const PrefillSeq sq = p.seqs[item.seq];
-  const int h = blockIdx.x;
-  const int KVH = static_cast<int>(p.cache.num_kv_heads);
-  const int kvh = h / (static_cast<int>(p.num_heads) / KVH);
-  const int nq = min(kBM, sq.num_queries - item.q0);
-  const int first_pos = sq.context_len - sq.num_queries + item.q0;
-  const int kv_end = first_pos + nq;
-  const int window = static_cast<int>(p.window);
-  const int kv_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
-  const int t_begin = kv_begin / kBN, t_end = (kv_end + kBN - 1) / kBN;
-  const int bs = static_cast<int>(p.cache.block_size);
-  const bool bs_pow2 = (bs & (bs - 1)) == 0;
-  const int bs_shift = __ffs(bs) - 1;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(sq.bt_row) * p.bt_stride;
+  const PrefillBlock b(p, kBM);
+  const int t_begin = b.kv_begin / kBN, t_end = (b.kv_end + kBN - 1) / kBN;
   const T* kc = static_cast<const T*>(p.cache.k);
   const T* vc = static_cast<const T*>(p.cache.v);
 
@@ -71,8 +59,8 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   // chunk's place in the cache's block and its swizzled place in the tile are fixed.
   const int lr = tid / kChunks, lc = tid % kChunks;
   static_assert(kThreads == 16 * kChunks, "a pass of the block copies 16 rows");
-  const int64_t block_stride = static_cast<int64_t>(KVH) * bs * kD;  // elements a cache block
-  const int64_t head_off = static_cast<int64_t>(kvh) * bs * kD + lc * 8;
+  const int64_t block_stride = static_cast<int64_t>(b.num_kv_heads) * b.bs * kD;  // elements a cache block
+  const int64_t head_off = static_cast<int64_t>(b.kvh) * b.bs * kD + lc * 8;
   const uint32_t dst0 = swizzled_offset(lr, lc, kBN);                 // row lr; row lr + 16 i: + 2048 i
   // The block-table entries of tile t's rows this thread copies (0 past the last key), then the
   // copies themselves: apart, so that the entries can be read a tile ahead.
@@ -81,7 +69,7 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
 #pragma unroll
     for (int i = 0; i < kBN / 16; ++i) {
       const int key = t * kBN + lr + 16 * i;
-      tb[i] = key < kv_end ? table[bs_pow2 ? key >> bs_shift : key / bs] : 0;
+      tb[i] = key < b.kv_end ? b.table[b.block_of(key)] : 0;
     }
   };
   auto copy_tile = [&](int t, int stage, const TileBlocks& tb) {
@@ -90,9 +78,8 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
 #pragma unroll
     for (int i = 0; i < kBN / 16; ++i) {
       const int key = t * kBN + lr + 16 * i;
-      const bool valid = key < kv_end;
-      const int in_block = bs_pow2 ? key & (bs - 1) : key % bs;
-      const int64_t off = valid ? tb[i] * block_stride + head_off + static_cast<int64_t>(in_block) * kD : 0;
+      const bool valid = key < b.kv_end;
+      const int64_t off = valid ? tb[i] * block_stride + head_off + static_cast<int64_t>(b.slot_of(key)) * kD : 0;
       cp_async16(dK + i * 16 * 128, kc + off, valid);
       cp_async16(dV + i * 16 * 128, vc + off, valid);
     }
@@ -109,22 +96,15 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   // Q tile: f32 -> T, swizzled (rows past nq are zero).
   for (int i = tid; i < kBM * (kD / 4); i += kThreads) {
     const int row = i / (kD / 4), col = (i - row * (kD / 4)) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < nq)
-      v = *reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.q_stride +
-                                           static_cast<int64_t>(h) * kD + col);
-    uint2 packed;
-    packed.x = pack2(v.x, v.y, tag);
-    packed.y = pack2(v.z, v.w, tag);
-    *reinterpret_cast<uint2*>(sQ + swizzled_offset(row, col / 8, kBM) + (col & 7) * 2) = packed;
+    *reinterpret_cast<uint2*>(sQ + swizzled_offset(row, col / 8, kBM) + (col & 7) * 2) = b.query4(p, row, col, kD, tag);
   }
 
   // This warpgroup's rows.
   const int wg_row0 = wg * 64;
-  const int wg_pos0 = first_pos + wg_row0;
+  const int wg_pos0 = b.first_pos + wg_row0;
   const int g = lane >> 2, t4 = lane & 3;
   const int r0 = wg_row0 + (warp & 3) * 16 + g;  // this thread's rows: r0 and r0 + 8
-  const int pos_r[2] = {first_pos + r0, first_pos + r0 + 8};
+  const int pos_r[2] = {b.first_pos + r0, b.first_pos + r0 + 8};
   const uint32_t q_addr = smem_addr(sQ) + wg_row0 * 128;
 
   float o[kD / 8][4];
@@ -168,9 +148,9 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   };
   auto softmax = [&](float (&s)[kBN / 8][4], int t, float (&alpha)[2]) {
     const int kbase = t * kBN;
-    const bool need_mask = kbase + kBN - 1 > wg_pos0 || (window > 0 && kbase <= wg_pos0 + 63 - window);
+    const bool need_mask = kbase + kBN - 1 > wg_pos0 || (b.window > 0 && kbase <= wg_pos0 + 63 - b.window);
     float mx[2];
-    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, window, mx);
+    const float k = prepare_scores(need_mask, s, sl2, cap_l2, kbase, t4, pos_r, b.window, mx);
     online_softmax_tile(s, k, mx, mrow, lrow, alpha);
   };
   auto pack_p = [&](const float (&s)[kBN / 8][4]) {
@@ -212,29 +192,7 @@ __global__ __launch_bounds__(kThreads, 1) void prefill_attention_wgmma_kernel(Pr
   wgmma_wait<0>();
   wgmma_fence_operand(o);
 
-  float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-    lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-    inv[i] = lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f;
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = r0 + half * 8;
-    if (row >= nq) continue;
-    const int64_t base = static_cast<int64_t>(sq.query_begin + item.q0 + row) * p.out_stride + static_cast<int64_t>(h) * kD;
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      const int col = dn * 8 + t4 * 2;
-      const float v0 = o[dn][half * 2] * inv[half], v1 = o[dn][half * 2 + 1] * inv[half];
-      if (p.out_dtype == DType::kBF16) {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + base + col) = __floats2bfloat162_rn(v0, v1);
-      } else {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
-      }
-    }
-  }
+  store_attention_rows(o, lrow, r0, b.nq, b.sq.query_begin + b.item.q0, b.h, t4, p.out, p.out_dtype, p.out_stride);
 #else
   pdl_wait();
   __trap();  // host dispatch never launches it below sm_90a
