@@ -228,6 +228,18 @@ stage_fp8() {
   # cuBLASLt without outer-vector FP8 kernels for a shape: the fallback's warning
   grep -h "outer-vector scales for" "$LOGS"/fp8_*.log 2>/dev/null | head -n 2 >>"$SUMMARY"
 }
+# FP8 decode at 1-8 rows with the FP8 GEMV taking up to R rows (R = 1, 2, 4, 8; more rows take
+# cuBLASLt's FP8 GEMM): where the GEMV stops paying (on the H100 at 8 rows it ran at 0.71x bf16).
+# ~70 s after the model exists.
+stage_fp8rows() {
+  local m r
+  ensure_model 8b
+  m=$(model_dir 8b)
+  for r in 1 2 4 8; do
+    TAILN=6 step fp8rows_$r 60 $PAGODA bench -m $m --device cuda --quantization fp8 -p 0 -n 64 -b 1,2,4,8 -r 2 \
+      --cuda-quant-gemv-max-rows $r
+  done
+}
 stage_alltests() {
   step gpuref 140 python3 tools/make_gpu_references.py --out /tmp/gpuref
   TAILN=3 step tests 260 $TESTS
@@ -749,6 +761,7 @@ for s in "$@"; do
     sgpt2) stage_sgpt2 ;;
     onlinequant) stage_onlinequant ;;
     fp8) stage_fp8 ;;
+    fp8rows) stage_fp8rows ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     corpus) stage_corpus ;;
