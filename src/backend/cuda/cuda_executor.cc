@@ -1,6 +1,7 @@
 // The CUDA executor: weights, paged KV cache, activation workspace and the step of any family's
 // forward pass (model/layer_ops.h; the ops themselves: cuda_step_ops.cc) on one GPU, with decode
-// steps replayed from CUDA graphs and sampling on the device (cuda_executor_sampling.cc).
+// steps replayed from CUDA graphs, sampling on the device (cuda_executor_sampling.cc) and the
+// hidden-state capture of the draft heads (cuda_hidden_capture.cc).
 // runtime/cuda_executor.h states the compute paths and the batch-invariance contract.
 //
 // Inputs of a step (token ids, positions, slots, attention rows, block tables, ...) are packed
@@ -465,83 +466,6 @@ std::string CudaExecutor::graph_report() const {
   if (verify_graphs_ == 0 && verify_steps_ == 0) return {};
   return fmt::format("verification graphs: {} captured ({:.1f} MiB of device memory at capture), {} steps replayed\n",
                      verify_graphs_, verify_graph_bytes_ / 1048576.0, verify_steps_);
-}
-
-bool CudaExecutor::set_hidden_capture(const std::vector<int64_t>& after_layers) {
-  if (partial()) return after_layers.empty();
-  for (int64_t a : after_layers)
-    if (a < 0 || a >= model_.config().num_layers) return false;
-  if (after_layers == capture_) return true;
-  CUDA_CHECK(cudaSetDevice(opt_.device));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  capture_ = after_layers;
-  captured_ = Tensor();
-  capture_rows_.clear();
-  capture_host_.reset(0);
-  capture_host_rows_ = 0;
-  const int64_t W = capture_width();
-  capture_dev_.reset(static_cast<size_t>(graph_.tok_cap * W) * sizeof(float));
-  if (W > 0) reserve_capture_host(std::max<int64_t>(graph_.tok_cap, 256));
-  // The graphs copy the captured layers' rows into capture_dev_ (or copy nothing): captured again,
-  // at start-up capture now, lazily at each shape's next step otherwise.
-  if (!graphs_.empty() || !captured_shapes_.empty()) {
-    destroy_graphs();
-    if (opt_.cuda_graphs && !cuda::block_trace_enabled() && !lazy_graphs()) capture_graphs();
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  return true;
-}
-
-void CudaExecutor::reserve_capture_host(int64_t rows) {
-  if (rows <= capture_host_rows_) return;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier copies into the old buffer
-  const int64_t n = align_up(rows, 256);
-  capture_host_.reset(static_cast<size_t>(n * capture_width()) * sizeof(float));
-  capture_host_rows_ = n;
-}
-
-void CudaExecutor::capture_layer(int64_t layer, int64_t T) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
-  const bool in_graph = status != cudaStreamCaptureStatusNone;
-  const int64_t n = static_cast<int64_t>(capture_.size()), D = d_.D;
-  // A graph's rows go to the device buffer; an eager step's (and a graph's warm-up, whose rows
-  // nobody reads) straight to pinned host memory.
-  PAGODA_CHECK(T <= (in_graph ? graph_.tok_cap : capture_host_rows_), "hidden-state capture of {} rows: the {} buffer holds {}",
-               T, in_graph ? "device" : "host", in_graph ? graph_.tok_cap : capture_host_rows_);
-  float* dst = in_graph ? capture_dev_.as<float>() : capture_host_.as<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (capture_[static_cast<size_t>(i)] != layer) continue;
-    CUDA_CHECK(cudaMemcpy2DAsync(dst + i * D, static_cast<size_t>(n * D) * sizeof(float), residual_.as<float>(),
-                                 static_cast<size_t>(D) * sizeof(float), static_cast<size_t>(D) * sizeof(float),
-                                 static_cast<size_t>(T), in_graph ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
-                                 stream_));
-  }
-}
-
-void CudaExecutor::copy_graph_capture(int64_t rows, const std::vector<int32_t>* map) {
-  if (capture_.empty()) return;
-  PAGODA_CHECK(rows <= capture_host_rows_ && rows <= graph_.tok_cap, "graph capture rows {}", rows);
-  CUDA_CHECK(cudaMemcpyAsync(capture_host_.get(), capture_dev_.get(), static_cast<size_t>(rows * capture_width()) * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream_));
-  if (map != nullptr) capture_rows_ = *map;
-}
-
-void CudaExecutor::finish_capture(int64_t T) {
-  if (capture_.empty()) return;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // already idle after the step's last wait
-  const int64_t W = capture_width();
-  if (capture_rows_.empty()) {
-    captured_ = Tensor::view(DType::kF32, {T, W}, capture_host_.get(), nullptr);
-    return;
-  }
-  PAGODA_CHECK(static_cast<int64_t>(capture_rows_.size()) == T, "capture rows {} for {} tokens", capture_rows_.size(), T);
-  captured_ = Tensor::empty(DType::kF32, {T, W});
-  const float* src = capture_host_.as<const float>();
-  float* dst = captured_.data_as<float>();
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(dst + t * W, src + static_cast<int64_t>(capture_rows_[static_cast<size_t>(t)]) * W,
-                static_cast<size_t>(W) * sizeof(float));
 }
 
 bool CudaExecutor::output_logits(const float* x, int64_t m, float* logits) {
