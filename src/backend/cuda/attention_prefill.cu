@@ -6,9 +6,11 @@
 // cache's 16-bit type in shared memory; its mma A fragments stay in registers (tile 64) or are
 // re-read for every K tile (tile 128, two blocks an SM); K and V tiles of 64 keys stream through
 // shared memory, double-buffered with cp.async (the next tile loads while this one computes),
-// gathered through the block table row by row, zero-filled past the last key. Per tile: S = Q K^T with mma.sync m16n8k16 (f32
-// accumulate), causal / window mask, online softmax in registers (exp2, log2(e) folded into the
-// scale), P re-packed in registers as the A operand of O += P V (ldmatrix.trans reads V).
+// gathered through the block table row by row, zero-filled past the last key. Per tile: S = Q K^T
+// with mma.sync m16n8k16 (f32 accumulate), causal / window mask and online softmax in registers
+// (prefill_common.cuh: the scale times log2(e) folded into ex2's exponent), P re-packed in
+// registers as the A operand of O += P V (ldmatrix.trans reads V). On compute capability 9.0 at
+// head dim 128 with a 16-bit cache, prefill_attention runs attention_prefill_wgmma.cu instead.
 // Shared-memory rows are padded by 16 bytes so ldmatrix's 8-row reads hit distinct banks.
 // Work items are ordered longest first (the host builds them) and the grid runs them in that order
 // over all heads, to shorten the tail.
