@@ -26,6 +26,8 @@ namespace {
 using test::mixed_prompt;
 using spec_test::config_for;
 using spec_test::greedy_request;
+using spec_test::recorded_sequences;
+using spec_test::run_greedy_core;
 using spec_test::SamplingCpuExecutor;
 using spec_test::SpecCase;
 using spec_test::target_path;
@@ -211,31 +213,16 @@ TEST(SpecDecode, DraftsTheGrammarForbidsAreNeverAccepted) {
     const int64_t vocab = e.model_config().vocab_size;
     const int kRequests = 6;
     auto run = [&](const std::string& tag) {
-      std::vector<std::vector<int32_t>> out(kRequests);
-      for (int i = 0; i < kRequests; ++i) {
-        auto r = std::make_unique<Request>();
-        r->id = tag + std::to_string(i);
-        r->prompt = mixed_prompt(i + 1, vocab);
-        r->sampling.temperature = 0;
-        r->sampling.constraint = *cs;
-        r->stop.max_tokens = 100;
-        r->eos_token_ids = eos;
-        EXPECT_TRUE(e.add_request(std::move(r)).ok());
-      }
-      while (e.has_unfinished())
-        for (const CoreOutput& o : e.step())
-          if (o.has_token) out[std::stoi(o.id.substr(tag.size()))].push_back(o.sample.token);
-      return out;
+      return run_greedy_core(e, tag, kRequests, [&](Request& r) {
+        r.sampling.constraint = *cs;
+        r.stop.max_tokens = 100;
+        r.eos_token_ids = eos;
+      });
     };
     const auto record = run("plain-");
-    std::unordered_map<std::string, std::vector<int32_t>> records;
+    const auto records = recorded_sequences(record, "spec-", vocab);
     std::unordered_map<std::string, size_t> prompt_lens;
-    for (int i = 0; i < kRequests; ++i) {
-      std::vector<int32_t> t = mixed_prompt(i + 1, vocab);
-      prompt_lens["spec-" + std::to_string(i)] = t.size();
-      t.insert(t.end(), record[i].begin(), record[i].end());
-      records["spec-" + std::to_string(i)] = t;
-    }
+    for (int i = 0; i < kRequests; ++i) prompt_lens["spec-" + std::to_string(i)] = mixed_prompt(i + 1, vocab).size();
     auto proposer = std::make_unique<ForbiddingProposer>(records, prompt_lens, *cs);
     ForbiddingProposer* fp = proposer.get();
     SpeculativeConfig spec;

@@ -38,6 +38,8 @@ using test::collect;
 using test::mixed_prompt;
 using spec_test::config_for;
 using spec_test::greedy_request;
+using spec_test::recorded_sequences;
+using spec_test::run_greedy_core;
 using spec_test::SamplingCpuExecutor;
 using spec_test::SpecCase;
 using spec_test::target_path;
@@ -400,31 +402,16 @@ TEST(SpecDecode, ReplayProposerHitsTheConstructedAcceptanceAndKeepsGreedyOutput)
     const int64_t vocab = e.model_config().vocab_size;
     const int kRequests = 8, kTokens = 80, k = 4;
     auto run = [&](const std::string& tag) {
-      std::vector<std::vector<int32_t>> out(kRequests);
-      for (int i = 0; i < kRequests; ++i) {
-        auto r = std::make_unique<Request>();
-        r->id = tag + std::to_string(i);
-        r->prompt = mixed_prompt(i + 1, vocab);
-        r->sampling.temperature = 0;
-        r->stop.max_tokens = kTokens;
-        r->stop.ignore_eos = true;
-        EXPECT_TRUE(e.add_request(std::move(r)).ok());
-      }
-      while (e.has_unfinished())
-        for (const CoreOutput& o : e.step())
-          if (o.has_token) out[std::stoi(o.id.substr(tag.size()))].push_back(o.sample.token);
-      return out;
+      return run_greedy_core(e, tag, kRequests, [&](Request& r) {
+        r.stop.max_tokens = kTokens;
+        r.stop.ignore_eos = true;
+      });
     };
     const auto record = run("plain-");
     for (double alpha : {0.5, 0.8, 1.0}) {
       SCOPED_TRACE("acceptance " + std::to_string(alpha));
       const std::string tag = "replay" + std::to_string(static_cast<int>(alpha * 10)) + "-";
-      std::unordered_map<std::string, std::vector<int32_t>> records;
-      for (int i = 0; i < kRequests; ++i) {
-        std::vector<int32_t> t = mixed_prompt(i + 1, vocab);
-        t.insert(t.end(), record[i].begin(), record[i].end());
-        records[tag + std::to_string(i)] = t;
-      }
+      const auto records = recorded_sequences(record, tag, vocab);
       auto replay = std::make_unique<ReplayProposer>(records, alpha, vocab, 42, std::move(inner));
       ReplayProposer* rp = replay.get();
       SpeculativeConfig spec;

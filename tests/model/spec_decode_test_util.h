@@ -10,9 +10,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "engine/engine_core.h"
 #include "engine_test_util.h"
 #include "runtime/model_executor.h"
 #include "runtime/sampler.h"
@@ -61,6 +63,39 @@ inline GenerateRequest greedy_request(int i, int64_t vocab, int max_tokens) {
   g.stop.max_tokens = max_tokens;
   g.stop.ignore_eos = true;
   return g;
+}
+
+// Requests tag0 .. tag(n - 1) with the prompts mixed_prompt(i + 1, vocab), greedy, shaped by
+// `shape` (stop conditions, a constraint), run on `e` until all finish; each one's generated tokens.
+inline std::vector<std::vector<int32_t>> run_greedy_core(EngineCore& e, const std::string& tag, int n,
+                                                        const std::function<void(Request&)>& shape) {
+  const int64_t vocab = e.model_config().vocab_size;
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    auto r = std::make_unique<Request>();
+    r->id = tag + std::to_string(i);
+    r->prompt = test::mixed_prompt(i + 1, vocab);
+    r->sampling.temperature = 0;
+    shape(*r);
+    EXPECT_TRUE(e.add_request(std::move(r)).ok());
+  }
+  while (e.has_unfinished())
+    for (const CoreOutput& o : e.step())
+      if (o.has_token) out[static_cast<size_t>(std::stoi(o.id.substr(tag.size())))].push_back(o.sample.token);
+  return out;
+}
+
+// Request tag + i's whole sequence (its prompt of run_greedy_core, then record[i]), by request id:
+// what a replaying proposer drafts from.
+inline std::unordered_map<std::string, std::vector<int32_t>> recorded_sequences(
+    const std::vector<std::vector<int32_t>>& record, const std::string& tag, int64_t vocab) {
+  std::unordered_map<std::string, std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < record.size(); ++i) {
+    std::vector<int32_t> t = test::mixed_prompt(static_cast<int>(i) + 1, vocab);
+    t.insert(t.end(), record[i].begin(), record[i].end());
+    seqs[tag + std::to_string(i)] = std::move(t);
+  }
+  return seqs;
 }
 
 // A CPU executor that samples each spec'd row itself (ModelRunner's forward_sample path, what CUDA
