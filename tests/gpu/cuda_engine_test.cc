@@ -41,7 +41,6 @@ using test::greedy_request;
 using test::mixed_prompt;
 using cuda_engine_test::cuda_config;
 using cuda_engine_test::engine_models;
-using cuda_engine_test::tokens_of_both;
 
 TEST(CudaEngine, ConcurrentGreedyRequestsMatchSoloRunsInBatchInvariantMode) {
   PAGODA_REQUIRE_GPU();

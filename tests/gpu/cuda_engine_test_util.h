@@ -1,8 +1,11 @@
 // Helpers of the engine tests on CUDA (tests/gpu/cuda_engine_test.cc, cuda_spec_engine_test.cc):
-// the models they run on, the engine configuration for the device, and one batch of requests
-// submitted to two engines.
+// the models they run on, the engine configuration for the device, one batch of requests submitted
+// to two engines, and the greedy comparison of a plain and a speculative engine.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -45,6 +48,26 @@ inline std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> tokens
   std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> out;
   for (int i = 0; i < batch; ++i) out.emplace_back(test::collect(*sa[i]).tokens[0], test::collect(*sb[i]).tokens[0]);
   return out;
+}
+
+// Batches of 1 and 8 requests make(0) .. on `plain` and on `spec`: with `invariant` (both engines
+// batch-invariant) each request's tokens are equal; the count of equal requests is printed as
+// "<label> batch-invariant I batch B: N/B equal to plain decoding".
+inline void expect_same_greedy_tokens(Engine& plain, Engine& spec, bool invariant,
+                                      const std::function<GenerateRequest(int)>& make, const std::string& label) {
+  for (int batch : {1, 8}) {
+    const auto pairs = tokens_of_both(plain, spec, batch, make);
+    int same = 0;
+    for (int i = 0; i < batch; ++i) {
+      const auto& [x, y] = pairs[static_cast<size_t>(i)];
+      same += x == y;
+      if (invariant) {
+        EXPECT_EQ(x, y) << label << " batch " << batch << " request " << i;
+      }
+    }
+    std::printf("%s batch-invariant %d batch %d: %d/%d equal to plain decoding\n", label.c_str(), invariant, batch, same,
+                batch);
+  }
 }
 
 }  // namespace pagoda::cuda_engine_test

@@ -35,6 +35,7 @@ using test::greedy_request;
 using test::mixed_prompt;
 using cuda_engine_test::cuda_config;
 using cuda_engine_test::engine_models;
+using cuda_engine_test::expect_same_greedy_tokens;
 using cuda_engine_test::tokens_of_both;
 
 // Speculative decoding on the GPU: verification steps take the logits to the host. Greedy output
@@ -63,17 +64,7 @@ TEST(CudaEngine, NgramSpeculationKeepsGreedyOutput) {
         g.stop.ignore_eos = true;
         return g;
       };
-      for (int batch : {1, 8}) {
-        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
-        int same = 0;
-        for (int i = 0; i < batch; ++i) {
-          const auto& [x, y] = pairs[static_cast<size_t>(i)];
-          same += x == y;
-          if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
-        }
-        std::printf("[cuda-spec] %s batch-invariant %d batch %d: %d/%d equal to plain decoding\n", model.c_str(), invariant,
-                    batch, same, batch);
-      }
+      expect_same_greedy_tokens(**plain, **spec, invariant, make, "[cuda-spec] " + model);
       const EngineStats st = (*spec)->stats();
       EXPECT_GT(st.spec_num_draft_tokens, 0);
       EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
@@ -210,17 +201,7 @@ TEST(CudaEngine, DraftModelOnTheDeviceKeepsGreedyOutput) {
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();
       const int64_t vocab = (*plain)->model_config().vocab_size;
       auto make = [&](int i) { return greedy_request(mixed_prompt(i, vocab), 40); };
-      for (int batch : {1, 8}) {
-        const auto pairs = tokens_of_both(**plain, **spec, batch, make);
-        int same = 0;
-        for (int i = 0; i < batch; ++i) {
-          const auto& [x, y] = pairs[static_cast<size_t>(i)];
-          same += x == y;
-          if (invariant) EXPECT_EQ(x, y) << model << " batch " << batch << " request " << i;
-        }
-        std::printf("[cuda-spec-draft] %s draft %s batch-invariant %d batch %d: %d/%d equal to plain decoding\n",
-                    model.c_str(), draft.c_str(), invariant, batch, same, batch);
-      }
+      expect_same_greedy_tokens(**plain, **spec, invariant, make, "[cuda-spec-draft] " + model + " draft " + draft);
       const EngineStats st = (*spec)->stats();
       EXPECT_GT(st.spec_num_accepted_tokens, 0);
       EXPECT_EQ(st.free_kv_blocks, st.num_kv_blocks);
