@@ -24,14 +24,7 @@ namespace pagoda {
 namespace {
 
 using test::mixed_prompt;
-using spec_test::config_for;
-using spec_test::greedy_request;
-using spec_test::recorded_sequences;
-using spec_test::run_greedy_core;
-using spec_test::SamplingCpuExecutor;
-using spec_test::SpecCase;
-using spec_test::target_path;
-using spec_test::tiny;
+using namespace spec_test;  // the shared cases and helpers (spec_decode_test_util.h)
 
 // A JSON schema whose every output is bounded, and a regex the tiny models' text fits often (so
 // that drafts survive the cut before a forbidden token and get verified).
@@ -113,10 +106,7 @@ TEST_P(ConstrainedSpecEquivalence, SameTokensAsPlainConstrainedDecoding) {
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   for (const bool device : {false, true}) {
     SCOPED_TRACE(device ? "device verify" : "host verify");
-    ExecutorDecorator wrap;
-    if (device)
-      wrap = [](std::unique_ptr<ModelExecutor> ex) { return std::unique_ptr<ModelExecutor>(std::make_unique<SamplingCpuExecutor>(std::move(ex))); };
-    auto spec = Engine::create(config_for(model, &sc), wrap);
+    auto spec = Engine::create(config_for(model, &sc), device ? device_sampling_decorator() : ExecutorDecorator{});
     ASSERT_TRUE(spec.ok()) << spec.status().to_string();
     SamplingCpuExecutor::multi_row_steps = 0;
     for (const bool json : {true, false}) {
@@ -199,15 +189,8 @@ TEST(SpecDecode, DraftsTheGrammarForbidsAreNeverAccepted) {
   for (const bool device : {false, true}) {
     SCOPED_TRACE(device ? "device verify" : "host verify");
     EngineConfig c = config_for(model, nullptr);
-    ModelLoadOptions lo;
-    lo.max_model_len = c.max_model_len;
-    auto loaded = load_model(model, lo);
-    ASSERT_TRUE(loaded.ok());
     ThreadPool pool(2);
-    ExecutorDecorator wrap;
-    if (device)
-      wrap = [](std::unique_ptr<ModelExecutor> ex) { return std::unique_ptr<ModelExecutor>(std::make_unique<SamplingCpuExecutor>(std::move(ex))); };
-    auto core = EngineCore::create(c, std::move(*loaded), pool, wrap);
+    auto core = make_core(c, pool, device);
     ASSERT_TRUE(core.ok()) << core.status().to_string();
     EngineCore& e = **core;
     const int64_t vocab = e.model_config().vocab_size;
@@ -255,12 +238,8 @@ TEST(SpecDecode, ADraftModelDraftsOnlyWhatTheGrammarAllows) {
   ASSERT_TRUE(cs.ok()) << cs.status().to_string();
   SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
   EngineConfig c = config_for(model, &sc);
-  ModelLoadOptions lo;
-  lo.max_model_len = c.max_model_len;
-  auto loaded = load_model(model, lo);
-  ASSERT_TRUE(loaded.ok());
   ThreadPool pool(2);
-  auto core = EngineCore::create(c, std::move(*loaded), pool);
+  auto core = make_core(c, pool);
   ASSERT_TRUE(core.ok()) << core.status().to_string();
   std::unique_ptr<Proposer> draft = (*core)->release_proposer();
   ASSERT_NE(draft, nullptr);

@@ -36,14 +36,7 @@ namespace {
 
 using test::collect;
 using test::mixed_prompt;
-using spec_test::config_for;
-using spec_test::greedy_request;
-using spec_test::recorded_sequences;
-using spec_test::run_greedy_core;
-using spec_test::SamplingCpuExecutor;
-using spec_test::SpecCase;
-using spec_test::target_path;
-using spec_test::tiny;
+using namespace spec_test;  // the shared cases and helpers (spec_decode_test_util.h)
 
 struct BatchRun {
   std::vector<std::vector<int32_t>> tokens;
@@ -252,12 +245,8 @@ TEST(SpecDecode, RandomCancelsMidDraftFreeEveryTargetAndDraftBlock) {
                              SpecCase{"eagle3", model, "eagle3", tiny("eagle3-llama3-echo")}}) {
   SCOPED_TRACE(sc.name);
   EngineConfig c = config_for(model, &sc);
-  ModelLoadOptions lo;
-  lo.max_model_len = c.max_model_len;
-  auto loaded = load_model(model, lo);
-  ASSERT_TRUE(loaded.ok());
   ThreadPool pool(2);
-  auto core = EngineCore::create(c, std::move(*loaded), pool);
+  auto core = make_core(c, pool);
   ASSERT_TRUE(core.ok()) << core.status().to_string();
   EngineCore& e = **core;
   // The proposer's own cache: a draft model's or a draft head's.
@@ -314,12 +303,8 @@ TEST(SpecDecode, LargeBatchesTurnSpeculationOffAndAdaptiveLengthsFollowAcceptanc
   {
     // Driven step by step: eight requests admitted together decode together and finish
     // together, so no step has 4 or fewer; then one alone drafts.
-    ModelLoadOptions lo;
-    lo.max_model_len = c.max_model_len;
-    auto loaded = load_model(model, lo);
-    ASSERT_TRUE(loaded.ok());
     ThreadPool pool(2);
-    auto core = EngineCore::create(c, std::move(*loaded), pool);
+    auto core = make_core(c, pool);
     ASSERT_TRUE(core.ok()) << core.status().to_string();
     auto add = [&](int i) {
       auto r = std::make_unique<Request>();
@@ -389,12 +374,8 @@ TEST(SpecDecode, ReplayProposerHitsTheConstructedAcceptanceAndKeepsGreedyOutput)
     SCOPED_TRACE(with_draft ? "draft model for its cost" : "free drafting");
     SpecCase sc{"draft", model, "draft", tiny("llama3/model-q8_0.gguf")};
     EngineConfig c = config_for(model, with_draft ? &sc : nullptr);
-    ModelLoadOptions lo;
-    lo.max_model_len = c.max_model_len;
-    auto loaded = load_model(model, lo);
-    ASSERT_TRUE(loaded.ok());
     ThreadPool pool(2);
-    auto core = EngineCore::create(c, std::move(*loaded), pool);
+    auto core = make_core(c, pool);
     ASSERT_TRUE(core.ok()) << core.status().to_string();
     EngineCore& e = **core;
     std::unique_ptr<Proposer> inner = e.release_proposer();
@@ -523,15 +504,7 @@ TEST(SpecDecode, DeviceSideGreedyVerificationMatchesTheHostVerifier) {
     SpecCase sc{method, model, method, method == "draft" ? tiny("llama3/model-q8_0.gguf") : ""};
     ThreadPool pool(2);
     auto run = [&](const SpecCase* spec, bool sampling_executor) {
-      EngineConfig c = config_for(model, spec);
-      ModelLoadOptions lo;
-      lo.max_model_len = c.max_model_len;
-      auto loaded = load_model(model, lo);
-      EXPECT_TRUE(loaded.ok());
-      ExecutorDecorator wrap;
-      if (sampling_executor)
-        wrap = [](std::unique_ptr<ModelExecutor> ex) { return std::unique_ptr<ModelExecutor>(std::make_unique<SamplingCpuExecutor>(std::move(ex))); };
-      auto core = EngineCore::create(c, std::move(*loaded), pool, wrap);
+      auto core = make_core(config_for(model, spec), pool, sampling_executor);
       EXPECT_TRUE(core.ok()) << core.status().to_string();
       EngineCore& e = **core;
       const int64_t vocab = e.model_config().vocab_size;

@@ -15,6 +15,8 @@
 
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
+#include "engine/executor_decorator.h"
+#include "model/model_loader.h"
 #include "engine_test_util.h"
 #include "runtime/model_executor.h"
 #include "runtime/sampler.h"
@@ -136,5 +138,22 @@ class SamplingCpuExecutor final : public ModelExecutor {
   std::unique_ptr<ModelExecutor> inner_;
   Sampler sampler_;
 };
+
+// The executor decorator that puts a SamplingCpuExecutor around an engine's executor.
+inline ExecutorDecorator device_sampling_decorator() {
+  return [](std::unique_ptr<ModelExecutor> ex) {
+    return std::unique_ptr<ModelExecutor>(std::make_unique<SamplingCpuExecutor>(std::move(ex)));
+  };
+}
+
+// An EngineCore of config c on `pool` (c.model loaded for c.max_model_len), its executor in a
+// SamplingCpuExecutor when `device_sampling`; the load's or the creation's error otherwise.
+inline Result<std::unique_ptr<EngineCore>> make_core(const EngineConfig& c, ThreadPool& pool, bool device_sampling = false) {
+  ModelLoadOptions lo;
+  lo.max_model_len = c.max_model_len;
+  auto loaded = load_model(c.model, lo);
+  if (!loaded.ok()) return loaded.status();
+  return EngineCore::create(c, std::move(*loaded), pool, device_sampling ? device_sampling_decorator() : ExecutorDecorator{});
+}
 
 }  // namespace pagoda::spec_test
