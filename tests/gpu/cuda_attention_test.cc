@@ -471,7 +471,9 @@ TEST(CudaAttention, TensorCorePrefillAttentionMatchesDenseReference) {
             }
           }
         }
-  if (sm90) EXPECT_EQ(wgmma_cases, 16) << "the wgmma kernel ran in every case it applies to";
+  if (sm90) {
+    EXPECT_EQ(wgmma_cases, 16) << "the wgmma kernel ran in every case it applies to";
+  }
 }
 
 #endif  // PAGODA_HAVE_CUDA

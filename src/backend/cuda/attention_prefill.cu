@@ -224,11 +224,14 @@ void PrefillAttentionParams::check() const {
   PAGODA_CUDA_REQUIRE(num_items <= 65535, "prefill_attention: at most 65535 query tiles a launch");
 }
 
+bool prefill_attention_runs_wgmma(const PrefillAttentionParams& p) {
+  return p.kernel == PrefillKernel::kWgmma || (p.kernel == PrefillKernel::kAuto && prefill_attention_wgmma_supported(p));
+}
+
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
   p.check();
   if (p.num_items <= 0) return;
-  if (p.kernel == PrefillKernel::kWgmma ||
-      (p.kernel == PrefillKernel::kAuto && prefill_attention_wgmma_supported(p))) {
+  if (prefill_attention_runs_wgmma(p)) {
     prefill_attention_wgmma(p, s);
     CUDA_CHECK_LAUNCH();
     return;

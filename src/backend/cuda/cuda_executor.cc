@@ -110,7 +110,8 @@ std::string CudaExecutor::describe() const {
   pp.cache.head_dim = d_.Dh;
   pp.cache.dtype = spec_.dtype;
   pp.tile_q = opt_.prefill_tile_q;
-  const bool wgmma = opt_.tuning.prefill_attention == "auto" && cuda::prefill_attention_wgmma_supported(pp);
+  pp.kernel = prefill_kernel();
+  const bool wgmma = cuda::prefill_attention_runs_wgmma(pp);
   return fmt::format("cuda:{} ({}, {} SMs) | compute {} | weights {} | kv {} | prefill attention {} | graphs {}{} | "
                      "batch-invariant {} | NVML {} | offload {}",
                      opt_.device, gpu_name_, sms_, dtype_name(act_), weights, dtype_name(spec_.dtype),

@@ -229,6 +229,10 @@ class CudaExecutor final : public ModelExecutor {
   std::string graph_report() const;
   void destroy_graphs();
   bool lazy_graphs() const { return opt_.tuning.graph_capture == "lazy"; }
+  // The prefill attention kernel the tuning asks for (cuda::PrefillAttentionParams::kernel).
+  cuda::PrefillKernel prefill_kernel() const {
+    return opt_.tuning.prefill_attention == "mma" ? cuda::PrefillKernel::kMmaSync : cuda::PrefillKernel::kAuto;
+  }
   cuda::KvCacheLayer kv_layer(int64_t l) const;
   // y = x w^T for M rows; N, K from the weight.
   void linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);

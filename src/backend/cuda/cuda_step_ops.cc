@@ -258,7 +258,7 @@ class CudaExecutor::StepOps final : public LayerOps {
       pp.items = in_.d<cuda::PrefillItem>(in_.o_pitems);
       pp.num_items = sh_.items;
       pp.tile_q = e.opt_.prefill_tile_q;
-      pp.kernel = e.opt_.tuning.prefill_attention == "mma" ? cuda::PrefillKernel::kMmaSync : cuda::PrefillKernel::kAuto;
+      pp.kernel = e.prefill_kernel();
       cuda::prefill_attention(pp, e.stream_);
       e.profiler_.mark("attention prefill", e.stream_);
     }

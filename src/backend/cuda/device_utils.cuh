@@ -300,9 +300,10 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
 // Gemma 2's attention soft-cap on a score in log2 units (q.k x scale x log2(e), as the attention
 // kernels' exp2 softmax takes it): cap_l2 x tanh(s / cap_l2) with cap_l2 = cap x log2(e), which is
 // log2(e) x cap x tanh(q.k x scale / cap); cap_l2 <= 0: s unchanged. Only for valid keys (a masked
-// -inf must stay -inf).
+// -inf must stay -inf). softcap_log2_on: the same where cap_l2 > 0 is known (no test).
+__device__ __forceinline__ float softcap_log2_on(float s, float cap_l2) { return cap_l2 * tanhf(s / cap_l2); }
 __device__ __forceinline__ float softcap_log2(float s, float cap_l2) {
-  return cap_l2 > 0.0f ? cap_l2 * tanhf(s / cap_l2) : s;
+  return cap_l2 > 0.0f ? softcap_log2_on(s, cap_l2) : s;
 }
 
 }  // namespace pagoda::cuda

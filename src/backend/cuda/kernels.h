@@ -228,6 +228,8 @@ struct PrefillAttentionParams {
 // Head dims 64 and 128 with an f16 or bf16 cache (mma.sync m16n8k16).
 bool prefill_attention_supported(int64_t head_dim, DType kv_dtype);
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
+// Whether prefill_attention(p) runs the wgmma kernel (p.kernel and, for kAuto, where it applies).
+bool prefill_attention_runs_wgmma(const PrefillAttentionParams& p);
 // The wgmma kernel (attention_prefill_wgmma.cu): whether it applies to p on the current device,
 // and its launch (prefill_attention dispatches to it).
 bool prefill_attention_wgmma_supported(const PrefillAttentionParams& p);

@@ -85,7 +85,7 @@ __device__ __forceinline__ float prepare_scores(float (&s)[NT][4], float sl2, fl
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = s[n][e];
-      if constexpr (CAP) v = cap_l2 * tanhf(v * sl2 / cap_l2);
+      if constexpr (CAP) v = softcap_log2_on(v * sl2, cap_l2);
       if constexpr (MASK) {
         const int key = kbase + n * 8 + t4 * 2 + (e & 1);
         const int pos = pos_r[e >> 1];

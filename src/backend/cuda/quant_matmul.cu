@@ -607,7 +607,6 @@ void gemv_quant(const int8_t* xq, const float2* xds, const void* w, DType format
   CUDA_CHECK_LAUNCH();
 }
 
-
 void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy,
                     GemmOut mode, cudaStream_t s) {
   PAGODA_CUDA_REQUIRE(M >= 1 && M <= kQuantMmaMaxM, "gemm_quant_mma: 1 <= M <= kQuantMmaMaxM");
