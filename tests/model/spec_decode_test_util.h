@@ -4,6 +4,8 @@
 // executor that samples on "the device" as the CUDA executor does.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <functional>
 #include <limits>
