@@ -82,6 +82,9 @@ finish() {
 }
 trap finish EXIT
 
+# The large-model stages (offload70b, mixtral, a3b, int4_70b).
+source scripts/gpu_stages_large.sh
+
 stage_check() {
   step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; nproc; free -g; df -h /dev/shm /tmp; uname -r; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"'
   step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
@@ -163,6 +166,9 @@ bench_model() {  # SHAPE
 #             at batch 1 and 8; "bw %" counts the bytes a step reads (the selected experts only);
 #             MOE_PROFILE=1: then the per-op profile of batch-1 decode (~30 s more)
 #   moetests  GPU references + the MoE GPU tests (CudaMoe.*, CudaParity.*, the MoE engine test)
+#   mixtral a3b int4_70b  random weights made at load (--load-format dummy, stage_dummy_bench):
+#             Mixtral-8x7B bf16 (93 GB: needs an H200), Qwen3-30B-A3B bf16, Llama-3-70B INT4 (on line)
+#   a3bpeer   Qwen3-30B-A3B BF16 GGUF on Pagoda and llama.cpp CUDA (after peerstart; stage_a3bpeer)
 #   corpus    the structured-output corpora on `serve --device cuda`, every answer checked (stage_corpus)
 #   cold8b    cold start of the 8B shape from /dev/shm: pagoda generate -n 1 (launch to first token,
 #             BF16 and F16 GGUF) against llama-bench -p 0 -n 1, and serve's launch to /health 200
@@ -381,19 +387,6 @@ stage_profile_quant() {
   m=$(model_dir $1)
   TAILN=6 step qdecode_${q}_$1 60 $PAGODA bench -m $m --device cuda --quantization $q -p 0 -n 128 -b 1,8 -r 3
   TAILN=40 step qprof_${q}_$1 60 $PAGODA bench -m $m --device cuda --quantization $q --cuda-profile -p 0 -n 32 -b 1 -r 1
-}
-# A Llama-3-70B-shaped Q8_0 model (75 GB, random codes: tools/make_bench_models.py q8_0-raw, written
-# to /dev/shm) in a 48 GB budget (an L40S-class card: --gpu-memory-utilization 48e9 / the H200's
-# 150.75e9 bytes): auto offload streams what does not fit; batch 1 and 64 decode against the
-# host-to-device bound, then the greedy tokens of the offloaded and the fully resident model
-# (which fits the H200) side by side. ~4 min with the file's ~1.5 min.
-stage_offload70b() {
-  local f=$SHM/llama3-70b-random.q8_0-raw.gguf u=0.3184
-  [ -f $f ] || TAILN=2 step make_70b 240 python3 tools/make_bench_models.py --shape llama3-70b --types q8_0-raw --out $SHM
-  TAILN=16 step off70b_bench 200 $PAGODA bench -m $f --device cuda --gpu-memory-utilization $u -p 0 -n 16 -b 1,64 -r 1
-  TAILN=3 step off70b_ids 120 $PAGODA generate -m $f --device cuda --gpu-memory-utilization $u -p "Once upon a time" -n 16 --temperature 0 --ids
-  TAILN=3 step res70b_ids 120 $PAGODA generate -m $f --device cuda -p "Once upon a time" -n 16 --temperature 0 --ids
-  TAILN=8 step res70b_bench 120 $PAGODA bench -m $f --device cuda -p 0 -n 16 -b 1 -r 1
 }
 # The quantized matmuls with on-line int4 / int8 weights (the tensor-core matmul is off by default
 # until this has run: D74): the kernel tests, then decode at batch 1, 8 and 64 with the default
@@ -764,6 +757,10 @@ for s in "$@"; do
     fp8rows) stage_fp8rows ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
+    mixtral) stage_dummy_bench mixtral mixtral-8x7b ;;
+    a3b) stage_dummy_bench a3b qwen3-30b-a3b ;;
+    int4_70b) stage_dummy_bench int4_70b llama3-70b --quantization int4 ;;
+    a3bpeer) stage_a3bpeer ;;
     corpus) stage_corpus ;;
     peerstart) stage_peerstart ;;
     quant8b) stage_quant8b ;;

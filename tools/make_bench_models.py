@@ -4,6 +4,7 @@
   .venv-test/bin/python tools/make_bench_models.py [--shape llama3.2-1b] [--types f16,q8_0] [--out models/bench]
   .venv-test/bin/python tools/make_bench_models.py --shape olmoe-1b-7b --types f16 --out /tmp/olmoe
   python3 tools/make_bench_models.py --shape llama3-70b --types q8_0-raw --out /dev/shm   (75 GB, ~1-2 min)
+  python3 tools/make_bench_models.py --shape qwen3-30b-a3b --types bf16 --out /dev/shm   (61 GB; --layers N: fewer)
 
 Weights are N(0, 0.02) (as transformers initialises them), norms 1; a MoE router is N(0, 1/sqrt(hidden))
 so that tokens spread over the experts. Mixture-of-experts tensors are named and stacked as
@@ -15,7 +16,9 @@ filler pieces) so that llama.cpp and Pagoda both load it. For speed measurements
 such a model writes is noise.
 Type q8_0-raw writes Q8_0 blocks directly from random bytes (codes uniform in [-128, 127], one
 fp16 scale d = 0.02 * sqrt(3) / 127.5 for every block: std ~0.02), with no quantizer in the loop,
-so a 70B-shaped file takes about a minute instead of hours.
+so a 70B-shaped file takes about a minute instead of hours. Type bf16-tiled cuts every weight from
+one pool of 64 Mi N(0, 0.02) bf16 values at a random offset (tiled past its end): a BF16 file
+written at the disk's speed (Qwen3-30B-A3B's 61 GB in well under a minute) whose weights repeat.
 """
 import argparse
 import os
@@ -32,6 +35,11 @@ SHAPES = {
     # 64 experts top-8 (not renormalised) of width 1024, vocab 50304, untied: 6.9 B / 1.3 B active.
     "olmoe-1b-7b": dict(arch="olmoe", hidden=2048, layers=16, heads=16, kv_heads=16, ffn=1024, vocab=50304,
                         tied=False, theta=10000.0, ctx=4096, experts=64, experts_used=8),
+    # Qwen3-30B-A3B: hidden 2048, 48 layers, 32 / 4 heads of 128 (wider than hidden / heads), per-head
+    # q/k RMSNorm, 128 experts top-8 (renormalised) of width 768, vocab 151936, untied: 30.5 B / 3.3 B active.
+    "qwen3-30b-a3b": dict(arch="qwen3moe", hidden=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=768,
+                          vocab=151936, tied=False, theta=1000000.0, ctx=8192, experts=128, experts_used=8,
+                          eps=1e-6),
     # Llama-3-70B: hidden 8192, 80 layers, 64 heads / 8 kv, ffn 28672, vocab 128256, untied.
     "llama3-70b": dict(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256, tied=False,
                        theta=500000.0, ctx=8192),
@@ -40,7 +48,23 @@ TYPES = {"f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
          "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
          "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
          "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
-         "q8_0-raw": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0)}
+         "q8_0-raw": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+         "bf16-tiled": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16)}
+TILE = 1 << 26  # values of the bf16-tiled pool
+
+
+def tiled_bf16(pool, rng, shape):
+    """A bf16 weight of `shape` cut from the random pool at a random offset (tiled when larger)."""
+    n, start = int(np.prod(shape)), int(rng.integers(0, len(pool)))
+    if start + n <= len(pool):
+        out = pool[start:start + n]
+    else:
+        out, done = np.empty(n, dtype=np.uint16), 0
+        while done < n:
+            k = min(n - done, len(pool) - start)
+            out[done:done + k] = pool[start:start + k]
+            done, start = done + k, 0
+    return out.view(np.uint8).reshape(*shape[:-1], -1)
 
 
 def raw_q8_0(rng, shape):
@@ -60,27 +84,34 @@ def vocab(n):
     return tokens, scores, types
 
 
-def write(shape_name, type_name, out_dir, seed):
+def write(shape_name, type_name, out_dir, seed, layers=None):
     s = SHAPES[shape_name]
     qtype, ftype = TYPES[type_name]
-    path = os.path.join(out_dir, f"{shape_name}-random.{type_name}.gguf")
+    tag = f"{shape_name}-l{layers}" if layers else shape_name
+    path = os.path.join(out_dir, f"{tag}-random.{type_name}.gguf")
     if os.path.exists(path):
         print(f"{path}: exists")
         return
     rng = np.random.default_rng(seed)
-    D, F, V, L = s["hidden"], s["ffn"], s["vocab"], s["layers"]
-    hd = D // s["heads"]
-    KV, E = s["kv_heads"] * hd, s.get("experts", 0)
+    D, F, V, L = s["hidden"], s["ffn"], s["vocab"], layers or s["layers"]
+    hd = s.get("head_dim", D // s["heads"])
+    Q, KV, E = s["heads"] * hd, s["kv_heads"] * hd, s.get("experts", 0)
     arch = s.get("arch", "llama")
     w = GGUFWriter(path + ".tmp", arch)
     w.add_name(f"{shape_name} random weights")
     w.add_context_length(s["ctx"])
     w.add_embedding_length(D)
     w.add_block_count(L)
-    w.add_feed_forward_length(F)
+    if arch == "qwen3moe":  # the dense width is unused (every layer is MoE); the experts' width
+        w.add_feed_forward_length(6144)
+        w.add_expert_feed_forward_length(F)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    else:
+        w.add_feed_forward_length(F)
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv_heads"])
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_layer_norm_rms_eps(s.get("eps", 1e-5))
     w.add_rope_freq_base(s["theta"])
     w.add_rope_dimension_count(hd)
     if E:
@@ -104,11 +135,13 @@ def write(shape_name, type_name, out_dir, seed):
         specs.append(("output.weight", (V, D), 0.02))
     for i in range(L):
         p = f"blk.{i}."
-        specs += [(p + "attn_norm.weight", (D,), None), (p + "attn_q.weight", (D, D), 0.02),
+        specs += [(p + "attn_norm.weight", (D,), None), (p + "attn_q.weight", (Q, D), 0.02),
                   (p + "attn_k.weight", (KV, D), 0.02), (p + "attn_v.weight", (KV, D), 0.02),
-                  (p + "attn_output.weight", (D, D), 0.02)]
+                  (p + "attn_output.weight", (D, Q), 0.02)]
         if arch == "olmoe":
             specs += [(p + "attn_q_norm.weight", (D,), None), (p + "attn_k_norm.weight", (KV,), None)]
+        if arch == "qwen3moe":
+            specs += [(p + "attn_q_norm.weight", (hd,), None), (p + "attn_k_norm.weight", (hd,), None)]
         specs.append((p + "ffn_norm.weight", (D,), None))
         if E:
             specs += [(p + "ffn_gate_inp.weight", (E, D), D ** -0.5), (p + "ffn_gate_exps.weight", (E, F, D), 0.02),
@@ -120,11 +153,18 @@ def write(shape_name, type_name, out_dir, seed):
     def stored(name, shape, std):
         return std is None or "ffn_gate_inp" in name  # f32
 
+    pool = None
+    if type_name == "bf16-tiled":
+        u = (rng.standard_normal(TILE, dtype=np.float32) * 0.02).view(np.uint32)
+        pool = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
     def make(name, shape, std):
         if std is None:
             return np.ones(shape, dtype=np.float32)
         if type_name == "q8_0-raw" and not stored(name, shape, std):
             return raw_q8_0(rng, shape)
+        if pool is not None and not stored(name, shape, std):
+            return tiled_bf16(pool, rng, shape)
         x = rng.standard_normal(shape, dtype=np.float32)
         x *= std
         if stored(name, shape, std):
@@ -164,10 +204,12 @@ def main():
     ap.add_argument("--types", default="f16,q8_0")
     ap.add_argument("--out", default="models/bench")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--layers", type=int, default=None,
+                    help="fewer layers than the shape (same layer; the file is named <shape>-l<N>-random.<type>.gguf)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for t in a.types.split(","):
-        write(a.shape, t, a.out, a.seed)
+        write(a.shape, t, a.out, a.seed, a.layers)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,20 @@ SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_at
              num_key_value_heads=2, vocab_size=1000)
 
 
+# Shapes only written with --config-only (too large for a file here; `--load-format dummy` makes
+# their weights at load).
+CONFIG_ONLY_SHAPES = {
+    "llama3-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                       num_key_value_heads=8, vocab_size=128256),
+}
+
+
 def shapes():
     try:
         from hf_baseline import SHAPES  # imports torch / transformers
-        return SHAPES
+        return {**SHAPES, **CONFIG_ONLY_SHAPES}
     except ImportError:
-        return {
+        return {**CONFIG_ONLY_SHAPES,
             "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256),
             "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -130,7 +138,7 @@ class NumpyGen:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("shape", help="llama3-8b, llama3.2-1b or small")
+    ap.add_argument("shape", help="llama3-8b, llama3.2-1b, small, or (--config-only) llama3-70b")
     ap.add_argument("out", help="output directory")
     ap.add_argument("--peaked", nargs="?", type=float, const=16.0, default=None, metavar="A",
                     help="a peaked next-token distribution (embedding scale A, default 16)")
@@ -139,10 +147,14 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="another vocabulary size than the shape's, e.g. that of a tokenizer served with it "
                          "(`pagoda serve --tokenizer`: 512 for stories260K's, so that every id has a piece)")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write config.json alone (for `pagoda bench --load-format dummy`: random weights at load)")
     args = ap.parse_args()
     table = shapes()
     if args.shape != "small" and args.shape not in table:
-        sys.exit(f"unknown shape {args.shape!r}: llama3-8b, llama3.2-1b or small")
+        sys.exit(f"unknown shape {args.shape!r}: {', '.join(table)} or small")
+    if args.shape in CONFIG_ONLY_SHAPES and not args.config_only:
+        sys.exit(f"{args.shape}: weights are not written here (too large); use --config-only and --load-format dummy")
     s = dict(table[args.shape]) if args.shape in table else dict(SMALL)
     tied = s.pop("tie_word_embeddings", False) and args.peaked is None
     if args.num_layers is not None:
@@ -160,6 +172,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
+    if args.config_only:
+        print(json.dumps({"shape": args.shape, "dir": out, "config_only": True}), flush=True)
+        return
     t0 = time.time()
     dev = os.environ.get("PAGODA_RANDOM_DEVICE", "cuda")
     gen = NumpyGen() if dev == "numpy" else TorchGen(dev)
