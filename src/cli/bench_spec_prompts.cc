@@ -179,6 +179,7 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   ModelLoadOptions lo;
   lo.max_model_len = static_cast<int64_t>(longest) + o.output_len + max_k + 1;
   lo.cpu_kernels = !cuda;
+  lo.load_format = o.load_format;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) return fail(loaded.status().to_string());
   EngineConfig cfg;
@@ -188,6 +189,7 @@ int run_spec_prompt_bench(const SpecPromptBenchOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
+  cfg.load_format = o.load_format;
   cfg.max_model_len = lo.max_model_len;
   cfg.scheduler.max_num_seqs = max_batch;
   cfg.scheduler.max_num_batched_tokens = std::max<int>(o.max_num_batched_tokens, static_cast<int>(longest) + 1);

@@ -17,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "model/load_format.h"
+
 namespace pagoda::cli {
 
 struct SpecPromptBenchOptions {
   std::string model;
+  LoadFormat load_format = LoadFormat::kAuto;  // the target's (its directory still gives the tokenizer)
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;

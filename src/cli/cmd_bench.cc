@@ -57,6 +57,7 @@ struct BenchOptions {
   std::string isa;
   bool json = false;
   WeightQuantization quantization = WeightQuantization::kNone;
+  LoadFormat load_format = LoadFormat::kAuto;
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
@@ -109,6 +110,7 @@ int run_throughput(const BenchOptions& o, LoadedModel loaded, const DType kv_dty
   cfg.threads = o.threads;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
+  cfg.load_format = o.load_format;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
@@ -302,6 +304,7 @@ int run_bench(const BenchOptions& o) {
   lo.cpu_kernels = !cuda || o.n_gpu_layers > 0;
   lo.cpu_kernels_from_layer = cuda ? std::max<int64_t>(0, o.n_gpu_layers) : 0;
   lo.quantization = o.quantization;
+  lo.load_format = o.load_format;
   const auto t_load = std::chrono::steady_clock::now();
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
@@ -614,6 +617,7 @@ const CommandRegistration kBench("bench", "Benchmarks: offline pp/tg (llama-benc
   app->add_option("--isa", o->isa, "Cap the kernel ISA level: scalar, avx2, avx512, avx512-vnni, amx");
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   add_quantization_option(app, o->quantization);
+  add_load_format_option(app, o->load_format);
   add_tuning_options(app, o->tuning_flags);
   app->add_flag("--compare-graphs", o->compare_graphs, "CUDA: every tg test with graphs on, then off");
   app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");

@@ -32,6 +32,7 @@ namespace {
 
 struct KvTierBenchOptions {
   std::string model;
+  LoadFormat load_format = LoadFormat::kAuto;
   std::vector<int> prefix_lens = {2048, 4096};
   int gen = 4;
   int threads = 0;
@@ -83,10 +84,12 @@ Result<ProbeResult> probe(const KvTierBenchOptions& o, DType kv_dtype, const KvT
                           int prefix_len, int rep) {
   ModelLoadOptions lo;
   lo.max_model_len = prefix_len + 64;
+  lo.load_format = o.load_format;
   PAGODA_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(o.model, lo));
   const int64_t vocab = loaded.config.vocab_size;
   EngineConfig cfg;
   cfg.model = o.model;
+  cfg.load_format = o.load_format;
   cfg.threads = o.threads;
   cfg.device = "cpu";
   cfg.kv_dtype = kv_dtype;
@@ -189,6 +192,7 @@ const BenchSubcommandRegistration kBenchKvTier(
     "kv-tier", "Time to first token on a KV-tier hit vs recomputing a long shared prefix (CPU)", [](CLI::App* app) {
       auto o = std::make_shared<KvTierBenchOptions>();
       app->add_option("model,--model,-m", o->model, "GGUF file or Hugging Face model directory")->required();
+      add_load_format_option(app, o->load_format);
       app->add_option("--prefix-len", o->prefix_lens, "Shared prefix lengths in tokens")
           ->check(CLI::Range(16, 1048576))
           ->delimiter(',');

@@ -57,6 +57,7 @@ class MadeUpDraftsProposer final : public Proposer {
 
 struct SpecBenchOptions {
   std::string model;
+  LoadFormat load_format = LoadFormat::kAuto;  // the target's (a draft model loads as it is)
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
@@ -175,6 +176,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   ModelLoadOptions lo;
   lo.max_model_len = o.input_len + o.output_len + k + 1;
   lo.cpu_kernels = !cuda;
+  lo.load_format = o.load_format;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
     std::cerr << "pagoda bench spec: " << loaded.status().to_string() << "\n";
@@ -188,6 +190,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.batch_invariant = o.batch_invariant;
+  cfg.load_format = o.load_format;
   cfg.max_model_len = lo.max_model_len;
   cfg.scheduler.max_num_seqs = max_batch;
   cfg.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.input_len + 1);
@@ -376,6 +379,7 @@ const BenchSubcommandRegistration kBenchSpec(
       auto o = std::make_shared<SpecBenchOptions>();
       app->add_option("model,--model,-m", o->model, "GGUF file or Hugging Face model directory (the target)")->required();
       add_device_options(app, o->device, o->dtype, o->cuda_graphs);
+      add_load_format_option(app, o->load_format);
       app->add_flag("--batch-invariant", o->batch_invariant, "CUDA: fixed-order kernels (slow)");
       app->add_option("-t,--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 4096));
       app->add_option("--acceptance", o->acceptance, "Constructed per-token acceptances (default 0.5,0.7,0.8,0.9)")
@@ -424,6 +428,7 @@ const BenchSubcommandRegistration kBenchSpec(
         if (!o->methods.empty()) {
           SpecPromptBenchOptions p;
           p.model = o->model;
+          p.load_format = o->load_format;
           p.device = o->device;
           p.dtype = o->dtype;
           p.cuda_graphs = o->cuda_graphs;

@@ -62,6 +62,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   bool json = false;
   WeightQuantization quantization = WeightQuantization::kNone;
+  LoadFormat load_format = LoadFormat::kAuto;
   std::string device = "auto";
   std::string dtype = "auto";
   bool cuda_graphs = true;
@@ -157,6 +158,7 @@ int run_throughput(ThroughputOptions& o) {
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
+  cfg.load_format = o.load_format;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   // Constrained vs unconstrained rounds run the same prompts: none may reuse another's blocks.
@@ -523,6 +525,7 @@ const BenchSubcommandRegistration kBenchThroughput("throughput", "Offline genera
   app->add_option("--seed", o->seed, "Seed of the random prompts")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   add_quantization_option(app, o->quantization);
+  add_load_format_option(app, o->load_format);
   add_tuning_options(app, o->tuning);
   app->add_option("--prompt-file", o->prompt_file, "Text prompts separated by lines '---' (cycled; default: random ids)");
   add_speculative_options(app, &o->spec);

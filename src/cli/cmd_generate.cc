@@ -39,6 +39,8 @@ struct GenerateOptions {
   int64_t max_model_len = 0;
   std::string device = "auto";
   WeightQuantization quantization = WeightQuantization::kNone;
+  LoadFormat load_format = LoadFormat::kAuto;
+  std::string tokenizer;  // empty: the model's
   std::string dtype = "auto";
   bool cuda_graphs = true;
   double memory_utilization = 0.0;
@@ -63,6 +65,8 @@ int run_generate(GenerateOptions& o) {
   cfg.max_model_len = o.max_model_len;
   cfg.device = o.device;
   cfg.quantization = o.quantization;
+  cfg.load_format = o.load_format;
+  cfg.tokenizer = o.tokenizer;
   cfg.dtype = o.dtype;
   cfg.cuda_graphs = o.cuda_graphs;
   cfg.memory_utilization = o.memory_utilization;
@@ -108,7 +112,7 @@ int run_generate(GenerateOptions& o) {
   if (o.chat) {
     // The model's chat template around one user message; the rendered text already holds the
     // special tokens it needs (BOS, role markers), so none are added and they are parsed.
-    auto tmpl = load_chat_template(o.model);
+    auto tmpl = load_chat_template(o.tokenizer.empty() ? o.model : o.tokenizer);
     if (!tmpl.ok()) {
       std::cerr << "pagoda generate: --chat: " << tmpl.status().to_string() << "\n";
       return 1;
@@ -199,6 +203,8 @@ const CommandRegistration kGenerate("generate", "Generate a continuation of a pr
   app->add_option("--max-model-len,-c,--ctx-size", o->max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);
   add_device_options(app, o->device, o->dtype, o->cuda_graphs);
   add_quantization_option(app, o->quantization);
+  add_load_format_option(app, o->load_format);
+  app->add_option("--tokenizer", o->tokenizer, "Tokenizer (default: the model's; --load-format dummy needs one)");
   app->add_option("--gpu-memory-utilization", o->memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")
       ->check(CLI::Range(0.0, 1.0));
   add_cpu_offload_option(app, &o->cpu_offload);

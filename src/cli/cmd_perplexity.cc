@@ -44,6 +44,9 @@ struct PerplexityOptions {
   int64_t chunks = 0;  // 0: every whole chunk of the text
   std::string device = "auto";
   WeightQuantization quantization = WeightQuantization::kNone;
+  // dummy: random weights (a perplexity near the vocabulary size; for timing); the text is still
+  // tokenized by the model directory's tokenizer.
+  LoadFormat load_format = LoadFormat::kAuto;
   std::string dtype = "auto";
   bool cuda_graphs = true;
   int threads = 0;
@@ -136,6 +139,9 @@ int run_perplexity(PerplexityOptions o) {
   if (!dev.ok()) return fail(dev.status().message(), 2);
 
   auto tok = Tokenizer::load(o.model);
+  if (!tok.ok() && o.load_format == LoadFormat::kDummy)
+    return fail(fmt::format("--load-format dummy: perplexity tokenizes the text with the model directory's tokenizer: {}",
+                            tok.status().to_string()));
   if (!tok.ok()) return fail(tok.status().to_string());
   std::vector<int32_t> ids = (*tok)->encode(text.str(), {.add_special = false});
   int64_t chunks = static_cast<int64_t>(ids.size()) / o.ctx;
@@ -162,6 +168,7 @@ int run_perplexity(PerplexityOptions o) {
   lo.max_model_len = o.ctx;
   lo.cpu_kernels = dev->type != Device::kCuda;
   lo.quantization = o.quantization;
+  lo.load_format = o.load_format;
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) return fail(loaded.status().to_string());
   const int64_t V = loaded->config.vocab_size;
@@ -261,6 +268,7 @@ const CommandRegistration kPerplexity(
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
       add_device_options(app, o->device, o->dtype, o->cuda_graphs);
       add_quantization_option(app, o->quantization);
+      add_load_format_option(app, o->load_format);
       app->add_option("-t,--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 4096));
       app->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32, f16, bf16, f8_e4m3 (CUDA)");
       app->add_option("--save-logits", o->save_logits, "Write this run's log-probabilities for a later --kl-base");

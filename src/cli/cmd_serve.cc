@@ -269,6 +269,7 @@ const CommandRegistration kServe("serve", "OpenAI-compatible HTTP server (and gR
   app->add_option("-t,--threads", e.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 4096));
   add_device_options(app, e.device, e.dtype, e.cuda_graphs);
   add_quantization_option(app, e.quantization);
+  add_load_format_option(app, e.load_format);
   add_tuning_options(app, o->tuning);
   app->add_option("--gpu-memory-utilization", e.memory_utilization, "CUDA: fraction of the GPU's memory to use (0: default)")->check(CLI::Range(0.0, 1.0));
   app->add_option("--max-model-len,-c,--ctx-size", e.max_model_len, "Maximum sequence length (default: the model's)")->check(CLI::NonNegativeNumber);

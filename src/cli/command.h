@@ -11,6 +11,7 @@
 
 #include "common/env_config.h"
 #include "common/tuning_config.h"
+#include "model/load_format.h"
 #include "model/online_quantization.h"
 
 namespace pagoda::cli {
@@ -60,6 +61,22 @@ inline void add_quantization_option(CLI::App* app, WeightQuantization& q) {
           },
           "none|int4|int8|fp8", "quantization"))
       ->default_str("none");
+}
+
+// --load-format auto|dummy (model/load_format.h): dummy loads random weights of a config.json's
+// shape, no checkpoint. An unknown value is refused by CLI11 with the list of formats.
+inline void add_load_format_option(CLI::App* app, LoadFormat& f) {
+  app->add_option_function<std::string>(
+         "--load-format", [&f](const std::string& name) { f = *parse_load_format(name); },
+         "auto: the checkpoint at the model path; dummy: random weights of the config.json's shape, no checkpoint "
+         "(for benchmarks)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            auto f = parse_load_format(v);
+            return f.ok() ? std::string() : f.status().message();
+          },
+          "auto|dummy", "load format"))
+      ->default_str("auto");
 }
 
 // The tuning flags as given on the command line (unset: empty / -1 / false).

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <random>
 #include <thread>
@@ -78,10 +79,10 @@ bool RequestStream::done() const {
 
 std::string EngineConfig::to_string() const {
   return fmt::format(
-      "model {} | quantization {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
+      "model {} | quantization {} | load format {} | threads {} | max_model_len {} | block {} | kv {} | kv memory {} | memory util {} | kv tiers {} | prefix "
       "cache {} | max_num_seqs {} | max_num_batched_tokens {} | chunked prefill {} | policy {} | queue delay {} us | "
       "device {} | dtype {} | cuda graphs {} | batch-invariant {} | n_gpu_layers {} | tensor_parallel_size {} | {} | speculative {}",
-      model, weight_quantization_name(quantization), threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
+      model, weight_quantization_name(quantization), load_format_name(load_format), threads, max_model_len, block_size, dtype_name(kv_dtype), kv_cache_memory, memory_utilization, kv_tiers.to_string(),
       enable_prefix_caching, scheduler.max_num_seqs, scheduler.max_num_batched_tokens, scheduler.chunked_prefill,
       scheduler.policy, max_queue_delay_us, device, dtype, cuda_graphs, batch_invariant,
       n_gpu_layers < 0 ? std::string("all") : std::to_string(n_gpu_layers), tensor_parallel_size, tuning.to_string(),
@@ -476,13 +477,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& requested, co
   lo.cpu_kernels = dev.type == Device::kCpu || config.n_gpu_layers > 0;
   lo.cpu_kernels_from_layer = dev.type == Device::kCpu ? 0 : std::max<int64_t>(0, config.n_gpu_layers);
   lo.quantization = config.quantization;
+  lo.load_format = config.load_format;
   lo.progress = config.load_progress;
   lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
     return precheck_memory_plan(config, mc, weight_bytes);
   };
   // The tokenizer and the chat template read their own copy of the file's metadata: they load on
   // a thread of their own while the weights are read (a large vocabulary takes a few hundred ms).
-  const std::string tok_path = config.tokenizer.empty() ? config.model : config.tokenizer;
+  // A dummy load's config.json file: the tokenizer of the directory holding it.
+  std::string tok_path = config.tokenizer.empty() ? config.model : config.tokenizer;
+  if (config.tokenizer.empty() && config.load_format == LoadFormat::kDummy && config.model.ends_with(".json")) {
+    std::error_code ec;
+    tok_path = std::filesystem::absolute(config.model, ec).parent_path().string();
+  }
   struct TextSide {
     Result<std::shared_ptr<const Tokenizer>> tok = Status(StatusCode::kInternal, "not loaded");
     std::optional<ChatTemplate> chat_template;
@@ -513,6 +520,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& requested, co
   model_phase.stop();
   TextSide text = text_side.get();  // joined on every path: the thread reads tok_path
   PAGODA_ASSIGN_OR_RETURN(LoadedModel model, std::move(loaded));
+  if (!text.tok.ok() && config.load_format == LoadFormat::kDummy && config.tokenizer.empty())
+    return Status(text.tok.status().code(),
+                  fmt::format("--load-format dummy: {} (random weights have no tokenizer of their own: pass --tokenizer, "
+                              "a model directory or tokenizer.json whose vocabulary fits the config's {} tokens)",
+                              text.tok.status().message(), model.config.vocab_size));
   PAGODA_ASSIGN_OR_RETURN(auto tok, std::move(text.tok));
   if (tok->vocab_size() > model.config.vocab_size)
     return invalid_argument("tokenizer has {} tokens but the model's vocabulary is {}", tok->vocab_size(), model.config.vocab_size);

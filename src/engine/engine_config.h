@@ -11,17 +11,21 @@
 #include "common/tuning_config.h"
 #include "core/speculative_config.h"
 #include "kv/kv_tier_config.h"
+#include "model/load_format.h"
 #include "model/online_quantization.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
 
 struct EngineConfig {
-  std::string model;                 // .gguf file or Hugging Face directory
-  std::string tokenizer;             // empty: the model's own
+  std::string model;                 // .gguf file or Hugging Face directory (load_format dummy: or a config.json)
+  std::string tokenizer;             // empty: the model's own (a config.json's: its directory's)
   // On-line quantization of a 16-bit checkpoint's linears at load (model/online_quantization.h);
   // the speculative draft model is loaded as it is.
   WeightQuantization quantization = WeightQuantization::kNone;
+  // kDummy: random weights of the config.json's shape (ModelLoadOptions::load_format); no engine
+  // plan cache is read or written, and the draft model is loaded as it is.
+  LoadFormat load_format = LoadFormat::kAuto;
   int threads = 0;                   // 0: one per core
   int64_t max_model_len = 0;         // 0: the model's context length (capped to what the KV cache holds? no: an error)
   int32_t block_size = 16;

@@ -40,9 +40,10 @@ uint64_t kv_tier_namespace(const EngineConfig& config, const ModelConfig& mc, bo
   if (ec) size = 0;
   mtime = static_cast<int64_t>(fs::last_write_time(file, ec).time_since_epoch().count());
   // The executors lay a block's bytes out differently (the CPU keeps K transposed).
-  const std::string key = fmt::format("{}|{}|{}|{}|{}|L{}|H{}|D{}|{}|bs{}", cuda ? "cuda" : "cpu", path.string(), size, mtime, mc.arch_name,
-                                      mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype_name(config.kv_dtype),
-                                      config.block_size);
+  std::string key = fmt::format("{}|{}|{}|{}|{}|L{}|H{}|D{}|{}|bs{}", cuda ? "cuda" : "cpu", path.string(), size, mtime, mc.arch_name,
+                                mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype_name(config.kv_dtype), config.block_size);
+  // Random weights' KV blocks are not a real load's of the same path.
+  if (config.load_format == LoadFormat::kDummy) key += "|dummy";
   return XXH3_64bits(key.data(), key.size());
 }
 }  // namespace

@@ -14,7 +14,9 @@ namespace pagoda {
 std::unique_ptr<EnginePlan> EnginePlan::open_for(const EngineConfig& config, bool cuda) {
   auto plan = std::make_unique<EnginePlan>();
   const std::string dir = config.plan_cache.empty() ? default_plan_cache_dir() : config.plan_cache;
-  if (dir == "off" || cuda) return plan;
+  // Random weights (--load-format dummy) must not be packed into a plan a real load of the same
+  // path would map.
+  if (dir == "off" || cuda || config.load_format == LoadFormat::kDummy) return plan;
   startup_profile::Scope phase("model/plan");
   // The packed weights depend on the on-line quantization too: it is part of the key and the file name.
   const std::string device = fmt::format("cpu {} isa {} | quantization {}", cpu_features().brand,

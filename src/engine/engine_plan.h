@@ -23,8 +23,9 @@ namespace pagoda {
 
 class EnginePlan {
  public:
-  // Opens the plan for a CPU start of `config` (a CUDA start: none yet); "off", a model
-  // identity that cannot be read, or no valid plan all leave `in()` null. Never fails.
+  // Opens the plan for a CPU start of `config` (a CUDA start or a random-weight load, load_format
+  // dummy: none); "off", a model identity that cannot be read, or no valid plan all leave `in()`
+  // null. Never fails.
   static std::unique_ptr<EnginePlan> open_for(const EngineConfig& config, bool cuda);
   ~EnginePlan();
 

@@ -74,11 +74,13 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::kGguf: return "GGUF file";
     case WeightFormat::kHfDir: return "Hugging Face directory";
     case WeightFormat::kSafetensors: return "safetensors file";
+    case WeightFormat::kRandom: return "random";
   }
   return "?";
 }
 
 std::string WeightSource::describe() const {
+  if (format() == WeightFormat::kRandom) return fmt::format("random weights for {} ({} tensors)", path(), names().size());
   return fmt::format("{} {} ({} tensors)", weight_format_name(format()), path(), names().size());
 }
 

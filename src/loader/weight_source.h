@@ -9,10 +9,13 @@
 //   Hugging Face directory    names as in the safetensors ("model.layers.0.self_attn.q_proj.weight"),
 //                             from model.safetensors or the shards of model.safetensors.index.json.
 //   one .safetensors file     the same, without config.json.
+//   random weights            Hugging Face names, generated at load for a config.json's shape
+//                             (--load-format dummy: model/random_weights.h); no file behind them.
 //
-// Every Tensor is a view into the memory-mapped file(s) and keeps its mapping alive, so tensors
-// may outlive the WeightSource. Tensors whose dtype the engine cannot use (a safetensors I64
-// buffer, say) are listed by names() but not returned by find(); get() explains why.
+// Every Tensor is a view into the memory-mapped file(s) (random weights: their generated memory)
+// and keeps its mapping alive, so tensors may outlive the WeightSource. Tensors whose dtype the
+// engine cannot use (a safetensors I64 buffer, say) are listed by names() but not returned by
+// find(); get() explains why.
 //
 // Thread-safety: immutable after construction; concurrent reads are fine.
 #pragma once
@@ -31,7 +34,7 @@ class GgufFile;
 class HfModelDir;
 class SafetensorsFile;
 
-enum class WeightFormat { kGguf, kHfDir, kSafetensors };
+enum class WeightFormat { kGguf, kHfDir, kSafetensors, kRandom };
 const char* weight_format_name(WeightFormat f);
 
 class WeightSource {
@@ -39,7 +42,8 @@ class WeightSource {
   virtual ~WeightSource() = default;
 
   virtual WeightFormat format() const = 0;
-  // The path it was loaded from (.gguf file, model directory or .safetensors file).
+  // The path it was loaded from (.gguf file, model directory or .safetensors file; random weights:
+  // the config.json or its directory).
   virtual const std::string& path() const = 0;
   // The tensor, or nullptr if there is no usable tensor of that name.
   virtual const Tensor* find(const std::string& name) const = 0;
@@ -55,7 +59,7 @@ class WeightSource {
   virtual const HfModelDir* hf_dir() const { return nullptr; }
   virtual const SafetensorsFile* safetensors() const { return nullptr; }
 
-  // "GGUF file /path/m.gguf (48 tensors)"
+  // "GGUF file /path/m.gguf (48 tensors)"; "random weights for /path/dir (48 tensors)"
   std::string describe() const;
 };
 

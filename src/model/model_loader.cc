@@ -2,15 +2,47 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <unordered_set>
+
+#include <nlohmann/json.hpp>
 
 #include "loader/gguf.h"
 #include "loader/hf_model_dir.h"
 #include "model/family.h"
+#include "model/random_weights.h"
 #include "common/startup_profile.h"
 
 namespace pagoda {
+namespace {
+
+bool is_json_file(const std::string& path) { return path.size() > 5 && path.ends_with(".json"); }
+
+// --load-format dummy: the config of the config.json at `path` (a directory holding one, or the
+// file) and random weights of its shape.
+Status load_random_weights(const std::string& path, int threads, LoadedModel& m) {
+  std::error_code ec;
+  std::string config_path;
+  if (!std::filesystem::exists(path, ec)) return not_found("'{}' does not exist", path);
+  if (std::filesystem::is_directory(path, ec)) {
+    config_path = path + "/" + HfModelDir::kConfigFile;
+  } else if (is_json_file(path)) {
+    config_path = path;
+  } else {
+    return invalid_argument("--load-format dummy needs a Hugging Face config.json (the file, or a directory holding "
+                            "it); '{}' is neither", path);
+  }
+  std::ifstream in(config_path);
+  if (!in) return not_found("--load-format dummy: cannot open '{}'", config_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_argument("--load-format dummy: '{}' is not valid JSON", config_path);
+  PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_hf_json(j));
+  PAGODA_ASSIGN_OR_RETURN(m.weights, make_random_weight_source(m.config, path, random_weight_dtype(j), /*seed=*/0, threads));
+  return {};
+}
+
+}  // namespace
 
 Result<ModelConfig> model_config_from_source(const WeightSource& source) {
   if (const GgufFile* g = source.gguf()) return model_config_from_gguf(*g);
@@ -40,21 +72,26 @@ ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightS
 Result<ModelConfig> load_model_config(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return model_config_from_hf_file(path + "/" + HfModelDir::kConfigFile);
+  if (is_json_file(path)) return model_config_from_hf_file(path);
   PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
   return model_config_from_gguf(*gguf);
 }
 
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
   LoadedModel m;
-  startup_profile::Scope open_phase("model/open");
-  PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
-  PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
+  const int load_threads = options.load_threads > 0 ? options.load_threads
+                                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  startup_profile::Scope open_phase(options.load_format == LoadFormat::kDummy ? "model/random weights" : "model/open");
+  if (options.load_format == LoadFormat::kDummy) {
+    PAGODA_RETURN_IF_ERROR(load_random_weights(path, load_threads, m));
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
+    PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
+  }
   open_phase.stop();
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   if (m.max_model_len <= 0 || m.max_model_len > kMaxContextLength)
     return invalid_argument("{}: max_model_len {} is out of range (1 to {})", path, m.max_model_len, kMaxContextLength);
-  const int load_threads = options.load_threads > 0 ? options.load_threads
-                                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   // FP8 weights stay F8E4M3Rows only where no CPU kernel reads them (the whole model on a device).
   const bool fp8_rows = !options.cpu_kernels || options.cpu_kernels_from_layer >= m.config.num_layers;
   if (options.precheck) {

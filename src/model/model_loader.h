@@ -1,6 +1,8 @@
 // Loading a model from a path: a .gguf file or a Hugging Face directory (config.json +
 // safetensors). Reads the hyper-parameters, opens the weights (memory-mapped, never copied unless a
-// kernel asks for a repacked layout) and builds the family's forward model.
+// kernel asks for a repacked layout) and builds the family's forward model. With
+// LoadFormat::kDummy the path is a config.json (or a directory holding one) and the weights are
+// random (model/random_weights.h).
 #pragma once
 
 #include <functional>
@@ -10,6 +12,7 @@
 
 #include "loader/weight_source.h"
 #include "model/family.h"
+#include "model/load_format.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/online_quantization.h"
@@ -34,6 +37,9 @@ struct ModelLoadOptions {
   // fp8) stay FP8 when no layer is prepared for the CPU (cpu_kernels false, or from a layer past the
   // last: the device reads them); otherwise they become bf16(scale x e4m3) rows, D56's values.
   WeightQuantization quantization = WeightQuantization::kNone;
+  // kDummy: random weights of the config.json's shape (bf16, or f16 when its torch_dtype says so;
+  // seed 0), then everything above as for a checkpoint. A GGUF path is an invalid-argument error.
+  LoadFormat load_format = LoadFormat::kAuto;
   // Called on the loading thread as tensors are read (and repacked): bytes done of the source's
   // total; the last call has done == total. Empty: no reports.
   std::function<void(int64_t done, int64_t total)> progress;
@@ -61,6 +67,7 @@ Result<ModelConfig> model_config_from_source(const WeightSource& source);
 ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightSource& source);
 
 // Only the configuration (no weights are validated or prepared): for `info` and memory plans.
+// `path`: a .gguf file, a directory holding config.json (no weight file needed), or a .json file.
 Result<ModelConfig> load_model_config(const std::string& path);
 
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {});
