@@ -193,11 +193,32 @@ Status CudaExecutor::upload_weights() {
       streamer_.store_layer(static_cast<int64_t>(l), staging, stream_);
     }
   }
+  // Resident weights that cannot fit are the caller's sizing error (the engine's memory plan
+  // offloads or refuses before this; `pagoda bench` has no plan): said here, before an allocation
+  // would abort the process.
+  std::vector<int64_t> resident_bytes(w.linears.size(), 0);
+  int64_t resident_total = 0;
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    if (done[i]) continue;
+    cuda::plan_device_weight(w.linears[i], act_, native && !dense_only[i], &resident_bytes[i]);
+    resident_total += resident_bytes[i];
+  }
+  {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (resident_total > static_cast<int64_t>(free_bytes))
+      return resource_exhausted("the model's resident matmul weights need {:.2f} GiB of device memory{} and {:.2f} GiB of "
+                                "{:.2f} GiB is free: stream layers from host memory (--cpu-offload-gb), split the layers with "
+                                "the CPU (--n-gpu-layers), quantize (--quantization), or use a larger GPU",
+                                resident_total / 1073741824.0,
+                                w.expert_sets.empty() ? "" : fmt::format(" (the experts in {}: the MoE kernels read no "
+                                                                         "quantized format)", dtype_name(act_)),
+                                free_bytes / 1073741824.0, total_bytes / 1073741824.0);
+  }
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (done[i]) continue;
     cuda::DeviceWeight& dw = linears_[i];
-    int64_t bytes = 0;
-    cuda::plan_device_weight(w.linears[i], act_, native && !dense_only[i], &bytes);
+    const int64_t bytes = resident_bytes[i];
     dw.storage.reset(static_cast<size_t>(bytes));
     upload_linear(up, i, dw.storage.as<uint8_t>(), dw.storage.as<uint8_t>());
   }
