@@ -40,12 +40,14 @@ stage_dummy_bench() {
 # 48: 61 GB in /dev/shm, written in about a minute) on Pagoda and on llama.cpp CUDA (needs
 # peerstart earlier in the call): prefill 512 and tg128 at batch 1 (and 8 for Pagoda); llama.cpp
 # with flash attention off and on. Pagoda's "bw %" counts the bytes a step reads (active experts).
+# MOE_PROFILE=1: then Pagoda's per-op device times of a batch-1 step (eager, ~40 s more).
 stage_a3bpeer() {
   local L=${A3B_LAYERS:-48} f
   f=$SHM/qwen3-30b-a3b-l$L-random.bf16-tiled.gguf
   [ -f $f ] || TAILN=2 step make_a3b_gguf 240 python3 tools/make_bench_models.py --shape qwen3-30b-a3b \
     --types bf16-tiled --layers $L --out $SHM
   TAILN=10 step a3b_pagoda 180 $PAGODA bench -m $f --device cuda -p 512 -n 128 -b 1,8 -r 3
+  [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step a3b_prof 90 $PAGODA bench -m $f --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
   TAILN=3 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
   TAILN=8 step a3b_peer 200 /tmp/lc/build/bin/llama-bench -m $f -ngl 99 -p 512 -n 128 -r 3 -fa 0,1
 }
