@@ -1,4 +1,5 @@
-// `pagoda info --model PATH [--json]`: what a checkpoint is, without running it.
+// `pagoda info --model PATH [--json] [--quantization Q] [--load-format auto|dummy]`: what a
+// checkpoint is, without running it (dummy: the random weights of a config.json's shape).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -30,7 +31,10 @@ TokenizerFacts tokenizer_facts(const WeightSource& src) {
     f.chat_template = g->get_string("tokenizer.chat_template").has_value();
     return f;
   }
-  const std::string dir = src.hf_dir() ? src.hf_dir()->dir() : std::filesystem::path(src.path()).parent_path().string();
+  std::error_code ec;
+  const std::string dir = src.hf_dir()                               ? src.hf_dir()->dir()
+                          : std::filesystem::is_directory(src.path(), ec) ? src.path()  // random weights of a directory's config
+                                                                       : std::filesystem::path(src.path()).parent_path().string();
   auto read_json = [&](const char* name) {
     std::ifstream in(dir + "/" + name);
     return in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
@@ -52,17 +56,19 @@ TokenizerFacts tokenizer_facts(const WeightSource& src) {
   return f;
 }
 
-int run_info(const std::string& path, bool as_json, WeightQuantization quantization) {
-  auto src = load_weight_source(path);
-  if (!src.ok()) {
-    std::cerr << "pagoda info: " << src.status().to_string() << "\n";
+int run_info(const std::string& path, bool as_json, WeightQuantization quantization, LoadFormat load_format) {
+  auto opened = open_checkpoint(path, load_format, 0);
+  if (!opened.ok()) {
+    std::error_code ec;
+    const bool config_only = load_format == LoadFormat::kAuto && std::filesystem::is_directory(path, ec) &&
+                             std::filesystem::exists(path + "/" + HfModelDir::kConfigFile, ec);
+    std::cerr << "pagoda info: " << opened.status().to_string()
+              << (config_only ? " (a config.json alone: --load-format dummy describes random weights of its shape)" : "")
+              << "\n";
     return 1;
   }
-  auto cfg = model_config_from_source(**src);
-  if (!cfg.ok()) {
-    std::cerr << "pagoda info: " << cfg.status().to_string() << "\n";
-    return 1;
-  }
+  Result<std::unique_ptr<WeightSource>> src = std::move(opened->weights);
+  const Result<ModelConfig> cfg = std::move(opened->config);
   if (quantization != WeightQuantization::kNone) {
     // The weights as the engine would hold them: the linears quantized (reads every linear once).
     src = quantize_weight_source(std::move(*src), *cfg, quantization, 0);
@@ -162,11 +168,13 @@ int run_info(const std::string& path, bool as_json, WeightQuantization quantizat
 const CommandRegistration kInfo("info", "Describe a model (architecture, sizes, tokenizer) without running it", [](CLI::App* app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  app->add_option("model,--model,-m", *path, "GGUF file or Hugging Face model directory")->required();
+  app->add_option("model,--model,-m", *path, "GGUF file or Hugging Face model directory (dummy: a config.json)")->required();
   app->add_flag("--json", *json, "Print JSON");
   auto quantization = std::make_shared<WeightQuantization>(WeightQuantization::kNone);
   add_quantization_option(app, *quantization);
-  return [path, json, quantization] { return run_info(*path, *json, *quantization); };
+  auto load_format = std::make_shared<LoadFormat>(LoadFormat::kAuto);
+  add_load_format_option(app, *load_format);
+  return [path, json, quantization, load_format] { return run_info(*path, *json, *quantization, *load_format); };
 });
 
 }  // namespace

@@ -77,17 +77,25 @@ Result<ModelConfig> load_model_config(const std::string& path) {
   return model_config_from_gguf(*gguf);
 }
 
+Result<OpenedCheckpoint> open_checkpoint(const std::string& path, LoadFormat format, int threads) {
+  LoadedModel m;
+  if (format == LoadFormat::kDummy) {
+    PAGODA_RETURN_IF_ERROR(load_random_weights(path, threads, m));
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
+    PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
+  }
+  return OpenedCheckpoint{std::move(m.config), std::move(m.weights)};
+}
+
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
   LoadedModel m;
   const int load_threads = options.load_threads > 0 ? options.load_threads
                                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   startup_profile::Scope open_phase(options.load_format == LoadFormat::kDummy ? "model/random weights" : "model/open");
-  if (options.load_format == LoadFormat::kDummy) {
-    PAGODA_RETURN_IF_ERROR(load_random_weights(path, load_threads, m));
-  } else {
-    PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
-    PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
-  }
+  PAGODA_ASSIGN_OR_RETURN(OpenedCheckpoint opened, open_checkpoint(path, options.load_format, load_threads));
+  m.config = std::move(opened.config);
+  m.weights = std::move(opened.weights);
   open_phase.stop();
   m.max_model_len = options.max_model_len > 0 ? options.max_model_len : m.config.max_position_embeddings;
   if (m.max_model_len <= 0 || m.max_model_len > kMaxContextLength)

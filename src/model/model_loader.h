@@ -70,6 +70,15 @@ ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightS
 // `path`: a .gguf file, a directory holding config.json (no weight file needed), or a .json file.
 Result<ModelConfig> load_model_config(const std::string& path);
 
+// The hyper-parameters and the weights of `path` as `format` reads them (auto: the checkpoint's
+// mapped tensors; dummy: random weights of its config.json's shape, made on `threads` threads),
+// without validating or preparing anything: what load_model starts from, and `pagoda info`.
+struct OpenedCheckpoint {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+};
+Result<OpenedCheckpoint> open_checkpoint(const std::string& path, LoadFormat format, int threads);
+
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {});
 
 }  // namespace pagoda

@@ -4,6 +4,8 @@ binary, on a tiny Llama config written here:
     --quantization int4; bench's JSON names the load;
   - `generate` without a tokenizer is refused with a message naming --tokenizer; with one (the
     stories260K GGUF, a 512-token vocabulary) it generates;
+  - `info` describes the random weights of the config (parameters as memplan counts them), and
+    without the flag says that a config.json alone needs it;
   - a GGUF path and an unknown value are refused with a clear error.
 The random source's values and the loads' logits are tests/model/random_weights_test.cc."""
 import json
@@ -70,3 +72,17 @@ def test_an_unknown_value_is_refused(config_dir):
     rc, out, err = run("bench", "-m", config_dir, "--load-format", "random", "-p", "16", "-n", "4", "--device", "cpu")
     assert rc != 0
     assert "random" in err and "dummy" in err, err
+
+
+def test_info_describes_the_random_weights(config_dir):
+    rc, out, err = run("info", config_dir, "--load-format", "dummy", "--json")
+    assert rc == 0, err
+    info = json.loads(out)
+    assert info["format"] == "random"
+    D, F, L, V, kv = 128, 384, 2, 512, 2 * 16
+    per_layer = 2 * D + D * D + 2 * kv * D + D * D + 3 * D * F  # norms, q, k, v, o, gate / up / down
+    assert info["parameters"] == 2 * V * D + D + L * per_layer  # embedding, untied head, final norm
+    assert info["weight_bytes"] == 2 * info["parameters"]  # bf16
+    rc, out, err = run("info", config_dir)
+    assert rc == 1
+    assert "--load-format dummy" in err, err
