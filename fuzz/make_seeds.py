@@ -177,13 +177,46 @@ def safetensors_seeds():
     }
 
 
+def step_plan_seeds():
+    """Step plans in core/step_plan_codec.h's format (version 1): an empty one and one of every list."""
+    def u32(n):
+        return struct.pack("<I", n)
+
+    def text(t):
+        return u32(len(t)) + t.encode()
+
+    def ints(v):
+        return u32(len(v)) + b"".join(struct.pack("<i", x) for x in v)
+
+    def plan(total, new=(), cached=(), scheduled=(), preempted=(), finished=(), swap_out=(), swap_in=()):
+        b = struct.pack("<IHHi", 0x50534750, 1, 0, total)
+        b += u32(len(new)) + b"".join(new)
+        b += u32(len(cached)) + b"".join(cached)
+        b += u32(len(scheduled)) + b"".join(scheduled)
+        for names in (preempted, finished):
+            b += u32(len(names)) + b"".join(text(n) for n in names)
+        for copies in (swap_out, swap_in):
+            b += u32(len(copies)) + b"".join(struct.pack("<ii", a, c) for a, c in copies)
+        return b
+
+    sampling = struct.pack("<fifffffBQii", 0.7, 40, 0.95, 0.05, 1.1, 0.0, 0.0, 1, 42, 5, -1)
+    sampling += u32(1) + struct.pack("<if", 7, -100.0) + b"\x01"
+    new = text("req-a") + ints([1, 15043, 3186]) + struct.pack("<i", 3) + sampling + struct.pack("<Q", 99)
+    new += ints([3, 4]) + struct.pack("<ii", 0, 2) + ints([2])
+    cached = text("req-c") + ints([11]) + struct.pack("<i", 77) + b"\x01"
+    scheduled = [text("req-a") + struct.pack("<i", 3) + ints([]), text("req-c") + struct.pack("<i", 3) + ints([900, 901])]
+    return {"empty.bin": plan(0),
+            "full.bin": plan(6, [new], [cached], scheduled, ["req-x"], ["req-y", "req-z"], [(5, 1)], [(3, 12)])}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
     args = ap.parse_args()
     # hf_config_fuzz and http_request_fuzz seeds are committed text files (fuzz/seeds/<target>/).
-    for target, seeds in (("gguf_fuzz", gguf_seeds(args.shared)), ("safetensors_fuzz", safetensors_seeds())):
+    for target, seeds in (("gguf_fuzz", gguf_seeds(args.shared)), ("safetensors_fuzz", safetensors_seeds()),
+                          ("step_plan_fuzz", step_plan_seeds())):
         d = os.path.join(args.out, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():
