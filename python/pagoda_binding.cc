@@ -242,7 +242,8 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
                               std::optional<double> gpu_memory_utilization, std::optional<int64_t> swap_space,
                               bool enable_prefix_caching, const std::string& device, const std::string& dtype,
                               std::optional<int> threads, bool enforce_eager, std::optional<double> cpu_offload_gb,
-                              std::optional<int64_t> n_gpu_layers) {
+                              std::optional<int64_t> n_gpu_layers, const std::optional<std::string>& quantization,
+                              const std::string& load_format) {
   EngineConfig c;
   c.model = model;
   if (tokenizer) c.tokenizer = *tokenizer;
@@ -271,6 +272,14 @@ std::unique_ptr<Llm> make_llm(const std::string& model, const std::optional<std:
     if (*n_gpu_layers < -1) throw py::value_error("n_gpu_layers must be >= -1 (-1: every layer on the GPU)");
     c.n_gpu_layers = *n_gpu_layers;
   }
+  // vLLM's quantization (on-line, of a 16-bit checkpoint's linears) and load_format ("dummy": random
+  // weights of a config.json's shape).
+  const auto q = parse_weight_quantization(quantization.value_or("none"));
+  if (!q.ok()) throw py::value_error("quantization: " + q.status().message());
+  c.quantization = *q;
+  const auto lf = parse_load_format(load_format);
+  if (!lf.ok()) throw py::value_error("load_format: " + lf.status().message());
+  c.load_format = *lf;
   // Ranges as `pagoda serve` checks them.
   if (c.max_model_len < 0) throw py::value_error("max_model_len must be positive");
   if (c.scheduler.max_num_seqs < 1) throw py::value_error("max_num_seqs must be at least 1");
@@ -410,7 +419,7 @@ PYBIND11_MODULE(_pagoda, m) {
            py::arg("gpu_memory_utilization") = py::none(), py::arg("swap_space") = py::none(),
            py::arg("enable_prefix_caching") = true, py::arg("device") = "auto", py::arg("dtype") = "auto",
            py::arg("threads") = py::none(), py::arg("enforce_eager") = false, py::arg("cpu_offload_gb") = py::none(),
-           py::arg("n_gpu_layers") = py::none())
+           py::arg("n_gpu_layers") = py::none(), py::arg("quantization") = py::none(), py::arg("load_format") = "auto")
       .def("generate", [](Llm& llm, const py::object& prompts, const py::object& sampling_params) {
         return generate(llm, prompts_of(prompts), params_of(sampling_params));
       }, py::arg("prompts"), py::arg("sampling_params") = py::none(),

@@ -3,6 +3,7 @@ folder (PAGODA_PYTHON_DIR: the module CMake builds next to the binary; scripts/c
 checks `pip install .` in a fresh venv). Outputs are checked against the `pagoda generate` binary
 (greedy: the same tokens), batches against single requests, concurrency through the engine-clock
 timestamps, and every refusal is a Python exception with the reason."""
+import json
 import os
 import pathlib
 import signal
@@ -259,6 +260,26 @@ def test_tiny_models_match_the_cli():
     with pagoda.LLM(str(TINY_HF_DIR), tokenizer=str(tiny_qwen3_gguf), max_model_len=128, threads=THREADS) as h:
         got = h.generate([{"prompt_token_ids": ids}], params)[0]
     assert got.outputs[0].token_ids == want and got.prompt_token_ids == ids and len(want) == 16
+
+
+def test_quantization_and_load_format_are_vllms(tmp_path):
+    """vLLM's quantization= (on line, here int4 on the tiny f32 GGUF) and load_format="dummy"
+    (random weights of a config.json's shape, with a tokenizer from elsewhere); unknown values are
+    ValueErrors naming the argument."""
+    if not TINY_GGUF.exists():
+        pytest.fail(f"missing {TINY_GGUF}: run scripts/setup_test.sh")
+    params = pagoda.SamplingParams(max_tokens=6, ignore_eos=True, **GREEDY)
+    with pagoda.LLM(str(TINY_GGUF), max_model_len=128, threads=THREADS, quantization="int4") as q:
+        assert len(q.generate(["Once upon a time"], params)[0].outputs[0].token_ids) == 6
+    config = json.loads((TINY_HF_DIR / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pagoda.LLM(str(tmp_path), load_format="dummy", tokenizer=str(TINY_HF_DIR / "model-f32.gguf"),
+                    max_model_len=128, threads=THREADS, device="cpu") as d:
+        assert len(d.generate([[1, 5, 9]], params)[0].outputs[0].token_ids) == 6
+    with pytest.raises(ValueError, match="quantization"):
+        pagoda.LLM(str(TINY_GGUF), quantization="int3")
+    with pytest.raises(ValueError, match="load_format"):
+        pagoda.LLM(str(TINY_GGUF), load_format="random")
 
 
 def test_ctrl_c_cancels_and_raises_keyboard_interrupt():
