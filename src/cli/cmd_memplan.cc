@@ -90,6 +90,23 @@ struct ModelFacts {
   int64_t k_block = 1;
 };
 
+// Bytes the CUDA executor adds to a mixture of experts' stored weights: it holds the experts in
+// bf16 whatever their format (backend/cuda dense_only_linears); 0 when they are 16-bit already.
+int64_t cuda_expert_expansion(const ModelFacts& f) {
+  if (!f.config.is_moe()) return 0;
+  int64_t stored = 0, elements = 0;
+  for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
+    if (d.experts == 0) continue;
+    auto it = f.decl_bytes.find(d.gguf_name);
+    if (it == f.decl_bytes.end()) continue;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    stored += it->second;
+    elements += n;
+  }
+  return std::max<int64_t>(0, 2 * elements - stored);
+}
+
 // The footprint, noting each layer's matmul weight bytes into f.layer_linear_bytes on the way.
 ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t(const TensorDecl&)>& bytes_of) {
   f.layer_linear_bytes.assign(static_cast<size_t>(std::max<int64_t>(0, f.config.num_layers)), 0);
@@ -378,6 +395,7 @@ int run_memplan(const MemplanOptions& o) {
     j["weights_from"] = facts->weight_source;
     j["parameters"] = facts->footprint.total_parameters;
     j["active_parameters"] = facts->footprint.active_parameters;
+    j["cuda_weight_bytes"] = facts->weight_bytes + cuda_expert_expansion(*facts);
     j["bytes_per_token"] = facts->footprint.bytes_per_token;
     j["fits"] = plan.ok();
     if (plan.ok()) j["plan"] = plan->to_json();
@@ -390,6 +408,10 @@ int run_memplan(const MemplanOptions& o) {
   const ParameterFootprint& fp = facts->footprint;
   std::cout << fmt::format("parameters: {} total, {} active per token; {} bytes read per token at batch 1\n",
                            fp.total_parameters, fp.active_parameters, fp.bytes_per_token);
+  if (const int64_t extra = cuda_expert_expansion(*facts); extra > 0)
+    std::cout << fmt::format("note: on CUDA the experts are held in bf16 whatever their format (the MoE kernels read no "
+                             "quantized format yet): {:.2f} GiB more weights there, {:.2f} GiB in all\n",
+                             extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";
     return 3;

@@ -163,6 +163,37 @@ def test_memplan_llama3_70b_int4_fits_one_80gb_gpu(tmp_path):
     assert plan["total"] <= plan["budget"] <= 80e9
 
 
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def test_memplan_says_what_cuda_holds_of_quantized_experts(tmp_path):
+    """The CUDA executor holds a mixture of experts' experts in bf16 whatever their format: memplan
+    says so, and its JSON's cuda_weight_bytes adds the difference (none for a dense model or bf16)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(MIXTRAL_8X7B))
+    rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "int4")
+    assert rc == 0, out + err
+    assert "on CUDA the experts are held in bf16" in out, out
+    rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "int4", "--json")
+    j = json.loads(out)
+    experts = 32 * 8 * 3 * 4096 * 14336  # parameters
+    assert j["cuda_weight_bytes"] - j["plan"]["weights"] == experts * 2 - experts * 18 // 32, j
+    rc, out, err = run("memplan", cfg, "--memory", "200GB", "--json")
+    j = json.loads(out)
+    assert j["cuda_weight_bytes"] == j["plan"]["weights"], "bf16 experts: nothing added"
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps(LLAMA3_70B))
+    rc, out, err = run("memplan", dense, "--memory", "80GB", "--quantization", "int4", "--json")
+    j = json.loads(out)
+    assert j["cuda_weight_bytes"] == j["plan"]["weights"], "a dense model: nothing added"
+
+
 def test_quantize_writes_a_directory_that_loads(tmp_path):
     out = tmp_path / "gptq"
     rc, o, err = run("quantize", HF, out, "--format", "gptq", "--bits", "4", "--group-size", "128")
