@@ -34,9 +34,9 @@ void ensure_workspace(const ModelConfig& c, int64_t T, ForwardWorkspace& ws) {
 class CpuLayerOps final : public LayerOps {
  public:
   CpuLayerOps(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
-              ThreadPool& pool, const LayerHook& hook)
+              ThreadPool& pool, const LayerHook& hook, const TensorParallelRank* tp)
       : m_(model), c_(model.config()), w_(model.weights()), batch_(batch), kv_(kv), logits_(logits), pool_(pool),
-        hook_(hook) {
+        hook_(hook), tp_(tp != nullptr && tp->comm != nullptr && tp->comm->size() > 1 ? tp : nullptr) {
     const int64_t T = batch.num_tokens();
     PAGODA_CHECK(T > 0, "empty batch");
     ensure_workspace(c_, T, ws);
@@ -55,7 +55,27 @@ class CpuLayerOps final : public LayerOps {
     for (const auto& s : batch.seqs) seqs_.push_back({s.token_begin, s.num_tokens, s.context_len, s.block_table});
   }
 
-  void embed() override { embedding_lookup(w_.token_embd, batch_.token_ids, residual_, pool_); }
+  void embed() override {
+    if (tp_ == nullptr) {
+      embedding_lookup(w_.token_embd, batch_.token_ids, residual_, pool_);
+      return;
+    }
+    // The rank's vocabulary rows [begin, begin + V_r): tokens outside them get zeros, and the
+    // all-reduce brings every token's row from the rank that holds it.
+    const int64_t begin = tp_->vocab_begin, rows = w_.token_embd.dim(0);
+    std::vector<int32_t> local(batch_.token_ids.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      const int64_t id = batch_.token_ids[i] - begin;
+      local[i] = id >= 0 && id < rows ? static_cast<int32_t>(id) : 0;
+    }
+    embedding_lookup(w_.token_embd, local, residual_, pool_);
+    for (size_t i = 0; i < local.size(); ++i) {
+      const int64_t id = batch_.token_ids[i] - begin;
+      if (id < 0 || id >= rows)
+        std::memset(residual_.row_ptr(static_cast<int64_t>(i)), 0, static_cast<size_t>(residual_.row_bytes()));
+    }
+    all_reduce(residual_);
+  }
 
   void norm_qkv(const NormArgs& norm, LinearId w) override {
     norm_residual(norm, hidden_);
@@ -105,6 +125,7 @@ class CpuLayerOps final : public LayerOps {
 
   void linear_post_norm_residual(LinearId w, const NormArgs& post) override {
     linear(cpu_weight(w), attn_, proj_, pool_);
+    all_reduce(proj_);
     rms_norm(proj_, w_.vector(post.weight), post.eps, proj_, pool_);
     pending_add_ = true;
   }
@@ -119,6 +140,7 @@ class CpuLayerOps final : public LayerOps {
       swiglu_fused(gate_up_, act_, pool_);
     }
     linear(cpu_weight(down), act_, proj_, pool_);
+    all_reduce(proj_);
     rms_norm(proj_, w_.vector(post.weight), post.eps, proj_, pool_);
     pending_add_ = true;
   }
@@ -135,6 +157,7 @@ class CpuLayerOps final : public LayerOps {
 
   void linear_residual(LinearId w) override {
     linear(cpu_weight(w), attn_, proj_, pool_);
+    all_reduce(proj_);
     pending_add_ = true;
   }
 
@@ -143,6 +166,7 @@ class CpuLayerOps final : public LayerOps {
     linear(cpu_weight(gate_up), hidden_, gate_up_, pool_);
     swiglu_fused(gate_up_, act_, pool_);
     linear(cpu_weight(down), act_, proj_, pool_);
+    all_reduce(proj_);
     pending_add_ = true;
   }
 
@@ -161,19 +185,28 @@ class CpuLayerOps final : public LayerOps {
       mw.shared_gate = &cpu_weight(a.shared_gate);
     }
     pagoda::moe_mlp(mw, hidden_, proj_, ws_->moe, pool_);
+    all_reduce(proj_);  // each rank's experts hold a slice of their width: partial sums
     pending_add_ = true;
   }
 
   void final_logits(const NormArgs& norm, LinearId w) override {
     const int64_t n = static_cast<int64_t>(batch_.logits_rows.size());
-    if (logits_.dtype() != DType::kF32 || logits_.ndim() != 2 || logits_.dim(0) != n || logits_.dim(1) != c_.vocab_size)
-      logits_ = Tensor::empty(DType::kF32, {n, c_.vocab_size});
+    const int64_t V = tp_ != nullptr ? tp_->vocab_size : c_.vocab_size;
+    if (logits_.dtype() != DType::kF32 || logits_.ndim() != 2 || logits_.dim(0) != n || logits_.dim(1) != V)
+      logits_ = Tensor::empty(DType::kF32, {n, V});
     if (n == 0) return;
     flush_residual();
     Tensor last = ws_->last_hidden.slice_rows(0, n);
     gather_rows(residual_, batch_.logits_rows, last);
     rms_norm(last, w_.vector(norm.weight), norm.eps, last, pool_);
-    linear(cpu_weight(w), last, logits_, pool_);
+    if (tp_ == nullptr) {
+      linear(cpu_weight(w), last, logits_, pool_);
+      return;
+    }
+    // The rank's vocabulary columns, then every rank's at its offset.
+    Tensor part = Tensor::empty(DType::kF32, {n, c_.vocab_size});
+    linear(cpu_weight(w), last, part, pool_);
+    tp_->comm->all_gather_columns(part.data_as<const float>(), n, c_.vocab_size, tp_->vocab_begin, logits_.data_as<float>(), V);
   }
 
   void end_layer(int64_t layer) override {
@@ -199,6 +232,10 @@ class CpuLayerOps final : public LayerOps {
     PAGODA_CHECK(e.cpu != nullptr, "linear '{}' was loaded for a device executor: no CPU kernels", e.name);
     return *e.cpu;
   }
+  // Tensor parallelism: `t` [T, D] f32 summed over the ranks (in place); nothing on one rank.
+  void all_reduce(Tensor& t) {
+    if (tp_ != nullptr) tp_->comm->all_reduce_sum(t.data_as<float>(), t.numel());
+  }
   // out = rms_norm(residual), the deferred projection added into the residual first.
   void norm_residual(const NormArgs& norm, Tensor& out) {
     if (pending_add_) {
@@ -222,6 +259,7 @@ class CpuLayerOps final : public LayerOps {
   Tensor& logits_;
   ThreadPool& pool_;
   const LayerHook& hook_;
+  const TensorParallelRank* tp_;  // null: one rank
   ForwardWorkspace* ws_ = nullptr;
   // Views of the workspace's first T rows.
   Tensor residual_, hidden_, qkv_, q_, k_, v_, attn_, proj_, gate_up_, act_;
@@ -239,9 +277,11 @@ int64_t ForwardWorkspace::bytes() const {
 }
 
 void cpu_forward(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
-                 ThreadPool& pool, const LayerHook& hook, LayerRange range, const Tensor* residual_in) {
+                 ThreadPool& pool, const LayerHook& hook, LayerRange range, const Tensor* residual_in,
+                 const TensorParallelRank* tp) {
   const int64_t L = model.config().num_layers;
-  CpuLayerOps ops(model, batch, kv, ws, logits, pool, hook);
+  PAGODA_CHECK(tp == nullptr || range.whole(L), "tensor parallelism with a layer split");
+  CpuLayerOps ops(model, batch, kv, ws, logits, pool, hook, tp);
   if (range.whole(L)) {
     PAGODA_CHECK(residual_in == nullptr, "an input residual for the whole model's forward pass");
     model.forward(ops);

@@ -13,6 +13,7 @@
 #include "ops/moe.h"
 #include "runtime/forward_batch.h"
 #include "runtime/kv_cache_storage.h"
+#include "runtime/tensor_parallel_comm.h"
 
 namespace pagoda {
 
@@ -32,8 +33,13 @@ using LayerHook = std::function<void(int64_t layer, const Tensor& residual)>;
 // (resized if needed) when the range is the last one. A range after the first starts from
 // `residual_in` [T, D] f32 instead of embedding the tokens; one before the last leaves the residual
 // stream after its last layer in ws.residual's first T rows (logits untouched).
+// `tp` (tensor parallelism): `model` is one rank's (model/tensor_parallel_source.h; its KV heads in
+// `kv`); the o / down / expert outputs are all-reduced before they join the residual stream, the
+// embedding is looked up in the rank's vocabulary rows and all-reduced, and the logits are
+// gathered to the whole vocabulary. Every rank calls this with the same batch at the same time.
 // Thread-safety: serialise calls per workspace and KV storage.
 void cpu_forward(const Model& model, const ForwardBatch& batch, KvCacheStorage& kv, ForwardWorkspace& ws, Tensor& logits,
-                 ThreadPool& pool, const LayerHook& hook = {}, LayerRange range = {}, const Tensor* residual_in = nullptr);
+                 ThreadPool& pool, const LayerHook& hook = {}, LayerRange range = {}, const Tensor* residual_in = nullptr,
+                 const TensorParallelRank* tp = nullptr);
 
 }  // namespace pagoda
