@@ -31,33 +31,13 @@
 #include "model/family.h"
 #include "model/model_loader.h"
 #include "model/random_weights.h"
+#include "tiny_hf_configs.h"
 
 namespace pagoda {
 namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::json llama_config() {
-  return {{"model_type", "llama"},      {"hidden_size", 128},          {"intermediate_size", 384},
-          {"num_hidden_layers", 2},     {"num_attention_heads", 8},    {"num_key_value_heads", 2},
-          {"head_dim", 16},             {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0},      {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
-
-nlohmann::json qwen2_config() {
-  nlohmann::json j = llama_config();
-  j["model_type"] = "qwen2";
-  j["tie_word_embeddings"] = true;
-  return j;
-}
-
-nlohmann::json mixtral_config() {
-  return {{"model_type", "mixtral"},   {"hidden_size", 64},           {"intermediate_size", 96},
-          {"num_hidden_layers", 2},    {"num_attention_heads", 4},    {"num_key_value_heads", 2},
-          {"head_dim", 16},            {"max_position_embeddings", 256}, {"num_local_experts", 4},
-          {"num_experts_per_tok", 2},  {"rms_norm_eps", 1e-5},        {"rope_theta", 1e6},
-          {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
 
 // A directory holding only config.json (removed with the test's scratch root).
 class RandomWeights : public ::testing::Test {
@@ -102,7 +82,7 @@ void expect_finite(const std::vector<float>& v) {
 }
 
 TEST_F(RandomWeights, ListsTheRequiredDeclaredTensorsWithTheirShapes) {
-  for (const nlohmann::json& j : {llama_config(), qwen2_config(), mixtral_config()}) {
+  for (const nlohmann::json& j : {test::tiny_llama_config(), test::tiny_qwen2_config(), test::tiny_mixtral_config()}) {
     const ModelConfig c = parse(j);
     auto src = make_random_weight_source(c, "cfg", random_weight_dtype(j), 0, 2);
     ASSERT_TRUE(src.ok()) << src.status().to_string();
@@ -142,17 +122,17 @@ TEST_F(RandomWeights, ListsTheRequiredDeclaredTensorsWithTheirShapes) {
     EXPECT_NE(missing.status().message().find("model.layers.9.nothing.weight"), std::string::npos);
   }
   // Untied: lm_head is required; tied (qwen2 here): absent. Qwen2's biases are there.
-  auto llama = make_random_weight_source(parse(llama_config()), "cfg", DType::kBF16, 0, 1);
+  auto llama = make_random_weight_source(parse(test::tiny_llama_config()), "cfg", DType::kBF16, 0, 1);
   EXPECT_NE((*llama)->find("lm_head.weight"), nullptr);
-  auto qwen = make_random_weight_source(parse(qwen2_config()), "cfg", DType::kBF16, 0, 1);
+  auto qwen = make_random_weight_source(parse(test::tiny_qwen2_config()), "cfg", DType::kBF16, 0, 1);
   EXPECT_EQ((*qwen)->find("lm_head.weight"), nullptr);
   EXPECT_NE((*qwen)->find("model.layers.1.self_attn.k_proj.bias"), nullptr);
-  auto mixtral = make_random_weight_source(parse(mixtral_config()), "cfg", DType::kBF16, 0, 1);
+  auto mixtral = make_random_weight_source(parse(test::tiny_mixtral_config()), "cfg", DType::kBF16, 0, 1);
   EXPECT_NE((*mixtral)->find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), nullptr);
 }
 
 TEST_F(RandomWeights, DtypeFollowsTheConfig) {
-  nlohmann::json j = llama_config();
+  nlohmann::json j = test::tiny_llama_config();
   EXPECT_EQ(random_weight_dtype(j), DType::kBF16);
   j["torch_dtype"] = "float16";
   EXPECT_EQ(random_weight_dtype(j), DType::kF16);
@@ -173,7 +153,7 @@ TEST_F(RandomWeights, DtypeFollowsTheConfig) {
 
 TEST_F(RandomWeights, NormsAreOneOthersAreGaussianOfStd002) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    auto src = make_random_weight_source(parse(llama_config()), "cfg", dtype, 0, 3);
+    auto src = make_random_weight_source(parse(test::tiny_llama_config()), "cfg", dtype, 0, 3);
     ASSERT_TRUE(src.ok());
     for (const std::string& n : (*src)->names()) {
       const Tensor* t = (*src)->find(n);
@@ -200,7 +180,7 @@ TEST_F(RandomWeights, NormsAreOneOthersAreGaussianOfStd002) {
 }
 
 TEST_F(RandomWeights, BytesDependOnTheSeedNotTheThreads) {
-  const ModelConfig c = parse(mixtral_config());
+  const ModelConfig c = parse(test::tiny_mixtral_config());
   auto one = make_random_weight_source(c, "cfg", DType::kBF16, 7, 1);
   auto three = make_random_weight_source(c, "cfg", DType::kBF16, 7, 3);
   auto other = make_random_weight_source(c, "cfg", DType::kBF16, 8, 3);
@@ -217,8 +197,8 @@ TEST_F(RandomWeights, BytesDependOnTheSeedNotTheThreads) {
 }
 
 TEST_F(RandomWeights, DummyLoadsRunAForwardWithFiniteLogits) {
-  for (const auto& [name, j] : {std::pair{"llama", llama_config()}, std::pair{"qwen2", qwen2_config()},
-                                std::pair{"mixtral", mixtral_config()}}) {
+  for (const auto& [name, j] : {std::pair{"llama", test::tiny_llama_config()}, std::pair{"qwen2", test::tiny_qwen2_config()},
+                                std::pair{"mixtral", test::tiny_mixtral_config()}}) {
     SCOPED_TRACE(name);
     const std::string dir = config_dir(name, j);
     ModelLoadOptions lo;
@@ -238,7 +218,7 @@ TEST_F(RandomWeights, DummyLoadsRunAForwardWithFiniteLogits) {
 // The CPU preparation repacks the linears and releases their pages (release_mapped_pages); the
 // pool's other views overlap those pages and must still read their values.
 TEST_F(RandomWeights, RepackedTensorsReleaseNoValuesOtherViewsRead) {
-  for (const auto& [name, j] : {std::pair{"llama", llama_config()}, std::pair{"mixtral", mixtral_config()}}) {
+  for (const auto& [name, j] : {std::pair{"llama", test::tiny_llama_config()}, std::pair{"mixtral", test::tiny_mixtral_config()}}) {
     SCOPED_TRACE(name);
     const std::string dir = config_dir(name, j);
     ModelLoadOptions lo;
@@ -263,7 +243,7 @@ TEST_F(RandomWeights, RepackedTensorsReleaseNoValuesOtherViewsRead) {
 }
 
 TEST_F(RandomWeights, ComposesWithOnlineQuantization) {
-  for (const auto& [name, j] : {std::pair{"llama", llama_config()}, std::pair{"mixtral", mixtral_config()}}) {
+  for (const auto& [name, j] : {std::pair{"llama", test::tiny_llama_config()}, std::pair{"mixtral", test::tiny_mixtral_config()}}) {
     SCOPED_TRACE(name);
     ModelLoadOptions lo;
     lo.load_format = LoadFormat::kDummy;
@@ -305,7 +285,7 @@ TEST_F(RandomWeights, PathsThatHoldNoConfigAreClearErrors) {
 }
 
 TEST_F(RandomWeights, ConfigOnlyDirectoriesAndConfigFilesGiveTheConfig) {
-  const std::string dir = config_dir("llama", llama_config());
+  const std::string dir = config_dir("llama", test::tiny_llama_config());
   for (const std::string& path : {dir, dir + "/config.json"}) {
     auto c = load_model_config(path);
     ASSERT_TRUE(c.ok()) << path << ": " << c.status().to_string();
@@ -316,7 +296,7 @@ TEST_F(RandomWeights, ConfigOnlyDirectoriesAndConfigFilesGiveTheConfig) {
 
 TEST_F(RandomWeights, NoEnginePlanForRandomWeights) {
   EngineConfig cfg;
-  cfg.model = config_dir("llama", llama_config());
+  cfg.model = config_dir("llama", test::tiny_llama_config());
   cfg.plan_cache = (root_ / "plans").string();
   EXPECT_NE(EnginePlan::open_for(cfg, /*cuda=*/false)->out(), nullptr);  // the same path, auto: a plan
   cfg.load_format = LoadFormat::kDummy;

@@ -21,31 +21,11 @@
 #include "model/tensor_parallel_source.h"
 #include "runtime/cpu_layer_ops.h"
 #include "runtime/tensor_parallel_comm.h"
+#include "tiny_hf_configs.h"
 
 namespace pagoda {
 namespace {
 
-nlohmann::json llama_config() {
-  return {{"model_type", "llama"},      {"hidden_size", 128},          {"intermediate_size", 384},
-          {"num_hidden_layers", 2},     {"num_attention_heads", 8},    {"num_key_value_heads", 2},
-          {"head_dim", 16},             {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0},      {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
-
-nlohmann::json qwen2_config() {
-  nlohmann::json j = llama_config();
-  j["model_type"] = "qwen2";
-  j["tie_word_embeddings"] = true;
-  return j;
-}
-
-nlohmann::json mixtral_config() {
-  return {{"model_type", "mixtral"},   {"hidden_size", 64},           {"intermediate_size", 96},
-          {"num_hidden_layers", 2},    {"num_attention_heads", 4},    {"num_key_value_heads", 2},
-          {"head_dim", 16},            {"max_position_embeddings", 256}, {"num_local_experts", 4},
-          {"num_experts_per_tok", 2},  {"rms_norm_eps", 1e-5},        {"rope_theta", 1e6},
-          {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
 
 std::unique_ptr<Model> load(const ModelConfig& c, const WeightSource& src) {
   TensorLookup lookup = [&src](const std::string& name) { return src.get(name); };
@@ -139,16 +119,16 @@ void expect_tensor_parallel_equals_whole(const nlohmann::json& j, int size) {
 }
 
 TEST(TensorParallelForward, LlamaAtTwoAndFourRanksEqualsTheWholeModel) {
-  expect_tensor_parallel_equals_whole(llama_config(), 2);
-  expect_tensor_parallel_equals_whole(llama_config(), 4);
+  expect_tensor_parallel_equals_whole(test::tiny_llama_config(), 2);
+  expect_tensor_parallel_equals_whole(test::tiny_llama_config(), 4);
 }
 
 TEST(TensorParallelForward, Qwen2WithBiasesAndTiedEmbeddingEqualsTheWholeModel) {
-  expect_tensor_parallel_equals_whole(qwen2_config(), 2);
+  expect_tensor_parallel_equals_whole(test::tiny_qwen2_config(), 2);
 }
 
 TEST(TensorParallelForward, MixtralExpertsSplitByWidthEqualTheWholeModel) {
-  expect_tensor_parallel_equals_whole(mixtral_config(), 2);
+  expect_tensor_parallel_equals_whole(test::tiny_mixtral_config(), 2);
 }
 
 TEST(TensorParallelForward, ThreadCommsSumInRankOrderAndGatherColumns) {

@@ -20,31 +20,11 @@
 #include "model/family.h"
 #include "model/random_weights.h"
 #include "model/tensor_parallel_source.h"
+#include "tiny_hf_configs.h"
 
 namespace pagoda {
 namespace {
 
-nlohmann::json llama_config() {
-  return {{"model_type", "llama"},      {"hidden_size", 128},          {"intermediate_size", 384},
-          {"num_hidden_layers", 2},     {"num_attention_heads", 8},    {"num_key_value_heads", 2},
-          {"head_dim", 16},             {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0},      {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
-
-nlohmann::json qwen2_config() {
-  nlohmann::json j = llama_config();
-  j["model_type"] = "qwen2";
-  j["tie_word_embeddings"] = true;
-  return j;
-}
-
-nlohmann::json mixtral_config() {
-  return {{"model_type", "mixtral"},   {"hidden_size", 64},           {"intermediate_size", 96},
-          {"num_hidden_layers", 2},    {"num_attention_heads", 4},    {"num_key_value_heads", 2},
-          {"head_dim", 16},            {"max_position_embeddings", 256}, {"num_local_experts", 4},
-          {"num_experts_per_tok", 2},  {"rms_norm_eps", 1e-5},        {"rope_theta", 1e6},
-          {"tie_word_embeddings", false}, {"vocab_size", 512}};
-}
 
 ModelConfig parse(const nlohmann::json& j) {
   auto c = model_config_from_hf_json(j);
@@ -120,13 +100,13 @@ void expect_ranks_hold_their_slices(const nlohmann::json& j, int size) {
 }
 
 TEST(TensorParallelSource, EveryShardHoldsItsSliceOfTheFullTensor) {
-  expect_ranks_hold_their_slices(llama_config(), 2);
-  expect_ranks_hold_their_slices(llama_config(), 4);  // 2 KV heads on 4 ranks: each held by two ranks
-  expect_ranks_hold_their_slices(mixtral_config(), 2);
+  expect_ranks_hold_their_slices(test::tiny_llama_config(), 2);
+  expect_ranks_hold_their_slices(test::tiny_llama_config(), 4);  // 2 KV heads on 4 ranks: each held by two ranks
+  expect_ranks_hold_their_slices(test::tiny_mixtral_config(), 2);
 }
 
 TEST(TensorParallelSource, EachRankLoadsThroughTheFamilyLoader) {
-  for (const auto& j : {llama_config(), qwen2_config(), mixtral_config()}) {
+  for (const auto& j : {test::tiny_llama_config(), test::tiny_qwen2_config(), test::tiny_mixtral_config()}) {
     const ModelConfig c = parse(j);
     const auto full = random_checkpoint(c);
     auto plan = plan_tensor_parallel(c, 2);
@@ -168,7 +148,7 @@ TEST(TensorParallelSource, ColumnCutsCopyWholeQuantBlocks) {
 }
 
 TEST(TensorParallelSource, SizeOneIsTheCheckpointItself) {
-  const ModelConfig c = parse(llama_config());
+  const ModelConfig c = parse(test::tiny_llama_config());
   const auto full = random_checkpoint(c);
   auto plan = plan_tensor_parallel(c, 1);
   ASSERT_TRUE(plan.ok());
