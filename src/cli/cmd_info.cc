@@ -60,8 +60,8 @@ int run_info(const std::string& path, bool as_json, WeightQuantization quantizat
   auto opened = open_checkpoint(path, load_format, 0);
   if (!opened.ok()) {
     std::error_code ec;
-    const bool config_only = load_format == LoadFormat::kAuto && std::filesystem::is_directory(path, ec) &&
-                             std::filesystem::exists(path + "/" + HfModelDir::kConfigFile, ec);
+    const std::string config = config_json_path(path);
+    const bool config_only = load_format == LoadFormat::kAuto && !config.empty() && std::filesystem::exists(config, ec);
     std::cerr << "pagoda info: " << opened.status().to_string()
               << (config_only ? " (a config.json alone: --load-format dummy describes random weights of its shape)" : "")
               << "\n";

@@ -122,12 +122,8 @@ ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t
 }
 
 Result<ModelFacts> model_facts(const MemplanOptions& o) {
-  namespace fs = std::filesystem;
   ModelFacts f;
-  std::error_code ec;
-  std::string config_path;
-  if (fs::is_directory(o.model, ec)) config_path = o.model + "/config.json";
-  else if (o.model.size() >= 5 && o.model.substr(o.model.size() - 5) == ".json") config_path = o.model;
+  const std::string config_path = config_json_path(o.model);
   if (config_path.empty()) {
     PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(o.model));
     PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_gguf(*gguf));

@@ -48,7 +48,7 @@ bool wait_for(Ready ready, std::chrono::milliseconds timeout) {
 }  // namespace
 
 struct ShmBroadcast::Header {
-  uint64_t magic;
+  std::atomic<uint64_t> magic;  // published last by the creator: the rest is set up
   uint64_t slots;
   uint64_t slot_bytes;
   uint64_t readers;
@@ -89,13 +89,13 @@ Result<ShmBroadcast> ShmBroadcast::create(const std::string& name, const Options
     return io_error("cannot map shared memory '{}': {}", name, std::strerror(e));
   }
   auto* h = static_cast<Header*>(p);  // ftruncate zero-filled it: every seq and ack is 0
+  new (&h->magic) std::atomic<uint64_t>(0);
   h->slots = static_cast<uint64_t>(o.slots);
   h->slot_bytes = static_cast<uint64_t>(o.slot_bytes);
   h->readers = static_cast<uint64_t>(o.readers);
   for (int r = 0; r < o.readers; ++r) new (&h->acked()[r]) std::atomic<uint64_t>(0);
   for (uint64_t s = 1; s <= h->slots; ++s) new (&h->slot(s)->seq) std::atomic<uint64_t>(0);
-  std::atomic_thread_fence(std::memory_order_release);
-  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
+  h->magic.store(kMagic, std::memory_order_release);
   ShmBroadcast b;
   b.name_ = name;
   b.base_ = p;
@@ -125,7 +125,7 @@ Result<ShmBroadcast> ShmBroadcast::open(const std::string& name, int reader, std
   b.reader_ = reader;
   b.timeout_ = timeout;
   auto* h = static_cast<Header*>(p);
-  if (reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->load(std::memory_order_acquire) != kMagic)
+  if (h->magic.load(std::memory_order_acquire) != kMagic)
     return data_loss("shared memory '{}' is not a broadcast channel (no magic)", name);
   if (h->readers < 1 || h->readers > kMaxReaders || h->slots < 1 ||
       Header::total_bytes(h->readers, h->slots, h->slot_bytes) != bytes)

@@ -55,6 +55,31 @@ class TableWeightSource final : public WeightSource {
   std::string path_;
 };
 
+class OverlayWeightSource final : public WeightSource {
+ public:
+  OverlayWeightSource(std::shared_ptr<const WeightSource> base, std::map<std::string, Tensor> replaced)
+      : base_(std::move(base)), replaced_(std::move(replaced)) {}
+  WeightFormat format() const override { return base_->format(); }
+  const std::string& path() const override { return base_->path(); }
+  const Tensor* find(const std::string& name) const override {
+    auto it = replaced_.find(name);
+    return it != replaced_.end() ? &it->second : base_->find(name);
+  }
+  Result<const Tensor*> get(const std::string& name) const override {
+    auto it = replaced_.find(name);
+    if (it != replaced_.end()) return &it->second;
+    return base_->get(name);
+  }
+  std::vector<std::string> names() const override { return base_->names(); }
+  const GgufFile* gguf() const override { return base_->gguf(); }
+  const HfModelDir* hf_dir() const override { return base_->hf_dir(); }
+  const SafetensorsFile* safetensors() const override { return base_->safetensors(); }
+
+ private:
+  std::shared_ptr<const WeightSource> base_;
+  std::map<std::string, Tensor> replaced_;
+};
+
 void add_safetensors(TableWeightSource* src, const SafetensorsFile& file,
                      const SafetensorsTensorInfo& info) {
   TableWeightSource::Entry e;
@@ -82,6 +107,17 @@ const char* weight_format_name(WeightFormat f) {
 std::string WeightSource::describe() const {
   if (format() == WeightFormat::kRandom) return fmt::format("random weights for {} ({} tensors)", path(), names().size());
   return fmt::format("{} {} ({} tensors)", weight_format_name(format()), path(), names().size());
+}
+
+std::unique_ptr<WeightSource> make_weight_source(WeightFormat format, std::string path, std::map<std::string, Tensor> tensors) {
+  auto src = std::make_unique<TableWeightSource>(format, std::move(path));
+  for (auto& [name, t] : tensors) src->table_.emplace(name, TableWeightSource::Entry{std::move(t), Status()});
+  return src;
+}
+
+std::unique_ptr<WeightSource> overlay_weight_source(std::shared_ptr<const WeightSource> base,
+                                                    std::map<std::string, Tensor> replaced) {
+  return std::make_unique<OverlayWeightSource>(std::move(base), std::move(replaced));
 }
 
 Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const GgufFile> gguf) {

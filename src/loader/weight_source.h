@@ -67,6 +67,15 @@ Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const G
 Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const HfModelDir> dir);
 Result<std::unique_ptr<WeightSource>> make_weight_source(std::shared_ptr<const SafetensorsFile> file);
 
+// A source of `tensors` made in memory (every one usable; no container), of `format` at `path`.
+std::unique_ptr<WeightSource> make_weight_source(WeightFormat format, std::string path, std::map<std::string, Tensor> tensors);
+
+// `base` with some of its tensors replaced (on-line quantization, a tensor-parallel rank's shards):
+// `replaced` holds names `base` has; names(), the other tensors' lookups and the containers are
+// base's. Keeps `base` alive.
+std::unique_ptr<WeightSource> overlay_weight_source(std::shared_ptr<const WeightSource> base,
+                                                    std::map<std::string, Tensor> replaced);
+
 // Opens `path`: a directory is a Hugging Face model directory; a regular file is read as GGUF if
 // it starts with the GGUF magic, else as safetensors if its name ends in ".safetensors".
 Result<std::unique_ptr<WeightSource>> load_weight_source(const std::string& path);

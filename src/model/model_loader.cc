@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 #include <unordered_set>
 
@@ -17,29 +16,21 @@
 namespace pagoda {
 namespace {
 
-bool is_json_file(const std::string& path) { return path.size() > 5 && path.ends_with(".json"); }
-
 // --load-format dummy: the config of the config.json at `path` (a directory holding one, or the
 // file) and random weights of its shape.
-Status load_random_weights(const std::string& path, int threads, LoadedModel& m) {
+Result<OpenedCheckpoint> open_random_weights(const std::string& path, int threads) {
   std::error_code ec;
-  std::string config_path;
   if (!std::filesystem::exists(path, ec)) return not_found("'{}' does not exist", path);
-  if (std::filesystem::is_directory(path, ec)) {
-    config_path = path + "/" + HfModelDir::kConfigFile;
-  } else if (is_json_file(path)) {
-    config_path = path;
-  } else {
+  const std::string config_path = config_json_path(path);
+  if (config_path.empty())
     return invalid_argument("--load-format dummy needs a Hugging Face config.json (the file, or a directory holding "
                             "it); '{}' is neither", path);
-  }
-  std::ifstream in(config_path);
-  if (!in) return not_found("--load-format dummy: cannot open '{}'", config_path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument("--load-format dummy: '{}' is not valid JSON", config_path);
-  PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_hf_json(j));
-  PAGODA_ASSIGN_OR_RETURN(m.weights, make_random_weight_source(m.config, path, random_weight_dtype(j), /*seed=*/0, threads));
-  return {};
+  auto j = read_json_file(config_path);
+  if (!j.ok()) return Status(j.status().code(), fmt::format("--load-format dummy: {}", j.status().message()));
+  OpenedCheckpoint o;
+  PAGODA_ASSIGN_OR_RETURN(o.config, model_config_from_hf_json(*j));
+  PAGODA_ASSIGN_OR_RETURN(o.weights, make_random_weight_source(o.config, path, random_weight_dtype(*j), /*seed=*/0, threads));
+  return o;
 }
 
 }  // namespace
@@ -69,23 +60,24 @@ ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightS
   });
 }
 
-Result<ModelConfig> load_model_config(const std::string& path) {
+std::string config_json_path(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return model_config_from_hf_file(path + "/" + HfModelDir::kConfigFile);
-  if (is_json_file(path)) return model_config_from_hf_file(path);
+  if (std::filesystem::is_directory(path, ec)) return path + "/" + HfModelDir::kConfigFile;
+  return path.size() > 5 && path.ends_with(".json") ? path : std::string();
+}
+
+Result<ModelConfig> load_model_config(const std::string& path) {
+  if (const std::string config = config_json_path(path); !config.empty()) return model_config_from_hf_file(config);
   PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
   return model_config_from_gguf(*gguf);
 }
 
 Result<OpenedCheckpoint> open_checkpoint(const std::string& path, LoadFormat format, int threads) {
-  LoadedModel m;
-  if (format == LoadFormat::kDummy) {
-    PAGODA_RETURN_IF_ERROR(load_random_weights(path, threads, m));
-  } else {
-    PAGODA_ASSIGN_OR_RETURN(m.weights, load_weight_source(path));
-    PAGODA_ASSIGN_OR_RETURN(m.config, model_config_from_source(*m.weights));
-  }
-  return OpenedCheckpoint{std::move(m.config), std::move(m.weights)};
+  if (format == LoadFormat::kDummy) return open_random_weights(path, threads);
+  OpenedCheckpoint o;
+  PAGODA_ASSIGN_OR_RETURN(o.weights, load_weight_source(path));
+  PAGODA_ASSIGN_OR_RETURN(o.config, model_config_from_source(*o.weights));
+  return o;
 }
 
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {

@@ -66,6 +66,10 @@ Result<ModelConfig> model_config_from_source(const WeightSource& source);
 // parameter_footprint (model/family.h) of the tensors `source` holds for `config`.
 ParameterFootprint checkpoint_footprint(const ModelConfig& config, const WeightSource& source);
 
+// The config.json a path names: a directory's, or the path itself when it ends in ".json"; ""
+// otherwise (a GGUF file, a lone .safetensors file).
+std::string config_json_path(const std::string& path);
+
 // Only the configuration (no weights are validated or prepared): for `info` and memory plans.
 // `path`: a .gguf file, a directory holding config.json (no weight file needed), or a .json file.
 Result<ModelConfig> load_model_config(const std::string& path);

@@ -19,33 +19,6 @@
 namespace pagoda {
 namespace {
 
-// The source's tensors with some replaced: names() and the containers are the base source's.
-class QuantizedWeightSource final : public WeightSource {
- public:
-  QuantizedWeightSource(std::unique_ptr<WeightSource> base, std::map<std::string, Tensor> replaced)
-      : base_(std::move(base)), replaced_(std::move(replaced)) {}
-  WeightFormat format() const override { return base_->format(); }
-  const std::string& path() const override { return base_->path(); }
-  const Tensor* find(const std::string& name) const override {
-    auto it = replaced_.find(name);
-    return it != replaced_.end() ? &it->second : base_->find(name);
-  }
-  Result<const Tensor*> get(const std::string& name) const override {
-    auto it = replaced_.find(name);
-    if (it != replaced_.end()) return &it->second;
-    return base_->get(name);
-  }
-  std::vector<std::string> names() const override { return base_->names(); }
-  const GgufFile* gguf() const override { return base_->gguf(); }
-  const HfModelDir* hf_dir() const override { return base_->hf_dir(); }
-  const SafetensorsFile* safetensors() const override { return base_->safetensors(); }
-
- private:
-  std::unique_ptr<WeightSource> base_;
-  std::map<std::string, Tensor> replaced_;
-};
-
-
 // One checkpoint tensor to quantize: its name, the source tensor and the format it becomes.
 struct Target {
   std::string name;
@@ -202,7 +175,7 @@ Result<std::unique_ptr<WeightSource>> fp8_rows_as_bf16(std::unique_ptr<WeightSou
   });
   std::map<std::string, Tensor> replaced;
   for (size_t i = 0; i < targets.size(); ++i) replaced.emplace(targets[i].first, std::move(done[i]));
-  return std::unique_ptr<WeightSource>(std::make_unique<QuantizedWeightSource>(std::move(source), std::move(replaced)));
+  return overlay_weight_source(std::move(source), std::move(replaced));
 }
 
 Result<std::unique_ptr<WeightSource>> quantize_weight_source(std::unique_ptr<WeightSource> source,
@@ -226,7 +199,7 @@ Result<std::unique_ptr<WeightSource>> quantize_weight_source(std::unique_ptr<Wei
   log_info("quantize", "--quantization {}: {} linears quantized to {} ({:.1f} MiB -> {:.1f} MiB)", weight_quantization_name(q),
            targets.size(), targets.empty() ? "-" : std::string(dtype_name(targets[0].format)),
            static_cast<double>(before) / 1048576.0, static_cast<double>(after) / 1048576.0);
-  return std::unique_ptr<WeightSource>(std::make_unique<QuantizedWeightSource>(std::move(source), std::move(replaced)));
+  return overlay_weight_source(std::move(source), std::move(replaced));
 }
 
 }  // namespace pagoda

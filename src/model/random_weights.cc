@@ -82,34 +82,6 @@ class Region {
   size_t size_;
 };
 
-class RandomWeightSource final : public WeightSource {
- public:
-  explicit RandomWeightSource(std::string path) : path_(std::move(path)) {}
-
-  WeightFormat format() const override { return WeightFormat::kRandom; }
-  const std::string& path() const override { return path_; }
-  const Tensor* find(const std::string& name) const override {
-    auto it = table_.find(name);
-    return it == table_.end() ? nullptr : &it->second;
-  }
-  Result<const Tensor*> get(const std::string& name) const override {
-    auto it = table_.find(name);
-    if (it == table_.end()) return not_found("tensor '{}' not found in the random weights for {}", name, path_);
-    return &it->second;
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    out.reserve(table_.size());
-    for (const auto& [name, t] : table_) out.push_back(name);
-    return out;
-  }
-
-  std::map<std::string, Tensor> table_;
-
- private:
-  std::string path_;
-};
-
 struct Planned {
   std::vector<int64_t> shape;
   int64_t bytes = 0;
@@ -193,11 +165,10 @@ Result<std::unique_ptr<WeightSource>> make_random_weight_source(const ModelConfi
   std::fill(ones, ones + (ones_end - pool_bytes) / elem, one);
   PAGODA_RETURN_IF_ERROR(region->seal());
 
-  auto src = std::make_unique<RandomWeightSource>(path);
   const std::shared_ptr<const void> owner = region;
-  for (auto& [name, p] : plan)
-    src->table_.emplace(name, Tensor::view(dtype, std::move(p.shape), region->data() + p.offset, owner));
-  return std::unique_ptr<WeightSource>(std::move(src));
+  std::map<std::string, Tensor> tensors;
+  for (auto& [name, p] : plan) tensors.emplace(name, Tensor::view(dtype, std::move(p.shape), region->data() + p.offset, owner));
+  return make_weight_source(WeightFormat::kRandom, path, std::move(tensors));
 }
 
 }  // namespace pagoda

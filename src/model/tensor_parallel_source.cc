@@ -1,6 +1,5 @@
 #include "model/tensor_parallel_source.h"
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -9,40 +8,6 @@
 #include "model/tensor_table.h"
 
 namespace pagoda {
-namespace {
-
-class ShardSource final : public WeightSource {
- public:
-  ShardSource(WeightFormat format, std::string path) : format_(format), path_(std::move(path)) {}
-
-  WeightFormat format() const override { return format_; }
-  const std::string& path() const override { return path_; }
-  const Tensor* find(const std::string& name) const override {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
-  }
-  Result<const Tensor*> get(const std::string& name) const override {
-    if (auto it = tensors_.find(name); it != tensors_.end()) return &it->second;
-    if (auto it = unusable_.find(name); it != unusable_.end()) return it->second;
-    return not_found("tensor '{}' not found in the tensor-parallel shards of {}", name, path_);
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& [n, t] : tensors_) out.push_back(n);
-    for (const auto& [n, s] : unusable_) out.push_back(n);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
-  std::map<std::string, Tensor> tensors_;
-  std::map<std::string, Status> unusable_;  // the checkpoint's reason (an unsupported dtype, ...)
-
- private:
-  WeightFormat format_;
-  std::string path_;
-};
-
-}  // namespace
 
 Result<Tensor> cut_tensor(const Tensor& t, int dim, const std::vector<ShardRange>& ranges) {
   const int n = t.ndim();
@@ -93,16 +58,11 @@ Result<Tensor> cut_tensor(const Tensor& t, int dim, const std::vector<ShardRange
   return out;
 }
 
-Result<std::unique_ptr<WeightSource>> tensor_parallel_weight_source(const WeightSource& full, const TensorParallelPlan& plan,
-                                                                    int rank) {
+Result<std::unique_ptr<WeightSource>> tensor_parallel_weight_source(std::shared_ptr<const WeightSource> full,
+                                                                    const TensorParallelPlan& plan, int rank) {
   if (rank < 0 || rank >= plan.size) return invalid_argument("rank {} of a tensor-parallel size {}", rank, plan.size);
-  const WeightNaming naming = full.format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
-  auto src = std::make_unique<ShardSource>(full.format(), full.path());
-  for (const std::string& name : full.names()) {
-    auto t = full.get(name);
-    if (t.ok()) src->tensors_.emplace(name, **t);
-    else src->unusable_.emplace(name, t.status());
-  }
+  const WeightNaming naming = full->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
+  std::map<std::string, Tensor> shards;
   for (const TensorShard& s : plan.ranks[static_cast<size_t>(rank)].tensors) {
     if (s.kind == ShardKind::kReplicated) continue;
     const std::string& name = decl_name(s.decl, naming);
@@ -112,19 +72,19 @@ Result<std::unique_ptr<WeightSource>> tensor_parallel_weight_source(const Weight
     const int64_t count = per_expert ? s.decl.experts : 1;
     for (int64_t e = 0; e < count; ++e) {
       const std::string tensor_name = per_expert ? expert_tensor_name(s.decl, e) : name;
-      auto it = src->tensors_.find(tensor_name);
-      if (it == src->tensors_.end()) {
+      const Tensor* t = full->find(tensor_name);
+      if (t == nullptr) {
         if (!s.decl.required) continue;
-        return not_found("tensor parallel rank {}: '{}' is not in {}", rank, tensor_name, full.path());
+        return not_found("tensor parallel rank {}: '{}' is not in {}", rank, tensor_name, full->path());
       }
-      auto cut = cut_tensor(it->second, per_expert ? s.dim - 1 : s.dim, s.ranges);
+      auto cut = cut_tensor(*t, per_expert ? s.dim - 1 : s.dim, s.ranges);
       if (!cut.ok())
         return Status(cut.status().code(), fmt::format("tensor parallel rank {}: '{}': {}", rank, tensor_name,
                                                        cut.status().message()));
-      it->second = std::move(cut).value();
+      shards.emplace(tensor_name, std::move(cut).value());
     }
   }
-  return std::unique_ptr<WeightSource>(std::move(src));
+  return overlay_weight_source(std::move(full), std::move(shards));
 }
 
 Result<ModelConfig> rank_model_config(const ModelConfig& c, const TensorParallelPlan& plan, int rank) {

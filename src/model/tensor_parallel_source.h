@@ -31,10 +31,10 @@ namespace pagoda {
 // innermost one.
 Result<Tensor> cut_tensor(const Tensor& t, int dim, const std::vector<ShardRange>& ranges);
 
-// Rank `rank`'s shards of `full` (the checkpoint the plan was made for; the returned tensors keep
-// its mappings alive, `full` itself may go).
-Result<std::unique_ptr<WeightSource>> tensor_parallel_weight_source(const WeightSource& full, const TensorParallelPlan& plan,
-                                                                    int rank);
+// Rank `rank`'s shards of `full`, the checkpoint the plan was made for (kept alive: its other
+// tensors are the rank's replicated ones; the ranks of one process share it).
+Result<std::unique_ptr<WeightSource>> tensor_parallel_weight_source(std::shared_ptr<const WeightSource> full,
+                                                                    const TensorParallelPlan& plan, int rank);
 
 // The config of rank `rank`'s model: its query and KV heads, its MLP / expert / shared-expert
 // widths and its vocabulary rows; everything else as `c`.

@@ -37,7 +37,7 @@ std::unique_ptr<Model> load(const ModelConfig& c, const WeightSource& src) {
 }
 
 // The prompt's logits [T, V] and `steps` greedy tokens, the ranks stepping together on threads.
-test::GreedyRun tensor_parallel_run(const ModelConfig& c, const WeightSource& full, int size,
+test::GreedyRun tensor_parallel_run(const ModelConfig& c, const std::shared_ptr<const WeightSource>& full, int size,
                                     const std::vector<int32_t>& prompt, int steps) {
   auto plan = plan_tensor_parallel(c, size);
   EXPECT_TRUE(plan.ok()) << plan.status().to_string();
@@ -99,13 +99,14 @@ test::GreedyRun tensor_parallel_run(const ModelConfig& c, const WeightSource& fu
 void expect_tensor_parallel_equals_whole(const nlohmann::json& j, int size) {
   auto c = model_config_from_hf_json(j);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  auto full = make_random_weight_source(*c, "cfg", DType::kBF16, /*seed=*/11, 2);
-  ASSERT_TRUE(full.ok());
+  auto made = make_random_weight_source(*c, "cfg", DType::kBF16, /*seed=*/11, 2);
+  ASSERT_TRUE(made.ok());
+  const std::shared_ptr<const WeightSource> full = std::move(made).value();
   const std::vector<int32_t> prompt = {1, 7, 42, 300, 5, 511, 2, 99, 256, 17};
   ThreadPool pool(2);
-  const auto whole_model = load(*c, **full);
+  const auto whole_model = load(*c, *full);
   const test::GreedyRun whole = test::cpu_greedy_run(*c, *whole_model, prompt, 6, pool);
-  const test::GreedyRun tp = tensor_parallel_run(*c, **full, size, prompt, 6);
+  const test::GreedyRun tp = tensor_parallel_run(*c, full, size, prompt, 6);
   ASSERT_EQ(tp.logits.size(), whole.logits.size());
   float max_abs = 0, max_diff = 0;
   for (size_t i = 0; i < whole.logits.size(); ++i) {

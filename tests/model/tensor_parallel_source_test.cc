@@ -32,7 +32,7 @@ ModelConfig parse(const nlohmann::json& j) {
   return *c;
 }
 
-std::unique_ptr<WeightSource> random_checkpoint(const ModelConfig& c) {
+std::shared_ptr<const WeightSource> random_checkpoint(const ModelConfig& c) {
   auto src = make_random_weight_source(c, "cfg", DType::kBF16, /*seed=*/7, 2);
   EXPECT_TRUE(src.ok()) << src.status().to_string();
   return std::move(src).value();
@@ -75,7 +75,7 @@ void expect_ranks_hold_their_slices(const nlohmann::json& j, int size) {
   auto plan = plan_tensor_parallel(c, size);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   for (int r = 0; r < size; ++r) {
-    auto rank = tensor_parallel_weight_source(*full, *plan, r);
+    auto rank = tensor_parallel_weight_source(full, *plan, r);
     ASSERT_TRUE(rank.ok()) << rank.status().to_string();
     for (const TensorShard& s : plan->ranks[static_cast<size_t>(r)].tensors) {
       if (!s.decl.required || s.decl.hf_name.empty()) continue;
@@ -116,7 +116,7 @@ TEST(TensorParallelSource, EachRankLoadsThroughTheFamilyLoader) {
       ASSERT_TRUE(rc.ok());
       EXPECT_EQ(rc->num_heads * 2, c.num_heads);
       EXPECT_EQ(rc->vocab_size, plan->ranks[r].vocab_end - plan->ranks[r].vocab_begin);
-      auto rank = tensor_parallel_weight_source(*full, *plan, r);
+      auto rank = tensor_parallel_weight_source(full, *plan, r);
       ASSERT_TRUE(rank.ok()) << rank.status().to_string();
       const WeightSource& src = **rank;
       TensorLookup lookup = [&src](const std::string& name) { return src.get(name); };
@@ -152,11 +152,11 @@ TEST(TensorParallelSource, SizeOneIsTheCheckpointItself) {
   const auto full = random_checkpoint(c);
   auto plan = plan_tensor_parallel(c, 1);
   ASSERT_TRUE(plan.ok());
-  auto rank = tensor_parallel_weight_source(*full, *plan, 0);
+  auto rank = tensor_parallel_weight_source(full, *plan, 0);
   ASSERT_TRUE(rank.ok());
   EXPECT_EQ((*rank)->names(), full->names());
   for (const auto& n : full->names()) EXPECT_EQ((*rank)->find(n)->data(), full->find(n)->data()) << n;
-  EXPECT_FALSE(tensor_parallel_weight_source(*full, *plan, 1).ok()) << "rank 1 of size 1";
+  EXPECT_FALSE(tensor_parallel_weight_source(full, *plan, 1).ok()) << "rank 1 of size 1";
   EXPECT_FALSE((*rank)->get("model.layers.9.nothing").ok());
 }
 
