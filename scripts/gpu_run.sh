@@ -760,6 +760,8 @@ for s in "$@"; do
     mixtral) stage_dummy_bench mixtral mixtral-8x7b ;;
     a3b) stage_dummy_bench a3b qwen3-30b-a3b ;;
     int4_70b) stage_dummy_bench int4_70b llama3-70b --quantization int4 ;;
+    mixtral_int4) stage_dummy_bench mixtral_int4 mixtral-8x7b --quantization int4 ;;
+    moetests) TAILN=12 step moetests 200 $TESTS --gtest_filter='CudaMoe.*:CudaParity.NativeQuantized*:CudaEngine.*Moe*:CudaEngine.PlannedMemory*' ;;
     a3bpeer) stage_a3bpeer ;;
     corpus) stage_corpus ;;
     peerstart) stage_peerstart ;;

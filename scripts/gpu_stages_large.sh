@@ -17,6 +17,7 @@ stage_offload70b() {
 # machine (its /dev/shm and disk): config.json only (make_random_moe.py / make_random_llama.py
 # --config-only). TAG SHAPE [pagoda bench options]: prefill 512 and tg128 at batch 1 and 8, then
 # 1000 x 128/128 (DUMMY_SEQS sequences, default 256). mixtral: Mixtral-8x7B bf16 (93 GB: an H200);
+# mixtral_int4: the same quantized on-line (Q4_0 experts in their blocks: 26 GB);
 # a3b: Qwen3-30B-A3B bf16 (61 GB); int4_70b: Llama-3-70B with on-line --quantization int4.
 dummy_config() {
   local d=/tmp/cfg-$1
@@ -41,13 +42,17 @@ stage_dummy_bench() {
 # peerstart earlier in the call): prefill 512 and tg128 at batch 1 (and 8 for Pagoda); llama.cpp
 # with flash attention off and on. Pagoda's "bw %" counts the bytes a step reads (active experts).
 # MOE_PROFILE=1: then Pagoda's per-op device times of a batch-1 step (eager, ~40 s more).
+# A3B_TYPE: the file's weights (make_bench_models.py type; default bf16-tiled; q4_k-raw and
+# q4_0-raw: 17 GB of random blocks, the experts read in their blocks by the grouped kernels).
 stage_a3bpeer() {
-  local L=${A3B_LAYERS:-48} f
-  f=$SHM/qwen3-30b-a3b-l$L-random.bf16-tiled.gguf
-  [ -f $f ] || TAILN=2 step make_a3b_gguf 240 python3 tools/make_bench_models.py --shape qwen3-30b-a3b \
-    --types bf16-tiled --layers $L --out $SHM
-  TAILN=10 step a3b_pagoda 180 $PAGODA bench -m $f --device cuda -p 512 -n 128 -b 1,8 -r 3
-  [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step a3b_prof 90 $PAGODA bench -m $f --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
+  local L=${A3B_LAYERS:-48} T=${A3B_TYPE:-bf16-tiled} f
+  f=$SHM/qwen3-30b-a3b-l$L-random.$T.gguf
+  [ -f $f ] || TAILN=2 step make_a3b_$T 240 python3 tools/make_bench_models.py --shape qwen3-30b-a3b \
+    --types $T --layers $L --out $SHM
+  TAILN=10 step a3b_pagoda_$T 180 $PAGODA bench -m $f --device cuda -p 512 -n 128 -b 1,8 -r 3
+  [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step a3b_prof_$T 90 $PAGODA bench -m $f --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
+  [ "${A3B_TP:-0}" = 1 ] && TAILN=4 step a3b_tp128_$T 200 $PAGODA bench -m $f --device cuda -p 0 -n 0 --requests 1000 \
+    --input-len 128 --output-len 128 --max-num-seqs 256
   TAILN=3 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
-  TAILN=8 step a3b_peer 200 /tmp/lc/build/bin/llama-bench -m $f -ngl 99 -p 512 -n 128 -r 3 -fa 0,1
+  TAILN=8 step a3b_peer_$T 200 /tmp/lc/build/bin/llama-bench -m $f -ngl 99 -p 512 -n 128 -r 3 -fa 0,1
 }

@@ -4,6 +4,8 @@
   .venv-test/bin/python tools/make_bench_models.py [--shape llama3.2-1b] [--types f16,q8_0] [--out models/bench]
   .venv-test/bin/python tools/make_bench_models.py --shape olmoe-1b-7b --types f16 --out /tmp/olmoe
   python3 tools/make_bench_models.py --shape llama3-70b --types q8_0-raw --out /dev/shm   (75 GB, ~1-2 min)
+  python3 tools/make_bench_models.py --shape qwen3-30b-a3b --types q4_k-raw --out /dev/shm   (17 GB; random
+      blocks, as q4_0-raw and q8_0-raw: for speed only)
   python3 tools/make_bench_models.py --shape qwen3-30b-a3b --types bf16 --out /dev/shm   (61 GB; --layers N: fewer)
 
 Weights are N(0, 0.02) (as transformers initialises them), norms 1; a MoE router is N(0, 1/sqrt(hidden))
@@ -49,6 +51,8 @@ TYPES = {"f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
          "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
          "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
          "q8_0-raw": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+         "q4_0-raw": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
+         "q4_k-raw": (GGMLQuantizationType.Q4_K, LlamaFileType.MOSTLY_Q4_K_M),
          "bf16-tiled": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16)}
 TILE = 1 << 26  # values of the bf16-tiled pool
 
@@ -74,6 +78,29 @@ def raw_q8_0(rng, shape):
     blocks[:, :, 0:2] = np.frombuffer(np.float16(0.02 * 3 ** 0.5 / 127.5).tobytes(), dtype=np.uint8)
     blocks[:, :, 2:] = np.frombuffer(rng.bytes(rows * k), dtype=np.uint8).reshape(rows, k // 32, 32)
     return blocks.reshape(*shape[:-1], -1)
+
+
+def raw_q4_0(rng, shape):
+    """Q4_0 blocks of random nibbles and a constant scale (std about 0.02), as [rows, row bytes] uint8."""
+    rows, k = int(np.prod(shape[:-1])), shape[-1]
+    blocks = np.empty((rows, k // 32, 18), dtype=np.uint8)
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(0.02 / 4.6).tobytes(), dtype=np.uint8)
+    blocks[:, :, 2:] = np.frombuffer(rng.bytes(rows * k // 2), dtype=np.uint8).reshape(rows, k // 32, 16)
+    return blocks.reshape(*shape[:-1], -1)
+
+
+def raw_q4_k(rng, shape):
+    """Q4_K super-blocks of random nibbles and 6-bit scales / mins under constant d and dmin (values
+    of a few hundredths), as [rows, row bytes] uint8."""
+    rows, k = int(np.prod(shape[:-1])), shape[-1]
+    blocks = np.empty((rows, k // 256, 144), dtype=np.uint8)
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(0.0002).tobytes(), dtype=np.uint8)
+    blocks[:, :, 2:4] = np.frombuffer(np.float16(0.0002).tobytes(), dtype=np.uint8)
+    blocks[:, :, 4:] = np.frombuffer(rng.bytes(rows * (k // 256) * 140), dtype=np.uint8).reshape(rows, k // 256, 140)
+    return blocks.reshape(*shape[:-1], -1)
+
+
+RAW = {"q8_0-raw": raw_q8_0, "q4_0-raw": raw_q4_0, "q4_k-raw": raw_q4_k}
 
 
 def vocab(n):
@@ -161,8 +188,8 @@ def write(shape_name, type_name, out_dir, seed, layers=None):
     def make(name, shape, std):
         if std is None:
             return np.ones(shape, dtype=np.float32)
-        if type_name == "q8_0-raw" and not stored(name, shape, std):
-            return raw_q8_0(rng, shape)
+        if type_name in RAW and not stored(name, shape, std):
+            return RAW[type_name](rng, shape)
         if pool is not None and not stored(name, shape, std):
             return tiled_bf16(pool, rng, shape)
         x = rng.standard_normal(shape, dtype=np.float32)

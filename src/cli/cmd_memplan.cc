@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@
 #include "model/family.h"
 #include "model/tensor_parallel_plan.h"
 #include "engine/engine_config.h"
+#include "runtime/cuda_block_formats.h"
 #include "runtime/memory_plan.h"
 #include "runtime/weight_offload_plan.h"
 
@@ -85,25 +87,33 @@ struct ModelFacts {
   std::vector<int64_t> layer_linear_bytes;  // [num_layers]: each layer's matmul weights (offload)
   int64_t output_bytes = 0;                  // the untied output head's (0: tied to the embedding)
   std::map<std::string, int64_t> decl_bytes;  // each declared tensor's bytes, by GGUF name (present ones)
+  std::map<std::string, DType> decl_format;   // and its format as loaded (after on-line quantization)
   // Elements per quantization block of the layers' linears along K (1: 16-bit): where a
   // row-parallel cut may fall.
   int64_t k_block = 1;
 };
 
-// Bytes the CUDA executor adds to a mixture of experts' stored weights: it holds the experts in
-// bf16 whatever their format (backend/cuda dense_only_linears); 0 when they are 16-bit already.
-int64_t cuda_expert_expansion(const ModelFacts& f) {
+// Bytes the CUDA executor adds to a mixture of experts' stored weights: it holds in bf16 the
+// experts whose format the grouped MoE kernels do not read (backend/cuda dense_only_linears: a
+// block format without CUDA kernels, FP8 rows, f32); 0 when every expert matrix is 16-bit or in a
+// block format with kernels (cuda_block_format). `formats` gets the expanded formats' names.
+int64_t cuda_expert_expansion(const ModelFacts& f, std::string* formats = nullptr) {
   if (!f.config.is_moe()) return 0;
   int64_t stored = 0, elements = 0;
+  std::set<std::string> names;
   for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
     if (d.experts == 0) continue;
     auto it = f.decl_bytes.find(d.gguf_name);
     if (it == f.decl_bytes.end()) continue;
+    auto fmt_it = f.decl_format.find(d.gguf_name);
+    if (fmt_it != f.decl_format.end() && cuda_block_format(fmt_it->second)) continue;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
+    if (2 * n > it->second && fmt_it != f.decl_format.end()) names.insert(std::string(dtype_name(fmt_it->second)));
     stored += it->second;
     elements += n;
   }
+  if (formats != nullptr) *formats = fmt::format("{}", fmt::join(names, ", "));
   return std::max<int64_t>(0, 2 * elements - stored);
 }
 
@@ -111,6 +121,7 @@ int64_t cuda_expert_expansion(const ModelFacts& f) {
 ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t(const TensorDecl&)>& bytes_of) {
   f.layer_linear_bytes.assign(static_cast<size_t>(std::max<int64_t>(0, f.config.num_layers)), 0);
   f.decl_bytes.clear();
+  f.decl_format.clear();
   return parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
     const int64_t b = bytes_of(d);
     if (b > 0) f.decl_bytes[d.gguf_name] = b;
@@ -135,8 +146,10 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       if (d.linear && d.layer >= 0) f.k_block = std::max<int64_t>(f.k_block, dtype_traits(t->dtype).block_size);
       if (auto q = online_quantized_format(d, o.quantization)) {
         f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
+        f.decl_format[d.gguf_name] = *q;
         return quantized_bytes(d, *q);
       }
+      f.decl_format[d.gguf_name] = t->dtype;
       return static_cast<int64_t>(t->nbytes);
     });
     if (o.quantization != WeightQuantization::kNone) {
@@ -168,6 +181,7 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     if (!d.required) return -1;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
+    f.decl_format[d.gguf_name] = tr.dtype;
     return n / tr.block_size * tr.block_bytes;
   });
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
@@ -183,10 +197,12 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       if (!d.required) return -1;
       if (auto q = online_quantized_format(d, o.quantization)) {
         f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
+        f.decl_format[d.gguf_name] = *q;
         return quantized_bytes(d, *q);
       }
       int64_t n = 1;
       for (int64_t x : d.shape) n *= x;
+      f.decl_format[d.gguf_name] = tr.dtype;
       return n / tr.block_size * tr.block_bytes;
     });
     f.weight_bytes = f.footprint.total_bytes;
@@ -200,7 +216,9 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       if (!d.required) return -1;
       int64_t n = 1;
       for (int64_t x : d.shape) n *= x;
-      return d.linear && d.layer >= 0 ? n / qt.block_size * qt.block_bytes : n / tr.block_size * tr.block_bytes;
+      const bool packed_linear = d.linear && d.layer >= 0;
+      f.decl_format[d.gguf_name] = packed_linear ? qt.dtype : tr.dtype;
+      return packed_linear ? n / qt.block_size * qt.block_bytes : n / tr.block_size * tr.block_bytes;
     });
     f.weight_bytes = f.footprint.total_bytes;
     f.k_block = qt.block_size;  // the native rows the packed linears load as
@@ -404,10 +422,12 @@ int run_memplan(const MemplanOptions& o) {
   const ParameterFootprint& fp = facts->footprint;
   std::cout << fmt::format("parameters: {} total, {} active per token; {} bytes read per token at batch 1\n",
                            fp.total_parameters, fp.active_parameters, fp.bytes_per_token);
-  if (const int64_t extra = cuda_expert_expansion(*facts); extra > 0)
-    std::cout << fmt::format("note: on CUDA the experts are held in bf16 whatever their format (the MoE kernels read no "
-                             "quantized format yet): {:.2f} GiB more weights there, {:.2f} GiB in all\n",
-                             extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
+  std::string expanded;
+  if (const int64_t extra = cuda_expert_expansion(*facts, &expanded); extra > 0)
+    std::cout << fmt::format("note: on CUDA the experts in {} are held in bf16 (the MoE kernels read f16/bf16 and the "
+                             "blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): {:.2f} GiB more weights there, "
+                             "{:.2f} GiB in all\n",
+                             expanded, extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";
     return 3;

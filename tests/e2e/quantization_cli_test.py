@@ -172,17 +172,25 @@ MIXTRAL_8X7B = {
 
 
 def test_memplan_says_what_cuda_holds_of_quantized_experts(tmp_path):
-    """The CUDA executor holds a mixture of experts' experts in bf16 whatever their format: memplan
-    says so, and its JSON's cuda_weight_bytes adds the difference (none for a dense model or bf16)."""
+    """The CUDA executor holds a mixture of experts' experts in their blocks where the grouped MoE
+    kernels read the format (int4: Q4_0) and in bf16 otherwise (fp8 rows): memplan says which, and
+    its JSON's cuda_weight_bytes adds the difference (none for Q4_0, bf16 or a dense model)."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(MIXTRAL_8X7B))
     rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "int4")
     assert rc == 0, out + err
-    assert "on CUDA the experts are held in bf16" in out, out
+    assert "are held in bf16" not in out, out
     rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "int4", "--json")
     j = json.loads(out)
-    experts = 32 * 8 * 3 * 4096 * 14336  # parameters
-    assert j["cuda_weight_bytes"] - j["plan"]["weights"] == experts * 2 - experts * 18 // 32, j
+    assert j["cuda_weight_bytes"] == j["plan"]["weights"], "Q4_0 experts stay in their blocks"
+    rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "fp8")
+    assert rc == 0, out + err
+    assert "on CUDA the experts in f8_e4m3_rows are held in bf16" in out, out
+    rc, out, err = run("memplan", cfg, "--memory", "200GB", "--quantization", "fp8", "--json")
+    j = json.loads(out)
+    experts = 8 * 3 * 4096 * 14336  # parameters a layer
+    scales = 8 * (2 * 14336 + 4096) * 4  # fp8 rows: an f32 scale a row
+    assert j["cuda_weight_bytes"] - j["plan"]["weights"] == 32 * (experts * 2 - experts - scales), j
     rc, out, err = run("memplan", cfg, "--memory", "200GB", "--json")
     j = json.loads(out)
     assert j["cuda_weight_bytes"] == j["plan"]["weights"], "bf16 experts: nothing added"

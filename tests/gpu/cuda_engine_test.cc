@@ -340,21 +340,24 @@ TEST(CudaEngine, PromptLogprobsMatchTheCpu) {
 
 // Mixture of experts through the engine on CUDA (backend/cuda/moe.cu; continuous batching over
 // the paged KV cache, decode steps replayed from CUDA graphs): concurrent greedy requests equal
-// their solo runs (exactly in batch-invariant mode, counted otherwise), the tiny f32 models' tokens
+// their solo runs (exactly in batch-invariant mode, counted otherwise; Q4_0 experts included), the
+// tiny f32 models' tokens
 // equal the CPU engine's (f32 weights, activations and KV on both; the same budget as
 // CudaParity.CpuAndCudaAgreeOnTheF32Path, at least 3 in 4 requests through a whole batch), and
 // the memory plan is what the executor allocated.
 TEST(CudaEngine, MixtureOfExpertsBatchesMatchSoloRunsAndTheCpu) {
   PAGODA_REQUIRE_GPU();
   std::vector<std::pair<std::string, std::string>> models;
-  for (const char* m : {"/tiny/mixtral/model-f32.gguf", "/tiny/qwen2-moe/model-f32.gguf", "/tiny/olmoe/model-f32.gguf"})
+  // model-q4_0: the experts in their blocks (moe_matmul_quant; batch-invariant: the GEMM at every size).
+  for (const char* m : {"/tiny/mixtral/model-f32.gguf", "/tiny/qwen2-moe/model-f32.gguf", "/tiny/olmoe/model-f32.gguf",
+                        "/tiny/mixtral/model-q4_0.gguf"})
     if (fs::exists(test::models_dir() + m)) models.push_back({test::models_dir() + m, ""});
   const std::string dir = test::gpu_ref_dir();
   if (!dir.empty() && fs::exists(dir + "/qwen3moe-bf16/config.json")) models.push_back({dir + "/qwen3moe-bf16", test::stories260k_gguf()});
   ASSERT_FALSE(models.empty()) << "no tiny MoE models under " << test::models_dir();
   const int kRequests = 24, kTokens = 12;
   for (const auto& [model, tok] : models) {
-    const bool f32 = tok.empty();
+    const bool f32 = model.find("-f32.gguf") != std::string::npos;
     auto make = [&](int i, int64_t vocab) {
       GenerateRequest g;
       g.prompt_ids = mixed_prompt(i, vocab);

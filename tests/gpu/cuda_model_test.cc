@@ -229,8 +229,8 @@ TEST(CudaParity, NativeQuantizedWeightsStayNearTheirDequantizedForward) {
   for (const std::string& path : {d + "/tiny/llama-mqa/model-q4_0.gguf", d + "/tiny/llama-mqa/model-q8_0.gguf",
                                   d + "/tiny/qwen2/model-q4_0.gguf", d + "/tiny/llama3/model-q8_0.gguf",
                                   d + "/SmolLM2-135M-Instruct.Q4_1.gguf",
-                                  // MoE: attention, router and output in blocks, the experts dequantized to
-                                  // bf16 at load (dense_only_linears) in both runs
+                                  // MoE: the experts in blocks too (the grouped int8 GEMV for the short
+                                  // prompt and the steps, the grouped tensor-core GEMM for the long one)
                                   d + "/tiny/mixtral/model-q4_0.gguf", d + "/tiny/mixtral/model-q8_0.gguf"}) {
     if (!fs::exists(path)) continue;
     ModelLoadOptions lo;

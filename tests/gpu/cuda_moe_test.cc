@@ -4,7 +4,9 @@
 // against a double-precision host computation that rounds where the f32 / bf16 device path
 // rounds, through both expert paths (grouped GEMV and grouped SIMT GEMM), for decode-sized and
 // prefill-sized steps, steps whose tokens reach every expert and steps whose tokens all go to one
-// expert (segments of many SIMT tiles). Every case skips with a message when no GPU is present.
+// expert (segments of many SIMT tiles); experts in every GGUF block format with kernels through
+// the grouped int8 GEMV and the grouped tensor-core GEMM (moe_matmul_quant). Every case skips with
+// a message when no GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,8 +19,11 @@
 #include "ops/moe.h"
 #include "test_util.h"
 
+#include "quant/quant.h"
+
 #if PAGODA_HAVE_CUDA
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_layout.h"
 #endif
 
 namespace pagoda {
@@ -93,13 +98,32 @@ struct MoeLayer {
 
   // The layer's output per token (what the combine adds to the residual) for routing (ids,
   // weights), in double, with the device path's roundings: gate/up and SwiGLU outputs in dtype.
-  std::vector<double> reference(const std::vector<int32_t>& ids, const std::vector<float>& w) const {
+  // Over the experts' weights `gu` / `dn` (default: gate_up / down); q8: the expert matmuls'
+  // inputs (x and the SwiGLU outputs) replaced by their int8 quantization per 32 values as
+  // quantize_activations_q8 computes it (the quantized experts' GEMV).
+  std::vector<double> reference(const std::vector<int32_t>& ids, const std::vector<float>& w,
+                                const std::vector<std::vector<float>>* gu_w = nullptr,
+                                const std::vector<std::vector<float>>* dn_w = nullptr, bool q8 = false) const {
     const int64_t T = c.T, D = c.D, F = c.F, k = c.k;
+    const auto& gate_up_w = gu_w != nullptr ? *gu_w : gate_up;
+    const auto& down_w = dn_w != nullptr ? *dn_w : down;
     auto rnd = [&](double v) { return dtype == DType::kF32 ? v : static_cast<double>(round_to({static_cast<float>(v)}, dtype)[0]); };
+    // quantize_q8_kernel's arithmetic in f32: d = max|v| / 127, q = round-half-even(v / d), v' = d q.
+    auto q8_round = [](std::vector<float> v) {
+      for (size_t b = 0; b < v.size(); b += 32) {
+        float amax = 0;
+        for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::abs(v[i]));
+        const float d = amax / 127.0f;
+        for (size_t i = b; i < b + 32; ++i) v[i] = amax > 0 ? d * std::nearbyint(v[i] / d) : 0.0f;
+      }
+      return v;
+    };
     std::vector<double> out(T * D, 0.0);
     std::vector<double> act(F);
     for (int64_t t = 0; t < T; ++t) {
-      const float* xt = x.data() + t * D;
+      std::vector<float> x_in(x.begin() + t * D, x.begin() + (t + 1) * D);
+      if (q8) x_in = q8_round(x_in);
+      const float* xt = x_in.data();
       if (c.shared) {
         double g = 0;
         for (int64_t d = 0; d < D; ++d) g += double(xt[d]) * shared_gate[d];
@@ -108,7 +132,7 @@ struct MoeLayer {
       }
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = ids[t * k + j];
-        const std::vector<float>& gu = gate_up[e];
+        const std::vector<float>& gu = gate_up_w[e];
         for (int64_t f = 0; f < F; ++f) {
           double g = 0, u = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -119,9 +143,14 @@ struct MoeLayer {
           u = rnd(u);
           act[f] = rnd(g / (1.0 + std::exp(-g)) * u);
         }
+        if (q8) {
+          std::vector<float> a(act.begin(), act.end());
+          a = q8_round(a);
+          std::copy(a.begin(), a.end(), act.begin());
+        }
         for (int64_t d = 0; d < D; ++d) {
           double y = 0;
-          for (int64_t f = 0; f < F; ++f) y += double(down[e][d * F + f]) * act[f];
+          for (int64_t f = 0; f < F; ++f) y += double(down_w[e][d * F + f]) * act[f];
           out[t * D + d] += w[t * k + j] * y;
         }
       }
@@ -145,6 +174,42 @@ struct MoeRun {
   }
 };
 
+// The grouped gate/up matmul of a step (x: the tokens' rows, gathered through the pairs' order)
+// and the grouped down matmul (the pairs' SwiGLU rows, scattered back to pair order, f32), over
+// the expert pointer tables w; outputs and modes set by the caller.
+cuda::MoeMatmulParams gate_up_params(const MoeCase& c, const MoeRun& r, const void* x, const void* const* w) {
+  cuda::MoeMatmulParams up;
+  up.x = x;
+  up.ldx = c.D;
+  up.gather = r.order.as<int32_t>();
+  up.gather_div = static_cast<int>(c.k);
+  up.w = w;
+  up.N = static_cast<int>(2 * c.F);
+  up.K = static_cast<int>(c.D);
+  up.seg = r.segments;
+  up.P = c.T * c.k;
+  up.E = c.E;
+  up.max_rows = c.T;  // as the executor sets it (T 1: the one-row GEMV)
+  return up;
+}
+cuda::MoeMatmulParams down_params(const MoeCase& c, const MoeRun& r, const void* const* w) {
+  cuda::MoeMatmulParams dn;
+  dn.x = r.act.get();
+  dn.ldx = c.F;
+  dn.w = w;
+  dn.N = static_cast<int>(c.D);
+  dn.K = static_cast<int>(c.F);
+  dn.y = r.out.get();
+  dn.ldy = c.D;
+  dn.scatter = r.order.as<int32_t>();
+  dn.seg = r.segments;
+  dn.P = c.T * c.k;
+  dn.E = c.E;
+  dn.max_rows = c.T;
+  dn.mode = cuda::GemmOut::kStoreF32;
+  return dn;
+}
+
 // Route and sort (fused_route: the single-block moe_route_sort, else moe_route + moe_sort),
 // experts (gemv, else the SIMT GEMM or with mma the tensor-core one), combine into a zero residual
 // (one token through the GEMV without a shared expert: moe_down_combine); returns the residual.
@@ -158,18 +223,7 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused
     cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
     cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
   }
-  cuda::MoeMatmulParams up;
-  up.x = L.d_x.get();
-  up.ldx = c.D;
-  up.gather = r.order.as<int32_t>();
-  up.gather_div = static_cast<int>(c.k);
-  up.w = L.gate_up_ptrs();
-  up.N = static_cast<int>(2 * c.F);
-  up.K = static_cast<int>(c.D);
-  up.seg = r.segments;
-  up.P = P;
-  up.E = c.E;
-  up.max_rows = c.T;  // as the executor sets it (T 1: the one-row GEMV)
+  cuda::MoeMatmulParams up = gate_up_params(c, r, L.d_x.get(), L.gate_up_ptrs());
   up.tensor_cores = mma;
   if (gemv) {
     up.y = r.act.get();
@@ -183,21 +237,8 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused
     cuda::moe_matmul(up, L.dtype, false, nullptr);
     cuda::swiglu(r.gu.get(), P, c.F, r.act.get(), L.dtype, nullptr);
   }
-  cuda::MoeMatmulParams dn;
-  dn.x = r.act.get();
-  dn.ldx = c.F;
-  dn.w = L.down_ptrs();
-  dn.N = static_cast<int>(c.D);
-  dn.K = static_cast<int>(c.F);
-  dn.y = r.out.get();
-  dn.ldy = c.D;
-  dn.scatter = r.order.as<int32_t>();
-  dn.seg = r.segments;
-  dn.P = P;
-  dn.E = c.E;
-  dn.max_rows = c.T;
+  cuda::MoeMatmulParams dn = down_params(c, r, L.down_ptrs());
   dn.tensor_cores = mma;
-  dn.mode = cuda::GemmOut::kStoreF32;
   if (gemv && c.T == 1 && !c.shared) {  // the executor's choice: the combine inside the down GEMV
     cuda::moe_down_combine(dn, r.weights.as<float>(), r.residual.as<float>(), L.dtype, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -428,6 +469,160 @@ TEST(CudaMoe, SimtPathIsBatchInvariant) {
       const auto solo = run_layer(S, rs, false);
       for (int64_t d = 0; d < batch.D; ++d)
         ASSERT_EQ(solo[d], all[t * batch.D + d]) << dtype_name(dt) << " token " << t << " column " << d;
+    }
+  }
+}
+
+// A layer's experts in a GGUF block format: each expert's bf16 weights (MoeLayer's) quantized by
+// the host's reference quantizer, uploaded in the device layout (quant_layout.h); values: the
+// host's dequantization (exact), rounded: the same rounded to bf16 (what the tensor-core path
+// multiplies).
+struct QuantExperts {
+  DType format;
+  std::vector<std::vector<float>> gate_up, down, gate_up_bf16, down_bf16;
+  std::vector<cuda::DeviceBuffer> blocks;
+  cuda::DeviceBuffer d_ptrs;
+
+  QuantExperts(const MoeLayer& L, DType f) : format(f) {
+    std::vector<const void*> ptrs;
+    auto add = [&](const std::vector<float>& w, int64_t N, int64_t K, std::vector<std::vector<float>>& values,
+                   std::vector<std::vector<float>>& rounded) {
+      const int64_t rb = row_bytes(f, K);
+      std::vector<uint8_t> file(static_cast<size_t>(N * rb));
+      std::vector<float> v(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n) {
+        quant::quantize_row(f, w.data() + n * K, file.data() + n * rb, K);
+        quant::dequantize_row(f, file.data() + n * rb, v.data() + n * K, K);
+      }
+      std::vector<uint8_t> dev(static_cast<size_t>(N * cuda::device_row_bytes(f, K)));
+      cuda::to_device_quant_layout(f, file.data(), dev.data(), N, K);
+      ptrs.push_back(blocks.emplace_back(to_device(dev)).get());
+      rounded.push_back(round_to(v, DType::kBF16));
+      values.push_back(std::move(v));
+    };
+    const int64_t E = L.c.E, D = L.c.D, F = L.c.F;
+    for (int64_t e = 0; e < E; ++e) add(L.gate_up[e], 2 * F, D, gate_up, gate_up_bf16);
+    for (int64_t e = 0; e < E; ++e) add(L.down[e], D, F, down, down_bf16);
+    d_ptrs = to_device(ptrs);
+  }
+};
+
+// The executor's quantized-expert sequence (cuda_step_ops.cc moe_mlp): routing, then gemv: the
+// inputs quantized (quantize_activations_q8), the grouped int8 GEMV with SwiGLU, the SwiGLU rows
+// quantized, the grouped int8 GEMV down; else the grouped tensor-core GEMM, SwiGLU, the GEMM down;
+// then the combine into a zero residual. Returns the residual.
+std::vector<float> run_quant_layer(const MoeLayer& L, const QuantExperts& Q, MoeRun& r, bool gemv) {
+  const MoeCase& c = L.c;
+  const int64_t P = c.T * c.k;
+  cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
+  cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
+  cuda::DeviceBuffer xq(std::max(c.T * c.D, P * c.F)), xds(std::max(c.T * c.D, P * c.F) / 32 * 8);
+  cuda::MoeMatmulParams up = gate_up_params(c, r, L.d_x.get(), Q.d_ptrs.as<const void* const>());
+  up.w_row_bytes = cuda::device_row_bytes(Q.format, c.D);
+  up.xq = xq.as<int8_t>();
+  up.xds = xds.as<float2>();
+  if (gemv) {
+    cuda::quantize_activations_q8(L.d_x.get(), DType::kBF16, c.T, c.D, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+    up.y = r.act.get();
+    up.ldy = c.F;
+    up.mode = cuda::GemmOut::kSwiGlu;
+    cuda::moe_matmul_quant(up, Q.format, true, nullptr);
+  } else {
+    up.y = r.gu.get();
+    up.ldy = 2 * c.F;
+    up.mode = cuda::GemmOut::kStoreAct;
+    cuda::moe_matmul_quant(up, Q.format, false, nullptr);
+    cuda::swiglu(r.gu.get(), P, c.F, r.act.get(), DType::kBF16, nullptr);
+  }
+  cuda::MoeMatmulParams dn = down_params(c, r, Q.d_ptrs.as<const void* const>() + c.E);
+  dn.w_row_bytes = cuda::device_row_bytes(Q.format, c.F);
+  dn.xq = xq.as<int8_t>();
+  dn.xds = xds.as<float2>();
+  if (gemv) cuda::quantize_activations_q8(r.act.get(), DType::kBF16, P, c.F, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+  cuda::moe_matmul_quant(dn, Q.format, gemv, nullptr);
+  cuda::MoeCombineParams cp;
+  cp.expert_out = r.out.as<float>();
+  cp.weights = r.weights.as<float>();
+  cp.ids = r.ids.as<int32_t>();
+  cp.T = c.T;
+  cp.top_k = static_cast<int>(c.k);
+  cp.D = static_cast<int>(c.D);
+  cp.residual = r.residual.as<float>();
+  cuda::moe_combine(cp, DType::kBF16, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host<float>(r.residual, c.T * c.D);
+}
+
+// Quantized experts (moe_matmul_quant) in every block format with kernels, through both paths:
+// the int8 GEMV against the reference over the host-dequantized weights with q8-rounded inputs
+// (the same operands: only summation order and a rare rounding flip differ), the tensor-core GEMM
+// against the reference over those weights rounded to bf16 (its operands). Decode steps (one
+// token, a few), steps reaching every expert, one expert with 200 rows (4 tiles), N not a
+// multiple of the 64-column tile (D 96, the small-block formats).
+TEST(CudaMoe, QuantizedExpertsMatchTheReferenceOnBothPaths) {
+  PAGODA_REQUIRE_GPU();
+  const MoeCase cases[] = {
+      {1, 64, 8, 256, 256, false, false, false},  // OLMoE / Qwen3-MoE-like decode
+      {5, 64, 8, 512, 256, true, false, false},   // a decode batch: GEMV segments of several rows
+      {40, 16, 4, 256, 512, true, false, false},  // every expert reached
+      {200, 4, 1, 256, 256, false, false, true},  // one expert, 200 rows
+      {70, 16, 2, 96, 256, false, false, false},  // N = 96 past a tile (Q4_0 .. Q8_0 only: K 96)
+  };
+  const DType formats[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                           DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  int ran = 0;
+  for (DType f : formats) {
+    const int64_t block = dtype_traits(f).block_size;
+    for (const MoeCase& c : cases) {
+      if (c.D % block != 0 || c.F % block != 0) continue;
+      MoeLayer L(c, DType::kBF16, 50 + c.T);
+      const QuantExperts Q(L, f);
+      for (const bool gemv : {true, false}) {
+        if (gemv && c.T > cuda::kMoeGemvMaxTokens) continue;
+        MoeRun r(c, DType::kBF16);
+        const auto got = run_quant_layer(L, Q, r, gemv);
+        const auto ids = to_host<int32_t>(r.ids, c.T * c.k);
+        const auto w = to_host<float>(r.weights, c.T * c.k);
+        const auto ref = gemv ? L.reference(ids, w, &Q.gate_up, &Q.down, true)
+                              : L.reference(ids, w, &Q.gate_up_bf16, &Q.down_bf16, false);
+        double worst = 0, peak = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          worst = std::max(worst, std::abs(got[i] - ref[i]));
+          peak = std::max(peak, std::abs(ref[i]));
+        }
+        EXPECT_LE(worst, 4e-3 * peak) << dtype_name(f) << (gemv ? " gemv" : " mma") << " T " << c.T << " E " << c.E;
+        std::printf("[cuda-moe-quant] %s %s T %lld E %lld k %lld: max|diff| %.2e = %.2e x max|out|\n",
+                    std::string(dtype_name(f)).c_str(), gemv ? "gemv" : "mma", static_cast<long long>(c.T),
+                    static_cast<long long>(c.E), static_cast<long long>(c.k), worst, worst / peak);
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GE(ran, 50);
+}
+
+// The quantized experts' tensor-core GEMM (the --batch-invariant mode's path for them) gives a
+// token the same bits alone and in a batch of 40.
+TEST(CudaMoe, QuantizedGemmIsBatchInvariant) {
+  PAGODA_REQUIRE_GPU();
+  for (DType f : {DType::kQ4_K, DType::kQ8_0}) {
+    const MoeCase batch{40, 16, 4, 256, 256, true, false, false};
+    MoeLayer L(batch, DType::kBF16, 9);
+    const QuantExperts Q(L, f);
+    MoeRun r(batch, DType::kBF16);
+    const auto all = run_quant_layer(L, Q, r, false);
+    for (int64_t t : {0, 17, 39}) {
+      MoeCase one = batch;
+      one.T = 1;
+      MoeLayer S(one, DType::kBF16, 9);  // the same weights (same seeds), then token t's inputs
+      S.x.assign(L.x.begin() + t * batch.D, L.x.begin() + (t + 1) * batch.D);
+      S.logits.assign(L.logits.begin() + t * batch.E, L.logits.begin() + (t + 1) * batch.E);
+      S.d_x = upload_as(S.x, DType::kBF16);
+      S.d_logits = to_device(S.logits);
+      MoeRun rs(one, DType::kBF16);
+      const auto solo = run_quant_layer(S, Q, rs, false);
+      for (int64_t d = 0; d < batch.D; ++d)
+        ASSERT_EQ(solo[d], all[t * batch.D + d]) << dtype_name(f) << " token " << t << " column " << d;
     }
   }
 }

@@ -150,7 +150,7 @@ Status CudaExecutor::upload_weights() {
   up.upload(w.token_embd, act_, embed_.get());
   linears_.resize(w.linears.size());
   const bool native = cuda::native_quant(opt_);
-  const std::vector<bool> dense_only = cuda::dense_only_linears(model_);
+  const std::vector<bool> dense_only = cuda::dense_only_linears(model_, act_, native);
   std::vector<bool> done(w.linears.size(), false);
   // A layer split's first part: the later layers' linears and the output head are not uploaded
   // (no segments: nothing reads them here).
@@ -206,13 +206,19 @@ Status CudaExecutor::upload_weights() {
   {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    bool dense_experts = false;
+    for (const ExpertSet& set : w.expert_sets)
+      for (LinearId id : set.gate_up) dense_experts = dense_experts || dense_only[static_cast<size_t>(id.index)];
+    const std::string experts_note =
+        dense_experts ? fmt::format(" (the experts in {}: the MoE kernels read blocks of {} only, with --dtype bf16)",
+                                    dtype_name(act_), "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K")
+                      : "";
     if (resident_total > static_cast<int64_t>(free_bytes))
       return resource_exhausted("the model's resident matmul weights need {:.2f} GiB of device memory{} and {:.2f} GiB of "
                                 "{:.2f} GiB is free: stream layers from host memory (--cpu-offload-gb), split the layers with "
                                 "the CPU (--n-gpu-layers), quantize (--quantization), or use a larger GPU",
                                 resident_total / 1073741824.0,
-                                w.expert_sets.empty() ? "" : fmt::format(" (the experts in {}: the MoE kernels read no "
-                                                                         "quantized format)", dtype_name(act_)),
+                                experts_note,
                                 free_bytes / 1073741824.0, total_bytes / 1073741824.0);
   }
   for (size_t i = 0; i < w.linears.size(); ++i) {
@@ -222,19 +228,23 @@ Status CudaExecutor::upload_weights() {
     dw.storage.reset(static_cast<size_t>(bytes));
     upload_linear(up, i, dw.storage.as<uint8_t>(), dw.storage.as<uint8_t>());
   }
-  // The experts' device pointers (dense_only_linears: one segment in the compute dtype each).
+  // The experts' device pointers (dense_only_linears: one segment each, every expert of a kind in
+  // one format: the compute dtype or a block format).
   expert_sets_.resize(w.expert_sets.size());
   for (size_t i = 0; i < w.expert_sets.size(); ++i) {
     const ExpertSet& set = w.expert_sets[i];
     DeviceExpertSet& ds = expert_sets_[i];
     ds.E = set.num_experts();
     if (weight(set.gate_up.front()).segments.empty()) continue;  // a layer the split leaves to the CPU
+    ds.gate_up_format = weight(set.gate_up.front()).format();
+    ds.down_format = weight(set.down.front()).format();
     std::vector<const void*> ptrs;
     for (const auto* ids : {&set.gate_up, &set.down})
       for (LinearId id : *ids) {
         const cuda::DeviceWeight& dw = weight(id);
-        PAGODA_CHECK(dw.uniform() && dw.format() == act_, "expert weight {} is not in the compute dtype",
-                     w.linear(id).name);
+        const DType want = ids == &set.gate_up ? ds.gate_up_format : ds.down_format;
+        PAGODA_CHECK(dw.uniform() && dw.format() == want && (want == act_ || cuda::quant_weight_supported(want)),
+                     "expert weight {} is not one segment in its set's format", w.linear(id).name);
         ptrs.push_back(dw.data());
       }
     ds.F = weight(set.down.front()).k;
@@ -290,6 +300,12 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     moe_act_.reset(static_cast<size_t>(P * d_.Fe * e));
     moe_out_.reset(static_cast<size_t>(P * d_.D * 4));
     if (model_.config().shared_expert_intermediate_size > 0) moe_shared_.reset(static_cast<size_t>(tokens * d_.D * 4));
+    if (cuda::quantized_experts(model_, act_, cuda::native_quant(opt_))) {
+      const cuda::MoeQ8Layout l = cuda::moe_q8_layout(d_, tokens);
+      moe_q8_.reset(static_cast<size_t>(l.bytes));
+      moe_xq_ = reinterpret_cast<int8_t*>(moe_q8_.as<uint8_t>() + l.xq);
+      moe_xds_ = reinterpret_cast<float2*>(moe_q8_.as<uint8_t>() + l.xds);
+    }
   }
   const int64_t rows = caps_.att_rows;
   part_o_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * d_.Dh * 4));
@@ -325,7 +341,8 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   const int64_t gather_bytes = cuda::input_order_scratch_bytes(model_, act_, tokens);
   if (gather_bytes > 0) gather_scratch_.reset(static_cast<size_t>(gather_bytes));
   workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
-                     cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
+                     cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0,
+                                                   cuda::quantized_experts(model_, act_, cuda::native_quant(opt_))) +
                      qs.bytes(act_) + qs.fp8_bytes(tokens) + gather_bytes +
                      cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }

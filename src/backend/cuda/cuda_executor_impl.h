@@ -96,6 +96,9 @@ struct DeviceRope {
 struct DeviceExpertSet {
   DeviceBuffer ptrs;
   int64_t E = 0, F = 0;
+  // The experts' gate/up and down formats: the compute dtype, or a block format the grouped
+  // quantized kernels read (cuda_sizing.h dense_only_linears).
+  DType gate_up_format = DType::kBF16, down_format = DType::kBF16;
   const void* const* gate_up() const { return ptrs.as<const void* const>(); }
   const void* const* down() const { return ptrs.as<const void* const>() + E; }
 };
@@ -349,6 +352,11 @@ class CudaExecutor final : public ModelExecutor {
   // [T, E] f32, pair experts / weights / sorted order [P], the segments, gate/up [P, 2Fe] act
   // (SIMT path), SwiGLU [P, Fe] act, expert outputs [P, D] f32, shared expert output [T, D] f32.
   DeviceBuffer moe_logits_, moe_ids_, moe_weights_, moe_order_, moe_seg_, moe_gu_, moe_act_, moe_out_, moe_shared_;
+  // Quantized experts' grouped GEMV inputs (cuda_sizing.h moe_q8_layout): q8 codes and their (d,
+  // d * sum) pairs of the gate/up input [T, D], then of the down input [P, Fe]; views into moe_q8_.
+  DeviceBuffer moe_q8_;
+  int8_t* moe_xq_ = nullptr;
+  float2* moe_xds_ = nullptr;
   // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
   // the dequantized weight; views into quant_scratch_.
   DeviceBuffer quant_scratch_;

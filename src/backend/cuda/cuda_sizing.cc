@@ -1,10 +1,12 @@
 #include "backend/cuda/cuda_sizing.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
 #include "ops/linear.h"
+#include "runtime/cuda_block_formats.h"
 
 namespace pagoda {
 namespace cuda {
@@ -64,26 +66,65 @@ int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t at
   const int64_t split = att_rows * d.H * kRowMaxSplits * (d.Dh + 2) * 4;
   return tokens * per_token + split;
 }
-int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert) {
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert, bool quantized_experts) {
   if (d.E <= 0) return 0;
   const int64_t e = elem_bytes(act), P = tokens * d.topk;
   const int64_t routing = tokens * d.E * 4 + 3 * P * 4 + (3 * d.E + 4) * 4;  // logits; ids, weights, order; segments + counter
   const int64_t experts = P * (2 * d.Fe * e + d.Fe * e + d.D * 4);           // gate/up, SwiGLU, outputs
-  return routing + experts + (shared_expert ? tokens * d.D * 4 : 0);
+  return routing + experts + (shared_expert ? tokens * d.D * 4 : 0) +
+         (quantized_experts ? moe_q8_layout(d, tokens).bytes : 0);
+}
+
+MoeQ8Layout moe_q8_layout(const Dims& d, int64_t tokens) {
+  const int64_t T = std::min(tokens, kMoeGemvMaxTokens);
+  const int64_t codes = std::max(T * d.D, T * d.topk * d.Fe);
+  MoeQ8Layout l;
+  l.xds = align_up(codes, 256);
+  l.bytes = l.xds + align_up(codes / 32 * 8, 256);
+  return l;
 }
 
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
   return logits_rows * (d.V * 4 + d.D * elem_bytes(act)) + sample_rows * (d.V * 5 + int64_t{sizeof(SampleOutput)});
 }
 
-std::vector<bool> dense_only_linears(const Model& m) {
+namespace {
+
+// The block format every matrix of `ids` (one kind of an expert set) keeps on the device, or
+// nullopt when the grouped quantized kernels cannot read them in their blocks.
+std::optional<DType> expert_block_format(const ModelWeights& w, const std::vector<LinearId>& ids, DType act,
+                                         bool native) {
+  if (!native || act != DType::kBF16 || ids.empty()) return std::nullopt;
+  std::optional<DType> format;
+  for (LinearId id : ids) {
+    const LinearEntry& e = w.linear(id);
+    if (e.input_order.defined()) return std::nullopt;
+    const std::vector<DeviceWeightSegment> segs = plan_device_weight(e, act, native, nullptr);
+    if (segs.size() != 1 || !cuda_block_format(segs.front().format)) return std::nullopt;
+    if (format && *format != segs.front().format) return std::nullopt;
+    format = segs.front().format;
+  }
+  return format;
+}
+
+}  // namespace
+
+std::vector<bool> dense_only_linears(const Model& m, DType act, bool native_quant) {
   const ModelWeights& w = m.weights();
   std::vector<bool> dense(w.linears.size(), false);
-  for (const ExpertSet& set : w.expert_sets) {
-    for (LinearId id : set.gate_up) dense.at(static_cast<size_t>(id.index)) = true;
-    for (LinearId id : set.down) dense.at(static_cast<size_t>(id.index)) = true;
-  }
+  for (const ExpertSet& set : w.expert_sets)
+    for (const auto* ids : {&set.gate_up, &set.down})
+      if (!expert_block_format(w, *ids, act, native_quant))
+        for (LinearId id : *ids) dense.at(static_cast<size_t>(id.index)) = true;
   return dense;
+}
+
+bool quantized_experts(const Model& m, DType act, bool native_quant) {
+  const ModelWeights& w = m.weights();
+  for (const ExpertSet& set : w.expert_sets)
+    for (const auto* ids : {&set.gate_up, &set.down})
+      if (expert_block_format(w, *ids, act, native_quant)) return true;
+  return false;
 }
 
 bool tied_output(const Model& m) { return m.weights().tied_output; }
@@ -95,7 +136,7 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
   const ModelWeights& w = m.weights();
   int64_t total = device_weight_bytes(act, w.token_embd.dim(0), w.token_embd.dim(1));  // embedding
   for (const RopeTable* rope : m.rope_tables()) total += 2 * rope->max_positions() * (rope->rope_dim() / 2) * 4;  // cos, sin
-  const std::vector<bool> dense = dense_only_linears(m);
+  const std::vector<bool> dense = dense_only_linears(m, act, native);
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (w.tied_output && static_cast<int32_t>(i) == w.output.index) continue;  // reads the embedding
     int64_t bytes = 0;
@@ -110,7 +151,7 @@ int64_t weight_bytes_for(const Model& m, DType act, bool native) {
 
 LayerWeightBytes layer_weight_bytes_for(const Model& m, DType act, bool native) {
   const ModelWeights& w = m.weights();
-  const std::vector<bool> dense = dense_only_linears(m);
+  const std::vector<bool> dense = dense_only_linears(m, act, native);
   LayerWeightBytes b;
   b.linears = layer_linears(m);
   b.linear.assign(w.linears.size(), 0);
@@ -154,8 +195,15 @@ int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens) {
 
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   QuantScratch q;
-  const std::vector<bool> dense = dense_only_linears(m);
+  const std::vector<bool> dense = dense_only_linears(m, act, native);
+  // The experts run through the grouped kernels (their own scratch: moe_q8_layout), never a dense
+  // matmul.
+  std::vector<bool> expert(m.weights().linears.size(), false);
+  for (const ExpertSet& set : m.weights().expert_sets)
+    for (const auto* ids : {&set.gate_up, &set.down})
+      for (LinearId id : *ids) expert.at(static_cast<size_t>(id.index)) = true;
   for (size_t i = 0; i < m.weights().linears.size(); ++i) {
+    if (expert[i]) continue;
     const LinearEntry& e = m.weights().linears[i];
     const auto segs = plan_device_weight(e, act, native && !dense[i], nullptr);
     if (segs.front().format == DType::kF8E4M3Rows) {
@@ -219,7 +267,8 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
     }
   }
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
-                cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
+                cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0,
+                                              cuda::quantized_experts(model, act, cuda::native_quant(options))) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).fp8_bytes(caps.tokens) +
                 cuda::input_order_scratch_bytes(model, act, caps.tokens);

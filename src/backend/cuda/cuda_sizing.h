@@ -33,8 +33,13 @@ struct Dims {
 };
 
 // The linear entries (by index) that stay in the compute dtype whatever their checkpoint format:
-// the experts' matrices, which the grouped MoE kernels (kernels.h moe_matmul) read as f32 / bf16.
-std::vector<bool> dense_only_linears(const Model& m);
+// the experts' matrices of a kind (an expert set's gate/up, or its down) unless the grouped
+// quantized kernels (kernels.h moe_matmul_quant) read them in their blocks: native quantization on,
+// bf16 compute, every expert's matrix one device segment in one block format with kernels
+// (cuda_block_format), without an input order. Dense linears are false.
+std::vector<bool> dense_only_linears(const Model& m, DType act, bool native_quant);
+// Whether the experts' matrices (any expert set) are held in a block format (moe_matmul_quant).
+bool quantized_experts(const Model& m, DType act, bool native_quant);
 
 // Batch sizes captured as decode graphs (ascending; the last is the largest).
 std::vector<int64_t> graph_buckets(int64_t max_seqs);
@@ -51,8 +56,16 @@ struct Capacities {
 
 int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows);
 // The MoE layers' part of it (0 for dense models): router logits, pairs, segments, expert
-// activations and outputs for T * topk pairs, the shared expert's output.
-int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert);
+// activations and outputs for T * topk pairs, the shared expert's output; with quantized experts
+// the int8 inputs of their grouped GEMV (MoeQ8Layout).
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert, bool quantized_experts);
+// The grouped quantized GEMV's inputs (steps of at most kMoeGemvMaxTokens tokens): q8 codes of
+// the larger of the gate/up input [T, D] and the down input [T * topk, Fe], then their (d, d * sum)
+// pairs, one a 32 codes (quantize_activations_q8).
+struct MoeQ8Layout {
+  int64_t xq = 0, xds = 0, bytes = 0;
+};
+MoeQ8Layout moe_q8_layout(const Dims& d, int64_t tokens);
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
 // The output projection is the token embedding.
 bool tied_output(const Model& m);

@@ -344,7 +344,8 @@ class CudaExecutor::StepOps final : public LayerOps {
   // steps: all of that in one moe_norm_route launch; else route_unfused()); the experts over their
   // pairs' rows (the grouped GEMV for small steps: only the selected experts' weights are read,
   // once per 4 of their rows; else the grouped tensor-core GEMM, or the SIMT one in
-  // --batch-invariant mode and f32, and a SwiGLU kernel); the shared expert through the dense
+  // --batch-invariant mode and f32, and a SwiGLU kernel; experts in a block format through the
+  // grouped quantized kernels, moe_matmul_quant); the shared expert through the dense
   // matmuls; the weighted combine adds into the residual (one token without a shared expert: inside
   // the down projection, moe_down_combine).
   void moe_mlp(const NormArgs& norm, const MoeArgs& a) override {
@@ -388,6 +389,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     }
 
     const bool gemv = !e.opt_.batch_invariant && T_ <= cuda::kMoeGemvMaxTokens;
+    const bool quant_up = set.gate_up_format != e.act_, quant_down = set.down_format != e.act_;
     cuda::MoeMatmulParams up;
     up.x = e.hidden_.get();
     up.ldx = D;
@@ -403,18 +405,37 @@ class CudaExecutor::StepOps final : public LayerOps {
     // Prefill: the bf16 tensor-core GEMM; --batch-invariant (and f32) the SIMT one.
     const bool mma = !gemv && !e.opt_.batch_invariant && e.act_ == DType::kBF16 && D % 8 == 0 && F % 8 == 0;
     up.tensor_cores = mma;
+    // Quantized experts: the grouped int8 GEMV over q8 inputs (quantized here: the tokens' rows for
+    // gate/up, the pairs' SwiGLU rows for down), else the grouped tensor-core GEMM (also in
+    // --batch-invariant mode: a row's result does not depend on the other rows).
+    auto quantize_inputs = [&](cuda::MoeMatmulParams& p, int64_t rows) {
+      cuda::quantize_activations_q8(p.x, e.act_, rows, p.K, e.moe_xq_, e.moe_xds_, s);
+      p.xq = e.moe_xq_;
+      p.xds = e.moe_xds_;
+    };
     if (gemv) {  // gate/up + SwiGLU in one grouped GEMV
       up.y = e.moe_act_.get();
       up.ldy = F;
       up.mode = GemmOut::kSwiGlu;
-      cuda::moe_matmul(up, e.act_, true, s);
+      if (quant_up) {
+        up.w_row_bytes = cuda::device_row_bytes(set.gate_up_format, D);
+        quantize_inputs(up, T_);
+        cuda::moe_matmul_quant(up, set.gate_up_format, true, s);
+      } else {
+        cuda::moe_matmul(up, e.act_, true, s);
+      }
       e.profiler_.mark("moe gate/up+swiglu gemv", s);
     } else {
       up.y = e.moe_gu_.get();
       up.ldy = 2 * F;
       up.mode = GemmOut::kStoreAct;
-      cuda::moe_matmul(up, e.act_, false, s);
-      e.profiler_.mark(mma ? "moe gate/up gemm (mma)" : "moe gate/up gemm", s);
+      if (quant_up) {
+        up.w_row_bytes = cuda::device_row_bytes(set.gate_up_format, D);
+        cuda::moe_matmul_quant(up, set.gate_up_format, false, s);
+      } else {
+        cuda::moe_matmul(up, e.act_, false, s);
+      }
+      e.profiler_.mark(quant_up || mma ? "moe gate/up gemm (mma)" : "moe gate/up gemm", s);
       cuda::swiglu(e.moe_gu_.get(), P, F, e.moe_act_.get(), e.act_, s);
       e.profiler_.mark("moe swiglu", s);
     }
@@ -433,13 +454,20 @@ class CudaExecutor::StepOps final : public LayerOps {
     down.max_rows = T_;
     down.tensor_cores = mma;
     down.mode = GemmOut::kStoreF32;
-    if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
-      cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
-      e.profiler_.mark("moe down gemv+combine", s);
-      return;
+    if (quant_down) {
+      down.w_row_bytes = cuda::device_row_bytes(set.down_format, F);
+      if (gemv) quantize_inputs(down, P);
+      cuda::moe_matmul_quant(down, set.down_format, gemv, s);
+      e.profiler_.mark(gemv ? "moe down gemv" : "moe down gemm (mma)", s);
+    } else {
+      if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
+        cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
+        e.profiler_.mark("moe down gemv+combine", s);
+        return;
+      }
+      cuda::moe_matmul(down, e.act_, gemv, s);
+      e.profiler_.mark(gemv ? "moe down gemv" : (mma ? "moe down gemm (mma)" : "moe down gemm"), s);
     }
-    cuda::moe_matmul(down, e.act_, gemv, s);
-    e.profiler_.mark(gemv ? "moe down gemv" : (mma ? "moe down gemm (mma)" : "moe down gemm"), s);
 
     cuda::MoeCombineParams cp;
     cp.expert_out = e.moe_out_.as<float>();

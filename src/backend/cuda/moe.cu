@@ -28,7 +28,7 @@ constexpr int kRouteSortThreads = 512;  // the fused route + sort's one block
 constexpr int kCombineThreads = 128;    // columns a block of moe_combine
 constexpr int kRouterWarps = 8;         // router rows (experts) a block of moe_norm_route
 constexpr int kRouterPre = 8;           // 16-byte router chunks a lane loads before waiting
-constexpr int kGemvWarps = 8;    // output rows a block of the grouped GEMV
+constexpr int kGemvWarps = kMoeGemvWarps;
 constexpr int kGemvRows = 4;     // token rows a pass over an expert's weight row serves (steps of 2+)
 constexpr int kGemvLoads = 8;    // 16-byte weight loads in flight a lane over two weight rows (4 a row)
 constexpr int kDownSegs = 4;     // segments (experts) a warp of moe_down_combine streams together
@@ -352,7 +352,7 @@ __global__ __launch_bounds__(kRouterWarps * 32) void moe_norm_route_kernel(MoeNo
 
 // ---- grouped GEMVs (steps up to kMoeGemvMaxTokens) ----
 
-// Block (x, s) of a grid of gemv_blocks(...) x segments: its warps take output rows n = x *
+// Block (x, s) of a grid of moe_gemv_blocks(...) x segments: its warps take output rows n = x *
 // kGemvWarps + warp, then n + the grid's warps, ... of active segment s (fewer, longer-lived blocks:
 // each block's dependent reads of the segment table are paid once for several rows); a warp reads
 // a weight row (two: gate and up) once per kGemvRows of the segment's token rows. kSwiGlu: rows n (gate) and N/2 + n (up), y = silu(g) * u
@@ -361,9 +361,9 @@ template <class T, GemmOut MODE>
 __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulParams a) {
   pdl_trigger();
   pdl_wait();
-  const int s = blockIdx.y;  // < min(E, P): the segment table's entries exist
-  const int nseg = *a.seg.count, begin = a.seg.begin[s], end = a.seg.begin[s + 1], expert = a.seg.expert[s];
-  if (s >= nseg) return;
+  GemvSegment seg;
+  if (!gemv_segment(a, seg)) return;
+  const int begin = seg.begin, end = seg.end, expert = seg.expert;
   constexpr int R = MODE == GemmOut::kSwiGlu ? 2 : 1;
   constexpr int kGemvUnroll = kGemvLoads / 2;  // loads in flight per weight row
   const int n_out = MODE == GemmOut::kSwiGlu ? a.N / 2 : a.N;
@@ -428,7 +428,7 @@ __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv_kernel(MoeMatmulPara
 }
 
 // Batch 1 (every segment one row: MoeMatmulParams::max_rows == 1): block (x, s) of a grid of
-// gemv_blocks(...) x segments; its warps take outputs n = x * kGemvWarps + warp, then n + the
+// moe_gemv_blocks(...) x segments; its warps take outputs n = x * kGemvWarps + warp, then n + the
 // grid's warps, ..., two weight rows at a time (gate and up, or two outputs), kGemvLoads 16-byte
 // loads in flight a lane. Fewer, longer-lived blocks than one a row: each block's chain of
 // dependent reads (segment count, segment, expert pointer, gathered input row) is paid once for
@@ -437,10 +437,9 @@ template <class T, GemmOut MODE>
 __global__ __launch_bounds__(kGemvWarps * 32) void moe_gemv1_kernel(MoeMatmulParams a) {
   pdl_trigger();
   pdl_wait();
-  const int s = blockIdx.y;  // < min(E, P): the segment table's entries exist
-  // The count and the segment's entries are read together (one round trip, not two).
-  const int nseg = *a.seg.count, begin = a.seg.begin[s], end = a.seg.begin[s + 1], expert = a.seg.expert[s];
-  if (s >= nseg) return;
+  GemvSegment seg;
+  if (!gemv_segment(a, seg)) return;
+  const int begin = seg.begin, end = seg.end, expert = seg.expert;
   constexpr bool kGlu = MODE == GemmOut::kSwiGlu;
   constexpr int R = 2, U = kGemvLoads / R;
   const int n_out = kGlu ? a.N / 2 : a.N;
@@ -612,19 +611,6 @@ __global__ __launch_bounds__(kCombineThreads) void moe_combine_kernel(MoeCombine
   a.residual[static_cast<int64_t>(t) * D + d] += o;
 }
 
-// Blocks a segment of the grouped GEMVs: about 4 blocks an SM over the whole grid, at most one a
-// kGemvWarps x per_warp outputs (per_warp: the outputs a warp takes in one pass).
-unsigned gemv_blocks(int n_out, int per_warp, unsigned max_segments) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  const int64_t want = ceil_div(int64_t{4} * sms, static_cast<int64_t>(max_segments));
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, per_warp * kGemvWarps))));
-}
-
 // The grouped GEMV of one mode: moe_gemv1 where every segment is one row, moe_gemv otherwise.
 template <class T, GemmOut MODE>
 void launch_gemv_mode(const MoeMatmulParams& p, const dim3& grid, cudaStream_t s) {
@@ -637,7 +623,7 @@ template <class T>
 void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s) {
   const int n_out = p.mode == GemmOut::kSwiGlu ? p.N / 2 : p.N;
   const int per_warp = p.max_rows == 1 ? 2 : 1;  // moe_gemv1: two weight rows at a time
-  const dim3 grid(gemv_blocks(n_out, per_warp, max_segments), max_segments);
+  const dim3 grid(moe_gemv_blocks(n_out, per_warp, max_segments), max_segments);
   switch (p.mode) {
     case GemmOut::kSwiGlu: launch_gemv_mode<T, GemmOut::kSwiGlu>(p, grid, s); break;
     case GemmOut::kStoreF32: launch_gemv_mode<T, GemmOut::kStoreF32>(p, grid, s); break;
@@ -647,6 +633,17 @@ void launch_gemv(const MoeMatmulParams& p, unsigned max_segments, cudaStream_t s
 }
 
 }  // namespace
+
+unsigned moe_gemv_blocks(int n_out, int per_warp, unsigned max_segments) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const int64_t want = ceil_div(int64_t{4} * sms, static_cast<int64_t>(max_segments));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, ceil_div(n_out, per_warp * kGemvWarps))));
+}
 
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool normalize, int32_t* ids, float* weights,
                cudaStream_t s) {
@@ -711,7 +708,7 @@ void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s
   const unsigned max_segments = static_cast<unsigned>(std::min(p.E, p.P));
   const unsigned max_tiles = static_cast<unsigned>(moe_max_tiles(p.P, p.E));
   PAGODA_CUDA_REQUIRE(max_tiles <= 65535u, "moe_matmul: too many pairs for one launch");
-  if (!gemv) launch_moe_gemm(p, dtype, max_tiles, s);
+  if (!gemv) launch_moe_gemm(p, dtype, dtype, max_tiles, s);
   else if (dtype == DType::kF32) launch_gemv<float>(p, max_segments, s);
   else launch_gemv<bf16>(p, max_segments, s);
   CUDA_CHECK_LAUNCH();

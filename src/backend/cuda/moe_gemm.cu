@@ -4,7 +4,8 @@
 // covers every expert with no host-side count. Block (x, tile) takes output columns
 // [x kMoeTile, ...) of the tile's rows; blocks past the device-side tile count exit.
 //   - moe_gemm_mma_kernel (bf16, the default): tensor cores, m16n8k16 with f32 accumulators,
-//     cp.async k slices one ahead.
+//     cp.async k slices one ahead; also over block-quantized experts (moe_matmul_quant), their
+//     units dequantized to bf16 in shared memory.
 //   - moe_gemm_kernel (f32, and bf16 in the batch-invariant mode): SIMT, every output one f32 FMA
 //     chain over k in order (simt_tile.cuh, as gemv.cu's gemm_simt), so a row's result does not
 //     depend on the other rows of the step.
@@ -13,6 +14,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_utils.cuh"
 #include "backend/cuda/moe_matmul.cuh"
+#include "backend/cuda/quant_unit.cuh"
 #include "backend/cuda/simt_tile.cuh"
 
 namespace pagoda::cuda {
@@ -98,11 +100,17 @@ __global__ __launch_bounds__(256) void moe_gemm_kernel(MoeMatmulParams a) {
 // Block (x, tile): the SIMT kernel's kMoeTile x kMoeTile output tile, on tensor cores (bf16):
 // 4 warps of 32 x 32 outputs, m16n8k16 mma with f32 accumulators. A (the segment's gathered input
 // rows) and B (the expert's weight rows, [N, K] row-major: the mma's column-major operand) pass
-// through shared memory in k slices of kMmaBK, copied with cp.async one slice ahead (two stages),
-// read with ldmatrix; rows padded to kMmaLd elements so that ldmatrix's 8 row reads hit distinct
-// banks. Rows past the segment or N and k past K are zero-filled (K a multiple of 8).
-template <GemmOut MODE>
+// through shared memory in k slices of kMmaBK, read with ldmatrix; rows padded to kMmaLd elements
+// so that ldmatrix's 8 row reads hit distinct banks. A is copied with cp.async one slice ahead (two
+// stages). B, for bf16 weights (Q = void), the same way; for a block format (Q = its Format
+// decoder, quant_unit.cuh) a slice is one unit of each weight row: threads 0..63 decode their
+// row's unit two slices ahead into registers (its loads in flight during a slice's mma) and store
+// it one slice ahead as the bf16 values dequantize_weight writes. Rows past the segment or N and
+// k past K are zero-filled (K a multiple of 8; of 32 for a block format).
+template <GemmOut MODE, class Q>
 __global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulParams a) {
+  constexpr bool kQuant = !std::is_void_v<Q>;
+  static_assert(!kQuant || kMmaBK == 32, "a k slice is one quantized unit");
   __shared__ __align__(16) bf16 as[2][kMoeTile][kMmaLd];
   __shared__ __align__(16) bf16 bs[2][kMoeTile][kMmaLd];
   __shared__ int info[3];
@@ -126,16 +134,42 @@ __global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulPara
   for (int i = 0; i < kPasses; ++i) {
     const int r = lr + kRowsPerPass * i;
     arow[i] = m0 + r < m_end ? x + input_row(a, m0 + r) * a.ldx : nullptr;
-    brow[i] = n0 + r < N ? w + static_cast<int64_t>(n0 + r) * K : nullptr;
+    brow[i] = !kQuant && n0 + r < N ? w + static_cast<int64_t>(n0 + r) * K : nullptr;
   }
+  // The quantized weights: thread tid < kMoeTile holds row n0 + tid (null past N or for tid >= 64).
+  const uint8_t* qrow = nullptr;
+  if constexpr (kQuant)
+    if (tid < kMoeTile && n0 + tid < N) qrow = static_cast<const uint8_t*>(a.w[st.expert]) + (n0 + tid) * a.w_row_bytes;
+  const int units = K / 32;
+  auto decode = [&](int kt, Unit& u) {
+    if constexpr (kQuant) {
+      if (qrow != nullptr) u = Q::decode(qrow, kt, units);
+    }
+  };
+  auto store_unit = [&](int stage, const Unit& u) {
+    if (tid >= kMoeTile) return;
+    uint4* dst = reinterpret_cast<uint4*>(&bs[stage][tid][0]);
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (qrow != nullptr) {
+        unit_quad_bf16(u, j, v.x, v.y);
+        unit_quad_bf16(u, j + 1, v.z, v.w);
+      }
+      dst[j / 2] = v;
+    }
+  };
   auto load = [&](int stage, int k0) {
     const int k = k0 + lc;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = lr + kRowsPerPass * i;
-      const bool va = arow[i] != nullptr && k < K, vb = brow[i] != nullptr && k < K;
+      const bool va = arow[i] != nullptr && k < K;
       cp_async16(&as[stage][r][lc], va ? arow[i] + k : x, va);
-      cp_async16(&bs[stage][r][lc], vb ? brow[i] + k : w, vb);
+      if constexpr (!kQuant) {
+        const bool vb = brow[i] != nullptr && k < K;
+        cp_async16(&bs[stage][r][lc], vb ? brow[i] + k : w, vb);
+      }
     }
     cp_async_commit();
   };
@@ -148,15 +182,25 @@ __global__ __launch_bounds__(kMmaThreads) void moe_gemm_mma_kernel(MoeMatmulPara
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
   const int nk = (K + kMmaBK - 1) / kMmaBK;
+  Unit next{};  // the quantized weights of slice kt + 1, decoded in iteration kt - 1
+  if constexpr (kQuant) {
+    Unit first{};
+    decode(0, first);
+    store_unit(0, first);
+    if (nk > 1) decode(1, next);
+  }
   load(0, 0);
   for (int kt = 0; kt < nk; ++kt) {
     if (kt + 1 < nk) {
       load((kt + 1) & 1, (kt + 1) * kMmaBK);
+      if constexpr (kQuant) store_unit((kt + 1) & 1, next);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kQuant)
+      if (kt + 2 < nk) decode(kt + 2, next);
     const int st = kt & 1;
 #pragma unroll
     for (int kk = 0; kk < kMmaBK; kk += 16) {
@@ -203,17 +247,27 @@ void launch_simt(const MoeMatmulParams& p, unsigned max_tiles, cudaStream_t s) {
   }
 }
 
+template <class Q>
+void launch_mma(const MoeMatmulParams& p, unsigned max_tiles, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
+  switch (p.mode) {
+    case GemmOut::kStoreF32: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreF32, Q>, grid, dim3(kMmaThreads), 0, s, p); break;
+    case GemmOut::kStoreAct: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreAct, Q>, grid, dim3(kMmaThreads), 0, s, p); break;
+    default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM stores f32 or act");
+  }
+}
+
 }  // namespace
 
-void launch_moe_gemm(const MoeMatmulParams& p, DType dtype, unsigned max_tiles, cudaStream_t s) {
-  if (p.tensor_cores) {
+void launch_moe_gemm(const MoeMatmulParams& p, DType dtype, DType wformat, unsigned max_tiles, cudaStream_t s) {
+  if (wformat != dtype) {
+    PAGODA_CUDA_REQUIRE(p.tensor_cores && dtype == DType::kBF16 && p.K % 32 == 0 && p.w_row_bytes > 0,
+                        "moe_matmul_quant: the tensor-core GEMM over bf16 activations, K a multiple of 32");
+    const bool ok = dispatch_format(wformat, [&](auto d) { launch_mma<decltype(d)>(p, max_tiles, s); });
+    PAGODA_CUDA_REQUIRE(ok, "moe_matmul_quant: no kernel for this weight format");
+  } else if (p.tensor_cores) {
     PAGODA_CUDA_REQUIRE(dtype == DType::kBF16, "moe_matmul: the tensor-core GEMM is bf16");
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.N, kMoeTile)), max_tiles);
-    switch (p.mode) {
-      case GemmOut::kStoreF32: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreF32>, grid, dim3(kMmaThreads), 0, s, p); break;
-      case GemmOut::kStoreAct: launch_pdl(moe_gemm_mma_kernel<GemmOut::kStoreAct>, grid, dim3(kMmaThreads), 0, s, p); break;
-      default: PAGODA_CUDA_REQUIRE(false, "moe_matmul: the tensor-core GEMM stores f32 or act");
-    }
+    launch_mma<void>(p, max_tiles, s);
   } else if (dtype == DType::kF32) {
     launch_simt<float>(p, max_tiles, s);
   } else {

@@ -1,6 +1,7 @@
-// What the grouped expert matmuls share (moe.cu's GEMVs, moe_gemm.cu's GEMMs): the input row of
-// a sorted (token, slot) position and the store of an output, both through MoeMatmulParams
-// (kernels.h); and the GEMM launcher moe_matmul calls for steps past the GEMV's.
+// What the grouped expert matmuls share (moe.cu's and moe_quant.cu's GEMVs, moe_gemm.cu's GEMMs):
+// the input row of a sorted (token, slot) position and the store of an output, both through
+// MoeMatmulParams (kernels.h); the GEMVs' grid; and the GEMM launcher moe_matmul and
+// moe_matmul_quant call for steps past the GEMV's.
 #pragma once
 
 #include "backend/cuda/device_utils.cuh"
@@ -24,9 +25,29 @@ __device__ __forceinline__ void store_out(const MoeMatmulParams& a, int pos, int
   }
 }
 
+// Segment blockIdx.y of a grouped GEMV's grid (< min(E, P): the table's entries exist): its sorted
+// positions [begin, end) and its expert, read in one round trip with the segment count; false
+// for a segment past the count (the block has nothing to do).
+struct GemvSegment {
+  int begin, end, expert;
+};
+__device__ __forceinline__ bool gemv_segment(const MoeMatmulParams& a, GemvSegment& g) {
+  const int s = blockIdx.y;
+  const int nseg = *a.seg.count;
+  g = {a.seg.begin[s], a.seg.begin[s + 1], a.seg.expert[s]};
+  return s < nseg;
+}
+
+// Output rows a block of the grouped GEMVs takes (a warp each).
+constexpr int kMoeGemvWarps = 8;
+// Blocks a segment of a grouped GEMV: about 4 blocks an SM over the whole grid, at most one a
+// kMoeGemvWarps x per_warp outputs (per_warp: the outputs a warp takes in one pass).
+unsigned moe_gemv_blocks(int n_out, int per_warp, unsigned max_segments);
+
 // The grouped GEMM (moe_gemm.cu) of MoeMatmulParams p: the bf16 tensor-core kernel where
-// p.tensor_cores, else the SIMT kernel (f32 or bf16: `dtype`); kStoreF32 or kStoreAct;
-// max_tiles = moe_max_tiles(P, E) block rows. moe_matmul checks the shapes first.
-void launch_moe_gemm(const MoeMatmulParams& p, DType dtype, unsigned max_tiles, cudaStream_t s);
+// p.tensor_cores (its weights bf16, or in the block format wformat: moe_matmul_quant), else the
+// SIMT kernel (f32 or bf16: `dtype`, wformat == dtype); kStoreF32 or kStoreAct;
+// max_tiles = moe_max_tiles(P, E) block rows. The callers check the shapes first.
+void launch_moe_gemm(const MoeMatmulParams& p, DType dtype, DType wformat, unsigned max_tiles, cudaStream_t s);
 
 }  // namespace pagoda::cuda
