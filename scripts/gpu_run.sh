@@ -542,7 +542,7 @@ stage_moe() {
 }
 stage_moetests() {
   [ -f /tmp/gpuref/index.json ] || step gpuref 120 python3 tools/make_gpu_references.py --out /tmp/gpuref
-  step moetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaParity.*:CudaEngine.MixtureOfExperts*'
+  step moetests 180 $TESTS --gtest_filter='CudaMoe.*:CudaQuant.*:CudaParity.*:CudaEngine.MixtureOfExperts*'
 }
 stage_kbench() { TAILN=3 step kbench 150 $KBENCH; }
 stage_qkbench() { PAGODA_KBENCH_ONLY=qgemv TAILN=3 step qkbench 120 $KBENCH; }
@@ -761,7 +761,7 @@ for s in "$@"; do
     a3b) stage_dummy_bench a3b qwen3-30b-a3b ;;
     int4_70b) stage_dummy_bench int4_70b llama3-70b --quantization int4 ;;
     mixtral_int4) stage_dummy_bench mixtral_int4 mixtral-8x7b --quantization int4 ;;
-    moetests) TAILN=12 step moetests 200 $TESTS --gtest_filter='CudaMoe.*:CudaParity.NativeQuantized*:CudaEngine.*Moe*:CudaEngine.PlannedMemory*' ;;
+    quantmoetests) TAILN=8 step quantmoetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaQuant.*:CudaParity.NativeQuantized*:CudaEngine.MixtureOfExperts*' ;;
     a3bpeer) stage_a3bpeer ;;
     corpus) stage_corpus ;;
     peerstart) stage_peerstart ;;

@@ -53,6 +53,7 @@ stage_a3bpeer() {
   [ "${MOE_PROFILE:-0}" = 1 ] && TAILN=30 step a3b_prof_$T 90 $PAGODA bench -m $f --device cuda --cuda-profile -p 0 -n 32 -b 1 -r 1
   [ "${A3B_TP:-0}" = 1 ] && TAILN=4 step a3b_tp128_$T 200 $PAGODA bench -m $f --device cuda -p 0 -n 0 --requests 1000 \
     --input-len 128 --output-len 128 --max-num-seqs 256
+  [ "${A3B_PEER:-1}" = 1 ] || return 0  # A3B_PEER=0: Pagoda only (no peerstart in the call)
   TAILN=3 step peerwait 420 env PEER=$PWD/.peer bash .peer/tools/llamacpp_gpu_peer.sh wait
   TAILN=8 step a3b_peer_$T 200 /tmp/lc/build/bin/llama-bench -m $f -ngl 99 -p 512 -n 128 -r 3 -fa 0,1
 }

@@ -206,7 +206,7 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     }
   }
   // The int8 GEMV over native quantized weights (gemv_quant; dp4a over q8 activations) at batch 1,
-  // 2 and 8 on the 8B layer shapes, weights cold in L2 (a different copy each run: copies of at
+  // 2 and 8 on the 8B layer shapes and Qwen3-30B-A3B's attention, weights cold in L2 (a different copy each run: copies of at
   // least 160 MB in all), GB/s counted on the weight bytes read (device_row_bytes x N); then the
   // kernels that make its activations at M = 1: quantize_activations_q8 alone, rms_norm +
   // quantize_activations_q8 (the unfused path) and rms_norm_q8 (the fused one).
@@ -214,7 +214,10 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
     const Shape qshapes[] = {{"qkv  6144x4096", Nqkv, D, cuda::GemmOut::kStoreF32, false},
                              {"o    4096x4096 +=", D, D, cuda::GemmOut::kAddF32, false},
                              {"gate/up 28672x4096 +swiglu", 2 * F, D, cuda::GemmOut::kSwiGlu, false},
-                             {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false}};
+                             {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false},
+                             // Qwen3-30B-A3B's attention (hidden 2048, 32 x 128 query heads, 4 kv heads)
+                             {"a3b qkv 5120x2048", 5120, 2048, cuda::GemmOut::kStoreF32, false},
+                             {"a3b o 2048x4096 +=", 2048, 4096, cuda::GemmOut::kAddF32, false}};
     const int64_t kMaxM = 8;
     auto xa = random_device(static_cast<size_t>(kMaxM * F * 2));
     cuda::DeviceBuffer xq(kMaxM * F), xds(kMaxM * (F / 32) * 8), yq(kMaxM * 2 * F * 4);

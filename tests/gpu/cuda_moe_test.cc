@@ -508,21 +508,17 @@ struct QuantExperts {
 };
 
 // The executor's quantized-expert sequence (cuda_step_ops.cc moe_mlp): routing, then gemv: the
-// inputs quantized (quantize_activations_q8), the grouped int8 GEMV with SwiGLU, the SwiGLU rows
-// quantized, the grouped int8 GEMV down; else the grouped tensor-core GEMM, SwiGLU, the GEMM down;
-// then the combine into a zero residual. Returns the residual.
+// grouped int8 GEMV with SwiGLU, the grouped int8 GEMV down (one token: with the combine,
+// moe_down_combine_quant); else the grouped tensor-core GEMM, SwiGLU, the GEMM down; then the
+// combine into a zero residual. Returns the residual.
 std::vector<float> run_quant_layer(const MoeLayer& L, const QuantExperts& Q, MoeRun& r, bool gemv) {
   const MoeCase& c = L.c;
   const int64_t P = c.T * c.k;
   cuda::moe_route(L.d_logits.as<float>(), c.T, c.E, c.k, c.normalize, r.ids.as<int32_t>(), r.weights.as<float>(), nullptr);
   cuda::moe_sort(r.ids.as<int32_t>(), P, c.E, r.order.as<int32_t>(), r.segments, nullptr);
-  cuda::DeviceBuffer xq(std::max(c.T * c.D, P * c.F)), xds(std::max(c.T * c.D, P * c.F) / 32 * 8);
   cuda::MoeMatmulParams up = gate_up_params(c, r, L.d_x.get(), Q.d_ptrs.as<const void* const>());
   up.w_row_bytes = cuda::device_row_bytes(Q.format, c.D);
-  up.xq = xq.as<int8_t>();
-  up.xds = xds.as<float2>();
   if (gemv) {
-    cuda::quantize_activations_q8(L.d_x.get(), DType::kBF16, c.T, c.D, xq.as<int8_t>(), xds.as<float2>(), nullptr);
     up.y = r.act.get();
     up.ldy = c.F;
     up.mode = cuda::GemmOut::kSwiGlu;
@@ -536,9 +532,11 @@ std::vector<float> run_quant_layer(const MoeLayer& L, const QuantExperts& Q, Moe
   }
   cuda::MoeMatmulParams dn = down_params(c, r, Q.d_ptrs.as<const void* const>() + c.E);
   dn.w_row_bytes = cuda::device_row_bytes(Q.format, c.F);
-  dn.xq = xq.as<int8_t>();
-  dn.xds = xds.as<float2>();
-  if (gemv) cuda::quantize_activations_q8(r.act.get(), DType::kBF16, P, c.F, xq.as<int8_t>(), xds.as<float2>(), nullptr);
+  if (gemv && c.T == 1) {  // the executor's choice: the combine inside the down GEMV
+    cuda::moe_down_combine_quant(dn, Q.format, r.weights.as<float>(), r.residual.as<float>(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return to_host<float>(r.residual, c.T * c.D);
+  }
   cuda::moe_matmul_quant(dn, Q.format, gemv, nullptr);
   cuda::MoeCombineParams cp;
   cp.expert_out = r.out.as<float>();

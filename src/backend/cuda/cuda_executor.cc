@@ -300,12 +300,6 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
     moe_act_.reset(static_cast<size_t>(P * d_.Fe * e));
     moe_out_.reset(static_cast<size_t>(P * d_.D * 4));
     if (model_.config().shared_expert_intermediate_size > 0) moe_shared_.reset(static_cast<size_t>(tokens * d_.D * 4));
-    if (cuda::quantized_experts(model_, act_, cuda::native_quant(opt_))) {
-      const cuda::MoeQ8Layout l = cuda::moe_q8_layout(d_, tokens);
-      moe_q8_.reset(static_cast<size_t>(l.bytes));
-      moe_xq_ = reinterpret_cast<int8_t*>(moe_q8_.as<uint8_t>() + l.xq);
-      moe_xds_ = reinterpret_cast<float2*>(moe_q8_.as<uint8_t>() + l.xds);
-    }
   }
   const int64_t rows = caps_.att_rows;
   part_o_.reset(static_cast<size_t>(rows * d_.H * cuda::kRowMaxSplits * d_.Dh * 4));
@@ -341,8 +335,7 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   const int64_t gather_bytes = cuda::input_order_scratch_bytes(model_, act_, tokens);
   if (gather_bytes > 0) gather_scratch_.reset(static_cast<size_t>(gather_bytes));
   workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
-                     cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0,
-                                                   cuda::quantized_experts(model_, act_, cuda::native_quant(opt_))) +
+                     cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
                      qs.bytes(act_) + qs.fp8_bytes(tokens) + gather_bytes +
                      cuda::logits_bytes_for(d_, act_, logits_rows, srows);
 }

@@ -352,11 +352,6 @@ class CudaExecutor final : public ModelExecutor {
   // [T, E] f32, pair experts / weights / sorted order [P], the segments, gate/up [P, 2Fe] act
   // (SIMT path), SwiGLU [P, Fe] act, expert outputs [P, D] f32, shared expert output [T, D] f32.
   DeviceBuffer moe_logits_, moe_ids_, moe_weights_, moe_order_, moe_seg_, moe_gu_, moe_act_, moe_out_, moe_shared_;
-  // Quantized experts' grouped GEMV inputs (cuda_sizing.h moe_q8_layout): q8 codes and their (d,
-  // d * sum) pairs of the gate/up input [T, D], then of the down input [P, Fe]; views into moe_q8_.
-  DeviceBuffer moe_q8_;
-  int8_t* moe_xq_ = nullptr;
-  float2* moe_xds_ = nullptr;
   // Native quantized matmuls (cuda_sizing.h QuantScratch): int8 activations and their scales,
   // the dequantized weight; views into quant_scratch_.
   DeviceBuffer quant_scratch_;

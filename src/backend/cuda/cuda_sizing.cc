@@ -66,22 +66,12 @@ int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t at
   const int64_t split = att_rows * d.H * kRowMaxSplits * (d.Dh + 2) * 4;
   return tokens * per_token + split;
 }
-int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert, bool quantized_experts) {
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert) {
   if (d.E <= 0) return 0;
   const int64_t e = elem_bytes(act), P = tokens * d.topk;
   const int64_t routing = tokens * d.E * 4 + 3 * P * 4 + (3 * d.E + 4) * 4;  // logits; ids, weights, order; segments + counter
   const int64_t experts = P * (2 * d.Fe * e + d.Fe * e + d.D * 4);           // gate/up, SwiGLU, outputs
-  return routing + experts + (shared_expert ? tokens * d.D * 4 : 0) +
-         (quantized_experts ? moe_q8_layout(d, tokens).bytes : 0);
-}
-
-MoeQ8Layout moe_q8_layout(const Dims& d, int64_t tokens) {
-  const int64_t T = std::min(tokens, kMoeGemvMaxTokens);
-  const int64_t codes = std::max(T * d.D, T * d.topk * d.Fe);
-  MoeQ8Layout l;
-  l.xds = align_up(codes, 256);
-  l.bytes = l.xds + align_up(codes / 32 * 8, 256);
-  return l;
+  return routing + experts + (shared_expert ? tokens * d.D * 4 : 0);
 }
 
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows) {
@@ -117,14 +107,6 @@ std::vector<bool> dense_only_linears(const Model& m, DType act, bool native_quan
       if (!expert_block_format(w, *ids, act, native_quant))
         for (LinearId id : *ids) dense.at(static_cast<size_t>(id.index)) = true;
   return dense;
-}
-
-bool quantized_experts(const Model& m, DType act, bool native_quant) {
-  const ModelWeights& w = m.weights();
-  for (const ExpertSet& set : w.expert_sets)
-    for (const auto* ids : {&set.gate_up, &set.down})
-      if (expert_block_format(w, *ids, act, native_quant)) return true;
-  return false;
 }
 
 bool tied_output(const Model& m) { return m.weights().tied_output; }
@@ -196,8 +178,7 @@ int64_t input_order_scratch_bytes(const Model& m, DType act, int64_t tokens) {
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   QuantScratch q;
   const std::vector<bool> dense = dense_only_linears(m, act, native);
-  // The experts run through the grouped kernels (their own scratch: moe_q8_layout), never a dense
-  // matmul.
+  // The experts run through the grouped kernels (no scratch of their own), never a dense matmul.
   std::vector<bool> expert(m.weights().linears.size(), false);
   for (const ExpertSet& set : m.weights().expert_sets)
     for (const auto* ids : {&set.gate_up, &set.down})
@@ -267,8 +248,7 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
     }
   }
   t.workspace = cuda::workspace_bytes_for(d, act, caps.tokens, caps.att_rows) +
-                cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0,
-                                              cuda::quantized_experts(model, act, cuda::native_quant(options))) +
+                cuda::moe_workspace_bytes_for(d, act, caps.tokens, model.config().shared_expert_intermediate_size > 0) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).fp8_bytes(caps.tokens) +
                 cuda::input_order_scratch_bytes(model, act, caps.tokens);

@@ -38,8 +38,6 @@ struct Dims {
 // bf16 compute, every expert's matrix one device segment in one block format with kernels
 // (cuda_block_format), without an input order. Dense linears are false.
 std::vector<bool> dense_only_linears(const Model& m, DType act, bool native_quant);
-// Whether the experts' matrices (any expert set) are held in a block format (moe_matmul_quant).
-bool quantized_experts(const Model& m, DType act, bool native_quant);
 
 // Batch sizes captured as decode graphs (ascending; the last is the largest).
 std::vector<int64_t> graph_buckets(int64_t max_seqs);
@@ -56,16 +54,8 @@ struct Capacities {
 
 int64_t workspace_bytes_for(const Dims& d, DType act, int64_t tokens, int64_t att_rows);
 // The MoE layers' part of it (0 for dense models): router logits, pairs, segments, expert
-// activations and outputs for T * topk pairs, the shared expert's output; with quantized experts
-// the int8 inputs of their grouped GEMV (MoeQ8Layout).
-int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert, bool quantized_experts);
-// The grouped quantized GEMV's inputs (steps of at most kMoeGemvMaxTokens tokens): q8 codes of
-// the larger of the gate/up input [T, D] and the down input [T * topk, Fe], then their (d, d * sum)
-// pairs, one a 32 codes (quantize_activations_q8).
-struct MoeQ8Layout {
-  int64_t xq = 0, xds = 0, bytes = 0;
-};
-MoeQ8Layout moe_q8_layout(const Dims& d, int64_t tokens);
+// activations and outputs for T * topk pairs, the shared expert's output.
+int64_t moe_workspace_bytes_for(const Dims& d, DType act, int64_t tokens, bool shared_expert);
 int64_t logits_bytes_for(const Dims& d, DType act, int64_t logits_rows, int64_t sample_rows);
 // The output projection is the token embedding.
 bool tied_output(const Model& m);

@@ -405,21 +405,15 @@ class CudaExecutor::StepOps final : public LayerOps {
     // Prefill: the bf16 tensor-core GEMM; --batch-invariant (and f32) the SIMT one.
     const bool mma = !gemv && !e.opt_.batch_invariant && e.act_ == DType::kBF16 && D % 8 == 0 && F % 8 == 0;
     up.tensor_cores = mma;
-    // Quantized experts: the grouped int8 GEMV over q8 inputs (quantized here: the tokens' rows for
-    // gate/up, the pairs' SwiGLU rows for down), else the grouped tensor-core GEMM (also in
-    // --batch-invariant mode: a row's result does not depend on the other rows).
-    auto quantize_inputs = [&](cuda::MoeMatmulParams& p, int64_t rows) {
-      cuda::quantize_activations_q8(p.x, e.act_, rows, p.K, e.moe_xq_, e.moe_xds_, s);
-      p.xq = e.moe_xq_;
-      p.xds = e.moe_xds_;
-    };
+    // Quantized experts: the grouped int8 GEMV (it quantizes its inputs itself), else the grouped
+    // tensor-core GEMM (also in --batch-invariant mode: a row's result does not depend on the
+    // other rows).
     if (gemv) {  // gate/up + SwiGLU in one grouped GEMV
       up.y = e.moe_act_.get();
       up.ldy = F;
       up.mode = GemmOut::kSwiGlu;
       if (quant_up) {
         up.w_row_bytes = cuda::device_row_bytes(set.gate_up_format, D);
-        quantize_inputs(up, T_);
         cuda::moe_matmul_quant(up, set.gate_up_format, true, s);
       } else {
         cuda::moe_matmul(up, e.act_, true, s);
@@ -454,20 +448,16 @@ class CudaExecutor::StepOps final : public LayerOps {
     down.max_rows = T_;
     down.tensor_cores = mma;
     down.mode = GemmOut::kStoreF32;
-    if (quant_down) {
-      down.w_row_bytes = cuda::device_row_bytes(set.down_format, F);
-      if (gemv) quantize_inputs(down, P);
-      cuda::moe_matmul_quant(down, set.down_format, gemv, s);
-      e.profiler_.mark(gemv ? "moe down gemv" : "moe down gemm (mma)", s);
-    } else {
-      if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
-        cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
-        e.profiler_.mark("moe down gemv+combine", s);
-        return;
-      }
-      cuda::moe_matmul(down, e.act_, gemv, s);
-      e.profiler_.mark(gemv ? "moe down gemv" : (mma ? "moe down gemm (mma)" : "moe down gemm"), s);
+    if (quant_down) down.w_row_bytes = cuda::device_row_bytes(set.down_format, F);
+    if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
+      if (quant_down) cuda::moe_down_combine_quant(down, set.down_format, e.moe_weights_.as<float>(), e.residual_.as<float>(), s);
+      else cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
+      e.profiler_.mark("moe down gemv+combine", s);
+      return;
     }
+    if (quant_down) cuda::moe_matmul_quant(down, set.down_format, gemv, s);
+    else cuda::moe_matmul(down, e.act_, gemv, s);
+    e.profiler_.mark(gemv ? "moe down gemv" : (quant_down || mma ? "moe down gemm (mma)" : "moe down gemm"), s);
 
     cuda::MoeCombineParams cp;
     cp.expert_out = e.moe_out_.as<float>();

@@ -422,24 +422,25 @@ struct MoeMatmulParams {
   int64_t max_rows = 0;            // a bound on any segment's pairs (the step's tokens); 0: none
   bool tensor_cores = false;       // GEMM: the bf16 mma kernel (K, ldx multiples of 8) instead of SIMT
   GemmOut mode = GemmOut::kStoreF32;
-  // moe_matmul_quant only: the bytes of a weight row (device_row_bytes(format, K)), and for its
-  // GEMV the input rows' q8 codes [rows, K] and (d, d * sum q) pairs [rows, K / 32]
-  // (quantize_activations_q8 of the rows x holds; row r of x is row r of xq).
-  int64_t w_row_bytes = 0;
-  const int8_t* xq = nullptr;
-  const float2* xds = nullptr;
+  int64_t w_row_bytes = 0;  // moe_matmul_quant / moe_down_combine_quant: device_row_bytes(format, K)
 };
 void moe_matmul(const MoeMatmulParams& p, DType dtype, bool gemv, cudaStream_t s);
 // moe_matmul over experts in a GGUF block format (quant_weight_supported(format); w[e] rows in the
-// device layout, quant_layout.h), bf16 activations, K a multiple of 256 for the K-quants (whole
-// blocks) and of 32 otherwise:
-//   gemv: the grouped int8 GEMV (gemv_quant's arithmetic over p.xq / p.xds); kSwiGlu,
-//         kStoreAct, kStoreF32.
+// device layout, quant_layout.h, p.w_row_bytes a row), bf16 activations (16-byte aligned rows, ldx
+// a multiple of 8), K whole blocks:
+//   gemv: the grouped int8 GEMV, each block quantizing the input rows it reads (gemv_quant's
+//         arithmetic over quantize_activations_q8's values); kSwiGlu, kStoreAct, kStoreF32.
 //   else: the grouped tensor-core GEMM of moe_matmul's tensor_cores path, each 32-wide k slice
 //         of the weights dequantized to bf16 in shared memory (gemm_quant_mma's values); every
 //         output one fixed chain of mma over k in order, so a row's result does not depend on the
-//         other rows (batch-invariant); kStoreAct, kStoreF32. K and ldx multiples of 32 and 8.
+//         other rows (batch-invariant); kStoreAct, kStoreF32.
 void moe_matmul_quant(const MoeMatmulParams& p, DType format, bool gemv, cudaStream_t s);
+// moe_down_combine for block-quantized experts: one token (p.max_rows == 1, p.P <= kMoeMaxTopK
+// pairs, x its pairs' rows in sorted order), no shared expert; residual[0, n] += the sum over the
+// active experts of weights[pair] * (x[pos] . w[e][n]) with the int8 GEMV's arithmetic (the
+// weighted sum taken unit by unit).
+void moe_down_combine_quant(const MoeMatmulParams& p, DType format, const float* weights, float* residual,
+                            cudaStream_t s);
 
 // One token (p.max_rows == 1: a segment is one pair), no shared expert: moe_matmul's down
 // projection (p as for kStoreF32 with the GEMV; p.scatter: the pairs' order) and moe_combine in one
