@@ -210,6 +210,28 @@ cuda::MoeMatmulParams down_params(const MoeCase& c, const MoeRun& r, const void*
   return dn;
 }
 
+// The combine of a step's expert outputs (r.out, by pair) into the zero residual, with L's shared
+// expert when the case has one; returns the residual after a device sync.
+std::vector<float> combine_into_residual(const MoeLayer& L, MoeRun& r) {
+  const MoeCase& c = L.c;
+  cuda::MoeCombineParams cp;
+  cp.expert_out = r.out.as<float>();
+  cp.weights = r.weights.as<float>();
+  cp.ids = r.ids.as<int32_t>();
+  cp.T = c.T;
+  cp.top_k = static_cast<int>(c.k);
+  cp.D = static_cast<int>(c.D);
+  cp.residual = r.residual.as<float>();
+  if (c.shared) {
+    cp.shared_out = L.d_shared_out.as<float>();
+    cp.hidden = L.d_x.get();
+    cp.shared_gate = L.d_shared_gate.get();
+  }
+  cuda::moe_combine(cp, L.dtype, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host<float>(r.residual, c.T * c.D);
+}
+
 // Route and sort (fused_route: the single-block moe_route_sort, else moe_route + moe_sort),
 // experts (gemv, else the SIMT GEMM or with mma the tensor-core one), combine into a zero residual
 // (one token through the GEMV without a shared expert: moe_down_combine); returns the residual.
@@ -245,22 +267,7 @@ std::vector<float> run_layer(const MoeLayer& L, MoeRun& r, bool gemv, bool fused
     return to_host<float>(r.residual, c.T * c.D);
   }
   cuda::moe_matmul(dn, L.dtype, gemv, nullptr);
-  cuda::MoeCombineParams cp;
-  cp.expert_out = r.out.as<float>();
-  cp.weights = r.weights.as<float>();
-  cp.ids = r.ids.as<int32_t>();
-  cp.T = c.T;
-  cp.top_k = static_cast<int>(c.k);
-  cp.D = static_cast<int>(c.D);
-  cp.residual = r.residual.as<float>();
-  if (c.shared) {
-    cp.shared_out = L.d_shared_out.as<float>();
-    cp.hidden = L.d_x.get();
-    cp.shared_gate = L.d_shared_gate.get();
-  }
-  cuda::moe_combine(cp, L.dtype, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  return to_host<float>(r.residual, c.T * c.D);
+  return combine_into_residual(L, r);
 }
 
 const MoeCase kCases[] = {
@@ -538,17 +545,7 @@ std::vector<float> run_quant_layer(const MoeLayer& L, const QuantExperts& Q, Moe
     return to_host<float>(r.residual, c.T * c.D);
   }
   cuda::moe_matmul_quant(dn, Q.format, gemv, nullptr);
-  cuda::MoeCombineParams cp;
-  cp.expert_out = r.out.as<float>();
-  cp.weights = r.weights.as<float>();
-  cp.ids = r.ids.as<int32_t>();
-  cp.T = c.T;
-  cp.top_k = static_cast<int>(c.k);
-  cp.D = static_cast<int>(c.D);
-  cp.residual = r.residual.as<float>();
-  cuda::moe_combine(cp, DType::kBF16, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  return to_host<float>(r.residual, c.T * c.D);
+  return combine_into_residual(L, r);  // L: bf16, no shared expert in these cases
 }
 
 // Quantized experts (moe_matmul_quant) in every block format with kernels, through both paths:
