@@ -761,7 +761,6 @@ for s in "$@"; do
     a3b) stage_dummy_bench a3b qwen3-30b-a3b ;;
     int4_70b) stage_dummy_bench int4_70b llama3-70b --quantization int4 ;;
     mixtral_int4) stage_dummy_bench mixtral_int4 mixtral-8x7b --quantization int4 ;;
-    quantmoetests) TAILN=8 step quantmoetests 150 $TESTS --gtest_filter='CudaMoe.*:CudaQuant.*:CudaParity.NativeQuantized*:CudaEngine.MixtureOfExperts*' ;;
     a3bpeer) stage_a3bpeer ;;
     corpus) stage_corpus ;;
     peerstart) stage_peerstart ;;

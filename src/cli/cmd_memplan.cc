@@ -79,6 +79,13 @@ int64_t quantized_bytes(const TensorDecl& d, DType q) {
   return rows * row_bytes(q, d.shape.back());
 }
 
+// A declared tensor as a memory plan sees it: its bytes and its format as loaded (after on-line
+// quantization).
+struct DeclFacts {
+  int64_t bytes = 0;
+  DType format = DType::kF32;
+};
+
 struct ModelFacts {
   ModelConfig config;
   int64_t weight_bytes = 0;
@@ -86,8 +93,7 @@ struct ModelFacts {
   ParameterFootprint footprint;
   std::vector<int64_t> layer_linear_bytes;  // [num_layers]: each layer's matmul weights (offload)
   int64_t output_bytes = 0;                  // the untied output head's (0: tied to the embedding)
-  std::map<std::string, int64_t> decl_bytes;  // each declared tensor's bytes, by GGUF name (present ones)
-  std::map<std::string, DType> decl_format;   // and its format as loaded (after on-line quantization)
+  std::map<std::string, DeclFacts> decls;  // the declared tensors present, by GGUF name
   // Elements per quantization block of the layers' linears along K (1: 16-bit): where a
   // row-parallel cut may fall.
   int64_t k_block = 1;
@@ -103,28 +109,29 @@ int64_t cuda_expert_expansion(const ModelFacts& f, std::string* formats = nullpt
   std::set<std::string> names;
   for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
     if (d.experts == 0) continue;
-    auto it = f.decl_bytes.find(d.gguf_name);
-    if (it == f.decl_bytes.end()) continue;
-    auto fmt_it = f.decl_format.find(d.gguf_name);
-    if (fmt_it != f.decl_format.end() && cuda_block_format(fmt_it->second)) continue;
+    auto it = f.decls.find(d.gguf_name);
+    if (it == f.decls.end() || cuda_block_format(it->second.format)) continue;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
-    if (2 * n > it->second && fmt_it != f.decl_format.end()) names.insert(std::string(dtype_name(fmt_it->second)));
-    stored += it->second;
+    if (2 * n > it->second.bytes) names.insert(std::string(dtype_name(it->second.format)));
+    stored += it->second.bytes;
     elements += n;
   }
   if (formats != nullptr) *formats = fmt::format("{}", fmt::join(names, ", "));
   return std::max<int64_t>(0, 2 * elements - stored);
 }
 
-// The footprint, noting each layer's matmul weight bytes into f.layer_linear_bytes on the way.
-ParameterFootprint footprint_by_layer(ModelFacts& f, const std::function<int64_t(const TensorDecl&)>& bytes_of) {
+// The footprint of the declared tensors `facts_of` finds (nullopt: absent), noting each one into
+// f.decls and each layer's matmul weight bytes into f.layer_linear_bytes on the way.
+ParameterFootprint footprint_by_layer(ModelFacts& f,
+                                      const std::function<std::optional<DeclFacts>(const TensorDecl&)>& facts_of) {
   f.layer_linear_bytes.assign(static_cast<size_t>(std::max<int64_t>(0, f.config.num_layers)), 0);
-  f.decl_bytes.clear();
-  f.decl_format.clear();
+  f.decls.clear();
   return parameter_footprint(f.config, [&](const TensorDecl& d) -> int64_t {
-    const int64_t b = bytes_of(d);
-    if (b > 0) f.decl_bytes[d.gguf_name] = b;
+    const std::optional<DeclFacts> facts = facts_of(d);
+    if (!facts) return -1;
+    const int64_t b = facts->bytes;
+    if (b > 0) f.decls[d.gguf_name] = *facts;
     if (b > 0 && d.linear && d.layer >= 0 && d.layer < static_cast<int64_t>(f.layer_linear_bytes.size()))
       f.layer_linear_bytes[static_cast<size_t>(d.layer)] += b;
     if (b > 0 && d.gguf_name == "output.weight") f.output_bytes = b;
@@ -140,17 +147,15 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
     PAGODA_ASSIGN_OR_RETURN(f.config, model_config_from_gguf(*gguf));
     for (const auto& t : gguf->tensors()) f.weight_bytes += static_cast<int64_t>(t.nbytes);
     f.weight_source = "GGUF tensor table";
-    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> std::optional<DeclFacts> {
       const GgufTensorInfo* t = gguf->find_tensor(d.gguf_name);
-      if (t == nullptr) return -1;
+      if (t == nullptr) return std::nullopt;
       if (d.linear && d.layer >= 0) f.k_block = std::max<int64_t>(f.k_block, dtype_traits(t->dtype).block_size);
       if (auto q = online_quantized_format(d, o.quantization)) {
         f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
-        f.decl_format[d.gguf_name] = *q;
-        return quantized_bytes(d, *q);
+        return DeclFacts{quantized_bytes(d, *q), *q};
       }
-      f.decl_format[d.gguf_name] = t->dtype;
-      return static_cast<int64_t>(t->nbytes);
+      return DeclFacts{static_cast<int64_t>(t->nbytes), t->dtype};
     });
     if (o.quantization != WeightQuantization::kNone) {
       // The tensors are mapped, not read: the same count (and refusals) as the load's.
@@ -177,12 +182,15 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   // Quantized dtypes: bytes per element from the block layout.
   const auto& tr = dtype_traits(*wdt);
   f.weight_bytes = params / tr.block_size * tr.block_bytes;
-  f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
-    if (!d.required) return -1;
+  // A required tensor of config.json's shape in format `t` (bytes from the block layout).
+  auto in_format = [](const TensorDecl& d, const DTypeTraits& t) {
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
-    f.decl_format[d.gguf_name] = tr.dtype;
-    return n / tr.block_size * tr.block_bytes;
+    return DeclFacts{n / t.block_size * t.block_bytes, t.dtype};
+  };
+  f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> std::optional<DeclFacts> {
+    if (!d.required) return std::nullopt;
+    return in_format(d, tr);
   });
   f.weight_source = fmt::format("{} parameters x {} from config.json", params, tr.name);
   f.k_block = tr.block_size;
@@ -193,17 +201,13 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
       return invalid_argument("--quantization {}: '{}' is already quantized (quantization_config); on-line quantization "
                               "takes a 16-bit or f32 checkpoint",
                               weight_quantization_name(o.quantization), config_path);
-    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
-      if (!d.required) return -1;
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> std::optional<DeclFacts> {
+      if (!d.required) return std::nullopt;
       if (auto q = online_quantized_format(d, o.quantization)) {
         f.k_block = std::max<int64_t>(f.k_block, dtype_traits(*q).block_size);
-        f.decl_format[d.gguf_name] = *q;
-        return quantized_bytes(d, *q);
+        return DeclFacts{quantized_bytes(d, *q), *q};
       }
-      int64_t n = 1;
-      for (int64_t x : d.shape) n *= x;
-      f.decl_format[d.gguf_name] = tr.dtype;
-      return n / tr.block_size * tr.block_bytes;
+      return in_format(d, tr);
     });
     f.weight_bytes = f.footprint.total_bytes;
     f.weight_source = fmt::format("{} parameters from config.json: the layers' linears quantized on-line ({}), the rest {}",
@@ -212,13 +216,9 @@ Result<ModelFacts> model_facts(const MemplanOptions& o) {
   }
   if (packed && o.weight_dtype.empty()) {
     const auto& qt = dtype_traits(*packed);
-    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> int64_t {
-      if (!d.required) return -1;
-      int64_t n = 1;
-      for (int64_t x : d.shape) n *= x;
-      const bool packed_linear = d.linear && d.layer >= 0;
-      f.decl_format[d.gguf_name] = packed_linear ? qt.dtype : tr.dtype;
-      return packed_linear ? n / qt.block_size * qt.block_bytes : n / tr.block_size * tr.block_bytes;
+    f.footprint = footprint_by_layer(f, [&](const TensorDecl& d) -> std::optional<DeclFacts> {
+      if (!d.required) return std::nullopt;
+      return in_format(d, d.linear && d.layer >= 0 ? qt : tr);
     });
     f.weight_bytes = f.footprint.total_bytes;
     f.k_block = qt.block_size;  // the native rows the packed linears load as
@@ -239,7 +239,7 @@ int run_tensor_parallel_memplan(const MemplanOptions& o, const ModelFacts& facts
     return 2;
   }
   int64_t declared = 0;
-  for (const auto& [name, b] : facts.decl_bytes) declared += b;
+  for (const auto& [name, d] : facts.decls) declared += d.bytes;
   nlohmann::json ranks = nlohmann::json::array();
   std::vector<std::string> lines;
   int64_t min_blocks = -1;
@@ -248,8 +248,8 @@ int run_tensor_parallel_memplan(const MemplanOptions& o, const ModelFacts& facts
     MemoryPlanInput ri = in;
     int64_t shards = 0;
     for (const TensorShard& s : r.tensors) {
-      auto it = facts.decl_bytes.find(s.decl.gguf_name);
-      if (it != facts.decl_bytes.end()) shards += shard_bytes(s, it->second);
+      auto it = facts.decls.find(s.decl.gguf_name);
+      if (it != facts.decls.end()) shards += shard_bytes(s, it->second.bytes);
     }
     ri.weight_bytes = in.weight_bytes - declared + shards;
     ri.config.num_heads = r.num_heads;

@@ -64,16 +64,15 @@ class CpuLayerOps final : public LayerOps {
     // all-reduce brings every token's row from the rank that holds it.
     const int64_t begin = tp_->vocab_begin, rows = w_.token_embd.dim(0);
     std::vector<int32_t> local(batch_.token_ids.size());
+    std::vector<int64_t> elsewhere;  // token positions whose rows another rank holds
     for (size_t i = 0; i < local.size(); ++i) {
       const int64_t id = batch_.token_ids[i] - begin;
-      local[i] = id >= 0 && id < rows ? static_cast<int32_t>(id) : 0;
+      const bool here = id >= 0 && id < rows;
+      local[i] = here ? static_cast<int32_t>(id) : 0;
+      if (!here) elsewhere.push_back(static_cast<int64_t>(i));
     }
     embedding_lookup(w_.token_embd, local, residual_, pool_);
-    for (size_t i = 0; i < local.size(); ++i) {
-      const int64_t id = batch_.token_ids[i] - begin;
-      if (id < 0 || id >= rows)
-        std::memset(residual_.row_ptr(static_cast<int64_t>(i)), 0, static_cast<size_t>(residual_.row_bytes()));
-    }
+    for (int64_t i : elsewhere) std::memset(residual_.row_ptr(i), 0, static_cast<size_t>(residual_.row_bytes()));
     all_reduce(residual_);
   }
 

@@ -206,20 +206,23 @@ Status CudaExecutor::upload_weights() {
   {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    bool dense_experts = false;
-    for (const ExpertSet& set : w.expert_sets)
-      for (LinearId id : set.gate_up) dense_experts = dense_experts || dense_only[static_cast<size_t>(id.index)];
-    const std::string experts_note =
-        dense_experts ? fmt::format(" (the experts in {}: the MoE kernels read blocks of {} only, with --dtype bf16)",
-                                    dtype_name(act_), "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K")
-                      : "";
-    if (resident_total > static_cast<int64_t>(free_bytes))
+    if (resident_total > static_cast<int64_t>(free_bytes)) {
+      // Quantized experts held in the compute dtype (a format without MoE kernels) are worth naming.
+      bool expanded_experts = false;
+      for (const ExpertSet& set : w.expert_sets)
+        for (LinearId id : set.gate_up)
+          expanded_experts = expanded_experts ||
+                             (dense_only[static_cast<size_t>(id.index)] && is_quantized(w.linear(id).parts.front().dtype()));
       return resource_exhausted("the model's resident matmul weights need {:.2f} GiB of device memory{} and {:.2f} GiB of "
                                 "{:.2f} GiB is free: stream layers from host memory (--cpu-offload-gb), split the layers with "
                                 "the CPU (--n-gpu-layers), quantize (--quantization), or use a larger GPU",
                                 resident_total / 1073741824.0,
-                                experts_note,
+                                expanded_experts ? fmt::format(" (the experts in {}: the MoE kernels read the blocks of "
+                                                               "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K only, "
+                                                               "with --dtype bf16)", dtype_name(act_))
+                                                 : std::string(),
                                 free_bytes / 1073741824.0, total_bytes / 1073741824.0);
+    }
   }
   for (size_t i = 0; i < w.linears.size(); ++i) {
     if (done[i]) continue;
