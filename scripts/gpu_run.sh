@@ -46,7 +46,9 @@ if [ ! -d $PG/models/tiny ]; then
     python3 tools/make_draft_heads.py --out $PG/models/tiny >>/tmp/make_tiny_models.log 2>&1 ||
     { echo "tiny models: not made or not identical (the GPU tests that read them fail):"; tail -5 /tmp/make_tiny_models.log; }
 fi
-export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuSPARSELt (2:4 sparse GEMMs, backend/cuda/sparse_2of4.h): the GPU image's pip package (PyTorch's).
+cusparselt_dir=$(python3 -c 'import glob, os, site; d = [os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib/libcusparseLt.so.0") + glob.glob(s + "/nvidia/cusparselt/lib/libcusparseLt.so.0")]; print(d[0] if d else "")' 2>/dev/null)
+export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64${cusparselt_dir:+:$cusparselt_dir}:${LD_LIBRARY_PATH:-}
 export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA_DIR=$PWD/testdata
 export PAGODA_BINARY=$PG/bin/pagoda PAGODA_GPU_REF_DIR=/tmp/gpuref PYTHONUNBUFFERED=1
 PAGODA=$PG/bin/pagoda
@@ -254,9 +256,9 @@ stage_alltests() {
 # greedy continuation that survives a change of kernels, for the speculative-decoding replay).
 # 1bv512: the Llama-3.2-1B shape with stories260K's 512-token vocabulary (served with that
 # tokenizer, every generated id has a text piece, so a stream has an event per token).
-model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; 1bv512) echo $SHM/llama3.2-1b-v512 ;; 8bpeaked) echo $SHM/llama3-8b-peaked ;; esac; }
-model_shape() { case $1 in 8b|8bpeaked) echo llama3-8b ;; 1b|1bv512) echo llama3.2-1b ;; esac; }
-model_flags() { case $1 in 8bpeaked) echo --peaked ;; 1bv512) echo --vocab-size 512 ;; esac; }
+model_dir() { case $1 in 8b) echo $SHM/llama3-8b ;; 1b) echo $SHM/llama3.2-1b ;; 1bv512) echo $SHM/llama3.2-1b-v512 ;; 8bpeaked) echo $SHM/llama3-8b-peaked ;; 8b2of4) echo $SHM/llama3-8b-2of4 ;; esac; }
+model_shape() { case $1 in 8b|8bpeaked|8b2of4) echo llama3-8b ;; 1b|1bv512) echo llama3.2-1b ;; esac; }
+model_flags() { case $1 in 8bpeaked) echo --peaked ;; 1bv512) echo --vocab-size 512 ;; 8b2of4) echo --sparse-2of4 ;; esac; }
 ensure_model() {
   [ -f "$(model_dir $1)/config.json" ] ||
     step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)" $(model_flags $1)
@@ -288,6 +290,24 @@ stage_prefill_ab() {
   for i in 1 2; do
     TAILN=3 step pf_auto_$i 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3
     TAILN=3 step pf_mma_$i 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --cuda-prefill-attention mma
+  done
+}
+# The 8B shape pruned to 2:4 (make_random_llama.py --sparse-2of4): the sparse GEMMs (cuSPARSELt,
+# --cuda-sparsity auto) against the dense ones on the same checkpoint (--cuda-sparsity off),
+# alternated: prefill 8192 and decode at batch 1 / 8 / 64; then 1000 x 128/128 both ways; the
+# GPU tests of the sparse path first. ~5 min after the model exists.
+stage_sparse() {
+  local m i mode
+  TAILN=8 step sparsetests 120 $TESTS --gtest_filter='CudaSparse.*'
+  ensure_model 8b2of4
+  m=$(model_dir 8b2of4)
+  for i in 1 2; do
+    for mode in auto off; do
+      TAILN=8 step sparse_${mode}_$i 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 -r 3 --cuda-sparsity $mode
+    done
+  done
+  for mode in auto off; do
+    TAILN=4 step sparse_tp128_$mode 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256 --cuda-sparsity $mode
   done
 }
 stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
@@ -755,6 +775,7 @@ for s in "$@"; do
     onlinequant) stage_onlinequant ;;
     fp8) stage_fp8 ;;
     fp8rows) stage_fp8rows ;;
+    sparse) stage_sparse ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     mixtral) stage_dummy_bench mixtral mixtral-8x7b ;;

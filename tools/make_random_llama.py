@@ -22,8 +22,14 @@ at the 1B width with 2 layers: 0.78-0.91, against 0.0003-0.07 for plain random w
 smallest leads are below bf16's relative rounding of 0.004) (a long cycle of the permutation:
 continuations do not repeat early). The compute per token is that of the shape.
 
+--sparse-2of4: every decoder linear pruned to 2:4 (the two largest |w| of each group of 4 inputs
+kept), and config.json declaring it as llm-compressor does (quantization_config quant_method
+compressed-tensors, sparsity_config sparsity_structure "2:4", format dense): `pagoda bench
+--cuda-sparsity auto|off` then compares the sparse and dense GEMMs on one checkpoint.
+
 Usage:
   python3 tools/make_random_llama.py llama3-8b /dev/shm/llama3-8b            (torch on the GPU)
+  python3 tools/make_random_llama.py llama3-8b /dev/shm/llama3-8b-2of4 --sparse-2of4
   python3 tools/make_random_llama.py llama3-8b /dev/shm/llama3-8b-peaked --peaked
   PAGODA_RANDOM_DEVICE=numpy .venv-test/bin/python tools/make_random_llama.py small /tmp/m --peaked
 PAGODA_RANDOM_DEVICE: cuda (default), cpu (torch on the CPU) or numpy (no torch: numpy and
@@ -89,6 +95,12 @@ class TorchGen:
     def nbytes(self, t):
         return t.numel() * 2
 
+    def prune_2of4(self, t):
+        g = t.to(self.dev).reshape(-1, 4)
+        keep = g.float().abs().topk(2, dim=1).indices
+        mask = self.torch.zeros_like(g, dtype=self.torch.bool).scatter_(1, keep, True)
+        return (g * mask).reshape(t.shape).cpu()
+
     def save(self, shard, path):
         self.save_file(shard, path, metadata={"format": "pt"})
 
@@ -122,6 +134,15 @@ class NumpyGen:
     def nbytes(self, t):
         return t.size * 2
 
+    def prune_2of4(self, t):
+        np = self.np
+        g = t.reshape(-1, 4)
+        mag = np.abs((g.astype(np.uint32) << 16).view(np.float32))
+        drop = np.argsort(-mag, axis=1, kind="stable")[:, 2:]
+        out = g.copy()
+        np.put_along_axis(out, drop, 0, axis=1)
+        return out.reshape(t.shape)
+
     def save(self, shard, path):
         header, offset = {"__metadata__": {"format": "pt"}}, 0
         for k, v in shard.items():
@@ -147,6 +168,8 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="another vocabulary size than the shape's, e.g. that of a tokenizer served with it "
                          "(`pagoda serve --tokenizer`: 512 for stories260K's, so that every id has a piece)")
+    ap.add_argument("--sparse-2of4", action="store_true",
+                    help="decoder linears pruned to 2:4, declared in config.json (compressed-tensors sparsity_config)")
     ap.add_argument("--config-only", action="store_true",
                     help="write config.json alone (for `pagoda bench --load-format dummy`: random weights at load)")
     args = ap.parse_args()
@@ -168,6 +191,11 @@ def main():
            "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
            "tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1,
            "eos_token_id": 2}
+    if args.sparse_2of4:
+        cfg["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "dense",
+            "sparsity_config": {"format": "dense", "sparsity_structure": "2:4", "global_sparsity": 0.5,
+                                "targets": ["Linear"], "ignore": ["lm_head"]}}
     out = args.out
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -199,19 +227,20 @@ def main():
             flush()
 
     rnd = lambda *shape: gen.normal(0.02, *shape)  # noqa: E731
+    lin = (lambda *shape: gen.prune_2of4(rnd(*shape))) if args.sparse_2of4 else rnd  # noqa: E731
     embed = gen.normal(args.peaked, V, H) if args.peaked is not None else rnd(V, H)
     add("model.embed_tokens.weight", embed)
     for l in range(L):
         p = f"model.layers.{l}."
         add(p + "input_layernorm.weight", gen.ones(H))
-        add(p + "self_attn.q_proj.weight", rnd(heads * hd, H))
-        add(p + "self_attn.k_proj.weight", rnd(kv * hd, H))
-        add(p + "self_attn.v_proj.weight", rnd(kv * hd, H))
-        add(p + "self_attn.o_proj.weight", rnd(H, heads * hd))
+        add(p + "self_attn.q_proj.weight", lin(heads * hd, H))
+        add(p + "self_attn.k_proj.weight", lin(kv * hd, H))
+        add(p + "self_attn.v_proj.weight", lin(kv * hd, H))
+        add(p + "self_attn.o_proj.weight", lin(H, heads * hd))
         add(p + "post_attention_layernorm.weight", gen.ones(H))
-        add(p + "mlp.gate_proj.weight", rnd(I, H))
-        add(p + "mlp.up_proj.weight", rnd(I, H))
-        add(p + "mlp.down_proj.weight", rnd(H, I))
+        add(p + "mlp.gate_proj.weight", lin(I, H))
+        add(p + "mlp.up_proj.weight", lin(I, H))
+        add(p + "mlp.down_proj.weight", lin(H, I))
     add("model.norm.weight", gen.ones(H))
     if args.peaked is not None:
         add("lm_head.weight", gen.rows(embed, gen.permutation(V), 1.0 / args.peaked))
@@ -220,7 +249,7 @@ def main():
     flush()
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
-    print(json.dumps({"shape": args.shape, "dir": out, "peaked": args.peaked, "seconds": round(time.time() - t0, 1)}),
+    print(json.dumps({"shape": args.shape, "dir": out, "peaked": args.peaked, "sparse_2of4": args.sparse_2of4, "seconds": round(time.time() - t0, 1)}),
           flush=True)
 
 

@@ -88,6 +88,8 @@ struct TuningFlags {
   std::string quant_weights;
   int quant_gemv_max_rows = -1;
   int quant_mma_max_rows = -1;
+  std::string sparsity;
+  int sparse_min_rows = -1;
   bool cuda_profile = false;
   std::string block_trace;
   std::string graph_capture;
@@ -110,6 +112,11 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
   app->add_option("--cuda-quant-mma-max-rows", f.quant_mma_max_rows,
                   "CUDA: rows up to which quantized layers over bf16 activations use the tensor-core matmul beyond "
                   "the int8 GEMV's rows (0-64; 0, the default: off; more rows dequantize for cuBLASLt)");
+  app->add_option("--cuda-sparsity", f.sparsity,
+                  "CUDA: 2:4 sparse linears on cuSPARSELt: auto (when the checkpoint declares 2:4 sparsity), 2:4 (every "
+                  "linear that holds the pattern) or off");
+  app->add_option("--cuda-sparse-min-rows", f.sparse_min_rows,
+                  "CUDA: rows from which 2:4 sparse linears run the sparse GEMM (fewer: the dense copy; default 2)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");
@@ -131,6 +138,8 @@ inline Result<TuningConfig> resolve_tuning(const TuningFlags& f) {
   if (!f.quant_weights.empty()) t.quant_weights = f.quant_weights;
   if (f.quant_gemv_max_rows >= 0) t.quant_gemv_max_rows = f.quant_gemv_max_rows;
   if (f.quant_mma_max_rows >= 0) t.quant_mma_max_rows = f.quant_mma_max_rows;
+  if (!f.sparsity.empty()) t.sparsity = f.sparsity;
+  if (f.sparse_min_rows >= 0) t.sparse_min_rows = f.sparse_min_rows;
   if (f.cuda_profile) t.cuda_profile = true;
   if (!f.block_trace.empty()) t.block_trace = f.block_trace;
   PAGODA_RETURN_IF_ERROR(t.validate());

@@ -85,6 +85,14 @@ Status apply_tuning_vars(TuningConfig& t, const EnvLookup& lookup) {
     PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_QUANT_MMA_MAX_ROWS", *v, n.quant_mma_max_rows));
     PAGODA_RETURN_IF_ERROR(checked("PAGODA_QUANT_MMA_MAX_ROWS", *v));
   }
+  if (auto v = lookup("PAGODA_SPARSITY")) {
+    n.sparsity = *v;
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_SPARSITY", *v));
+  }
+  if (auto v = lookup("PAGODA_SPARSE_MIN_ROWS")) {
+    PAGODA_RETURN_IF_ERROR(parse_int("PAGODA_SPARSE_MIN_ROWS", *v, n.sparse_min_rows));
+    PAGODA_RETURN_IF_ERROR(checked("PAGODA_SPARSE_MIN_ROWS", *v));
+  }
   if (auto v = lookup("PAGODA_CUDA_PROFILE")) n.cuda_profile = *v != "0";
   if (auto v = lookup("PAGODA_BLOCK_TRACE")) n.block_trace = *v;
   if (auto v = lookup("PAGODA_GRAPH_CAPTURE")) {

@@ -12,6 +12,8 @@
 //   PAGODA_CUDA_PROFILE=0|1             -> cuda_profile (any value but "0" turns it on)
 //   PAGODA_BLOCK_TRACE=FILE             -> block_trace
 //   PAGODA_GRAPH_CAPTURE=lazy|start     -> graph_capture
+//   PAGODA_SPARSITY=auto|2:4|off        -> sparsity
+//   PAGODA_SPARSE_MIN_ROWS=1..65536     -> sparse_min_rows
 //
 // Variables that earlier builds read (comparison variants and knock-outs, docs/decisions.md) are
 // reported on stderr once as no longer read. Thread-safe.

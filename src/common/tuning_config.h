@@ -18,6 +18,8 @@ inline constexpr int kTuningMaxGemvRows = 4;
 inline constexpr int kTuningMaxQuantGemvRows = 8;
 // The most rows a quantized linear layer can give the CUDA tensor-core matmul (kQuantMmaMaxM).
 inline constexpr int kTuningMaxQuantMmaRows = 64;
+// The largest threshold of rows for the 2:4 sparse GEMM.
+inline constexpr int kTuningMaxSparseMinRows = 1 << 16;
 
 struct TuningConfig {
   // Decode attention kernel of the CUDA backend: "auto" (tensor cores for 16-bit caches, the SIMT
@@ -61,11 +63,20 @@ struct TuningConfig {
   // its warm-up and cuBLASLt autotuning; start-up and the first token do not wait) or "start"
   // (every bucket during start-up). Env PAGODA_GRAPH_CAPTURE, flag --cuda-graph-capture.
   std::string graph_capture = "lazy";
+  // 2:4 structured sparsity on the CUDA backend (backend/cuda/sparse_2of4.h): "auto" (the linears
+  // of a checkpoint that declares 2:4 sparsity and holds the pattern run on cuSPARSELt's sparse
+  // tensor cores), "2:4" (every decoder linear that holds the pattern, declared or not) or "off".
+  // Env PAGODA_SPARSITY, flag --cuda-sparsity.
+  std::string sparsity = "auto";
+  // Rows from which a 2:4 linear runs the sparse GEMM (fewer rows: the dense GEMV or cuBLASLt over
+  // the dense copy, which stays resident), 1..kTuningMaxSparseMinRows. Env PAGODA_SPARSE_MIN_ROWS,
+  // flag --cuda-sparse-min-rows.
+  int sparse_min_rows = 2;
 
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
   // One line: "row attention auto | prefill attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
-  // profile off | block trace off | graph capture lazy".
+  // sparsity auto (from 2 rows) | profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };
 

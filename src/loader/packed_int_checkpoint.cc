@@ -228,7 +228,14 @@ Result<std::optional<PackedConfig>> parse_config(const json& q, const std::strin
   };
   if (method == "gptq") return some(parse_gptq_awq(q, Method::kGptq, where));
   if (method == "awq") return some(parse_gptq_awq(q, Method::kAwq, where));
-  if (method == "compressed-tensors") return some(parse_compressed_tensors(q, where));
+  if (method == "compressed-tensors") {
+    // No quantization groups (a sparse-only checkpoint: sparsity_config, format "dense"): the
+    // weights are plain dense tensors (model/model_config.h reads the sparsity).
+    auto groups = q.find("config_groups");
+    const bool no_groups = groups == q.end() || groups->is_null() || (groups->is_object() && groups->empty());
+    if (no_groups && q.value("format", std::string("dense")) == "dense") return std::optional<PackedConfig>();
+    return some(parse_compressed_tensors(q, where));
+  }
   if (method == "fp8") return some(parse_fp8(q, where));
   return unimplemented("{}: quant_method '{}' is not supported (gptq, awq, fp8 and compressed-tensors pack-quantized and "
                        "float-quantized are)",
@@ -559,6 +566,7 @@ Result<std::optional<DType>> packed_int_linear_format(const nlohmann::json& conf
   auto it = config.find("quantization_config");
   if (it == config.end() || it->is_null()) return std::optional<DType>();
   PAGODA_ASSIGN_OR_RETURN(std::optional<PackedConfig> c, parse_config(*it, "config.json quantization_config"));
+  if (!c) return std::optional<DType>();
   if (c->method == Method::kFp8)
     return std::optional<DType>(c->fp8_block[0] > 0 ? DType::kBF16 : DType::kF8E4M3Rows);
   const bool sym = c->method == Method::kGptq ? it->value("sym", true)

@@ -125,7 +125,8 @@ std::string ModelConfig::summary() const {
                                  shared_expert_intermediate_size > 0
                                      ? fmt::format(", shared expert ffn {}", shared_expert_intermediate_size)
                                      : std::string())
-                    : std::string());
+                    : std::string()) +
+         (sparsity_2of4 ? ", 2:4 sparse" : "");
 }
 
 nlohmann::json ModelConfig::to_json() const {
@@ -163,6 +164,7 @@ nlohmann::json ModelConfig::to_json() const {
   if (attn_logit_softcap > 0) j["attn_logit_softcapping"] = attn_logit_softcap;
   if (final_logit_softcap > 0) j["final_logit_softcapping"] = final_logit_softcap;
   if (rope_local_theta > 0) j["rope_local_theta"] = rope_local_theta;
+  if (sparsity_2of4) j["sparsity"] = "2:4";
   if (is_moe()) {
     j["num_experts"] = num_experts;
     j["num_experts_per_tok"] = num_experts_per_tok;
@@ -247,6 +249,30 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& g) {
   PAGODA_RETURN_IF_ERROR(c.validate());
   return c;
 }
+
+namespace {
+
+// compressed-tensors' sparsity_config (in quantization_config, or compression_config in older
+// llm-compressor releases): true for sparsity_structure "2:4" stored dense; false without one or for
+// another structure (the weights are plain dense tensors either way); an error for a compressed
+// storage format, whose tensors are not plain weights.
+Result<bool> declared_2of4_sparsity(const nlohmann::json& j) {
+  for (const char* key : {"quantization_config", "compression_config"}) {
+    auto q = j.find(key);
+    if (q == j.end() || !q->is_object()) continue;
+    auto sc = q->find("sparsity_config");
+    if (sc == q->end() || sc->is_null()) continue;
+    if (!sc->is_object()) return invalid_argument("config.json: {}.sparsity_config is not an object", key);
+    const std::string format = sc->value("format", std::string("dense"));
+    if (format != "dense")
+      return unimplemented("config.json: {}.sparsity_config format '{}' is not supported: its weights are stored "
+                           "compressed; a 2:4 checkpoint stored dense (format 'dense') is", key, format);
+    return sc->value("sparsity_structure", std::string()) == "2:4";
+  }
+  return false;
+}
+
+}  // namespace
 
 Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
   if (!j.is_object()) return invalid_argument("config.json is not a JSON object");
@@ -350,6 +376,7 @@ Result<ModelConfig> model_config_from_hf_json(const nlohmann::json& j) {
     } else if (rope_type != "default") {
       return unimplemented("config.json: rope type '{}' is not supported", rope_type);
     }
+    PAGODA_ASSIGN_OR_RETURN(c.sparsity_2of4, declared_2of4_sparsity(j));
     // The family's flags last: it may refine the generic keys (Gemma 3's per-layer-type RoPE).
     PAGODA_RETURN_IF_ERROR(family->configure_hf(model_type, j, c));
   } catch (const nlohmann::json::exception& e) {

@@ -68,6 +68,10 @@ struct ModelConfig {
   // LongRoPE (rope_scaling kind kLongRope) per-frequency divisors from config.json, [rope_dim / 2]
   // each; empty for GGUF, which holds them as the rope_factors_long / _short tensors.
   std::vector<float> rope_long_factors, rope_short_factors;
+  // The checkpoint declares 2:4 structured sparsity of its linear weights (compressed-tensors
+  // sparsity_config, sparsity_structure "2:4", stored dense): the CUDA backend runs the linears
+  // that hold the pattern on the sparse tensor cores (backend/cuda/sparse_2of4.h).
+  bool sparsity_2of4 = false;
 
   bool is_moe() const { return num_experts > 0; }
 

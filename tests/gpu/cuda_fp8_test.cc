@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "cuda_batch_run.h"
 #include "gpu_test_util.h"
 #include "model/model_loader.h"
 #include "reference_data.h"
@@ -343,54 +344,12 @@ TEST(CudaFp8, CublasLtGemmMatchesTheDequantizedReference) {
   }
 }
 
-// B sequences: their prompts of `len` tokens in one prefill (every position's logits), then
-// `steps` decode steps of B rows fed fixed tokens. Logits of every row, in order.
-struct BatchRun {
-  std::vector<float> logits;
-  int64_t rows = 0, weight_bytes = 0;
-  std::string describe;
-};
-
-Result<BatchRun> run_batch(const LoadedModel& m, int64_t B, int64_t len, int64_t steps, bool native) {
-  const int64_t bs = 16, V = m.config.vocab_size;
-  const int64_t per_seq = (len + steps + bs - 1) / bs + 1;
-  KvCacheSpec spec;
-  spec.num_blocks = B * per_seq + 2;
-  spec.block_size = bs;
-  spec.dtype = DType::kBF16;
+// The same model's logits with its FP8 kernels (native) or its bf16-dequantized weights.
+Result<test::BatchRun> run_fp8_batch(const LoadedModel& m, int64_t B, int64_t len, int64_t steps, bool native) {
   CudaExecutorOptions co;
   co.dtype = "bf16";
-  co.max_num_tokens = std::max<int64_t>(64, B * len);
-  co.max_num_seqs = std::max<int64_t>(4, B);
-  co.max_model_len = per_seq * bs;
   co.tuning.quant_weights = native ? "native" : "dequantize";
-  BatchRun r;
-  PAGODA_ASSIGN_OR_RETURN(auto terms, cuda_memory_terms(*m.model, co));
-  r.weight_bytes = terms.weights;
-  PAGODA_ASSIGN_OR_RETURN(auto ex, make_cuda_executor(*m.model, spec, co));
-  r.describe = ex->describe();
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = 0; j < per_seq; ++j) tables[static_cast<size_t>(b)].push_back(static_cast<int32_t>(1 + b * per_seq + j));
-  auto token = [&](int64_t b, int64_t i) { return static_cast<int32_t>(i == 0 ? 1 : 3 + (i * 37 + b * 101) % (V - 3)); };
-  ForwardBatch batch;
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<int32_t> prompt;
-    for (int64_t i = 0; i < len; ++i) prompt.push_back(token(b, i));
-    batch.add_sequence(prompt, static_cast<int32_t>(len), tables[static_cast<size_t>(b)], bs, true, /*want_all_logits=*/true);
-  }
-  auto take = [&](const Tensor& l) {
-    r.logits.insert(r.logits.end(), l.data_as<float>(), l.data_as<float>() + l.numel());
-    r.rows += l.numel() / V;
-  };
-  take(ex->forward(batch));
-  for (int64_t s = 0; s < steps; ++s) {
-    batch.clear();
-    for (int64_t b = 0; b < B; ++b)
-      batch.add_sequence({token(b, len + s)}, static_cast<int32_t>(len + s + 1), tables[static_cast<size_t>(b)], bs);
-    take(ex->forward(batch));
-  }
-  return r;
+  return test::run_batch(m, B, len, steps, co);
 }
 
 TEST(CudaFp8, Fp8ModelsAgreeWithTheirBf16DequantizedForward) {
@@ -418,9 +377,9 @@ TEST(CudaFp8, Fp8ModelsAgreeWithTheirBf16DequantizedForward) {
     for (const auto& [B, len] : runs) {
       const int64_t steps = 6;
       const bool gemv_only = B * len <= cuda::kFp8GemvMaxM;
-      auto native = run_batch(*m, B, len, steps, true);
+      auto native = run_fp8_batch(*m, B, len, steps, true);
       ASSERT_TRUE(native.ok()) << native.status().to_string();
-      auto deq = run_batch(*m, B, len, steps, false);
+      auto deq = run_fp8_batch(*m, B, len, steps, false);
       ASSERT_TRUE(deq.ok()) << deq.status().to_string();
       EXPECT_NE(native->describe.find("f8_e4m3_rows "), std::string::npos) << native->describe;
       EXPECT_LT(native->weight_bytes, deq->weight_bytes) << "FP8 linears take about half of bf16's bytes";

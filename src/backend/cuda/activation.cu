@@ -127,6 +127,12 @@ __global__ void convert_kernel(const TI* __restrict__ src, TO* __restrict__ dst,
     dst[idx] = from_f32<TO>(to_f32(src[idx]));
 }
 
+__global__ void accumulate_bf16_kernel(const bf16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[idx] += to_f32(src[idx]);
+}
+
 int grid_for(int64_t n, int threads) {
   const int64_t g = ceil_div(n, threads);
   return static_cast<int>(g < 65535 ? g : 65535);
@@ -199,6 +205,12 @@ void softcap_f32(float* x, int64_t n, float cap, cudaStream_t s) {
   if (n <= 0) return;
   PAGODA_CUDA_REQUIRE(cap > 0.0f, "softcap_f32: cap must be positive");
   launch_pdl(softcap_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, x, n, cap, 1.0f / cap);
+  CUDA_CHECK_LAUNCH();
+}
+
+void accumulate_bf16(const void* src, float* dst, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  accumulate_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(static_cast<const bf16*>(src), dst, n);
   CUDA_CHECK_LAUNCH();
 }
 

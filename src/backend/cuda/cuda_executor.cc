@@ -12,6 +12,7 @@
 // (bucket, rows a sequence), every token a split-KV attention row at its own context length.
 // Padding rows have context 0 (attention writes zeros) and slot -1 (no KV write).
 #include "backend/cuda/cuda_executor_impl.h"
+#include "common/log.h"
 #include "common/startup_profile.h"
 
 namespace pagoda::cuda_impl {
@@ -106,6 +107,12 @@ std::string CudaExecutor::describe() const {
     for (const auto& seg : w.segments) formats[std::string(dtype_name(seg.format))] += cuda::device_weight_bytes(seg.format, seg.n, w.k);
   std::string weights;
   for (const auto& [name, bytes] : formats) weights += fmt::format("{}{} {:.1f} MiB", weights.empty() ? "" : ", ", name, bytes / 1048576.0);
+  if (sparse_ != nullptr) {
+    int64_t n = 0;
+    for (const auto& w : linears_) n += w.sparse != nullptr;
+    weights += fmt::format(" + 2:4 sparse copies of {} linears {:.1f} MiB (cuSPARSELt {}, from {} rows)", n,
+                           sparse_bytes_ / 1048576.0, sparse_->version(), opt_.tuning.sparse_min_rows);
+  }
   cuda::PrefillAttentionParams pp;  // the kernel choice the prefill steps make
   pp.cache.head_dim = d_.Dh;
   pp.cache.dtype = spec_.dtype;
@@ -140,6 +147,72 @@ void CudaExecutor::upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* ba
     row += part.dim(0);
   }
   for (auto& seg : dw.segments) seg.data = run_base + seg.offset;
+}
+
+Status CudaExecutor::make_sparse_copies() {
+  const ModelWeights& w = model_.weights();
+  const std::vector<bool> candidates = cuda::sparse_2of4_candidates(model_, act_, opt_);
+  if (std::none_of(candidates.begin(), candidates.end(), [](bool b) { return b; })) return {};
+  const bool asked = opt_.tuning.sparsity == "2:4";  // else the checkpoint declares it
+  auto lib = cuda::SparseLt::create(static_cast<size_t>(cuda::kSparseWorkspace));
+  if (!lib.ok()) {
+    if (asked) return lib.status();
+    log_warn("cuda", "the checkpoint declares 2:4 sparsity, but its linears run dense: {}", lib.status().message());
+    return {};
+  }
+  auto sparse = std::move(lib).value();
+  // Which candidates hold the pattern, and whether their copies fit.
+  std::vector<size_t> chosen;
+  std::vector<std::string> dense;
+  int64_t need = 0, max_k = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i]) continue;
+    const cuda::DeviceWeight& dw = linears_[i];
+    PAGODA_CHECK(dw.uniform() && dw.format() == DType::kBF16 && dw.data() != nullptr,
+                 "2:4 candidate {} is not one resident bf16 segment", w.linears[i].name);
+    PAGODA_ASSIGN_OR_RETURN(const bool holds, sparse->holds_2of4(dw.data(), dw.n, dw.k, stream_));
+    if (!holds) {
+      dense.push_back(w.linears[i].name);
+      continue;
+    }
+    PAGODA_ASSIGN_OR_RETURN(const int64_t bytes, sparse->compressed_bytes(dw.n, dw.k));
+    need += cuda::align_up(bytes, 256);
+    max_k = std::max(max_k, dw.k);
+    chosen.push_back(i);
+  }
+  const std::string dense_note =
+      dense.empty() ? std::string()
+                    : fmt::format("; {} without the pattern stay dense ({}{})", dense.size(), dense.front(),
+                                  dense.size() > 1 ? fmt::format(" ... {}", dense.back()) : std::string());
+  if (chosen.empty()) {
+    if (asked) return invalid_argument("--cuda-sparsity 2:4: no linear of this model holds the 2:4 pattern{}", dense_note);
+    log_warn("cuda", "the checkpoint declares 2:4 sparsity, but no linear holds the pattern: they run dense");
+    return {};
+  }
+  const int64_t scratch_x = cuda::align_up(cuda::kSparseRowAlign * max_k * 2, 256);
+  need += cuda::kSparseOutputScratch + scratch_x;
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (need > static_cast<int64_t>(free_bytes))
+    return resource_exhausted("the 2:4 sparse copies of {} linears need {:.2f} GiB and {:.2f} GiB of device memory is "
+                              "free: run dense (--cuda-sparsity off) or use a larger GPU",
+                              chosen.size(), need / 1073741824.0, free_bytes / 1073741824.0);
+  for (size_t i : chosen) {
+    cuda::DeviceWeight& dw = linears_[i];
+    PAGODA_ASSIGN_OR_RETURN(cuda::Sparse2of4Weight sw, sparse->compress(dw.data(), dw.n, dw.k, stream_));
+    sparse_bytes_ += static_cast<int64_t>(sw.compressed.bytes());
+    dw.sparse = std::make_shared<const cuda::Sparse2of4Weight>(std::move(sw));
+  }
+  sparse_y_bytes_ = cuda::kSparseOutputScratch;
+  sparse_scratch_.reset(static_cast<size_t>(sparse_y_bytes_ + scratch_x));
+  CUDA_CHECK(cudaMemset(sparse_scratch_.get(), 0, sparse_scratch_.bytes()));
+  sparse_y_ = sparse_scratch_.as<uint8_t>();
+  sparse_x_ = sparse_y_ + sparse_y_bytes_;
+  sparse_ = std::move(sparse);
+  log_info("cuda", "2:4 sparsity: {} linears on cuSPARSELt {} from {} rows ({:.2f} GiB compressed beside the dense "
+           "copies){}", chosen.size(), sparse_->version(), opt_.tuning.sparse_min_rows, sparse_bytes_ / 1073741824.0,
+           dense_note);
+  return {};
 }
 
 Status CudaExecutor::upload_weights() {
@@ -231,6 +304,7 @@ Status CudaExecutor::upload_weights() {
     dw.storage.reset(static_cast<size_t>(bytes));
     upload_linear(up, i, dw.storage.as<uint8_t>(), dw.storage.as<uint8_t>());
   }
+  PAGODA_RETURN_IF_ERROR(make_sparse_copies());
   // The experts' device pointers (dense_only_linears: one segment each, every expert of a kind in
   // one format: the compute dtype or a block format).
   expert_sets_.resize(w.expert_sets.size());

@@ -25,6 +25,7 @@
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
+#include "backend/cuda/sparse_2of4.h"
 #include "backend/cuda/step_graph_shape.h"
 #include "backend/cuda/step_timer.h"
 #include "backend/cuda/weight_streamer.h"
@@ -201,7 +202,7 @@ class CudaExecutor final : public ModelExecutor {
     int64_t total = 0;
     for (const auto& w : linears_)
       for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
-    return total;
+    return total + sparse_bytes_;
   }
 
  private:
@@ -212,6 +213,9 @@ class CudaExecutor final : public ModelExecutor {
   // Linear entry i into device memory at `base` (its storage, or a streamed layer's region); its
   // segments' data pointers then point into `run_base` (where it runs from: base, or the slot).
   void upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* base, uint8_t* run_base);
+  // The 2:4 sparse copies (cuda_sizing.h sparse_2of4_candidates: each candidate that holds the
+  // pattern) and the sparse GEMM's scratch; nothing when the tuning or the checkpoint asks for none.
+  Status make_sparse_copies();
   void allocate_workspace(int64_t tokens, int64_t logits_rows);
   // Every bucket's graphs now (TuningConfig::graph_capture "start"; a workspace that grew).
   void capture_graphs();
@@ -242,6 +246,12 @@ class CudaExecutor final : public ModelExecutor {
   // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
   void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
   void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  // A 2:4 weight's sparse GEMM (cuSPARSELt, bf16 out): rows in multiples of kSparseRowAlign, the
+  // last M % 16 padded through sparse_x_; f32 and unaligned outputs through sparse_y_ in chunks.
+  void sparse_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
+  bool sparse_gemm(int64_t M, const cuda::DeviceWeight& w, GemmOut mode) const {
+    return w.sparse != nullptr && !opt_.batch_invariant && mode != GemmOut::kSwiGlu && M >= opt_.tuning.sparse_min_rows;
+  }
   // FP8 weights: the FP8 GEMV for few rows (and, in chunks of its rows, in batch-invariant mode),
   // else per-token FP8 activations and the cuBLASLt FP8 GEMM.
   void fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
@@ -333,6 +343,15 @@ class CudaExecutor final : public ModelExecutor {
   cudaStream_t copy_stream_ = nullptr;  // host-block copies (swap, the KV host tier)
   cudaEvent_t compute_done_ = nullptr, copies_done_ = nullptr;
   std::unique_ptr<cuda::BlasLt> blas_;
+  // 2:4 sparse linears (make_sparse_copies): the library, the compressed copies' bytes, and the
+  // scratch: the padded last rows' inputs [kSparseRowAlign, max K] bf16 (sparse_x_) and bf16
+  // outputs of sparse_y_bytes_ (sparse_y_).
+  std::unique_ptr<cuda::SparseLt> sparse_;
+  int64_t sparse_bytes_ = 0;
+  DeviceBuffer sparse_scratch_;
+  uint8_t* sparse_x_ = nullptr;
+  uint8_t* sparse_y_ = nullptr;
+  int64_t sparse_y_bytes_ = 0;
 
   DeviceBuffer embed_;                                      // [V, D] act
   std::vector<DeviceRope> ropes_;                           // by Model::rope_tables() order

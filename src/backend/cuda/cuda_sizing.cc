@@ -5,6 +5,7 @@
 
 #include "backend/cuda/device_weight.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sparse_2of4.h"
 #include "ops/linear.h"
 #include "runtime/cuda_block_formats.h"
 
@@ -199,6 +200,41 @@ QuantScratch quant_scratch_for(const Model& m, DType act, bool native) {
   return q;
 }
 
+std::vector<bool> sparse_2of4_candidates(const Model& m, DType act, const CudaExecutorOptions& o) {
+  const ModelWeights& w = m.weights();
+  std::vector<bool> c(w.linears.size(), false);
+  const std::string& mode = o.tuning.sparsity;
+  const bool on = mode == "2:4" || (mode == "auto" && m.config().sparsity_2of4);
+  if (!on || act != DType::kBF16 || o.batch_invariant || o.cpu_offload_bytes > 0 ||
+      !o.layers.whole(m.config().num_layers))
+    return c;
+  std::vector<bool> excluded(w.linears.size(), false);
+  for (const ExpertSet& set : w.expert_sets)
+    for (const auto* ids : {&set.gate_up, &set.down})
+      for (LinearId id : *ids) excluded.at(static_cast<size_t>(id.index)) = true;
+  if (w.output.index >= 0) excluded.at(static_cast<size_t>(w.output.index)) = true;
+  for (size_t i = 0; i < w.linears.size(); ++i) {
+    const LinearEntry& e = w.linears[i];
+    if (excluded[i] || e.input_order.defined() || !SparseLt::shape_supported(e.n(), e.k())) continue;
+    const auto segs = plan_device_weight(e, act, native_quant(o), nullptr);
+    c[i] = segs.size() == 1 && segs.front().format == DType::kBF16;
+  }
+  return c;
+}
+
+int64_t sparse_2of4_bytes_for(const Model& m, DType act, const CudaExecutorOptions& o) {
+  const std::vector<bool> c = sparse_2of4_candidates(m, act, o);
+  int64_t bytes = 0, max_k = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (!c[i]) continue;
+    const LinearEntry& e = m.weights().linears[i];
+    bytes += align_up(e.n() * e.k() * 2 * 9 / 16, 256);
+    max_k = std::max(max_k, e.k());
+  }
+  if (bytes == 0) return 0;
+  return bytes + kSparseWorkspace + kSparseOutputScratch + align_up(kSparseRowAlign * max_k * 2, 256);
+}
+
 QuantScratch::Fp8Layout QuantScratch::fp8_layout(int64_t tokens) const {
   Fp8Layout l;
   if (fp8_max_k == 0) return l;
@@ -252,6 +288,7 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).bytes(act) +
                 cuda::quant_scratch_for(model, act, cuda::native_quant(options)).fp8_bytes(caps.tokens) +
                 cuda::input_order_scratch_bytes(model, act, caps.tokens);
+  t.weights += cuda::sparse_2of4_bytes_for(model, act, options);  // the compressed copies beside the dense ones, their scratch
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
   t.overhead = cuda::kOverhead;
   return t;

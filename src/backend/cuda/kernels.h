@@ -74,6 +74,8 @@ void softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
 
 // Element conversion between f32, f16 and bf16 (n elements).
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t s);
+// dst[i] += src[i] for i < n: a bf16 matmul output added into the f32 residual stream.
+void accumulate_bf16(const void* src, float* dst, int64_t n, cudaStream_t s);
 
 // ---- rope.cu ---------------------------------------------------------------------------------
 
