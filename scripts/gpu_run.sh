@@ -261,7 +261,7 @@ model_shape() { case $1 in 8b|8bpeaked|8b2of4) echo llama3-8b ;; 1b|1bv512) echo
 model_flags() { case $1 in 8bpeaked) echo --peaked ;; 1bv512) echo --vocab-size 512 ;; 8b2of4) echo --sparse-2of4 ;; esac; }
 ensure_model() {
   [ -f "$(model_dir $1)/config.json" ] ||
-    step make_$1 100 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)" $(model_flags $1)
+    step make_$1 150 python3 tools/make_random_llama.py "$(model_shape $1)" "$(model_dir $1)" $(model_flags $1)
 }
 stage_model() {  # 8b | 1b
   local m
@@ -294,14 +294,14 @@ stage_prefill_ab() {
 }
 # The 8B shape pruned to 2:4 (make_random_llama.py --sparse-2of4): the sparse GEMMs (cuSPARSELt,
 # --cuda-sparsity auto) against the dense ones on the same checkpoint (--cuda-sparsity off),
-# alternated: prefill 8192 and decode at batch 1 / 8 / 64; then 1000 x 128/128 both ways; the
-# GPU tests of the sparse path first. ~5 min after the model exists.
+# alternated SPARSE_REPS times (1): prefill 8192 and decode at batch 1 / 8 / 64; then 1000 x 128/128
+# both ways; the GPU tests of the sparse path first. ~6 min with the model's making.
 stage_sparse() {
   local m i mode
   TAILN=8 step sparsetests 120 $TESTS --gtest_filter='CudaSparse.*'
   ensure_model 8b2of4
   m=$(model_dir 8b2of4)
-  for i in 1 2; do
+  for i in $(seq 1 ${SPARSE_REPS:-1}); do
     for mode in auto off; do
       TAILN=8 step sparse_${mode}_$i 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 -r 3 --cuda-sparsity $mode
     done

@@ -121,6 +121,23 @@ int64_t cuda_expert_expansion(const ModelFacts& f, std::string* formats = nullpt
   return std::max<int64_t>(0, 2 * elements - stored);
 }
 
+// Bytes the CUDA executor adds for a checkpoint that declares 2:4 sparsity (--cuda-sparsity auto):
+// a compressed copy, 9/16 of the bf16 bytes, beside each 16-bit decoder linear (backend/cuda
+// sparse_2of4_candidates; an upper bound: a linear without the pattern gets none).
+int64_t cuda_sparse_copies(const ModelFacts& f) {
+  if (!f.config.sparsity_2of4) return 0;
+  int64_t bytes = 0;
+  for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
+    if (!d.linear || d.layer < 0 || d.experts != 0) continue;
+    auto it = f.decls.find(d.gguf_name);
+    if (it == f.decls.end()) continue;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    if (it->second.bytes == 2 * n) bytes += it->second.bytes * 9 / 16;
+  }
+  return bytes;
+}
+
 // The footprint of the declared tensors `facts_of` finds (nullopt: absent), noting each one into
 // f.decls and each layer's matmul weight bytes into f.layer_linear_bytes on the way.
 ParameterFootprint footprint_by_layer(ModelFacts& f,
@@ -409,7 +426,7 @@ int run_memplan(const MemplanOptions& o) {
     j["weights_from"] = facts->weight_source;
     j["parameters"] = facts->footprint.total_parameters;
     j["active_parameters"] = facts->footprint.active_parameters;
-    j["cuda_weight_bytes"] = facts->weight_bytes + cuda_expert_expansion(*facts);
+    j["cuda_weight_bytes"] = facts->weight_bytes + cuda_expert_expansion(*facts) + cuda_sparse_copies(*facts);
     j["bytes_per_token"] = facts->footprint.bytes_per_token;
     j["fits"] = plan.ok();
     if (plan.ok()) j["plan"] = plan->to_json();
@@ -428,6 +445,11 @@ int run_memplan(const MemplanOptions& o) {
                              "blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): {:.2f} GiB more weights there, "
                              "{:.2f} GiB in all\n",
                              expanded, extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
+  if (const int64_t extra = cuda_sparse_copies(*facts); extra > 0)
+    std::cout << fmt::format("note: the checkpoint declares 2:4 sparsity: on CUDA its linears that hold the pattern "
+                             "get a compressed copy for the sparse GEMMs, up to {:.2f} GiB more weights there "
+                             "(--cuda-sparsity off: none)\n",
+                             extra / 1073741824.0);
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";
     return 3;

@@ -21,6 +21,8 @@
 #include <fstream>
 #include <random>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cuda_batch_run.h"
