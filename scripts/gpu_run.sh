@@ -292,13 +292,15 @@ stage_prefill_ab() {
     TAILN=3 step pf_mma_$i 60 $PAGODA bench -m $m --device cuda -p 8192 -n 0 -r 3 --cuda-prefill-attention mma
   done
 }
-# The 8B shape pruned to 2:4 (make_random_llama.py --sparse-2of4): the sparse GEMMs (cuSPARSELt,
-# --cuda-sparsity auto) against the dense ones on the same checkpoint (--cuda-sparsity off),
-# alternated SPARSE_REPS times (1): prefill 8192 and decode at batch 1 / 8 / 64; then 1000 x 128/128
-# both ways; the GPU tests of the sparse path first. ~6 min with the model's making.
+# 2:4 sparsity: the GPU tests of the sparse path; the kernel bench's sparse section (the dense GEMV
+# vs our 2:4 GEMV at 1..8 rows, cuBLASLt vs cuSPARSELt at 16..8192); the 8B shape pruned to 2:4
+# (make_random_llama.py --sparse-2of4) with the sparse GEMMs (--cuda-sparsity auto) against the
+# dense ones on the same checkpoint (--cuda-sparsity off), alternated SPARSE_REPS times (1): prefill
+# 8192 and decode at batch 1 / 8 / 64; with SPARSE_TP=1 also 1000 x 128/128 both ways. ~7 min.
 stage_sparse() {
   local m i mode
-  TAILN=8 step sparsetests 120 $TESTS --gtest_filter='CudaSparse.*'
+  TAILN=12 step sparsetests 120 $TESTS --gtest_filter='CudaSparse.*'
+  PAGODA_KBENCH_ONLY=sparse TAILN=60 step sparsekbench 150 $KBENCH
   ensure_model 8b2of4
   m=$(model_dir 8b2of4)
   for i in $(seq 1 ${SPARSE_REPS:-1}); do
@@ -306,7 +308,7 @@ stage_sparse() {
       TAILN=8 step sparse_${mode}_$i 90 $PAGODA bench -m $m --device cuda -p 8192 -n 128 -b 1,8,64 -r 3 --cuda-sparsity $mode
     done
   done
-  for mode in auto off; do
+  [ "${SPARSE_TP:-0}" = 1 ] && for mode in auto off; do
     TAILN=4 step sparse_tp128_$mode 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256 --cuda-sparsity $mode
   done
 }

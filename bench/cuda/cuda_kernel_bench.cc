@@ -9,7 +9,8 @@
 // kernels, as a verification graph runs them, vs one tile of the prefill kernel, as an eager
 // verification step did; the matmuls at 5 rows are in gemv: cuBLASLt M=5, SIMT GEMM M=5), qgemv (the
 // int8 GEMV over Q4_0 / Q4_K / Q8_0 / Q6_K weights at M = 1, 2, 8, weights cold; the q8
-// activation kernels, fused with the norm and not). Median of
+// activation kernels, fused with the norm and not), sparse (2:4 weights: the dense GEMV vs our 2:4
+// GEMV at M = 1..8, cuBLASLt vs cuSPARSELt at M = 16..8192). Median of
 // CUDA-event timings after warm-ups, on random data. A measurement: the ASSERTs only stop a section
 // whose set-up failed. Run on a GPU machine: scripts/gpu_run.sh kbench (docs/cuda.md).
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_layout.h"
+#include "backend/cuda/sparse_2of4.h"
 #include "common/half.h"
 #endif
 
@@ -269,6 +271,78 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
       });
       ASSERT_TRUE(fused) << "rms_norm_q8 refused K " << K;
       std::printf("[kbench] %-40s %8.1f us\n", fmt::format("rms_norm_q8 M=1 K={}", K).c_str(), ms * 1e3);
+    }
+  }
+  if (want("sparse")) {
+    // 2:4 sparse weights: the dense GEMV vs our 2:4 GEMV (9/16 of the bytes) at 1..8 rows, weights
+    // cold (copies past L2); cuBLASLt vs cuSPARSELt's sparse GEMM (bf16 out) at 16..8192 rows.
+    const Shape sshapes[] = {{"qkv  6144x4096", Nqkv, D, cuda::GemmOut::kStoreF32, false},
+                             {"o    4096x4096 +=", D, D, cuda::GemmOut::kAddF32, false},
+                             {"gate/up 28672x4096 +swiglu", 2 * F, D, cuda::GemmOut::kSwiGlu, false},
+                             {"down 4096x14336 +=", D, F, cuda::GemmOut::kAddF32, false}};
+    auto lib = cuda::SparseLt::create();
+    if (!lib.ok()) std::printf("[kbench] cuSPARSELt unavailable: %s\n", lib.status().to_string().c_str());
+    constexpr int64_t kMaxRows = 8192;
+    auto xs = random_device(static_cast<size_t>(kMaxRows * F * 2));
+    cuda::DeviceBuffer ys(static_cast<size_t>(kMaxRows * 2 * F * 2)), viol(sizeof(int));
+    CUDA_CHECK(cudaMemset(ys.get(), 0, ys.bytes()));
+    for (const Shape& sh : sshapes) {
+      // A 2:4 weight: the random pattern with two of every four values zeroed (positions vary by group).
+      std::vector<uint16_t> h(static_cast<size_t>(sh.N * sh.K));
+      uint64_t st = 0x9e3779b97f4a7c15ull;
+      for (size_t i = 0; i < h.size(); i += 4) {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        const int a = static_cast<int>(st % 4), b = (a + 1 + static_cast<int>((st >> 8) % 3)) % 4;
+        for (int j = 0; j < 4; ++j)
+          h[i + static_cast<size_t>(j)] = (j == a || j == b) ? f32_to_bf16(static_cast<float>((st >> (16 + 4 * j)) % 15 + 1) * 1e-2f) : 0;
+      }
+      auto dense = to_device(h);
+      const double dense_bytes = static_cast<double>(sh.N) * sh.K * 2;
+      const double packed_bytes = static_cast<double>(cuda::sparse_2of4_bytes(sh.N, sh.K));
+      const int copies = std::max(2, static_cast<int>(std::ceil(160e6 / packed_bytes)));
+      std::vector<cuda::DeviceBuffer> dws, pws;
+      for (int i = 0; i < copies; ++i) {
+        cuda::DeviceBuffer d(dense.bytes());
+        CUDA_CHECK(cudaMemcpy(d.get(), dense.get(), d.bytes(), cudaMemcpyDeviceToDevice));
+        cuda::DeviceBuffer p(static_cast<size_t>(packed_bytes));
+        CUDA_CHECK(cudaMemset(viol.get(), 0, sizeof(int)));
+        cuda::pack_2of4(d.get(), sh.N, sh.K, p.get(), viol.as<int>(), nullptr);
+        dws.push_back(std::move(d));
+        pws.push_back(std::move(p));
+      }
+      ASSERT_EQ(test::to_host<int>(viol, 1)[0], 0) << "the bench weight is 2:4";
+      const int64_t ldy = sh.mode == cuda::GemmOut::kSwiGlu ? sh.N / 2 : sh.N;
+      for (int64_t M : {1, 2, 4, 8}) {
+        int next = 0;
+        const double dense_ms = time_ms([&] {
+          cuda::gemv_bf16(xs.get(), dws[next++ % copies].get(), M, sh.N, sh.K, ys.get(), ldy, sh.mode, nullptr);
+        });
+        next = 0;
+        const double sparse_ms = time_ms([&] {
+          cuda::gemv_2of4(xs.get(), pws[next++ % copies].get(), M, sh.N, sh.K, ys.get(), ldy, sh.mode, nullptr);
+        });
+        report_bw(fmt::format("dense gemv M={} {}", M, sh.name), dense_bytes, dense_ms);
+        report_bw(fmt::format("2:4 gemv M={} {}", M, sh.name), packed_bytes, sparse_ms);
+        std::printf("[kbench] %-40s %8.2fx\n", fmt::format("2:4 gemv speedup M={} {}", M, sh.name).c_str(),
+                    dense_ms / sparse_ms);
+      }
+      if (!lib.ok()) continue;
+      auto sw = (*lib)->compress(dense.get(), sh.N, sh.K, nullptr);
+      ASSERT_TRUE(sw.ok()) << sw.status().to_string();
+      for (int64_t M : {16, 64, 256, 1024, 8192}) {
+        const double flop = 2.0 * M * sh.N * sh.K;
+        const double cublas_ms = time_ms([&] {
+          blas.matmul(xs.get(), dense.get(), DType::kBF16, M, sh.N, sh.K, ys.get(), DType::kBF16, false, nullptr);
+        });
+        Status st;
+        const double sparse_ms = time_ms([&] { st = (*lib)->matmul(xs.get(), *sw, M, ys.get(), nullptr); });
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        std::printf("[kbench] %-40s %8.1f us %7.1f TFLOP/s | cuSPARSELt %8.1f us %7.1f TFLOP/s dense-equivalent: %.2fx\n",
+                    fmt::format("cublasLt bf16 M={} {}", M, sh.name).c_str(), cublas_ms * 1e3, flop / cublas_ms / 1e9,
+                    sparse_ms * 1e3, flop / sparse_ms / 1e9, cublas_ms / sparse_ms);
+      }
     }
   }
   // Split-KV attention: batch 256 x 1500 keys, 64 x 1000, batch 1 at 8192 and 32768 keys, and the

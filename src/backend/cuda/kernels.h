@@ -311,6 +311,23 @@ void gemm_quant_mma(const void* x, const void* w, DType format, int64_t M, int64
 // quant::dequantize_row computes it on the host (f32; bf16 rounds that).
 void dequantize_weight(const void* w, DType format, int64_t rows, int64_t K, void* out, DType out_dtype, cudaStream_t s);
 
+// ---- gemv_2of4.cu: 2:4 sparse bf16 weights in our own layout ---------------------------------
+
+// An [N, K] weight (K a multiple of 16) whose every group of 4 consecutive inputs holds at most 2
+// nonzeros: values [N, K / 2] bf16 (a group's two kept weights, in input order), then positions
+// [N, K / 16] u16 (a 16-input chunk's 4 groups, group g's two 2-bit indices i0 | i1 << 2 at bits
+// 4g): 9/16 of the bf16 bytes.
+inline int64_t sparse_2of4_bytes(int64_t N, int64_t K) { return N * K + N * K / 8; }
+// Packs the row-major bf16 [N, K] weight at dense into `out` (sparse_2of4_bytes), adding to
+// *violations (a device int the caller zeroes) the number of groups with more than 2 nonzeros: 0
+// when the weight holds the pattern (then the layout is exact).
+void pack_2of4(const void* dense, int64_t N, int64_t K, void* out, int* violations, cudaStream_t s);
+// y = x W^T for 1 <= M <= kGemv2of4MaxM rows of bf16 x [M, K], W in the layout above; the modes of
+// gemv_bf16 (kSwiGlu: W is [2 n, K] gate then up rows, y [M, n] bf16). ldy: y's row stride.
+constexpr int kGemv2of4MaxM = 8;
+void gemv_2of4(const void* x, const void* w, int64_t M, int64_t N, int64_t K, void* y, int64_t ldy, GemmOut mode,
+               cudaStream_t s);
+
 // ---- fp8_matmul.cu: FP8 E4M3 weights with per-channel scales (DType::kF8E4M3Rows) -------------
 //
 // The device layout of such a weight (device_weight.h): codes [N, K] e4m3, K a multiple of 16
