@@ -329,15 +329,16 @@ TEST(CudaKernelBench, LlamaEightBShapes) {
                     dense_ms / sparse_ms);
       }
       if (!lib.ok()) continue;
-      auto sw = (*lib)->compress(dense.get(), sh.N, sh.K, nullptr);
-      ASSERT_TRUE(sw.ok()) << sw.status().to_string();
+      cuda::Sparse2of4Weight sw;
+      const Status cs = (*lib)->compress(dense.get(), sh.N, sh.K, sw, nullptr);
+      ASSERT_TRUE(cs.ok()) << cs.to_string();
       for (int64_t M : {16, 64, 256, 1024, 8192}) {
         const double flop = 2.0 * M * sh.N * sh.K;
         const double cublas_ms = time_ms([&] {
           blas.matmul(xs.get(), dense.get(), DType::kBF16, M, sh.N, sh.K, ys.get(), DType::kBF16, false, nullptr);
         });
         Status st;
-        const double sparse_ms = time_ms([&] { st = (*lib)->matmul(xs.get(), *sw, M, ys.get(), nullptr); });
+        const double sparse_ms = time_ms([&] { st = (*lib)->matmul(xs.get(), sw, M, ys.get(), nullptr); });
         ASSERT_TRUE(st.ok()) << st.to_string();
         std::printf("[kbench] %-40s %8.1f us %7.1f TFLOP/s | cuSPARSELt %8.1f us %7.1f TFLOP/s dense-equivalent: %.2fx\n",
                     fmt::format("cublasLt bf16 M={} {}", M, sh.name).c_str(), cublas_ms * 1e3, flop / cublas_ms / 1e9,

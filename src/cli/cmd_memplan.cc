@@ -122,10 +122,11 @@ int64_t cuda_expert_expansion(const ModelFacts& f, std::string* formats = nullpt
 }
 
 // Bytes the CUDA executor adds for a checkpoint that declares 2:4 sparsity (--cuda-sparsity auto):
-// a compressed copy, 9/16 of the bf16 bytes, beside each 16-bit decoder linear (backend/cuda
-// sparse_2of4_candidates; an upper bound: a linear without the pattern gets none).
+// each 16-bit decoder linear of a dense model held in two 2:4 layouts (ours, 9/16 of the bf16
+// bytes, and cuSPARSELt's, at most 10/16) instead of bf16, 3/16 of its bytes more
+// (backend/cuda sparse_2of4_candidates; an upper bound: a linear without the pattern stays bf16).
 int64_t cuda_sparse_copies(const ModelFacts& f) {
-  if (!f.config.sparsity_2of4) return 0;
+  if (!f.config.sparsity_2of4 || f.config.is_moe()) return 0;
   int64_t bytes = 0;
   for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
     if (!d.linear || d.layer < 0 || d.experts != 0) continue;
@@ -133,7 +134,7 @@ int64_t cuda_sparse_copies(const ModelFacts& f) {
     if (it == f.decls.end()) continue;
     int64_t n = 1;
     for (int64_t x : d.shape) n *= x;
-    if (it->second.bytes == 2 * n) bytes += it->second.bytes * 9 / 16;
+    if (it->second.bytes == 2 * n) bytes += it->second.bytes * 3 / 16;
   }
   return bytes;
 }
@@ -447,8 +448,8 @@ int run_memplan(const MemplanOptions& o) {
                              expanded, extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
   if (const int64_t extra = cuda_sparse_copies(*facts); extra > 0)
     std::cout << fmt::format("note: the checkpoint declares 2:4 sparsity: on CUDA its linears that hold the pattern "
-                             "get a compressed copy for the sparse GEMMs, up to {:.2f} GiB more weights there "
-                             "(--cuda-sparsity off: none)\n",
+                             "are held in two 2:4 layouts (our GEMV's and cuSPARSELt's) instead of bf16, up to {:.2f} "
+                             "GiB more weights there (--cuda-sparsity off: none)\n",
                              extra / 1073741824.0);
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";

@@ -116,7 +116,7 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
                   "CUDA: 2:4 sparse linears on cuSPARSELt: auto (when the checkpoint declares 2:4 sparsity), 2:4 (every "
                   "linear that holds the pattern) or off");
   app->add_option("--cuda-sparse-min-rows", f.sparse_min_rows,
-                  "CUDA: rows from which 2:4 sparse linears run the sparse GEMM (fewer: the dense copy; default 2)");
+                  "CUDA: rows from which 2:4 sparse linears run cuSPARSELt's GEMM (fewer: our 2:4 GEMV; 1-9, default 2)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");
   app->add_option("--cuda-block-trace", f.block_trace,
                   "CUDA: per-warp trace of the last step to FILE (builds with -DPAGODA_CUDA_BLOCK_TRACE=ON)");

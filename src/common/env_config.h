@@ -13,7 +13,7 @@
 //   PAGODA_BLOCK_TRACE=FILE             -> block_trace
 //   PAGODA_GRAPH_CAPTURE=lazy|start     -> graph_capture
 //   PAGODA_SPARSITY=auto|2:4|off        -> sparsity
-//   PAGODA_SPARSE_MIN_ROWS=1..65536     -> sparse_min_rows
+//   PAGODA_SPARSE_MIN_ROWS=1..9         -> sparse_min_rows
 //
 // Variables that earlier builds read (comparison variants and knock-outs, docs/decisions.md) are
 // reported on stderr once as no longer read. Thread-safe.

@@ -18,8 +18,9 @@ inline constexpr int kTuningMaxGemvRows = 4;
 inline constexpr int kTuningMaxQuantGemvRows = 8;
 // The most rows a quantized linear layer can give the CUDA tensor-core matmul (kQuantMmaMaxM).
 inline constexpr int kTuningMaxQuantMmaRows = 64;
-// The largest threshold of rows for the 2:4 sparse GEMM.
-inline constexpr int kTuningMaxSparseMinRows = 1 << 16;
+// The largest threshold of rows for the 2:4 sparse GEMM: our 2:4 GEMV takes at most 8 rows
+// (backend/cuda/kernels.h, kGemv2of4MaxM).
+inline constexpr int kTuningMaxSparseMinRows = 9;
 
 struct TuningConfig {
   // Decode attention kernel of the CUDA backend: "auto" (tensor cores for 16-bit caches, the SIMT
@@ -68,9 +69,8 @@ struct TuningConfig {
   // tensor cores), "2:4" (every decoder linear that holds the pattern, declared or not) or "off".
   // Env PAGODA_SPARSITY, flag --cuda-sparsity.
   std::string sparsity = "auto";
-  // Rows from which a 2:4 linear runs the sparse GEMM (fewer rows: the dense GEMV or cuBLASLt over
-  // the dense copy, which stays resident), 1..kTuningMaxSparseMinRows. Env PAGODA_SPARSE_MIN_ROWS,
-  // flag --cuda-sparse-min-rows.
+  // Rows from which a 2:4 linear runs cuSPARSELt's sparse GEMM; fewer rows run our 2:4 GEMV,
+  // 1..kTuningMaxSparseMinRows. Env PAGODA_SPARSE_MIN_ROWS, flag --cuda-sparse-min-rows.
   int sparse_min_rows = 2;
 
   // An invalid-argument status naming the first field out of range.

@@ -3,13 +3,16 @@
 //      kept) holds it; the same weight with one group of three nonzeros, or dense, does not;
 //   2. the sparse GEMM of 16 to 1024 rows (Llama-3-8B's qkv and down shapes and a small one)
 //      against a double reference on the same bf16 values: NMSE <= 2e-5 (bf16 output rounding);
-//   3. the tiny llama3 checkpoint pruned to 2:4, its config.json declaring it (compressed-tensors
-//      sparsity_config): with --cuda-sparsity auto the executor compresses every decoder linear
-//      and runs the sparse GEMM from 2 rows; its logits over prefills of 24 to 384 rows and decode
-//      steps of 1, 4 and 16 rows (the dense GEMV, the padded tail, aligned rows) against the
-//      dense run of the same checkpoint (--cuda-sparsity off): top-1 agreement on >= 98 % of rows
-//      and mean KL <= 1e-3 (the sparse GEMM rounds its outputs to bf16 before the f32 residual
-//      add; cuBLASLt writes f32); the planner counts the compressed copies.
+//   3. our own 2:4 layout: pack_2of4 counts the groups that break the pattern; gemv_2of4 of 1 to 8
+//      rows in every mode against a double reference;
+//   4. the tiny llama3 checkpoint pruned to 2:4, its config.json declaring it (compressed-tensors
+//      sparsity_config): with --cuda-sparsity auto the executor holds every decoder linear in the
+//      two 2:4 layouts (no dense copy) and runs our GEMV below --cuda-sparse-min-rows rows,
+//      cuSPARSELt from there; its logits over prefills of 24 to 384 rows and decode steps of 1, 4
+//      and 16 rows (the GEMV, the padded tail, aligned rows) against the dense run of the same
+//      checkpoint (--cuda-sparsity off): top-1 agreement on >= 98 % of rows and mean KL <= 1e-3
+//      (the sparse GEMM rounds its outputs to bf16 before the f32 residual add; cuBLASLt writes
+//      f32); the planner counts the layouts.
 // Needs libcusparseLt.so.0 on the library path (scripts/gpu_run.sh sets it from the GPU image's
 // pip package); skips without a GPU.
 #include <gtest/gtest.h>
@@ -20,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -125,11 +129,12 @@ TEST(CudaSparse, GemmMatchesTheDenseProduct) {
     auto wd = test::to_device(bf16_of(w));
     auto holds = lib->holds_2of4(wd.get(), N, K, nullptr);
     ASSERT_TRUE(holds.ok() && *holds);
-    auto sw = lib->compress(wd.get(), N, K, nullptr);
-    ASSERT_TRUE(sw.ok()) << sw.status().to_string();
+    cuda::Sparse2of4Weight sw;
+    const Status cs = lib->compress(wd.get(), N, K, sw, nullptr);
+    ASSERT_TRUE(cs.ok()) << cs.to_string();
     auto bytes = lib->compressed_bytes(N, K);
     ASSERT_TRUE(bytes.ok());
-    EXPECT_EQ(static_cast<int64_t>(sw->compressed.bytes()), *bytes);
+    EXPECT_EQ(static_cast<int64_t>(sw.compressed.bytes()), *bytes);
     EXPECT_LE(*bytes, N * K * 2 * 10 / 16) << "about 9/16 of the bf16 bytes";
     for (const int64_t M : {int64_t{16}, int64_t{64}, int64_t{1024}}) {
       SCOPED_TRACE(::testing::Message() << "N " << N << " K " << K << " M " << M);
@@ -137,7 +142,7 @@ TEST(CudaSparse, GemmMatchesTheDenseProduct) {
       for (float& v : x) v = round_bf16(nd(rng));
       auto xd = test::to_device(bf16_of(x));
       cuda::DeviceBuffer yd(static_cast<size_t>(M * N * 2));
-      const Status st = lib->matmul(xd.get(), *sw, M, yd.get(), nullptr);
+      const Status st = lib->matmul(xd.get(), sw, M, yd.get(), nullptr);
       ASSERT_TRUE(st.ok()) << st.to_string();
       CUDA_CHECK(cudaDeviceSynchronize());
       const auto y = test::to_host<uint16_t>(yd, static_cast<size_t>(M * N));
@@ -157,7 +162,7 @@ TEST(CudaSparse, GemmMatchesTheDenseProduct) {
       EXPECT_LE(err / ref2, 2e-5);
       std::printf("[cuda-sparse] N %5lld K %5lld M %4lld: NMSE %.3g vs the double product\n", static_cast<long long>(N),
                   static_cast<long long>(K), static_cast<long long>(M), err / ref2);
-      EXPECT_FALSE(lib->matmul(xd.get(), *sw, M + 1, yd.get(), nullptr).ok()) << "rows not a multiple of 16";
+      EXPECT_FALSE(lib->matmul(xd.get(), sw, M + 1, yd.get(), nullptr).ok()) << "rows not a multiple of 16";
     }
   }
 }
@@ -293,19 +298,23 @@ TEST(CudaSparse, PrunedModelMatchesItsDenseForward) {
   EXPECT_TRUE(m->config.sparsity_2of4);
   const int64_t V = m->config.vocab_size;
   const int64_t linears = static_cast<int64_t>(m->model->weights().linears.size()) - 1;  // all but the output head
-  for (const auto& [B, len] : {std::pair<int64_t, int64_t>{1, 24}, {4, 24}, {16, 24}}) {
-    SCOPED_TRACE(::testing::Message() << "batch " << B << " prompt " << len);
+  // sparse_min_rows 2 (the default): one-row steps on our GEMV, the others on cuSPARSELt; 9: up to 8
+  // rows on our GEMV; 1: every step on cuSPARSELt.
+  for (const auto& [B, len, min_rows] : {std::tuple<int64_t, int64_t, int>{1, 24, 2}, {4, 24, 2}, {16, 24, 2},
+                                         {4, 24, 9}, {1, 24, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << B << " prompt " << len << " sparse GEMM from " << min_rows << " rows");
     CudaExecutorOptions sparse_opts, dense_opts;
     sparse_opts.dtype = dense_opts.dtype = "bf16";
+    sparse_opts.tuning.sparse_min_rows = min_rows;
     dense_opts.tuning.sparsity = "off";
     auto sparse = test::run_batch(*m, B, len, 6, sparse_opts);
     ASSERT_TRUE(sparse.ok()) << sparse.status().to_string();
     auto dense = test::run_batch(*m, B, len, 6, dense_opts);
     ASSERT_TRUE(dense.ok()) << dense.status().to_string();
-    EXPECT_NE(sparse->describe.find(fmt::format("2:4 sparse copies of {} linears", linears)), std::string::npos)
+    EXPECT_NE(sparse->describe.find(fmt::format("2:4 sparse {} linears", linears)), std::string::npos)
         << sparse->describe;
     EXPECT_EQ(dense->describe.find("2:4"), std::string::npos) << dense->describe;
-    EXPECT_GT(sparse->weight_bytes, dense->weight_bytes) << "the planner counts the compressed copies";
+    EXPECT_GT(sparse->weight_bytes, dense->weight_bytes) << "the planner counts the two 2:4 layouts (3/16 more)";
     ASSERT_EQ(sparse->rows, dense->rows);
     int64_t top1 = 0;
     double kl = 0, worst = 0;
@@ -320,9 +329,9 @@ TEST(CudaSparse, PrunedModelMatchesItsDenseForward) {
     kl /= static_cast<double>(sparse->rows);
     EXPECT_GE(top1 * 100, sparse->rows * 98);
     EXPECT_LE(kl, 1e-3);
-    std::printf("[cuda-sparse] tiny llama3 2:4, batch %2lld prompt %lld: top-1 %lld/%lld, KL mean %.3g max %.3g vs "
-                "the dense GEMMs\n",
-                static_cast<long long>(B), static_cast<long long>(len), static_cast<long long>(top1),
+    std::printf("[cuda-sparse] tiny llama3 2:4, batch %2lld prompt %lld, sparse GEMM from %d rows: top-1 %lld/%lld, KL "
+                "mean %.3g max %.3g vs the dense matmuls\n",
+                static_cast<long long>(B), static_cast<long long>(len), min_rows, static_cast<long long>(top1),
                 static_cast<long long>(sparse->rows), kl, worst);
   }
   // The checkpoint declares the pattern but the tuning turns it off: nothing compressed (above);

@@ -41,7 +41,7 @@ TEST(TuningConfig, EachVariableSetsItsField) {
                                            {"PAGODA_BLOCK_TRACE", "/tmp/trace.bin"},
                                            {"PAGODA_GRAPH_CAPTURE", "start"},
                                            {"PAGODA_SPARSITY", "2:4"},
-                                           {"PAGODA_SPARSE_MIN_ROWS", "64"}}))
+                                           {"PAGODA_SPARSE_MIN_ROWS", "9"}}))
                   .ok());
   EXPECT_EQ(t.graph_capture, "start");
   EXPECT_EQ(t.row_attention, "simt");
@@ -54,10 +54,10 @@ TEST(TuningConfig, EachVariableSetsItsField) {
   EXPECT_EQ(t.quant_gemv_max_rows, 2);
   EXPECT_EQ(t.quant_mma_max_rows, 16);
   EXPECT_EQ(t.sparsity, "2:4");
-  EXPECT_EQ(t.sparse_min_rows, 64);
+  EXPECT_EQ(t.sparse_min_rows, 9);
   EXPECT_EQ(t.to_string(),
             "row attention simt | prefill attention mma | simt heads 2 | gemv rows 4 | quant weights dequantize (gemv rows 2, mma rows 16) | sparsity 2:4 "
-            "(from 64 rows) | profile on | block trace /tmp/trace.bin | graph capture start");
+            "(from 9 rows) | profile on | block trace /tmp/trace.bin | graph capture start");
   // PAGODA_CUDA_PROFILE=0 is off; unset variables leave their fields alone.
   ASSERT_TRUE(apply_tuning_vars(t, env_of({{"PAGODA_CUDA_PROFILE", "0"}})).ok());
   EXPECT_FALSE(t.cuda_profile);
@@ -70,7 +70,7 @@ TEST(TuningConfig, BadValuesNameTheVariableAndChangeNothing) {
       {{"PAGODA_GEMV_MAX_ROWS", "5"}},      {{"PAGODA_GEMV_MAX_ROWS", "-1"}}, {{"PAGODA_GEMV_MAX_ROWS", "1x"}},
       {{"PAGODA_QUANT_WEIGHTS", "bf16"}},   {{"PAGODA_QUANT_GEMV_MAX_ROWS", "9"}},
       {{"PAGODA_QUANT_MMA_MAX_ROWS", "65"}},    {{"PAGODA_QUANT_MMA_MAX_ROWS", "-2"}},
-      {{"PAGODA_SPARSITY", "4:8"}},         {{"PAGODA_SPARSE_MIN_ROWS", "0"}}, {{"PAGODA_SPARSE_MIN_ROWS", "65537"}},
+      {{"PAGODA_SPARSITY", "4:8"}},         {{"PAGODA_SPARSE_MIN_ROWS", "0"}}, {{"PAGODA_SPARSE_MIN_ROWS", "10"}},
   };
   for (const auto& vars : bad) {
     TuningConfig t;

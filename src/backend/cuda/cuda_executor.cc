@@ -104,14 +104,15 @@ Status CudaExecutor::init() {
 std::string CudaExecutor::describe() const {
   std::map<std::string, int64_t> formats;  // weight formats on the device, by bytes
   for (const auto& w : linears_)
-    for (const auto& seg : w.segments) formats[std::string(dtype_name(seg.format))] += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+    if (w.sparse == nullptr)
+      for (const auto& seg : w.segments) formats[std::string(dtype_name(seg.format))] += cuda::device_weight_bytes(seg.format, seg.n, w.k);
   std::string weights;
   for (const auto& [name, bytes] : formats) weights += fmt::format("{}{} {:.1f} MiB", weights.empty() ? "" : ", ", name, bytes / 1048576.0);
   if (sparse_ != nullptr) {
     int64_t n = 0;
     for (const auto& w : linears_) n += w.sparse != nullptr;
-    weights += fmt::format(" + 2:4 sparse copies of {} linears {:.1f} MiB (cuSPARSELt {}, from {} rows)", n,
-                           sparse_bytes_ / 1048576.0, sparse_->version(), opt_.tuning.sparse_min_rows);
+    weights += fmt::format(", 2:4 sparse {} linears {:.1f} MiB (our GEMV below {} rows, cuSPARSELt {} from there)", n,
+                           sparse_bytes_ / 1048576.0, opt_.tuning.sparse_min_rows, sparse_->version());
   }
   cuda::PrefillAttentionParams pp;  // the kernel choice the prefill steps make
   pp.cache.head_dim = d_.Dh;
@@ -161,57 +162,62 @@ Status CudaExecutor::make_sparse_copies() {
     return {};
   }
   auto sparse = std::move(lib).value();
-  // Which candidates hold the pattern, and whether their copies fit.
-  std::vector<size_t> chosen;
+  // One candidate at a time: packed into our layout (the pack counts the groups that break the
+  // pattern), compressed by cuSPARSELt, and its dense weight freed, so the peak is one weight's
+  // two layouts beyond the dense weights.
+  cuda::DeviceBuffer violations(sizeof(int));
   std::vector<std::string> dense;
-  int64_t need = 0, max_k = 0;
+  int64_t chosen = 0, max_k = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i]) continue;
-    const cuda::DeviceWeight& dw = linears_[i];
+    cuda::DeviceWeight& dw = linears_[i];
     PAGODA_CHECK(dw.uniform() && dw.format() == DType::kBF16 && dw.data() != nullptr,
                  "2:4 candidate {} is not one resident bf16 segment", w.linears[i].name);
-    PAGODA_ASSIGN_OR_RETURN(const bool holds, sparse->holds_2of4(dw.data(), dw.n, dw.k, stream_));
-    if (!holds) {
+    PAGODA_ASSIGN_OR_RETURN(const int64_t compressed, sparse->compressed_bytes(dw.n, dw.k));
+    const int64_t bytes = cuda::sparse_2of4_bytes(dw.n, dw.k) + compressed;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (bytes + (int64_t{64} << 20) > static_cast<int64_t>(free_bytes))
+      return resource_exhausted("the 2:4 layouts of {} need {:.2f} MiB and {:.2f} MiB of device memory is free: run "
+                                "dense (--cuda-sparsity off) or use a larger GPU",
+                                w.linears[i].name, bytes / 1048576.0, free_bytes / 1048576.0);
+    auto sw = std::make_shared<cuda::Sparse2of4Weight>();
+    sw->packed.reset(static_cast<size_t>(cuda::sparse_2of4_bytes(dw.n, dw.k)));
+    CUDA_CHECK(cudaMemsetAsync(violations.get(), 0, sizeof(int), stream_));
+    cuda::pack_2of4(dw.data(), dw.n, dw.k, sw->packed.get(), violations.as<int>(), stream_);
+    int broken = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&broken, violations.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (broken > 0) {
       dense.push_back(w.linears[i].name);
       continue;
     }
-    PAGODA_ASSIGN_OR_RETURN(const int64_t bytes, sparse->compressed_bytes(dw.n, dw.k));
-    need += cuda::align_up(bytes, 256);
+    PAGODA_RETURN_IF_ERROR(sparse->compress(dw.data(), dw.n, dw.k, *sw, stream_));
+    sparse_bytes_ += sw->bytes();
+    dw.sparse = std::move(sw);
+    dw.storage.reset(0);  // the dense weight: nothing reads it now
+    dw.segments.front().data = nullptr;
     max_k = std::max(max_k, dw.k);
-    chosen.push_back(i);
+    ++chosen;
   }
   const std::string dense_note =
       dense.empty() ? std::string()
                     : fmt::format("; {} without the pattern stay dense ({}{})", dense.size(), dense.front(),
                                   dense.size() > 1 ? fmt::format(" ... {}", dense.back()) : std::string());
-  if (chosen.empty()) {
+  if (chosen == 0) {
     if (asked) return invalid_argument("--cuda-sparsity 2:4: no linear of this model holds the 2:4 pattern{}", dense_note);
     log_warn("cuda", "the checkpoint declares 2:4 sparsity, but no linear holds the pattern: they run dense");
     return {};
   }
   const int64_t scratch_x = cuda::align_up(cuda::kSparseRowAlign * max_k * 2, 256);
-  need += cuda::kSparseOutputScratch + scratch_x;
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (need > static_cast<int64_t>(free_bytes))
-    return resource_exhausted("the 2:4 sparse copies of {} linears need {:.2f} GiB and {:.2f} GiB of device memory is "
-                              "free: run dense (--cuda-sparsity off) or use a larger GPU",
-                              chosen.size(), need / 1073741824.0, free_bytes / 1073741824.0);
-  for (size_t i : chosen) {
-    cuda::DeviceWeight& dw = linears_[i];
-    PAGODA_ASSIGN_OR_RETURN(cuda::Sparse2of4Weight sw, sparse->compress(dw.data(), dw.n, dw.k, stream_));
-    sparse_bytes_ += static_cast<int64_t>(sw.compressed.bytes());
-    dw.sparse = std::make_shared<const cuda::Sparse2of4Weight>(std::move(sw));
-  }
   sparse_y_bytes_ = cuda::kSparseOutputScratch;
   sparse_scratch_.reset(static_cast<size_t>(sparse_y_bytes_ + scratch_x));
   CUDA_CHECK(cudaMemset(sparse_scratch_.get(), 0, sparse_scratch_.bytes()));
   sparse_y_ = sparse_scratch_.as<uint8_t>();
   sparse_x_ = sparse_y_ + sparse_y_bytes_;
   sparse_ = std::move(sparse);
-  log_info("cuda", "2:4 sparsity: {} linears on cuSPARSELt {} from {} rows ({:.2f} GiB compressed beside the dense "
-           "copies){}", chosen.size(), sparse_->version(), opt_.tuning.sparse_min_rows, sparse_bytes_ / 1073741824.0,
-           dense_note);
+  log_info("cuda", "2:4 sparsity: {} linears in 2:4 layouts ({:.2f} GiB): our GEMV below {} rows, cuSPARSELt {} from "
+           "there{}", chosen, sparse_bytes_ / 1073741824.0, opt_.tuning.sparse_min_rows, sparse_->version(), dense_note);
   return {};
 }
 

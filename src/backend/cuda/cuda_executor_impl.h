@@ -201,7 +201,8 @@ class CudaExecutor final : public ModelExecutor {
   int64_t linear_weight_bytes() const override {
     int64_t total = 0;
     for (const auto& w : linears_)
-      for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
+      if (w.sparse == nullptr)
+        for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
     return total + sparse_bytes_;
   }
 
@@ -213,8 +214,9 @@ class CudaExecutor final : public ModelExecutor {
   // Linear entry i into device memory at `base` (its storage, or a streamed layer's region); its
   // segments' data pointers then point into `run_base` (where it runs from: base, or the slot).
   void upload_linear(cuda::WeightUploader& up, size_t i, uint8_t* base, uint8_t* run_base);
-  // The 2:4 sparse copies (cuda_sizing.h sparse_2of4_candidates: each candidate that holds the
-  // pattern) and the sparse GEMM's scratch; nothing when the tuning or the checkpoint asks for none.
+  // The 2:4 layouts of each candidate that holds the pattern (cuda_sizing.h
+  // sparse_2of4_candidates), whose dense weight is then freed, and the sparse GEMM's scratch;
+  // nothing when the tuning or the checkpoint asks for none.
   Status make_sparse_copies();
   void allocate_workspace(int64_t tokens, int64_t logits_rows);
   // Every bucket's graphs now (TuningConfig::graph_capture "start"; a workspace that grew).
@@ -246,11 +248,13 @@ class CudaExecutor final : public ModelExecutor {
   // The same for a dense [N, K] weight in the compute dtype; kSwiGlu only through the bf16 GEMV.
   void dense_linear(const void* x, const void* w, int64_t N, int64_t K, int64_t M, void* y, GemmOut mode);
   void quant_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  // A 2:4 weight's sparse GEMM (cuSPARSELt, bf16 out): rows in multiples of kSparseRowAlign, the
-  // last M % 16 padded through sparse_x_; f32 and unaligned outputs through sparse_y_ in chunks.
+  // A 2:4 weight (no dense copy): our 2:4 GEMV where sparse_gemv (every mode), else cuSPARSELt's
+  // sparse GEMM (bf16 out; not kSwiGlu): rows in multiples of kSparseRowAlign, the last M % 16
+  // padded through sparse_x_; f32 and unaligned outputs through sparse_y_ in chunks.
   void sparse_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode);
-  bool sparse_gemm(int64_t M, const cuda::DeviceWeight& w, GemmOut mode) const {
-    return w.sparse != nullptr && !opt_.batch_invariant && mode != GemmOut::kSwiGlu && M >= opt_.tuning.sparse_min_rows;
+  // Whether M rows over a 2:4 weight take our 2:4 GEMV (fewer than tuning.sparse_min_rows).
+  bool sparse_gemv(int64_t M, const cuda::DeviceWeight& w) const {
+    return w.sparse != nullptr && M < opt_.tuning.sparse_min_rows && M <= cuda::kGemv2of4MaxM;
   }
   // FP8 weights: the FP8 GEMV for few rows (and, in chunks of its rows, in batch-invariant mode),
   // else per-token FP8 activations and the cuBLASLt FP8 GEMM.
@@ -292,8 +296,8 @@ class CudaExecutor final : public ModelExecutor {
   // Whether M rows of a bf16 linear layer take our GEMV (not batch-invariant, at most
   // tuning.gemv_max_rows rows) with the preceding RMSNorm fused in.
   bool use_norm_gemv(int64_t M, const cuda::DeviceWeight& w) const {
-    return !w.quantized() && !opt_.batch_invariant && act_ == DType::kBF16 && M <= opt_.tuning.gemv_max_rows &&
-           cuda::gemv_norm_supported(M, w.k);
+    return !w.quantized() && w.sparse == nullptr && !opt_.batch_invariant && act_ == DType::kBF16 &&
+           M <= opt_.tuning.gemv_max_rows && cuda::gemv_norm_supported(M, w.k);
   }
   // The operands both attention kernels take from a step: q, the output, block tables, the layer's
   // cache, heads, scale, window.
@@ -343,7 +347,7 @@ class CudaExecutor final : public ModelExecutor {
   cudaStream_t copy_stream_ = nullptr;  // host-block copies (swap, the KV host tier)
   cudaEvent_t compute_done_ = nullptr, copies_done_ = nullptr;
   std::unique_ptr<cuda::BlasLt> blas_;
-  // 2:4 sparse linears (make_sparse_copies): the library, the compressed copies' bytes, and the
+  // 2:4 sparse linears (make_sparse_copies): the library, the two layouts' bytes, and the
   // scratch: the padded last rows' inputs [kSparseRowAlign, max K] bf16 (sparse_x_) and bf16
   // outputs of sparse_y_bytes_ (sparse_y_).
   std::unique_ptr<cuda::SparseLt> sparse_;

@@ -206,16 +206,11 @@ std::vector<bool> sparse_2of4_candidates(const Model& m, DType act, const CudaEx
   const std::string& mode = o.tuning.sparsity;
   const bool on = mode == "2:4" || (mode == "auto" && m.config().sparsity_2of4);
   if (!on || act != DType::kBF16 || o.batch_invariant || o.cpu_offload_bytes > 0 ||
-      !o.layers.whole(m.config().num_layers))
+      !o.layers.whole(m.config().num_layers) || m.config().is_moe() || !SparseLt::available())
     return c;
-  std::vector<bool> excluded(w.linears.size(), false);
-  for (const ExpertSet& set : w.expert_sets)
-    for (const auto* ids : {&set.gate_up, &set.down})
-      for (LinearId id : *ids) excluded.at(static_cast<size_t>(id.index)) = true;
-  if (w.output.index >= 0) excluded.at(static_cast<size_t>(w.output.index)) = true;
   for (size_t i = 0; i < w.linears.size(); ++i) {
     const LinearEntry& e = w.linears[i];
-    if (excluded[i] || e.input_order.defined() || !SparseLt::shape_supported(e.n(), e.k())) continue;
+    if (static_cast<int32_t>(i) == w.output.index || e.input_order.defined() || !SparseLt::shape_supported(e.n(), e.k())) continue;
     const auto segs = plan_device_weight(e, act, native_quant(o), nullptr);
     c[i] = segs.size() == 1 && segs.front().format == DType::kBF16;
   }
@@ -228,7 +223,7 @@ int64_t sparse_2of4_bytes_for(const Model& m, DType act, const CudaExecutorOptio
   for (size_t i = 0; i < c.size(); ++i) {
     if (!c[i]) continue;
     const LinearEntry& e = m.weights().linears[i];
-    bytes += align_up(e.n() * e.k() * 2 * 9 / 16, 256);
+    bytes += align_up(e.n() * e.k() * 2 * 3 / 16, 256);
     max_k = std::max(max_k, e.k());
   }
   if (bytes == 0) return 0;

@@ -109,14 +109,15 @@ struct QuantScratch {
 };
 QuantScratch quant_scratch_for(const Model& m, DType act, bool native_quant);
 // 2:4 sparsity (TuningConfig::sparsity "2:4", or "auto" and a checkpoint that declares it), by
-// linear index: the linears the executor checks for the pattern and compresses when they hold it:
-// every bf16 linear (one segment on the device, N and K multiples of 16, no act-order) but the
-// output head and the experts, over bf16 activations, with every layer resident (no offload, no
-// layer split) and not batch-invariant. All false otherwise.
+// linear index: the linears the executor checks for the pattern and holds in 2:4 layouts when they
+// hold it: every bf16 linear (one segment on the device, N and K multiples of 16, no act-order) but
+// the output head, of a dense (not MoE) model, over bf16 activations, with every layer resident (no
+// offload, no layer split), not batch-invariant, where cuSPARSELt loads. All false otherwise.
 std::vector<bool> sparse_2of4_candidates(const Model& m, DType act, const CudaExecutorOptions& o);
-// The device bytes 2:4 sparsity adds at most (every candidate compressed: 9/16 of its bf16 bytes,
-// the values and their 2-bit positions) and its scratch: the sparse GEMM's workspace, the padded
-// rows' inputs and kSparseOutputScratch of outputs. 0 without candidates.
+// The device bytes 2:4 sparsity adds at most: every candidate in its two 2:4 layouts (ours 9/16 of
+// the bf16 bytes, cuSPARSELt's at most 10/16) instead of bf16, 3/16 of its bytes more, and the
+// scratch: the sparse GEMM's workspace, the padded rows' inputs and kSparseOutputScratch of
+// outputs. 0 without candidates.
 int64_t sparse_2of4_bytes_for(const Model& m, DType act, const CudaExecutorOptions& o);
 constexpr int64_t kSparseWorkspace = int64_t{32} << 20;
 constexpr int64_t kSparseOutputScratch = int64_t{16} << 20;

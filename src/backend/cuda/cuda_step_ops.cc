@@ -16,6 +16,8 @@
 // Native quantized (GGUF-block) weights: the int8 GEMV for few rows (RMSNorm fused into the q8
 // activation quantization before the QKV / gate-up / lm_head GEMVs: cuda::rms_norm_q8; SwiGLU into
 // gate/up), the tensor-core matmul up to quant_mma_max_rows, else dequantized for cuBLASLt.
+// 2:4 sparse weights (tuning sparsity): our 2:4 GEMV below tuning.sparse_min_rows rows (SwiGLU
+// fused), cuSPARSELt's sparse GEMM from there.
 // Kernel choices and diagnostics come from CudaExecutorOptions::tuning.
 
 #include "backend/cuda/cuda_executor_impl.h"
@@ -36,7 +38,7 @@ void CudaExecutor::linear(const void* x, const cuda::DeviceWeight& w, int64_t M,
   }
   if (w.fp8()) return fp8_linear(x, w, M, y, mode);
   if (w.quantized()) return quant_linear(x, w, M, y, mode);
-  if (sparse_gemm(M, w, mode)) return sparse_linear(x, w, M, y, mode);
+  if (w.sparse != nullptr) return sparse_linear(x, w, M, y, mode);
   PAGODA_CHECK(w.uniform() && w.format() == act_, "weight format {} has no kernels for compute dtype {}",
                dtype_name(w.format()), dtype_name(act_));
   dense_linear(x, w.data(), w.n, w.k, M, y, mode);
@@ -58,6 +60,11 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
 void CudaExecutor::sparse_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   const cuda::Sparse2of4Weight& sw = *w.sparse;
   const int64_t N = w.n, K = w.k, align = cuda::kSparseRowAlign;
+  if (sparse_gemv(M, w)) {
+    cuda::gemv_2of4(x, sw.packed.get(), M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
+    return;
+  }
+  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the 2:4 sparse GEMM of {} rows has no fused SwiGLU", M);
   const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
   const int64_t out_elem = f32_out ? 4 : 2;
   auto run = [&](const void* xs, int64_t rows, void* out) {
@@ -322,7 +329,7 @@ class CudaExecutor::StepOps final : public LayerOps {
       e.profiler_.mark("rms_norm+q8 quantize", e.stream_);
       e.quant_gemv_quantized(gu, T_, e.act_buf_.get(), GemmOut::kSwiGlu);
       e.profiler_.mark("gate/up+swiglu", e.stream_);
-    } else if (e.quant_gemv(T_, gu) || e.quant_mma(T_, gu)) {  // gate/up + SwiGLU in one quantized matmul
+    } else if (e.quant_gemv(T_, gu) || e.quant_mma(T_, gu) || e.sparse_gemv(T_, gu)) {  // gate/up + SwiGLU in one matmul
       cuda::rms_norm(e.residual_.as<float>(), nullptr, T_, gu.k, e.vec(norm.weight), static_cast<float>(norm.eps),
                      e.hidden_.get(), e.act_, e.stream_);
       e.profiler_.mark("rms_norm", e.stream_);

@@ -9,8 +9,8 @@
 //     codes [n, K] then scales [n] f32 at fp8_scales_offset (one segment), a byte a weight; the
 //     FP8 GEMV (bf16 activations) for few rows, else dynamic per-token FP8 activations and the
 //     cuBLASLt FP8 GEMM with per-token x per-channel scales.
-// 2:4 sparse bf16 weights (tuning sparsity; backend/cuda/sparse_2of4.h) keep their dense segment
-// and gain a compressed copy for the sparse tensor-core GEMM.
+// 2:4 sparse bf16 weights (tuning sparsity; backend/cuda/sparse_2of4.h) trade their dense segment
+// for our 2:4 layout (the GEMV) and cuSPARSELt's (the sparse tensor-core GEMM).
 // Every other host dtype (f16, other quantized types) is converted or dequantized to the compute
 // dtype at load. A fused weight (q/k/v, gate/up) whose parts come in different formats (llama.cpp's
 // mixes give attn_v a higher type) is one segment per run of parts of one format, stacked along N.
@@ -44,8 +44,9 @@ struct DeviceWeight {
   // Act-order weights (LinearEntry::input_order): [k] i32, column j reads input order[j]; empty:
   // identity. The executor gathers the activations into that order before the matmul.
   DeviceBuffer input_order;
-  // A bf16 weight that holds the 2:4 pattern, compressed for the sparse GEMM (the executor's
-  // make_sparse_copies); the dense segment stays for the steps of fewer rows. Null: dense only.
+  // A bf16 weight that holds the 2:4 pattern in its two 2:4 layouts (the executor's
+  // make_sparse_copies), which free the dense storage: the segment keeps its shape, its data is
+  // null. Null: a dense weight.
   std::shared_ptr<const Sparse2of4Weight> sparse;
 
   bool uniform() const { return segments.size() == 1; }

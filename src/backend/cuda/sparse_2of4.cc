@@ -192,7 +192,13 @@ Result<int64_t> SparseLt::compressed_bytes(int64_t n, int64_t k) {
   return static_cast<int64_t>(size);
 }
 
-Result<Sparse2of4Weight> SparseLt::compress(const void* w, int64_t n, int64_t k, cudaStream_t s) {
+bool SparseLt::available(std::string* why) {
+  auto api = load_api();
+  if (!api.ok() && why != nullptr) *why = api.status().message();
+  return api.ok();
+}
+
+Status SparseLt::compress(const void* w, int64_t n, int64_t k, Sparse2of4Weight& out, cudaStream_t s) {
   if (!shape_supported(n, k)) return invalid_argument("a 2:4 weight needs N and K multiples of 16, got [{}, {}]", n, k);
   Plan p;
   p.api = api_;
@@ -200,7 +206,6 @@ Result<Sparse2of4Weight> SparseLt::compress(const void* w, int64_t n, int64_t k,
   p.has_a = true;
   size_t size = 0, buffer_bytes = 0;
   PAGODA_SPARSE_CALL(api_, api_->compressed_size2(handle_.get(), &p.a, &size, &buffer_bytes), "compressed size");
-  Sparse2of4Weight out;
   out.n = n;
   out.k = k;
   out.compressed.reset(size);
@@ -208,7 +213,7 @@ Result<Sparse2of4Weight> SparseLt::compress(const void* w, int64_t n, int64_t k,
   PAGODA_SPARSE_CALL(api_, api_->compress2(handle_.get(), &p.a, 1, kOpTranspose, w, out.compressed.get(), buffer.get(), s),
                      "compress");
   CUDA_CHECK(cudaStreamSynchronize(s));
-  return out;
+  return {};
 }
 
 Result<SparseLt::Plan*> SparseLt::plan_for(int64_t n, int64_t k, int64_t M) {

@@ -30,10 +30,14 @@ namespace pagoda::cuda {
 
 inline constexpr int64_t kSparseRowAlign = 16;
 
-// A [n, k] bf16 weight in cuSPARSELt's compressed form (values and metadata; opaque layout).
+// A 2:4 [n, k] bf16 weight in its two layouts: ours (kernels.h sparse_2of4_bytes: values and
+// 2-bit positions) for gemv_2of4, cuSPARSELt's compressed one (opaque) for its GEMM. Each holds
+// 9/16 of the bf16 bytes; the dense weight is not kept.
 struct Sparse2of4Weight {
   int64_t n = 0, k = 0;
+  DeviceBuffer packed;
   DeviceBuffer compressed;
+  int64_t bytes() const { return static_cast<int64_t>(packed.bytes() + compressed.bytes()); }
 };
 
 class SparseLt {
@@ -41,6 +45,8 @@ class SparseLt {
   // Loads the library and makes its handle on the current device; an unavailable status says why
   // (no library, an unsupported version, a device without sparse tensor cores).
   static Result<std::unique_ptr<SparseLt>> create(size_t workspace_bytes = size_t{32} << 20);
+  // Whether the library loads (its version unchecked); `why` says why not.
+  static bool available(std::string* why = nullptr);
   ~SparseLt();
   SparseLt(const SparseLt&) = delete;
   SparseLt& operator=(const SparseLt&) = delete;
@@ -52,8 +58,9 @@ class SparseLt {
 
   // Whether the row-major bf16 [n, k] weight at w (device) is 2:4 sparse along k. Synchronizes s.
   Result<bool> holds_2of4(const void* w, int64_t n, int64_t k, cudaStream_t s);
-  // The compressed copy of a 2:4 weight (holds_2of4 true). Synchronizes s.
-  Result<Sparse2of4Weight> compress(const void* w, int64_t n, int64_t k, cudaStream_t s);
+  // cuSPARSELt's compressed copy of a 2:4 weight (holds_2of4 true) into out.compressed (n, k
+  // set). Synchronizes s.
+  Status compress(const void* w, int64_t n, int64_t k, Sparse2of4Weight& out, cudaStream_t s);
   // Bytes compress() allocates for an [n, k] weight.
   Result<int64_t> compressed_bytes(int64_t n, int64_t k);
 
