@@ -202,6 +202,38 @@ def test_memplan_says_what_cuda_holds_of_quantized_experts(tmp_path):
     assert j["cuda_weight_bytes"] == j["plan"]["weights"], "a dense model: nothing added"
 
 
+def test_memplan_counts_the_2of4_layouts(tmp_path):
+    """A checkpoint that declares 2:4 sparsity (compressed-tensors sparsity_config, stored dense): on
+    CUDA its decoder linears are held in two 2:4 layouts instead of bf16 (ours and cuSPARSELt's,
+    9/16 + at most 10/16 of the bytes): memplan notes it and cuda_weight_bytes adds 3/16 of the
+    layers' linear bytes; another sparsity structure adds nothing."""
+    cfg = dict(LLAMA3_70B, num_hidden_layers=2)
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "dense",
+                                  "sparsity_config": {"format": "dense", "sparsity_structure": "2:4",
+                                                      "targets": ["Linear"], "ignore": ["lm_head"]}}
+    d = tmp_path / "sparse"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run("memplan", d, "--memory", "80GB")
+    assert rc == 0, out + err
+    assert "declares 2:4 sparsity" in out and "2:4 sparse" in out, out
+    rc, out, err = run("memplan", d, "--memory", "80GB", "--json")
+    j = json.loads(out)
+    H, I, kv = 8192, 28672, 8 * 128
+    linears = 2 * (H * (H + 2 * kv) + H * H + 3 * H * I)  # q/k/v, o, gate/up/down of 2 layers
+    assert j["config"]["sparsity"] == "2:4", j["config"]
+    assert j["cuda_weight_bytes"] - j["plan"]["weights"] == linears * 2 * 3 // 16, j
+    cfg["quantization_config"]["sparsity_config"]["sparsity_structure"] = "unstructured"
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run("memplan", d, "--memory", "80GB", "--json")
+    j = json.loads(out)
+    assert j["cuda_weight_bytes"] == j["plan"]["weights"], "unstructured sparsity: a dense checkpoint"
+    cfg["quantization_config"]["sparsity_config"]["format"] = "sparse-24-bitmask"
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run("memplan", d, "--memory", "80GB")
+    assert rc != 0 and "sparse-24-bitmask" in out + err, out + err
+
+
 def test_quantize_writes_a_directory_that_loads(tmp_path):
     out = tmp_path / "gptq"
     rc, o, err = run("quantize", HF, out, "--format", "gptq", "--bits", "4", "--group-size", "128")
