@@ -194,6 +194,7 @@ Status CudaExecutor::make_sparse_copies() {
     }
     PAGODA_RETURN_IF_ERROR(sparse->compress(dw.data(), dw.n, dw.k, *sw, stream_));
     sparse_bytes_ += sw->bytes();
+    sparse_read_bytes_ += static_cast<int64_t>(sw->packed.bytes());
     dw.sparse = std::move(sw);
     dw.storage.reset(0);  // the dense weight: nothing reads it now
     dw.segments.front().data = nullptr;

@@ -203,7 +203,7 @@ class CudaExecutor final : public ModelExecutor {
     for (const auto& w : linears_)
       if (w.sparse == nullptr)
         for (const auto& seg : w.segments) total += cuda::device_weight_bytes(seg.format, seg.n, w.k);
-    return total + sparse_bytes_;
+    return total + sparse_read_bytes_;  // a step reads one of a 2:4 weight's two layouts
   }
 
  private:
@@ -351,7 +351,8 @@ class CudaExecutor final : public ModelExecutor {
   // scratch: the padded last rows' inputs [kSparseRowAlign, max K] bf16 (sparse_x_) and bf16
   // outputs of sparse_y_bytes_ (sparse_y_).
   std::unique_ptr<cuda::SparseLt> sparse_;
-  int64_t sparse_bytes_ = 0;
+  int64_t sparse_bytes_ = 0;       // both layouts
+  int64_t sparse_read_bytes_ = 0;  // our layout's (cuSPARSELt's is about as large)
   DeviceBuffer sparse_scratch_;
   uint8_t* sparse_x_ = nullptr;
   uint8_t* sparse_y_ = nullptr;
