@@ -51,17 +51,6 @@ __device__ __forceinline__ void decode16(const uint4& v, float (&f)[16]) {
   }
 }
 
-// 16 bf16 inputs (two 16-byte loads) as f32.
-__device__ __forceinline__ void load_x16(const bf16* p, float (&f)[16]) {
-  const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-  const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
-}
-
 template <int M, GemmOut MODE, int ROWS>
 __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
   using Rows = GemvWarpRows<MODE, ROWS>;
@@ -98,7 +87,7 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xf[16];
-      load_x16(a.x + static_cast<int64_t>(m) * a.K + 16 * c, xf);
+      load_bf16x16(a.x + static_cast<int64_t>(m) * a.K + 16 * c, xf);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float s = 0.0f;
@@ -130,30 +119,12 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
   Rows::store(acc, n0, a.n_out, a.y, a.ldy);
 }
 
-template <int M, int ROWS>
-void launch_fp8_rows(const Fp8GemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
-  const dim3 block(kWarps * 32);
-  switch (mode) {
-    case GemmOut::kStoreF32: launch_pdl(gemv_fp8_kernel<M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kAddF32: launch_pdl(gemv_fp8_kernel<M, GemmOut::kAddF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kStoreAct: launch_pdl(gemv_fp8_kernel<M, GemmOut::kStoreAct, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kSwiGlu:
-      if constexpr (ROWS == 1) launch_pdl(gemv_fp8_kernel<M, GemmOut::kSwiGlu, 1>, grid, block, 0, s, a);
-      break;
-  }
-}
-
-template <int M>
-void launch_fp8_m(const Fp8GemvArgs& a, GemmOut mode, cudaStream_t s) {
-  if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_fp8_rows<M, 2>(a, mode, s);
-  }
-  launch_fp8_rows<M, 1>(a, mode, s);
-}
-
 void launch_fp8(const Fp8GemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
-  with_gemv_m(M, [&](auto m) { launch_fp8_m<decltype(m)::value>(a, mode, s); });
+  with_gemv_kernel(M, mode, a.n_out, a.K, [&](auto m, auto r, auto md) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, r), kWarps)));
+    launch_pdl(gemv_fp8_kernel<decltype(m)::value, decltype(md)::value, decltype(r)::value>, grid, dim3(kWarps * 32), 0,
+               s, a);
+  });
 }
 
 // ---- activations --------------------------------------------------------------------------

@@ -29,17 +29,6 @@ struct Gemv2of4Args {
   int64_t ldy;
 };
 
-// 16 bf16 inputs (two 16-byte loads) as f32.
-__device__ __forceinline__ void load_x16(const bf16* p, float (&f)[16]) {
-  const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-  const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
-}
-
 // x[base + i] for i in 0..3 without indexing registers dynamically.
 __device__ __forceinline__ float pick4(const float (&x)[16], int base, uint32_t i) {
   const float a = x[base], b = x[base + 1], c = x[base + 2], d = x[base + 3];
@@ -97,7 +86,7 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_2of4_kernel(Gemv2of4Args a) 
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xf[16];
-      load_x16(a.x + static_cast<int64_t>(m) * a.K + 16 * c, xf);
+      load_bf16x16(a.x + static_cast<int64_t>(m) * a.K + 16 * c, xf);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float s = 0.0f;
@@ -129,28 +118,6 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_2of4_kernel(Gemv2of4Args a) 
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
   if (lane != 0) return;
   Rows::store(acc, n0, a.n_out, a.y, a.ldy);
-}
-
-template <int M, int ROWS>
-void launch_rows(const Gemv2of4Args& a, GemmOut mode, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
-  const dim3 block(kWarps * 32);
-  switch (mode) {
-    case GemmOut::kStoreF32: launch_pdl(gemv_2of4_kernel<M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kAddF32: launch_pdl(gemv_2of4_kernel<M, GemmOut::kAddF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kStoreAct: launch_pdl(gemv_2of4_kernel<M, GemmOut::kStoreAct, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kSwiGlu:
-      if constexpr (ROWS == 1) launch_pdl(gemv_2of4_kernel<M, GemmOut::kSwiGlu, 1>, grid, block, 0, s, a);
-      break;
-  }
-}
-
-template <int M>
-void launch_m(const Gemv2of4Args& a, GemmOut mode, cudaStream_t s) {
-  if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_rows<M, 2>(a, mode, s);
-  }
-  launch_rows<M, 1>(a, mode, s);
 }
 
 // One thread a 16-input chunk: its 4 groups' nonzeros (at most 2 kept, in input order; fewer
@@ -219,7 +186,11 @@ void gemv_2of4(const void* x, const void* w, int64_t M, int64_t N, int64_t K, vo
   a.K = static_cast<int>(K);
   a.y = y;
   a.ldy = ldy;
-  with_gemv_m(M, [&](auto m) { launch_m<decltype(m)::value>(a, mode, s); });
+  with_gemv_kernel(M, mode, a.n_out, a.K, [&](auto m, auto r, auto md) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, r), kWarps)));
+    launch_pdl(gemv_2of4_kernel<decltype(m)::value, decltype(md)::value, decltype(r)::value>, grid, dim3(kWarps * 32), 0,
+               s, a);
+  });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -78,4 +78,40 @@ void with_gemv_m(int64_t M, F&& f) {
   }
 }
 
+// f(m, r, mode) with m = std::integral_constant<int, M'>, r = std::integral_constant<int, ROWS>,
+// mode = std::integral_constant<GemmOut, MODE>: the kernel instantiation a weight-format GEMV
+// launches for M rows (M' as with_gemv_m) in `mode` over n_out outputs of K inputs: two rows a warp
+// for 1 or 2 rows of a large weight (gemv_row_pairs; not SwiGLU), one otherwise. Two-row kernels
+// for batch 1 and 2 only: the instantiations cost compile time.
+template <class F>
+void with_gemv_kernel(int64_t M, GemmOut mode, int n_out, int K, F&& f) {
+  with_gemv_m(M, [&](auto m) {
+    auto with_rows = [&](auto r) {
+      switch (mode) {
+        case GemmOut::kStoreF32: f(m, r, std::integral_constant<GemmOut, GemmOut::kStoreF32>{}); break;
+        case GemmOut::kAddF32: f(m, r, std::integral_constant<GemmOut, GemmOut::kAddF32>{}); break;
+        case GemmOut::kStoreAct: f(m, r, std::integral_constant<GemmOut, GemmOut::kStoreAct>{}); break;
+        case GemmOut::kSwiGlu:
+          if constexpr (decltype(r)::value == 1) f(m, r, std::integral_constant<GemmOut, GemmOut::kSwiGlu>{});
+          break;
+      }
+    };
+    if constexpr (decltype(m)::value <= 2) {
+      if (mode != GemmOut::kSwiGlu && gemv_row_pairs(n_out, K)) return with_rows(std::integral_constant<int, 2>{});
+    }
+    with_rows(std::integral_constant<int, 1>{});
+  });
+}
+
+// 16 bf16 values (two 16-byte loads through the read-only path) as f32.
+__device__ __forceinline__ void load_bf16x16(const bf16* p, float (&f)[16]) {
+  const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+  const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
 }  // namespace pagoda::cuda

@@ -124,33 +124,13 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   Rows::store(acc, n0, a.n_out, a.y, a.ldy);
 }
 
-template <class D, int M, int ROWS>
-void launch_gemv_rows(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, ROWS), kWarps)));
-  const dim3 block(kWarps * 32);
-  switch (mode) {
-    case GemmOut::kStoreF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kAddF32: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kAddF32, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kStoreAct: launch_pdl(gemv_quant_kernel<D, M, GemmOut::kStoreAct, ROWS>, grid, block, 0, s, a); break;
-    case GemmOut::kSwiGlu:
-      if constexpr (ROWS == 1) launch_pdl(gemv_quant_kernel<D, M, GemmOut::kSwiGlu, 1>, grid, block, 0, s, a);
-      break;
-  }
-}
-
-template <class D, int M>
-void launch_gemv_m(const QGemvArgs& a, GemmOut mode, cudaStream_t s) {
-  // Two-row kernels for batch 1 and 2 only (the decode steps that read weights for few rows):
-  // the instantiations cost compile time.
-  if constexpr (M <= 2) {
-    if (mode != GemmOut::kSwiGlu && gemv_row_pairs(a.n_out, a.K)) return launch_gemv_rows<D, M, 2>(a, mode, s);
-  }
-  launch_gemv_rows<D, M, 1>(a, mode, s);
-}
-
 template <class D>
 void launch_gemv(const QGemvArgs& a, int64_t M, GemmOut mode, cudaStream_t s) {
-  with_gemv_m(M, [&](auto m) { launch_gemv_m<D, decltype(m)::value>(a, mode, s); });
+  with_gemv_kernel(M, mode, a.n_out, a.K, [&](auto m, auto r, auto md) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(gemv_warps(a.n_out, mode, r), kWarps)));
+    launch_pdl(gemv_quant_kernel<D, decltype(m)::value, decltype(md)::value, decltype(r)::value>, grid,
+               dim3(kWarps * 32), 0, s, a);
+  });
 }
 
 // ---- tensor-core matmul over bf16 activations ---------------------------------------------
