@@ -57,14 +57,8 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_fp8_kernel(Fp8GemvArgs a) {
   constexpr int R = Rows::R;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int n0 = Rows::first_output(warp);
-  if (n0 >= a.n_out) {
-    pdl_wait();
-    return;
-  }
-  int row_of[R];
-  Rows::weight_rows(n0, a.n_out, row_of);
+  int n0, row_of[R];
+  if (!Rows::warp_rows(kWarps, a.n_out, n0, row_of)) return;
   const int chunks = a.K / 16;
   const uint4* rows[R];
 #pragma unroll

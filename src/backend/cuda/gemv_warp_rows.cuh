@@ -21,6 +21,18 @@ struct GemvWarpRows {
   // The first output of warp `warp` (>= n_out: the warp has none).
   __device__ __forceinline__ static int first_output(int warp) { return kSwiGlu ? warp : R * warp; }
 
+  // This thread's warp's first output n0 and weight rows (blocks of warps_per_block warps); false,
+  // after pdl_wait(), when the warp has no output.
+  __device__ __forceinline__ static bool warp_rows(int warps_per_block, int n_out, int& n0, int (&row_of)[R]) {
+    n0 = first_output(static_cast<int>(blockIdx.x) * warps_per_block + static_cast<int>(threadIdx.x >> 5));
+    if (n0 >= n_out) {
+      pdl_wait();
+      return false;
+    }
+    weight_rows(n0, n_out, row_of);
+    return true;
+  }
+
   // Weight row r of the warp whose first output is n0; past the end of an n_out that is not a
   // multiple of R, its first row again (read, not stored).
   __device__ __forceinline__ static void weight_rows(int n0, int n_out, int (&row_of)[R]) {

@@ -75,14 +75,8 @@ __global__ __launch_bounds__(kWarps * 32) void gemv_quant_kernel(QGemvArgs a) {
   constexpr int R = Rows::R;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int n0 = Rows::first_output(warp);
-  if (n0 >= a.n_out) {
-    pdl_wait();
-    return;
-  }
-  int row_of[R];
-  Rows::weight_rows(n0, a.n_out, row_of);
+  int n0, row_of[R];
+  if (!Rows::warp_rows(kWarps, a.n_out, n0, row_of)) return;
   const int units = a.K / 32;
   const uint8_t* rows[R];
 #pragma unroll
