@@ -778,6 +778,8 @@ for s in "$@"; do
     fp8) stage_fp8 ;;
     fp8rows) stage_fp8rows ;;
     sparse) stage_sparse ;;
+    sparsecheck) TAILN=14 step sparsecheck 200 $TESTS --gtest_filter='CudaSparse.*:CudaFp8.*:CudaQuant.*'
+                 PAGODA_KBENCH_ONLY=sparse TAILN=60 step sparsekbench 120 $KBENCH ;;
     moe) stage_moe ;;
     moetests) stage_moetests ;;
     mixtral) stage_dummy_bench mixtral mixtral-8x7b ;;

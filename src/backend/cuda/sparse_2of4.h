@@ -56,7 +56,9 @@ class SparseLt {
   // Whether a cuSPARSELt matmul takes a weight of this shape (n, k multiples of 16 here).
   static bool shape_supported(int64_t n, int64_t k) { return n % 16 == 0 && k % 16 == 0 && n > 0 && k > 0; }
 
-  // Whether the row-major bf16 [n, k] weight at w (device) is 2:4 sparse along k. Synchronizes s.
+  // Whether the row-major bf16 [n, k] weight at w (device) is 2:4 sparse along k, by cuSPARSELt's
+  // own check in the transposed layout compress() uses (the executor checks with pack_2of4; the
+  // GPU tests hold the two to each other). Synchronizes s.
   Result<bool> holds_2of4(const void* w, int64_t n, int64_t k, cudaStream_t s);
   // cuSPARSELt's compressed copy of a 2:4 weight (holds_2of4 true) into out.compressed (n, k
   // set). Synchronizes s.
