@@ -57,50 +57,6 @@ void CudaExecutor::dense_linear(const void* x, const void* w, int64_t N, int64_t
   }
 }
 
-void CudaExecutor::sparse_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
-  const cuda::Sparse2of4Weight& sw = *w.sparse;
-  const int64_t N = w.n, K = w.k, align = cuda::kSparseRowAlign;
-  if (sparse_gemv(M, w)) {
-    cuda::gemv_2of4(x, sw.packed.get(), M, N, K, y, mode == GemmOut::kSwiGlu ? N / 2 : N, mode, stream_);
-    return;
-  }
-  PAGODA_CHECK(mode != GemmOut::kSwiGlu, "the 2:4 sparse GEMM of {} rows has no fused SwiGLU", M);
-  const bool f32_out = mode == GemmOut::kStoreF32 || mode == GemmOut::kAddF32;
-  const int64_t out_elem = f32_out ? 4 : 2;
-  auto run = [&](const void* xs, int64_t rows, void* out) {
-    const Status st = sparse_->matmul(xs, sw, rows, out, stream_);
-    PAGODA_CHECK(st.ok(), "2:4 sparse matmul of {} rows, N {} K {}: {}", rows, N, K, st.message());
-  };
-  // sparse_y_'s bf16 rows [0, m) into y's rows [m0, m0 + m) in the mode's dtype.
-  auto finish = [&](int64_t m0, int64_t m) {
-    uint8_t* dst = static_cast<uint8_t*>(y) + m0 * N * out_elem;
-    if (mode == GemmOut::kAddF32)
-      cuda::accumulate_bf16(sparse_y_, reinterpret_cast<float*>(dst), m * N, stream_);
-    else if (f32_out)
-      cuda::convert(sparse_y_, DType::kBF16, dst, DType::kF32, m * N, stream_);
-    else
-      CUDA_CHECK(cudaMemcpyAsync(dst, sparse_y_, static_cast<size_t>(m * N * 2), cudaMemcpyDeviceToDevice, stream_));
-  };
-  const int64_t aligned = M / align * align;
-  if (!f32_out && aligned > 0) {
-    run(x, aligned, y);  // bf16 rows straight into y
-  } else {
-    const int64_t chunk = std::max<int64_t>(align, sparse_y_bytes_ / (N * 2) / align * align);
-    for (int64_t m0 = 0; m0 < aligned; m0 += chunk) {
-      const int64_t m = std::min(chunk, aligned - m0);
-      run(static_cast<const uint8_t*>(x) + m0 * K * 2, m, sparse_y_);
-      finish(m0, m);
-    }
-  }
-  if (aligned < M) {  // the last M % 16 rows, padded to 16 (the pad rows' outputs are dropped)
-    const int64_t m = M - aligned;
-    CUDA_CHECK(cudaMemcpyAsync(sparse_x_, static_cast<const uint8_t*>(x) + aligned * K * 2, static_cast<size_t>(m * K * 2),
-                               cudaMemcpyDeviceToDevice, stream_));
-    run(sparse_x_, align, sparse_y_);
-    finish(aligned, m);
-  }
-}
-
 void CudaExecutor::fp8_linear(const void* x, const cuda::DeviceWeight& w, int64_t M, void* y, GemmOut mode) {
   PAGODA_CHECK(act_ == DType::kBF16 && w.uniform(), "an FP8 weight is one segment over bf16 activations");
   const cuda::DeviceWeightSegment& seg = w.segments.front();

@@ -156,23 +156,21 @@ SparseLt::~SparseLt() {
 
 std::string SparseLt::version() const { return fmt::format("{}.{}.{}", version_[0], version_[1], version_[2]); }
 
-namespace {
-
-// The structured descriptor of an [n, k] row-major weight: K x N column-major, used transposed.
-Status structured_descriptor(const SparseLt::Api* api, const void* handle, int64_t n, int64_t k, void* mat) {
-  PAGODA_SPARSE_CALL(api, api->structured_init(handle, mat, k, n, k, kAlignment, CUDA_R_16BF, kOrderCol, kSparsity50),
+// The structured descriptor of an [n, k] row-major weight (K x N column-major, used transposed)
+// into p.a, which then owns it.
+Status SparseLt::weight_descriptor(int64_t n, int64_t k, Plan& p) const {
+  p.api = api_;
+  PAGODA_SPARSE_CALL(api_, api_->structured_init(handle_.get(), &p.a, k, n, k, kAlignment, CUDA_R_16BF, kOrderCol,
+                                                 kSparsity50),
                      "structured descriptor");
+  p.has_a = true;
   return {};
 }
-
-}  // namespace
 
 Result<bool> SparseLt::holds_2of4(const void* w, int64_t n, int64_t k, cudaStream_t s) {
   if (!shape_supported(n, k)) return false;
   Plan p;
-  p.api = api_;
-  PAGODA_RETURN_IF_ERROR(structured_descriptor(api_, handle_.get(), n, k, &p.a));
-  p.has_a = true;
+  PAGODA_RETURN_IF_ERROR(weight_descriptor(n, k, p));
   DeviceBuffer flag(sizeof(int));
   CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), s));
   PAGODA_SPARSE_CALL(api_, api_->prune_check2(handle_.get(), &p.a, 1, kOpTranspose, w, flag.as<int>(), s), "prune check");
@@ -184,9 +182,7 @@ Result<bool> SparseLt::holds_2of4(const void* w, int64_t n, int64_t k, cudaStrea
 
 Result<int64_t> SparseLt::compressed_bytes(int64_t n, int64_t k) {
   Plan p;
-  p.api = api_;
-  PAGODA_RETURN_IF_ERROR(structured_descriptor(api_, handle_.get(), n, k, &p.a));
-  p.has_a = true;
+  PAGODA_RETURN_IF_ERROR(weight_descriptor(n, k, p));
   size_t size = 0, buffer = 0;
   PAGODA_SPARSE_CALL(api_, api_->compressed_size2(handle_.get(), &p.a, &size, &buffer), "compressed size");
   return static_cast<int64_t>(size);
@@ -201,9 +197,7 @@ bool SparseLt::available(std::string* why) {
 Status SparseLt::compress(const void* w, int64_t n, int64_t k, Sparse2of4Weight& out, cudaStream_t s) {
   if (!shape_supported(n, k)) return invalid_argument("a 2:4 weight needs N and K multiples of 16, got [{}, {}]", n, k);
   Plan p;
-  p.api = api_;
-  PAGODA_RETURN_IF_ERROR(structured_descriptor(api_, handle_.get(), n, k, &p.a));
-  p.has_a = true;
+  PAGODA_RETURN_IF_ERROR(weight_descriptor(n, k, p));
   size_t size = 0, buffer_bytes = 0;
   PAGODA_SPARSE_CALL(api_, api_->compressed_size2(handle_.get(), &p.a, &size, &buffer_bytes), "compressed size");
   out.n = n;
@@ -220,10 +214,8 @@ Result<SparseLt::Plan*> SparseLt::plan_for(int64_t n, int64_t k, int64_t M) {
   auto key = std::make_tuple(n, k, M);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
-  p->api = api_;
+  PAGODA_RETURN_IF_ERROR(weight_descriptor(n, k, *p));
   const void* h = handle_.get();
-  PAGODA_RETURN_IF_ERROR(structured_descriptor(api_, h, n, k, &p->a));
-  p->has_a = true;
   PAGODA_SPARSE_CALL(api_, api_->dense_init(h, &p->b, k, M, k, kAlignment, CUDA_R_16BF, kOrderCol), "activation descriptor");
   p->has_b = true;
   PAGODA_SPARSE_CALL(api_, api_->dense_init(h, &p->d, n, M, n, kAlignment, CUDA_R_16BF, kOrderCol), "output descriptor");

@@ -79,6 +79,7 @@ class SparseLt {
  private:
   SparseLt() = default;
   Result<Plan*> plan_for(int64_t n, int64_t k, int64_t M);
+  Status weight_descriptor(int64_t n, int64_t k, Plan& p) const;
 
   const Api* api_ = nullptr;
   struct alignas(16) Handle {
