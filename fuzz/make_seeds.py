@@ -177,36 +177,25 @@ def safetensors_seeds():
     }
 
 
-def step_plan_seeds():
-    """Step plans in core/step_plan_codec.h's format (version 1): an empty one and one of every list."""
+def rank_command_seeds():
+    """Rank commands in runtime/rank_command.h's format (version 1): a forward of two sequences, block copies,
+    a graph switch and the shutdown."""
     def u32(n):
         return struct.pack("<I", n)
-
-    def text(t):
-        return u32(len(t)) + t.encode()
 
     def ints(v):
         return u32(len(v)) + b"".join(struct.pack("<i", x) for x in v)
 
-    def plan(total, new=(), cached=(), scheduled=(), preempted=(), finished=(), swap_out=(), swap_in=()):
-        b = struct.pack("<IHHi", 0x50534750, 1, 0, total)
-        b += u32(len(new)) + b"".join(new)
-        b += u32(len(cached)) + b"".join(cached)
-        b += u32(len(scheduled)) + b"".join(scheduled)
-        for names in (preempted, finished):
-            b += u32(len(names)) + b"".join(text(n) for n in names)
-        for copies in (swap_out, swap_in):
-            b += u32(len(copies)) + b"".join(struct.pack("<ii", a, c) for a, c in copies)
-        return b
+    def head(op):
+        return struct.pack("<IHB", 0x43524750, 1, op)
 
-    sampling = struct.pack("<fifffffBQii", 0.7, 40, 0.95, 0.05, 1.1, 0.0, 0.0, 1, 42, 5, -1)
-    sampling += u32(1) + struct.pack("<if", 7, -100.0) + b"\x01"
-    new = text("req-a") + ints([1, 15043, 3186]) + struct.pack("<i", 3) + sampling + struct.pack("<Q", 99)
-    new += ints([3, 4]) + struct.pack("<ii", 0, 2) + ints([2])
-    cached = text("req-c") + ints([11]) + struct.pack("<i", 77) + b"\x01"
-    scheduled = [text("req-a") + struct.pack("<i", 3) + ints([]), text("req-c") + struct.pack("<i", 3) + ints([900, 901])]
-    return {"empty.bin": plan(0),
-            "full.bin": plan(6, [new], [cached], scheduled, ["req-x"], ["req-y", "req-z"], [(5, 1)], [(3, 12)])}
+    tokens, positions, slots = [1, 15043, 3186, 29871], [0, 1, 2, 7], [16, 17, 18, 39]
+    forward = head(1) + ints(tokens) + ints(positions) + u32(len(slots)) + b"".join(struct.pack("<q", s) for s in slots)
+    forward += u32(2) + struct.pack("<iii", 0, 3, 3) + ints([1]) + struct.pack("<iii", 3, 1, 8) + ints([2])
+    forward += ints([2, 3])
+    copies = u32(2) + struct.pack("<iiii", 5, 1, 6, 2)
+    return {"forward.bin": forward, "swap_out.bin": head(2) + copies, "swap_in.bin": head(3) + copies,
+            "graphs.bin": head(4) + b"\x01", "shutdown.bin": head(5)}
 
 
 def main():
@@ -216,7 +205,7 @@ def main():
     args = ap.parse_args()
     # hf_config_fuzz and http_request_fuzz seeds are committed text files (fuzz/seeds/<target>/).
     for target, seeds in (("gguf_fuzz", gguf_seeds(args.shared)), ("safetensors_fuzz", safetensors_seeds()),
-                          ("step_plan_fuzz", step_plan_seeds())):
+                          ("rank_command_fuzz", rank_command_seeds())):
         d = os.path.join(args.out, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():

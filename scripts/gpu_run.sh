@@ -48,7 +48,9 @@ if [ ! -d $PG/models/tiny ]; then
 fi
 # cuSPARSELt (2:4 sparse GEMMs, backend/cuda/sparse_2of4.h): the GPU image's pip package (PyTorch's).
 cusparselt_dir=$(python3 -c 'import glob, os, site; d = [os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib/libcusparseLt.so.0") + glob.glob(s + "/nvidia/cusparselt/lib/libcusparseLt.so.0")]; print(d[0] if d else "")' 2>/dev/null)
-export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64${cusparselt_dir:+:$cusparselt_dir}:${LD_LIBRARY_PATH:-}
+# NCCL (tensor parallelism, runtime/cuda_comm.h): the toolkit's, else PyTorch's pip package.
+nccl_dir=$(python3 -c 'import glob, os, site; d = [os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/nccl/lib/libnccl.so.2")]; print(d[0] if d else "")' 2>/dev/null)
+export LD_LIBRARY_PATH=$PG/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${cusparselt_dir:+:$cusparselt_dir}${nccl_dir:+:$nccl_dir}:${LD_LIBRARY_PATH:-}
 export PAGODA_MODELS_DIR=$PG/models PAGODA_SHARED_DIR=$PG/shared PAGODA_TESTDATA_DIR=$PWD/testdata
 export PAGODA_BINARY=$PG/bin/pagoda PAGODA_GPU_REF_DIR=/tmp/gpuref PYTHONUNBUFFERED=1
 PAGODA=$PG/bin/pagoda
@@ -778,6 +780,7 @@ for s in "$@"; do
     fp8) stage_fp8 ;;
     fp8rows) stage_fp8rows ;;
     sparse) stage_sparse ;;
+    tptests) TAILN=14 step tptests 150 $TESTS --gtest_filter='CudaTensorParallel.*' ;;
     sparsecheck) TAILN=14 step sparsecheck 200 $TESTS --gtest_filter='CudaSparse.*:CudaFp8.*:CudaQuant.*'
                  PAGODA_KBENCH_ONLY=sparse TAILN=60 step sparsekbench 120 $KBENCH ;;
     moe) stage_moe ;;

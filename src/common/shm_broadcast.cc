@@ -13,6 +13,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/spin_wait.h"
+
 namespace pagoda {
 namespace {
 
@@ -29,21 +31,6 @@ struct SlotHeader {
 };
 
 constexpr size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
-// Waits until `ready()` holds: spins, then sleeps 1 us growing to 1 ms; false after `timeout`.
-template <class Ready>
-bool wait_for(Ready ready, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < 2000; ++i)
-    if (ready()) return true;
-  auto nap = std::chrono::microseconds(1);
-  while (!ready()) {
-    if (std::chrono::steady_clock::now() >= deadline) return ready();
-    std::this_thread::sleep_for(nap);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -172,7 +159,7 @@ Status ShmBroadcast::send(std::span<const uint8_t> message) {
       const uint64_t need = seq - h->slots;
       for (uint64_t r = 0; r < h->readers; ++r) {
         auto& acked = h->acked()[r];
-        if (!wait_for([&] { return acked.load(std::memory_order_acquire) >= need; }, timeout_))
+        if (!spin_wait([&] { return acked.load(std::memory_order_acquire) >= need; }, timeout_))
           return io_error("shared memory '{}': reader {} did not take message chunk {} within {} ms (dead or stalled)",
                           name_, r, need, timeout_.count());
       }
@@ -189,6 +176,12 @@ Status ShmBroadcast::send(std::span<const uint8_t> message) {
   return {};
 }
 
+bool ShmBroadcast::message_ready() const {
+  if (base_ == nullptr || reader_ < 0) return false;
+  auto* h = static_cast<Header*>(base_);
+  return h->slot(next_seq_)->seq.load(std::memory_order_acquire) == next_seq_;
+}
+
 Result<std::vector<uint8_t>> ShmBroadcast::receive() {
   if (base_ == nullptr || reader_ < 0) return invalid_argument("shared memory '{}': the creator does not receive", name_);
   auto* h = static_cast<Header*>(base_);
@@ -196,7 +189,7 @@ Result<std::vector<uint8_t>> ShmBroadcast::receive() {
   for (;;) {
     const uint64_t seq = next_seq_;
     SlotHeader* slot = h->slot(seq);
-    if (!wait_for([&] { return slot->seq.load(std::memory_order_acquire) == seq; }, timeout_))
+    if (!spin_wait([&] { return slot->seq.load(std::memory_order_acquire) == seq; }, timeout_))
       return io_error("shared memory '{}': reader {} got no message chunk {} within {} ms (the sender is dead or stalled)",
                       name_, reader_, seq, timeout_.count());
     const uint64_t n = slot->length, last = slot->last;

@@ -53,6 +53,10 @@ class ShmBroadcast {
   Status send(std::span<const uint8_t> message);
   // Reader only: the next message, in the order sent.
   Result<std::vector<uint8_t>> receive();
+  // Reader only: whether the next message has begun to arrive (receive() then does not wait for
+  // its first chunk). A reader that must wait longer than the timeout polls this between its own
+  // checks (is the writer alive?).
+  bool message_ready() const;
 
   const std::string& name() const { return name_; }
 

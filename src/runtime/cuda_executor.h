@@ -30,9 +30,27 @@
 #include "common/status.h"
 #include "common/tuning_config.h"
 #include "model/model_config.h"
+#include "runtime/device_comm.h"
 #include "runtime/model_executor.h"
 
 namespace pagoda {
+
+// Tensor parallelism (docs/decisions.md D78): the executor runs one rank's model
+// (model/tensor_parallel_source.h: its heads, its MLP slice, its vocabulary rows) and meets the
+// other ranks in `comm` where the sharded forward needs them: after the embedding lookup of its
+// vocabulary rows (zeros elsewhere), after the row-parallel o and down projections (rank 0 adds
+// its product into the residual stream, the others store theirs; the all-reduce of the residual
+// completes it on every rank), and at the output head (every rank's logits gathered into
+// [rows, vocab_size] on every rank, so sampling is the one-GPU code on each). comm null: the
+// whole model, no collectives; a communicator of one rank runs the same path as several (its
+// collectives copy).
+struct CudaTensorParallel {
+  DeviceComm* comm = nullptr;        // owned by the caller; outlives the executor
+  int64_t vocab_begin = 0;           // this rank's vocabulary rows start here
+  int64_t vocab_rows_per_rank = 0;   // TensorParallelPlan::vocab_rows_per_rank (padded)
+  int64_t vocab_size = 0;            // the whole model's
+  bool active() const { return comm != nullptr; }
+};
 
 struct CudaExecutorOptions {
   int device = 0;
@@ -53,6 +71,7 @@ struct CudaExecutorOptions {
   // blocks, no hidden-state capture). The default: the whole model.
   LayerRange layers;
   TuningConfig tuning;               // kernel choices, profiler and block trace (validated at start)
+  CudaTensorParallel tensor_parallel;
 };
 
 // The memory planner's terms for a CUDA executor with these options (bytes on the device).

@@ -2,8 +2,8 @@
 // message in order and intact, whatever its size against the slots (empty, one slot, many
 // slots: the ring is reused many times over); a reader that opens late still gets what was sent;
 // a dead peer is an i/o error after the timeout, never a hang; bad names, reader indices and
-// foreign shared memory are refused; a tensor-parallel step plan (core/step_plan_codec.h) crosses
-// it intact.
+// foreign shared memory are refused; a tensor-parallel rank command (runtime/rank_command.h)
+// crosses it intact.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/shm_broadcast.h"
-#include "core/step_plan_codec.h"
+#include "runtime/rank_command.h"
 
 namespace pagoda {
 namespace {
@@ -142,30 +142,26 @@ TEST(ShmBroadcast, BadNamesReadersAndForeignMemoryAreRefused) {
   EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
 }
 
-TEST(ShmBroadcast, AStepPlanCrossesIntact) {
+TEST(ShmBroadcast, ARankCommandCrossesIntact) {
   const std::string name = unique_name("plan");
   ShmBroadcast::Options o;
-  o.slot_bytes = 128;  // the plan spans several slots
+  o.slot_bytes = 128;  // the command spans several slots
   auto writer = ShmBroadcast::create(name, o);
   ASSERT_TRUE(writer.ok());
-  SchedulerOutput p;
-  NewRequestData n;
-  n.id = "req-0";
-  for (int t = 0; t < 200; ++t) n.tokens.push_back(t * 13);
-  n.num_prompt_tokens = 200;
-  n.block_ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-  p.new_requests = {n};
-  p.num_scheduled_tokens = {{"req-0", 200, {}}};
-  p.total_num_scheduled_tokens = 200;
-  const std::vector<uint8_t> bytes = encode_step_plan(p);
+  RankCommand c;
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 200; ++t) prompt.push_back(t * 13);
+  const std::vector<int32_t> table = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  c.batch.add_sequence(prompt, 200, table, 16);
+  const std::vector<uint8_t> bytes = encode_rank_command(c);
   const pid_t kid = fork_child([&] {
     auto reader = ShmBroadcast::open(name, 0);
     if (!reader.ok()) return 2;
     auto m = reader->receive();
     if (!m.ok()) return 3;
-    auto d = decode_step_plan(*m);
+    auto d = decode_rank_command(*m);
     if (!d.ok()) return 4;
-    return d->plan.new_requests.at(0).tokens == n.tokens && d->plan.new_requests[0].block_ids == n.block_ids ? 0 : 5;
+    return d->batch.token_ids == prompt && d->batch.seqs.at(0).block_table == table && d->batch.slots == c.batch.slots ? 0 : 5;
   });
   ASSERT_TRUE(writer->send(bytes).ok());
   EXPECT_EQ(exit_code(kid), 0);

@@ -423,6 +423,10 @@ std::unique_ptr<DraftHeadRunner> CudaExecutor::make_draft_head_runner(const Draf
     why = "the CUDA part of a layer split does not hold the output head";
     return nullptr;
   }
+  if (tp_ != nullptr) {
+    why = "under tensor parallelism each rank holds a slice of the embedding and the output head";
+    return nullptr;
+  }
   CUDA_CHECK(cudaSetDevice(opt_.device));
   auto r = std::make_unique<DraftRunner>(*this, head, num_blocks, block_size);
   if (!r->init(why)) return nullptr;

@@ -51,6 +51,18 @@ Status CudaExecutor::init() {
     if (spec_.num_host_blocks > 0)
       return unimplemented("a layer split (--n-gpu-layers) has no host KV blocks (swap preemption, the KV host and disk tiers)");
   }
+  if (tp_ != nullptr) {
+    const CudaTensorParallel& tp = opt_.tensor_parallel;
+    const int r = tp_->rank();
+    if (partial()) return invalid_argument("tensor parallelism with a layer split (--n-gpu-layers)");
+    if (tp.vocab_rows_per_rank <= 0 || tp.vocab_begin != r * tp.vocab_rows_per_rank || tp_vocab_rows() <= 0 ||
+        tp_vocab_rows() != tp_rank_vocab_rows(r))
+      return invalid_argument("tensor-parallel rank {} of {}: its model's {} vocabulary rows from {} do not match the plan "
+                              "({} rows a rank of {})", r, tp_->size(), tp_vocab_rows(), tp.vocab_begin,
+                              tp.vocab_rows_per_rank, tp.vocab_size);
+    // A communicator that synchronises with the host (the staged one) cannot be captured.
+    if (!tp_->capturable()) opt_.cuda_graphs = false;
+  }
   use_prefill_kernel_ = !opt_.batch_invariant && act_ == DType::kBF16 &&
                         cuda::prefill_attention_supported(d_.Dh, spec_.dtype);
   init_phase.stop();
@@ -320,6 +332,11 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   CUDA_CHECK(cudaMemsetAsync(att_counters_.get(), 0, att_counters_.bytes(), stream_));
   last_.reset(static_cast<size_t>(logits_rows * d_.D * e));
   logits_.reset(static_cast<size_t>(logits_rows * d_.V * 4));
+  if (tp_ != nullptr) {
+    const int64_t per = opt_.tensor_parallel.vocab_rows_per_rank;
+    tp_part_.reset(static_cast<size_t>(logits_rows * per * 4));
+    tp_gather_.reset(static_cast<size_t>(tp_->size() * logits_rows * per * 4));
+  }
   const int64_t srows = caps_.seqs;
   sample_work_.reset(static_cast<size_t>(srows * d_.V * 4));
   sample_mask_.reset(static_cast<size_t>(srows * d_.V));
@@ -349,7 +366,8 @@ void CudaExecutor::allocate_workspace(int64_t tokens, int64_t logits_rows) {
   workspace_bytes_ = cuda::workspace_bytes_for(d_, act_, tokens, rows) +
                      cuda::moe_workspace_bytes_for(d_, act_, tokens, model_.config().shared_expert_intermediate_size > 0) +
                      qs.bytes(act_) + qs.fp8_bytes(tokens) + gather_bytes +
-                     cuda::logits_bytes_for(d_, act_, logits_rows, srows);
+                     cuda::logits_bytes_for(d_, act_, logits_rows, srows) +
+                     static_cast<int64_t>(tp_part_.bytes() + tp_gather_.bytes());
 }
 
 cuda::KvCacheLayer CudaExecutor::kv_layer(int64_t l) const {
@@ -513,7 +531,7 @@ std::string CudaExecutor::graph_report() const {
 }
 
 bool CudaExecutor::output_logits(const float* x, int64_t m, float* logits) {
-  if (partial()) return false;
+  if (partial() || tp_ != nullptr) return false;  // under tensor parallelism the head is split
   if (m <= 0) return true;
   CUDA_CHECK(cudaSetDevice(opt_.device));
   const int64_t D = d_.D, V = d_.V;

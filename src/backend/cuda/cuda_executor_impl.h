@@ -119,7 +119,12 @@ struct StepShape {
 class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(const Model& model, const KvCacheSpec& spec, const CudaExecutorOptions& opt, DType act)
-      : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {}
+      : model_(model), d_(model), spec_(spec), opt_(opt), act_(act), caps_(opt) {
+    if (opt.tensor_parallel.active()) {  // the rank's model has its vocabulary rows; logits are the whole model's
+      tp_ = opt.tensor_parallel.comm;
+      d_.V = opt.tensor_parallel.vocab_size;
+    }
+  }
 
   ~CudaExecutor() override {
     cudaSetDevice(opt_.device);
@@ -290,6 +295,22 @@ class CudaExecutor final : public ModelExecutor {
            M <= opt_.tuning.quant_mma_max_rows;
   }
   const cuda::DeviceWeight& weight(LinearId id) const { return linears_.at(static_cast<size_t>(id.index)); }
+  // Tensor parallelism (CudaTensorParallel): whether this rank's row-parallel products are partial
+  // sums that must not be added into the residual (every rank but 0), and the all-reduce of `n`
+  // f32 on the stream (nothing on one GPU).
+  bool tp_partial() const { return tp_ != nullptr && tp_->rank() > 0; }
+  void tp_all_reduce(float* data, int64_t n, const char* label) {
+    if (tp_ == nullptr) return;
+    tp_->all_reduce_sum(data, n, stream_);
+    profiler_.mark(label, stream_);
+  }
+  // This rank's vocabulary rows (the model's embedding and output-head rows).
+  int64_t tp_vocab_rows() const { return model_.config().vocab_size; }
+  // Rank r's real vocabulary rows: [r * per_rank, ...) clipped to the vocabulary.
+  int64_t tp_rank_vocab_rows(int r) const {
+    const int64_t per = opt_.tensor_parallel.vocab_rows_per_rank, V = opt_.tensor_parallel.vocab_size;
+    return std::clamp<int64_t>(V - r * per, 0, per);
+  }
   const float* vec(VectorId id) const {
     return id.defined() ? vectors_.at(static_cast<size_t>(id.index)).as<float>() : nullptr;
   }
@@ -335,7 +356,10 @@ class CudaExecutor final : public ModelExecutor {
   void move_host_block(BlockId block, uint8_t* out, const uint8_t* in);
 
   const Model& model_;
-  Dims d_;
+  Dims d_;  // V: the whole vocabulary (under tensor parallelism more than the rank's output rows)
+  DeviceComm* tp_ = nullptr;  // tensor parallelism of more than one rank; null: the whole model here
+  // The rank's logits [logits rows, vocab_rows_per_rank] f32 and every rank's [size, rows, per rank].
+  DeviceBuffer tp_part_, tp_gather_;
   KvCacheSpec spec_;
   CudaExecutorOptions opt_;
   DType act_;

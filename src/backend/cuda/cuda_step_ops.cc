@@ -185,9 +185,18 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
   void embed() override {
+    if (ex_.tp_ == nullptr) {
+      cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
+                      ex_.stream_);
+      ex_.profiler_.mark("embedding", ex_.stream_);
+      return;
+    }
+    // The rank's vocabulary rows (zeros for other tokens); the all-reduce brings each token's row
+    // from the rank that holds it.
     cuda::embedding(ex_.embed_.get(), ex_.act_, in_.d<int32_t>(in_.o_ids), T_, ex_.d_.D, ex_.residual_.as<float>(),
-                    ex_.stream_);
+                    ex_.stream_, ex_.opt_.tensor_parallel.vocab_begin, ex_.tp_vocab_rows());
     ex_.profiler_.mark("embedding", ex_.stream_);
+    reduce_residual();
   }
 
   void norm_qkv(const NormArgs& norm, LinearId wid) override {
@@ -268,8 +277,9 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
   void linear_residual(LinearId wid) override {
-    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), GemmOut::kAddF32);
+    ex_.linear(ex_.attn_.get(), ex_.weight(wid), T_, ex_.residual_.get(), add_mode());
     ex_.profiler_.mark("o", ex_.stream_);
+    reduce_residual();
   }
 
   void gated_mlp(const NormArgs& norm, LinearId gate_up, LinearId down) override {
@@ -300,8 +310,9 @@ class CudaExecutor::StepOps final : public LayerOps {
       if (dw.fp8() && !e.quant_gemv(T_, dw) && dw.k == F &&
           cuda::swiglu_fp8(e.gu_.get(), T_, F, e.fp8_xq_, e.fp8_xs_, e.stream_)) {  // SwiGLU writes down's FP8 input
         e.profiler_.mark("swiglu+fp8 quantize", e.stream_);
-        e.fp8_gemm(dw, T_, e.residual_.get(), GemmOut::kAddF32);
+        e.fp8_gemm(dw, T_, e.residual_.get(), add_mode());
         e.profiler_.mark("down", e.stream_);
+        reduce_residual();
         return;
       }
       cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
@@ -315,8 +326,9 @@ class CudaExecutor::StepOps final : public LayerOps {
       cuda::swiglu(e.gu_.get(), T_, F, e.act_buf_.get(), e.act_, e.stream_);
       e.profiler_.mark("swiglu", e.stream_);
     }
-    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), GemmOut::kAddF32);
+    e.linear(e.act_buf_.get(), e.weight(down), T_, e.residual_.get(), add_mode());
     e.profiler_.mark("down", e.stream_);
+    reduce_residual();
   }
 
   // The unfused routing: rms_norm -> hidden, the router matmul -> logits, then the routing and
@@ -453,9 +465,11 @@ class CudaExecutor::StepOps final : public LayerOps {
     down.mode = GemmOut::kStoreF32;
     if (quant_down) down.w_row_bytes = cuda::device_row_bytes(set.down_format, F);
     if (gemv && T_ == 1 && !a.shared_gate_up.defined()) {  // one token: the combine inside the down GEMV
+      zero_partial_residual();
       if (quant_down) cuda::moe_down_combine_quant(down, set.down_format, e.moe_weights_.as<float>(), e.residual_.as<float>(), s);
       else cuda::moe_down_combine(down, e.moe_weights_.as<float>(), e.residual_.as<float>(), e.act_, s);
       e.profiler_.mark("moe down gemv+combine", s);
+      reduce_residual();
       return;
     }
     if (quant_down) cuda::moe_matmul_quant(down, set.down_format, gemv, s);
@@ -487,15 +501,39 @@ class CudaExecutor::StepOps final : public LayerOps {
       }
       e.profiler_.mark("moe shared expert", s);
     }
+    zero_partial_residual();
     cuda::moe_combine(cp, e.act_, s);
     e.profiler_.mark("moe combine", s);
+    reduce_residual();
   }
 
   void final_logits(const NormArgs& norm, LinearId wid) override {
     if (sh_.logits <= 0) return;
-    norm_linear(norm, ex_.weight(wid), sh_.logits, in_.d<int32_t>(in_.o_lrows), ex_.logits_.get(), GemmOut::kStoreF32,
-                nullptr, nullptr);
-    ex_.profiler_.mark("final norm+lm_head", ex_.stream_);
+    CudaExecutor& e = ex_;
+    const int64_t n = sh_.logits;
+    if (e.tp_ == nullptr) {
+      norm_linear(norm, e.weight(wid), n, in_.d<int32_t>(in_.o_lrows), e.logits_.get(), GemmOut::kStoreF32, nullptr,
+                  nullptr);
+      e.profiler_.mark("final norm+lm_head", e.stream_);
+      return;
+    }
+    // The rank's vocabulary columns [n, V_r] into tp_part_, every rank's gathered (each rank's
+    // block n x vocab_rows_per_rank floats, its real [n, V_r] first), then each block's rows to
+    // its columns of the logits.
+    norm_linear(norm, e.weight(wid), n, in_.d<int32_t>(in_.o_lrows), e.tp_part_.get(), GemmOut::kStoreF32, nullptr,
+                nullptr);
+    e.profiler_.mark("final norm+lm_head", e.stream_);
+    const int64_t per = e.opt_.tensor_parallel.vocab_rows_per_rank, V = e.d_.V;
+    e.tp_->all_gather(e.tp_part_.as<float>(), e.tp_gather_.as<float>(), n * per, e.stream_);
+    for (int r = 0; r < e.tp_->size(); ++r) {
+      const int64_t cols = e.tp_rank_vocab_rows(r);
+      if (cols == 0) continue;
+      CUDA_CHECK(cudaMemcpy2DAsync(e.logits_.as<float>() + r * per, static_cast<size_t>(V) * 4,
+                                   e.tp_gather_.as<float>() + r * n * per, static_cast<size_t>(cols) * 4,
+                                   static_cast<size_t>(cols) * 4, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                   e.stream_));
+    }
+    e.profiler_.mark("logits all-gather", e.stream_);
   }
 
   // Gemma (model/families/gemma.cc). The sub-block outputs go to qkv_ as f32 [T, D] (free once the
@@ -510,6 +548,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     CudaExecutor& e = ex_;
     e.linear(e.attn_.get(), e.weight(wid), T_, e.qkv_.get(), GemmOut::kStoreF32);
     e.profiler_.mark("o", e.stream_);
+    e.tp_all_reduce(e.qkv_.as<float>(), T_ * e.d_.D, "o all-reduce");
     post_norm_add(post);
   }
 
@@ -528,6 +567,7 @@ class CudaExecutor::StepOps final : public LayerOps {
     }
     e.linear(e.act_buf_.get(), e.weight(down), T_, e.qkv_.get(), GemmOut::kStoreF32);
     e.profiler_.mark("down", e.stream_);
+    e.tp_all_reduce(e.qkv_.as<float>(), T_ * e.d_.D, "down all-reduce");
     post_norm_add(post);
   }
 
@@ -539,6 +579,17 @@ class CudaExecutor::StepOps final : public LayerOps {
   }
 
  private:
+  // Tensor parallelism: the row-parallel products (o, down, the experts' down) of ranks past 0
+  // are stored into the residual, rank 0's added, so that the all-reduce of the residual sums the
+  // residual once and every rank's product (reduce_residual after each). One GPU: the add.
+  GemmOut add_mode() const { return ex_.tp_partial() ? GemmOut::kStoreF32 : GemmOut::kAddF32; }
+  void reduce_residual() { ex_.tp_all_reduce(ex_.residual_.as<float>(), T_ * ex_.d_.D, "residual all-reduce"); }
+  // Before an add that has no store form (the MoE combine): ranks past 0 add into zeros.
+  void zero_partial_residual() {
+    if (ex_.tp_partial())
+      CUDA_CHECK(cudaMemsetAsync(ex_.residual_.get(), 0, static_cast<size_t>(T_ * ex_.d_.D) * 4, ex_.stream_));
+  }
+
   // residual += rms_norm(qkv_ as f32 [T, D]) * post.weight
   void post_norm_add(const NormArgs& post) {
     CudaExecutor& e = ex_;

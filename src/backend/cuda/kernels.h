@@ -34,9 +34,11 @@ struct KvCacheLayer {
 
 // ---- norm.cu ---------------------------------------------------------------------------------
 
-// out[t, :] (f32) = table[ids[t], :] (f32 | f16 | bf16). ids: [T].
+// out[t, :] (f32) = table[ids[t] - id_begin, :] (f32 | f16 | bf16), ids: [T]. rows >= 0: the
+// table holds rows [0, rows) (a tensor-parallel rank's vocabulary slice from id_begin) and other
+// ids get zeros.
 void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
-               cudaStream_t s);
+               cudaStream_t s, int64_t id_begin = 0, int64_t rows = -1);
 
 // out[i, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w with r = rows ? rows[i] : i.
 // x: f32 [*, D]; w: f32 [D]; out: [n, D] f32 or bf16.

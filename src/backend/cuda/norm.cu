@@ -27,14 +27,21 @@ __global__ void gather_columns_kernel(const T* __restrict__ x, const int32_t* __
   for (int j = threadIdx.x; j < K; j += blockDim.x) o[j] = xr[order[j]];
 }
 
+// Token t's row ids[t] - id_begin of the table, or zeros when that is outside [0, rows) (a
+// tensor-parallel rank's vocabulary slice; rows < 0: every id is in the table).
 template <class T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int D,
-                                 float* __restrict__ out) {
+                                 float* __restrict__ out, int64_t id_begin, int64_t rows) {
   pdl_trigger();
   pdl_wait();
   const int64_t t = blockIdx.x;
-  const T* row = table + static_cast<int64_t>(ids[t]) * D;
+  const int64_t id = static_cast<int64_t>(ids[t]) - id_begin;
   float* o = out + t * D;
+  if (rows >= 0 && (id < 0 || id >= rows)) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = 0.0f;
+    return;
+  }
+  const T* row = table + id * D;
   for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = to_f32(row[i]);
 }
 
@@ -256,18 +263,21 @@ void gather_columns(const void* x, DType dtype, int64_t M, int64_t K, const int3
 }
 
 void embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t T, int64_t D, float* out,
-               cudaStream_t s) {
+               cudaStream_t s, int64_t id_begin, int64_t rows) {
   if (T <= 0) return;
   const int threads = D >= 1024 ? 256 : 128;
   switch (table_dtype) {
     case DType::kF32:
-      launch_pdl(embedding_kernel<float>, dim3(T), dim3(threads), 0, s, static_cast<const float*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<float>, dim3(T), dim3(threads), 0, s, static_cast<const float*>(table), ids, static_cast<int>(D), out,
+                 id_begin, rows);
       break;
     case DType::kBF16:
-      launch_pdl(embedding_kernel<bf16>, dim3(T), dim3(threads), 0, s, static_cast<const bf16*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<bf16>, dim3(T), dim3(threads), 0, s, static_cast<const bf16*>(table), ids, static_cast<int>(D), out,
+                 id_begin, rows);
       break;
     case DType::kF16:
-      launch_pdl(embedding_kernel<f16>, dim3(T), dim3(threads), 0, s, static_cast<const f16*>(table), ids, static_cast<int>(D), out);
+      launch_pdl(embedding_kernel<f16>, dim3(T), dim3(threads), 0, s, static_cast<const f16*>(table), ids, static_cast<int>(D), out,
+                 id_begin, rows);
       break;
     default: PAGODA_CUDA_REQUIRE(false, "embedding: table dtype must be f32, f16 or bf16");
   }
