@@ -31,6 +31,7 @@
 #include "common/cpu_features.h"
 #include "common/process_stats.h"
 #include "engine/engine_core.h"
+#include "engine/tensor_parallel_executor.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/split_executor.h"
@@ -96,6 +97,21 @@ Stats stats_of(const std::vector<double>& v) {
   for (double x : v) var += (x - s.mean) * (x - s.mean);
   s.stddev = v.size() > 1 ? std::sqrt(var / (v.size() - 1)) : 0;
   return s;
+}
+
+// Rank 0's executor of a tensor-parallel model and the other ranks (engine/tensor_parallel_executor.h);
+// co null: CPU ranks.
+Result<std::unique_ptr<ModelExecutor>> tensor_parallel_executor(const LoadedModel& loaded, const BenchOptions& o, int device,
+                                                                const KvCacheSpec& spec, CudaExecutorOptions* co,
+                                                                ThreadPool& pool) {
+  TensorParallelSetup ts;
+  ts.device_index = device;
+  ts.model = o.model;
+  ts.load_format = o.load_format;
+  ts.quantization = o.quantization;
+  ts.threads = o.threads;
+  PAGODA_ASSIGN_OR_RETURN(auto group, start_tensor_parallel(ts, loaded, co));
+  return make_tensor_parallel_executor(std::move(group), loaded, spec, co, pool);
 }
 
 // Offline throughput through the engine core (no tokenizer, no server thread): one core, one run
@@ -305,6 +321,7 @@ int run_bench(const BenchOptions& o) {
   lo.cpu_kernels_from_layer = cuda ? std::max<int64_t>(0, o.n_gpu_layers) : 0;
   lo.quantization = o.quantization;
   lo.load_format = o.load_format;
+  lo.tensor_parallel_size = o.tensor_parallel_size;
   const auto t_load = std::chrono::steady_clock::now();
   auto loaded = load_model(o.model, lo);
   if (!loaded.ok()) {
@@ -381,7 +398,8 @@ int run_bench(const BenchOptions& o) {
       co.cpu_offload_bytes = std::max<int64_t>(0, o.cpu_offload_bytes);  // auto: none (no memory plan here)
       co.tuning = o.tuning;
       if (split_layers > 0) co.layers = {0, split_layers};
-      auto r = make_cuda_executor(*loaded->model, spec, co);
+      auto r = loaded->tensor_parallel.size > 1 ? tensor_parallel_executor(*loaded, o, dev->index, spec, &co, pool)
+                                                : make_cuda_executor(*loaded->model, spec, co);
       if (!r.ok()) {
         std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
         return 1;
@@ -395,7 +413,16 @@ int run_bench(const BenchOptions& o) {
         std::cerr << "pagoda bench: --kv-dtype f8_e4m3 needs --device cuda\n";
         return 2;
       }
-      ex = make_cpu_executor(*loaded->model, spec, pool);
+      if (loaded->tensor_parallel.size > 1) {
+        auto r = tensor_parallel_executor(*loaded, o, 0, spec, nullptr, pool);
+        if (!r.ok()) {
+          std::cerr << "pagoda bench: " << r.status().to_string() << "\n";
+          return 1;
+        }
+        ex = std::move(*r);
+      } else {
+        ex = make_cpu_executor(*loaded->model, spec, pool);
+      }
     }
 
     // Bytes of every matmul weight (read once per forward step: in the executor's own layout, e.g.

@@ -97,7 +97,8 @@ void add_n_gpu_layers_option(CLI::App* app, int64_t* n) {
 
 void add_tensor_parallel_option(CLI::App* app, int* n) {
   app->add_option("--tensor-parallel-size", *n,
-                  "GPUs the model is split over (tensor parallelism); only 1 runs in this build")
+                  "Ranks the model is split over (tensor parallelism): one process a GPU over NCCL with --device cuda, "
+                  "processes over shared memory with --device cpu")
       ->check(CLI::Range(1, 1024));
 }
 

@@ -90,12 +90,8 @@ std::string EngineConfig::to_string() const {
 }
 
 Status tensor_parallel_supported(int size) {
-  if (size == 1) return {};
-  if (size < 1) return invalid_argument("--tensor-parallel-size must be >= 1, got {}", size);
-  return unimplemented(
-      "--tensor-parallel-size {}: multi-GPU execution is not built yet (the NCCL tensor-parallel executor, "
-      "docs/decisions.md D78); only 1 runs. `pagoda memplan --tensor-parallel-size {}` prints each rank's "
-      "memory plan", size, size);
+  if (size < 1 || size > 64) return invalid_argument("--tensor-parallel-size must be 1..64, got {}", size);
+  return {};
 }
 
 Result<EngineConfig> resolve_layer_split(const EngineConfig& config) {
@@ -479,9 +475,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& requested, co
   lo.quantization = config.quantization;
   lo.load_format = config.load_format;
   lo.progress = config.load_progress;
-  lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
-    return precheck_memory_plan(config, mc, weight_bytes);
-  };
+  lo.tensor_parallel_size = config.tensor_parallel_size;  // rank 0's shards (EngineCore::create starts the others)
+  // A tensor-parallel rank's plan is checked on its own shards (EngineCore::create), not the whole model's.
+  if (config.tensor_parallel_size == 1)
+    lo.precheck = [&config](const ModelConfig& mc, int64_t weight_bytes, int64_t) {
+      return precheck_memory_plan(config, mc, weight_bytes);
+    };
   // The tokenizer and the chat template read their own copy of the file's metadata: they load on
   // a thread of their own while the weights are read (a large vocabulary takes a few hundred ms).
   // A dummy load's config.json file: the tokenizer of the directory holding it.

@@ -57,8 +57,10 @@ struct EngineConfig {
   // head on the CPU from the mapped file. -1 or >= the model's layers: every layer on the GPU; 0:
   // the whole model on the CPU (as --device cpu). On the CPU device only -1 and 0 are accepted.
   int64_t n_gpu_layers = -1;
-  // Tensor parallelism (docs/decisions.md D78): the model split over this many GPUs. Only 1 runs
-  // today; the multi-GPU executor is not built, so > 1 is refused (tensor_parallel_supported).
+  // Tensor parallelism (docs/decisions.md D78): the model split over this many ranks, rank 0 this
+  // process and the others `pagoda tp-worker` processes (engine/tensor_parallel_group.h): CUDA
+  // devices device..device + N - 1 over NCCL (env PAGODA_TP_COMM=staged: every rank on the one
+  // device, collectives through host memory; for tests), or CPU ranks over shared memory.
   int tensor_parallel_size = 1;
   TuningConfig tuning;               // kernel choices and diagnostics (flags over the environment)
   SpeculativeConfig speculative;     // speculative decoding (off unless a method is set)

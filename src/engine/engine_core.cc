@@ -1,9 +1,11 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include <xxhash.h>
 
@@ -12,6 +14,7 @@
 #include "core/kv_window.h"
 #include "engine/draft_model_proposer.h"
 #include "engine/draft_head_proposer.h"
+#include "engine/tensor_parallel_executor.h"
 #include "runtime/cuda_executor.h"
 #include "engine/device_spec.h"
 #include "model/layer_linears.h"
@@ -213,6 +216,31 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     log_info("engine", "layer split: layers [0, {}) on {}, layers [{}, {}) and the output head on the CPU", gpu_layers,
              config.device, gpu_layers, mc.num_layers);
   }
+  // Tensor parallelism: `model` is rank 0's shards (the other ranks are started below).
+  const TensorParallelPart& part = model.tensor_parallel;
+  if (part.size != config.tensor_parallel_size)
+    return invalid_argument("the model was loaded for {} tensor-parallel ranks but the engine runs {} "
+                            "(ModelLoadOptions::tensor_parallel_size)", part.size, config.tensor_parallel_size);
+  std::unique_ptr<TensorParallelGroup> tp_group;
+  std::optional<TensorParallelSetup> tp_setup;
+  if (part.size > 1) {
+    if (gpu_layers > 0) return unimplemented("--tensor-parallel-size with --n-gpu-layers: a CPU + GPU layer split is one GPU's");
+    if (config.speculative.enabled() && config.speculative.method != "ngram")
+      return unimplemented("--tensor-parallel-size: speculative method {} needs the target's hidden states, output head or "
+                           "a second model on one device; ngram runs", config.speculative.method);
+    if (!config.kv_tiers.disk_dir.empty())
+      return unimplemented("--tensor-parallel-size: the KV disk tier (--kv-disk-dir) stores one process's blocks");
+    if (config.cpu_offload_bytes > 0) return unimplemented("--tensor-parallel-size with weight offload (--cpu-offload-gb)");
+    TensorParallelSetup ts;
+    ts.device_index = dev.index;
+    ts.model = config.model;
+    ts.load_format = config.load_format;
+    ts.quantization = config.quantization;
+    ts.threads = config.threads;
+    tp_setup = ts;
+  }
+  // The planner's KV bytes a token are a rank's (its KV heads) under tensor parallelism.
+  const ModelConfig& plan_mc = part.size > 1 ? model.model->config() : mc;
   // The memory planner refuses dtypes no cache stores; the FP8 cache is the CUDA backend's only.
   if (!cuda && config.kv_dtype == DType::kF8E4M3)
     return invalid_argument("KV cache dtype f8_e4m3 needs --device cuda: the CPU backend stores f16, bf16 or f32");
@@ -224,11 +252,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   co.cuda_graphs = config.cuda_graphs;
   co.batch_invariant = config.batch_invariant;
   co.tuning = config.tuning;
+  if (tp_setup) {
+    // The other ranks start loading their shards; CUDA: co gets rank 0's communicator (NCCL: once
+    // every rank has loaded and joined).
+    PAGODA_ASSIGN_OR_RETURN(tp_group, start_tensor_parallel(*tp_setup, model, cuda ? &co : nullptr));
+  }
 
   int64_t weight_bytes = 0;
   for (const auto& name : model.weights->names())
     if (const Tensor* t = model.weights->find(name)) weight_bytes += t->nbytes();
-  MemoryPlanInput in = memory_plan_input(config, mc, weight_bytes);
+  MemoryPlanInput in = memory_plan_input(config, plan_mc, weight_bytes);
   // A draft model (speculative method "draft") is loaded first: on a GPU its share of the device
   // memory comes out of the same plan.
   if (config.speculative.enabled() && config.speculative.method == "draft") {
@@ -276,7 +309,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
     set_layer_split(in, split_device_layers(config, mc));
-    if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0 && gpu_layers == 0) {
+    if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0 && gpu_layers == 0 &&
+        tp_group == nullptr) {
       // Auto offload: the fewest streamed layers that leave room for one sequence of the
       // max_model_len asked for, or of at most kAutoOffloadKvTokens tokens when it is the model's
       // own context (a long context's KV is the planner's error to report, with its advice, not a
@@ -333,11 +367,17 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   startup_profile::Scope executor_phase("engine core/executor");
   if (cuda) {
     co.max_model_len = core->max_model_len_;
-    PAGODA_ASSIGN_OR_RETURN(core->executor_, make_cuda_executor(*core->model_.model, spec, co));
+    if (tp_group != nullptr) {
+      PAGODA_ASSIGN_OR_RETURN(core->executor_, make_tensor_parallel_executor(std::move(tp_group), core->model_, spec, &co, pool));
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(core->executor_, make_cuda_executor(*core->model_.model, spec, co));
+    }
     if (gpu_layers > 0)
       core->executor_ = make_split_executor(std::move(core->executor_),
                                             make_cpu_executor(*core->model_.model, spec, pool, {gpu_layers, -1}),
                                             core->model_.config.num_layers);
+  } else if (tp_group != nullptr) {
+    PAGODA_ASSIGN_OR_RETURN(core->executor_, make_tensor_parallel_executor(std::move(tp_group), core->model_, spec, nullptr, pool));
   } else {
     core->executor_ = make_cpu_executor(*core->model_.model, spec, pool);
   }

@@ -11,6 +11,7 @@
 #include "loader/hf_model_dir.h"
 #include "model/family.h"
 #include "model/random_weights.h"
+#include "model/tensor_parallel_source.h"
 #include "common/startup_profile.h"
 
 namespace pagoda {
@@ -80,6 +81,29 @@ Result<OpenedCheckpoint> open_checkpoint(const std::string& path, LoadFormat for
   return o;
 }
 
+namespace {
+
+// Rank `rank` of `size`: m.weights becomes its shards (cut on the largest quantization block of the
+// decoder linears) and m.tensor_parallel its place; returns the rank's config.
+Result<ModelConfig> tensor_parallel_part(LoadedModel& m, WeightNaming naming, int size, int rank) {
+  if (rank < 0 || rank >= size) return invalid_argument("tensor-parallel rank {} of {}", rank, size);
+  ShardConstraints k;
+  for (const TensorDecl& d : family_of(m.config).tensor_table(m.config)) {
+    if (!d.linear || d.layer < 0) continue;
+    const std::string name = d.experts > 0 && naming == WeightNaming::kHuggingFace ? expert_tensor_name(d, 0)
+                                                                                  : decl_name(d, naming);
+    if (const Tensor* t = m.weights->find(name)) k.k_block = std::max<int64_t>(k.k_block, dtype_traits(t->dtype()).block_size);
+  }
+  PAGODA_ASSIGN_OR_RETURN(const TensorParallelPlan plan, plan_tensor_parallel(m.config, size, k));
+  std::shared_ptr<const WeightSource> full(std::move(m.weights));
+  PAGODA_ASSIGN_OR_RETURN(m.weights, tensor_parallel_weight_source(full, plan, rank));
+  const RankShards& rs = plan.ranks.at(static_cast<size_t>(rank));
+  m.tensor_parallel = {size, rank, rs.vocab_begin, plan.vocab_rows_per_rank};
+  return rank_model_config(m.config, plan, rank);
+}
+
+}  // namespace
+
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
   LoadedModel m;
   const int load_threads = options.load_threads > 0 ? options.load_threads
@@ -112,6 +136,12 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
     m.weights = std::move(b).value();
   }
   const WeightNaming naming = m.weights->format() == WeightFormat::kGguf ? WeightNaming::kGguf : WeightNaming::kHuggingFace;
+  ModelConfig model_config = m.config;  // the rank's under tensor parallelism
+  if (options.tensor_parallel_size > 1) {
+    auto part = tensor_parallel_part(m, naming, options.tensor_parallel_size, options.tensor_parallel_rank);
+    if (!part.ok()) return Status(part.status().code(), fmt::format("{}: {}", path, part.status().message()));
+    model_config = std::move(part).value();
+  }
   const WeightSource* source = m.weights.get();
   // Weight-loading progress: bytes of the distinct tensors the family has looked up so far.
   int64_t total = 0, done = 0;
@@ -136,7 +166,7 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   params.packed_counts = options.packed_counts;
   params.load_threads = load_threads;
   startup_profile::Scope weights_phase(params.cpu_kernels ? "model/weights (read, repack)" : "model/weights (map)");
-  auto model = family_of(m.config).load(m.config, naming, lookup, params);
+  auto model = family_of(model_config).load(model_config, naming, lookup, params);
   weights_phase.stop();
   if (options.progress) options.progress(total, total);
   if (!model.ok()) return Status(model.status().code(), fmt::format("{}: {}", path, model.status().message()));

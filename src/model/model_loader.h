@@ -51,13 +51,26 @@ struct ModelLoadOptions {
   const PlanFile* packed_in = nullptr;
   PlanWriter* packed_out = nullptr;
   ModelLoadParams::PackedCounts* packed_counts = nullptr;
+  // Tensor parallelism (docs/decisions.md D78): rank `tensor_parallel_rank` of
+  // `tensor_parallel_size` builds its model from its shards only (model/tensor_parallel_source.h,
+  // cut after any on-line quantization, on the weights' quantization blocks).
+  int tensor_parallel_size = 1;
+  int tensor_parallel_rank = 0;
+};
+
+// Where a tensor-parallel rank's model sits in the whole model (size 1: it is the whole model).
+struct TensorParallelPart {
+  int size = 1, rank = 0;
+  int64_t vocab_begin = 0;          // the rank's embedding and output-head rows start here
+  int64_t vocab_rows_per_rank = 0;  // TensorParallelPlan::vocab_rows_per_rank
 };
 
 struct LoadedModel {
-  ModelConfig config;
-  std::unique_ptr<WeightSource> weights;  // keeps the mapped files alive
+  ModelConfig config;  // the whole model's (under tensor parallelism model->config() is the rank's)
+  std::unique_ptr<WeightSource> weights;  // keeps the mapped files alive (a rank: its shards)
   std::unique_ptr<Model> model;
   int64_t max_model_len = 0;
+  TensorParallelPart tensor_parallel;
 };
 
 // Hyper-parameters of the checkpoint at `source` (GGUF metadata or config.json).

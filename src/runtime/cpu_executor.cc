@@ -10,8 +10,13 @@ namespace {
 
 class CpuExecutor final : public ModelExecutor {
  public:
-  CpuExecutor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool, LayerRange layers)
+  CpuExecutor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool, LayerRange layers,
+              const TensorParallelRank* tp)
       : model_(model), pool_(pool), range_(layers), kv_(model.config(), spec.num_blocks, spec.block_size, spec.dtype, layers) {
+    if (tp != nullptr && tp->comm != nullptr) {
+      PAGODA_CHECK(layers.whole(model.config().num_layers), "tensor parallelism with a layer split");
+      tp_ = *tp;
+    }
     PAGODA_CHECK(spec.num_host_blocks == 0 || layers.whole(model.config().num_layers),
                  "host KV blocks for a part of a layer split ({})", layers.to_string(model.config().num_layers));
     if (spec.num_host_blocks > 0)
@@ -39,7 +44,7 @@ class CpuExecutor final : public ModelExecutor {
                  "forward() on the executor of {}: a layer split runs it through forward_part()",
                  range_.to_string(model_.config().num_layers));
     if (capture_.empty()) {
-      cpu_forward(model_, batch, kv_, ws_, logits_, pool_);
+      cpu_forward(model_, batch, kv_, ws_, logits_, pool_, {}, {}, nullptr, tp());
       return logits_;
     }
     const int64_t T = batch.num_tokens(), D = model_.config().hidden_size, n = static_cast<int64_t>(capture_.size());
@@ -52,7 +57,7 @@ class CpuExecutor final : public ModelExecutor {
                       static_cast<size_t>(D) * sizeof(float));
       }
     };
-    cpu_forward(model_, batch, kv_, ws_, logits_, pool_, hook);
+    cpu_forward(model_, batch, kv_, ws_, logits_, pool_, hook, {}, nullptr, tp());
     return logits_;
   }
 
@@ -142,6 +147,8 @@ class CpuExecutor final : public ModelExecutor {
   const Model& model_;
   ThreadPool& pool_;
   LayerRange range_;     // the layers this executor runs (and caches)
+  TensorParallelRank tp_;  // comm null: the whole model
+  const TensorParallelRank* tp() const { return tp_.comm != nullptr ? &tp_ : nullptr; }
   KvCacheStorage kv_;
   Tensor residual_out_;  // [T, D] f32 view of ws_.residual: forward_part's output before the last range
   std::unique_ptr<KvCacheStorage> host_;
@@ -182,8 +189,8 @@ const Tensor& ModelExecutor::forward_part(const ForwardBatch& batch, const Tenso
 }
 
 std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool,
-                                                 LayerRange layers) {
-  return std::make_unique<CpuExecutor>(model, spec, pool, layers);
+                                                 LayerRange layers, const TensorParallelRank* tp) {
+  return std::make_unique<CpuExecutor>(model, spec, pool, layers, tp);
 }
 
 }  // namespace pagoda

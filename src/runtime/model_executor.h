@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "runtime/forward_batch.h"
 #include "runtime/sampler.h"
+#include "runtime/tensor_parallel_comm.h"
 
 namespace pagoda {
 
@@ -160,8 +161,9 @@ class ModelExecutor {
 };
 
 // The CPU executor: the model's forward pass (or that of `layers` only) on `pool`, KV cache in
-// host memory.
+// host memory. `tp` (tensor parallelism; copied, its comm outliving the executor): `model` is one
+// rank's and the forward meets the other ranks in tp->comm (runtime/cpu_layer_ops.h cpu_forward).
 std::unique_ptr<ModelExecutor> make_cpu_executor(const Model& model, const KvCacheSpec& spec, ThreadPool& pool,
-                                                 LayerRange layers = {});
+                                                 LayerRange layers = {}, const TensorParallelRank* tp = nullptr);
 
 }  // namespace pagoda

@@ -3,15 +3,21 @@
     (model/tensor_parallel_plan.h): Llama-3-8B's and -70B's configs split into halves / quarters,
     KV heads replicated when fewer than the ranks, a quantized GGUF's cuts on its blocks; size 1
     is the one-GPU plan; what does not divide (heads, quantization blocks) is refused by name;
-  - generate, bench, bench throughput and serve accept 1 and refuse > 1, naming what is missing
-    (the multi-GPU executor), before loading anything.
+  - generate, bench and serve run the model over several ranks: on the CPU, rank 0 and `pagoda tp-worker`
+    processes over shared memory, the same greedy text as one process; a worker that dies ends rank 0
+    with exit status 70 naming it (never a hang), a rank 0 that dies ends its workers; what does not
+    split (heads, a speculative draft model) is refused by name.
+The CUDA ranks (NCCL, or host-staged on one GPU) are tests/gpu/cuda_tensor_parallel_test.cc.
 The plan's tiling and numerics are tests/unit/tensor_parallel_plan_test.cc and
 tests/unit/tensor_parallel_layer_test.cc."""
 import json
+import os
 import pathlib
+import signal
 import subprocess
+import time
 
-from conftest import BINARY, CHAT_MODEL, TINY_MODEL
+from conftest import BINARY, CHAT_MODEL, TINY_MODEL, http
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "testdata" / "configs"
 L8B = CONFIGS / "llama-3-8b.json"
@@ -90,14 +96,81 @@ def test_memplan_refuses_what_does_not_divide(tmp_path):
     assert rc != 0 and "--tensor-parallel-size" in err, err
 
 
-def test_running_commands_accept_one_and_refuse_more():
-    missing = "multi-GPU execution is not built yet"
-    for cmd in (["generate", "-m", TINY_MODEL, "-p", "Once", "-n", "2"],
-                ["bench", "-m", TINY_MODEL, "-p", "8", "-n", "4"],
-                ["bench", "throughput", "-m", TINY_MODEL, "--num-prompts", "2", "--input-len", "8", "--output-len", "4"],
-                ["serve", "-m", TINY_MODEL, "--port", "0"]):
-        rc, _, err = run(*cmd, "--tensor-parallel-size", "2", timeout=30)
-        assert rc == 2 and missing in err and "--tensor-parallel-size 2" in err, (cmd, err)
-    rc, out, err = run("generate", "-m", TINY_MODEL, "-p", "Once", "-n", "2", "--device", "cpu", "--temperature", "0",
-                       "--tensor-parallel-size", "1")
-    assert rc == 0 and out.strip(), err
+def generate(model, n, size, *extra):
+    rc, out, err = run("generate", "-m", model, "-p", "The capital of France is", "-n", n, "--device", "cpu",
+                       "--temperature", "0", "--tensor-parallel-size", size, *extra, timeout=180)
+    assert rc == 0, err
+    return out, err
+
+
+def test_cpu_ranks_generate_what_one_rank_generates():
+    """Rank 0 and `pagoda tp-worker` processes over shared memory (runtime/shm_tensor_parallel_comm.h)
+    give the one-process greedy continuation: stories260K at 2 and 4 ranks (KV heads split), the
+    SmolLM2 Q4_1 GGUF at 3 ranks (cut on its 32-element blocks)."""
+    for model, sizes, n in ((TINY_MODEL, (2, 4), 24), (CHAT_MODEL, (3,), 12)):
+        want, _ = generate(model, n, 1)
+        assert want.strip()
+        for size in sizes:
+            got, err = generate(model, n, size)
+            assert got == want, (model, size, got, want)
+            assert f"{size} ranks (shm communicator)" in err and f"rank {size - 1} of {size} ready" in err, err
+
+
+def test_bench_and_serve_run_tensor_parallel(server_factory):
+    rc, out, err = run("bench", "-m", TINY_MODEL, "-p", "16", "-n", "8", "-r", "1", "--device", "cpu",
+                       "--tensor-parallel-size", "2", timeout=180)
+    assert rc == 0 and "tg8" in out, err
+    want, _ = generate(TINY_MODEL, 16, 1)
+    server = server_factory(TINY_MODEL, "--device", "cpu", "--tensor-parallel-size", "2")
+    status, _, body = http("POST", server.url + "/v1/completions",
+                           {"model": "stories260K", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0})
+    assert status == 200, body
+    assert json.loads(body)["choices"][0]["text"].strip() == want.strip()
+
+
+def worker_pids(pid):
+    """The children of `pid` (the tensor-parallel workers of a server)."""
+    path = pathlib.Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def alive(pid):
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_a_dead_worker_ends_rank_0_naming_it(server_factory):
+    server = server_factory(TINY_MODEL, "--device", "cpu", "--tensor-parallel-size", "2")
+    workers = worker_pids(server.proc.pid)
+    assert len(workers) == 1, workers
+    os.kill(workers[0], signal.SIGKILL)
+    rc = server.proc.wait(timeout=20)  # never a hang
+    out = server.output()
+    assert rc == 70, (rc, out[-2000:])
+    assert f"rank 1 (pid {workers[0]}) was killed by signal 9" in out, out[-2000:]
+
+
+def test_a_dead_rank_0_ends_its_workers(server_factory):
+    server = server_factory(TINY_MODEL, "--device", "cpu", "--tensor-parallel-size", "4")
+    workers = worker_pids(server.proc.pid)
+    assert len(workers) == 3, workers
+    server.proc.kill()
+    server.proc.wait(timeout=10)
+    deadline = time.time() + 10
+    while any(alive(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(w) for w in workers), "a worker outlived rank 0"
+
+
+def test_what_does_not_split_is_refused_by_name():
+    rc, _, err = run("generate", "-m", CHAT_MODEL, "-p", "Once", "-n", "2", "--device", "cpu", "--tensor-parallel-size", "2")
+    assert rc != 0 and "query heads" in err, err  # SmolLM2: 9 heads
+    rc, _, err = run("generate", "-m", TINY_MODEL, "-p", "Once", "-n", "2", "--device", "cpu", "--tensor-parallel-size", "2",
+                     "--spec-method", "draft", "--spec-model", TINY_MODEL)
+    assert rc != 0 and "speculative method draft" in err and "ngram runs" in err, err
+    for bad in ("0", "65"):
+        rc, _, err = run("generate", "-m", TINY_MODEL, "-p", "Once", "-n", "2", "--tensor-parallel-size", bad)
+        assert rc != 0 and "--tensor-parallel-size" in err, err

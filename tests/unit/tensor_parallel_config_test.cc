@@ -1,5 +1,5 @@
 // EngineConfig::tensor_parallel_size at the engine's entry (resolve_layer_split, which every engine
-// creation passes): 1 runs, more is refused naming the missing multi-GPU executor, below 1 is invalid.
+// creation passes): 1 to 64 ranks run, other sizes are invalid.
 #include <gtest/gtest.h>
 
 #include "engine/engine_config.h"
@@ -7,19 +7,20 @@
 namespace pagoda {
 namespace {
 
-TEST(TensorParallelConfig, OneRunsMoreIsRefusedByName) {
+TEST(TensorParallelConfig, OneToSixtyFourRunOthersAreInvalid) {
   EngineConfig c;
   c.device = "cpu";
-  EXPECT_TRUE(resolve_layer_split(c).ok());
-  c.tensor_parallel_size = 2;
-  auto r = resolve_layer_split(c);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("multi-GPU execution is not built yet"), std::string::npos) << r.status().message();
-  c.tensor_parallel_size = 0;
-  r = resolve_layer_split(c);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  for (int n : {1, 2, 64}) {
+    c.tensor_parallel_size = n;
+    EXPECT_TRUE(resolve_layer_split(c).ok()) << n;
+  }
+  for (int n : {0, -1, 65}) {
+    c.tensor_parallel_size = n;
+    auto r = resolve_layer_split(c);
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("--tensor-parallel-size"), std::string::npos) << r.status().message();
+  }
 }
 
 }  // namespace

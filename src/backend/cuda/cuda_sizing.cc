@@ -254,7 +254,9 @@ QuantScratch::Layout QuantScratch::layout(DType act) const {
 
 Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutorOptions& options) {
   PAGODA_ASSIGN_OR_RETURN(const DType act, cuda::resolve_compute_dtype(model, options.dtype));
-  const cuda::Dims d(model);
+  cuda::Dims d(model);
+  const CudaTensorParallel& tp = options.tensor_parallel;
+  if (tp.vocab_size > 0) d.V = tp.vocab_size;  // a rank's logits are the whole vocabulary's
   const cuda::Capacities caps(options);
   CudaMemoryTerms t;
   t.compute_dtype = act;
@@ -285,6 +287,8 @@ Result<CudaMemoryTerms> cuda_memory_terms(const Model& model, const CudaExecutor
                 cuda::input_order_scratch_bytes(model, act, caps.tokens);
   t.weights += cuda::sparse_2of4_bytes_for(model, act, options);  // the compressed copies beside the dense ones, their scratch
   t.logits = cuda::logits_bytes_for(d, act, caps.logits, caps.seqs);
+  if (tp.vocab_size > 0 && tp.comm != nullptr)  // the rank's part and every rank's gathered (CudaExecutor tp_part_, tp_gather_)
+    t.logits += (1 + tp.comm->size()) * caps.logits * tp.vocab_rows_per_rank * 4;
   t.overhead = cuda::kOverhead;
   return t;
 }
