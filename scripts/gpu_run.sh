@@ -314,6 +314,24 @@ stage_sparse() {
     TAILN=4 step sparse_tp128_$mode 60 $PAGODA bench -m $m --device cuda -p 0 -n 0 --requests 1000 --input-len 128 --output-len 128 --max-num-seqs 256 --cuda-sparsity $mode
   done
 }
+# Tensor parallelism through the engine on one GPU: rank 0 and `pagoda tp-worker` processes with the
+# host-staged communicator (PAGODA_TP_COMM=staged: NCCL refuses two ranks on one device), greedy
+# `generate` at 2 and 4 ranks against one rank (stories260K on the f32 path: the same text; the tiny
+# Llama-3 in bf16: printed), and `bench` at 2 ranks. ~1 min.
+stage_tp_e2e() {
+  local m want got n
+  for m in $PG/shared/models/stories260K/stories260K.gguf $PG/models/tiny/llama3/model-f16.gguf; do
+    want=$($PAGODA generate -m $m --device cuda -p "Once upon a time" -n 32 --temperature 0 2>>$LOGS/tpe2e.log)
+    for n in 2 4; do
+      got=$(PAGODA_TP_COMM=staged timeout 120 $PAGODA generate -m $m --device cuda -p "Once upon a time" -n 32 \
+            --temperature 0 --tensor-parallel-size $n 2>>$LOGS/tpe2e.log)
+      if [ "$got" = "$want" ]; then log "[cuda-tp-e2e] $(basename $m) $n ranks (staged): same greedy text as 1 rank"
+      else log "[cuda-tp-e2e] $(basename $m) $n ranks (staged): DIFFERENT text: '$got' vs '$want'"; fi
+    done
+  done
+  PAGODA_TP_COMM=staged TAILN=8 step tpbench 120 $PAGODA bench -m $PG/models/tiny/llama3/model-f16.gguf --device cuda \
+    -p 64 -n 16 -r 1 --tensor-parallel-size 2
+}
 stage_tp128() { stage_throughput $1 128 "${TP128_SEQS:-256}" 60 4; }
 stage_tp1000() { stage_throughput $1 1000 "${TP_SEQS:-256}" ${TP1000_LIMIT:-240} 12; }
 # The structured-output corpora on `pagoda serve --device cuda` (stories260K): 200 JSON schemas, 100
@@ -781,6 +799,7 @@ for s in "$@"; do
     fp8rows) stage_fp8rows ;;
     sparse) stage_sparse ;;
     tptests) TAILN=14 step tptests 150 $TESTS --gtest_filter='CudaTensorParallel.*' ;;
+    tpe2e) stage_tp_e2e ;;
     sparsecheck) TAILN=14 step sparsecheck 200 $TESTS --gtest_filter='CudaSparse.*:CudaFp8.*:CudaQuant.*'
                  PAGODA_KBENCH_ONLY=sparse TAILN=60 step sparsekbench 120 $KBENCH ;;
     moe) stage_moe ;;
