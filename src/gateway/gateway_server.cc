@@ -603,10 +603,20 @@ struct GatewayServer::Impl {
                                   const std::string& ctype, const Headers& headers) {
     Headers h = labels("Cache-Control", "no-cache", "X-Accel-Buffering", "no");
     h.insert(h.end(), headers.begin(), headers.end());
+    // The worker connection goes back to the pool before the stream's last write to the client
+    // (the client may send its next request the moment the stream ends).
+    auto keep = [&]() -> bool {
+      if (!pool.enabled() || !p.get().keep_alive()) return false;
+      beast::error_code ec;
+      const int fd = up.socket().release(ec);
+      if (ec) return false;
+      pool.put(w.label, fd, now_s());
+      return true;
+    };
     const RelayResult r = co_await relay_chunked_stream(up.socket(), client.socket(), ubuf,
                                                         format_head(200, ctype, h, true, 0, ex.close_after),
                                                         config.stream_idle_timeout_s, config.client_idle_timeout_s,
-                                                        kReadBytes, kMaxChunkBytes);
+                                                        kReadBytes, kMaxChunkBytes, keep);
     if (r.sent_any) {
       ex.sent_any = true;
       ex.status = 200;
@@ -616,11 +626,7 @@ struct GatewayServer::Impl {
     ex.detail = r.detail;
     switch (r.outcome) {
       case RelayResult::kComplete:
-        if (pool.enabled() && r.reusable && p.get().keep_alive()) {
-          beast::error_code ec;
-          const int fd = up.socket().release(ec);
-          if (!ec) pool.put(w.label, fd, now_s());
-        }
+        if (!r.released && r.reusable) keep();
         co_return Failure::kNone;
       case RelayResult::kClientGone:
         co_return Failure::kClientGone;

@@ -71,7 +71,8 @@ struct Watchdog {
 net::awaitable<RelayResult> relay_chunked_stream(tcp::socket& upstream, tcp::socket& client,
                                                  boost::beast::flat_buffer& buffered, std::string head,
                                                  double stream_idle_timeout_s, double client_timeout_s,
-                                                 size_t read_bytes, size_t max_chunk) {
+                                                 size_t read_bytes, size_t max_chunk,
+                                                 std::function<bool()> release_upstream) {
   RelayResult r;
   auto wd = std::make_shared<Watchdog>(co_await net::this_coro::executor, upstream, client);
   struct Stop {  // the watchdog never touches the sockets after the relay returns
@@ -100,6 +101,11 @@ net::awaitable<RelayResult> relay_chunked_stream(tcp::socket& upstream, tcp::soc
   for (;;) {
     const size_t complete = static_cast<size_t>(scan.boundary() - base);
     if (complete > 0) {
+      // The body ends with this write and nothing follows it: the worker connection is free now.
+      if (release_upstream && !r.released && scan.done() && complete == have && buffered.size() == 0) {
+        r.reusable = true;
+        r.released = release_upstream();
+      }
       const std::array<net::const_buffer, 2> frame{net::buffer(head), net::buffer(buf.data(), complete)};
       wd->write_deadline = now_s() + client_timeout_s;
       deadline_moved();
@@ -123,7 +129,7 @@ net::awaitable<RelayResult> relay_chunked_stream(tcp::socket& upstream, tcp::soc
     }
     if (scan.done()) {
       r.outcome = RelayResult::kComplete;
-      r.reusable = have == 0 && buffered.size() == 0;
+      r.reusable = r.released || (have == 0 && buffered.size() == 0);
       co_return r;
     }
     if (have == buf.size()) {  // one chunk fills the buffer: hold more of it, up to max_chunk

@@ -16,6 +16,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace pagoda::gateway {
@@ -33,16 +34,23 @@ struct RelayResult {
   double first_read_at = 0;    // when the bytes of the first relayed write were read (now_s clock)
   double first_write_at = 0;   // when that write completed
   bool reusable = false;       // kComplete with nothing after the body: the worker connection may be reused
+  bool released = false;       // release_upstream took the worker connection (before the last write)
   std::string detail;          // the error's message
 };
 
 // `buffered`: body bytes already read with the response head (consumed). `head`: the client's
 // response head (chunked), sent with the first chunk. Chunks up to max_chunk bytes are held until
 // complete; a larger one is kProtocol. now_s: the steady clock in seconds.
+// release_upstream (may be empty): called once the worker's body has ended with nothing after it,
+// before the write that carries its last chunk to the client; it may take the upstream socket (to
+// keep the connection for the next request) and returns whether it did. Releasing it before that
+// write means a client that sends its next request as soon as the stream ends finds the connection
+// kept.
 boost::asio::awaitable<RelayResult> relay_chunked_stream(boost::asio::ip::tcp::socket& upstream,
                                                          boost::asio::ip::tcp::socket& client,
                                                          boost::beast::flat_buffer& buffered, std::string head,
                                                          double stream_idle_timeout_s, double client_timeout_s,
-                                                         size_t read_bytes, size_t max_chunk);
+                                                         size_t read_bytes, size_t max_chunk,
+                                                         std::function<bool()> release_upstream = {});
 
 }  // namespace pagoda::gateway
