@@ -128,7 +128,7 @@ int run_tensor_parallel_worker(const std::string& channel, int rank) {
       return 1;
     }
     switch (c->op) {
-      case RankOp::kForward: w.executor->forward(c->batch); break;
+      case RankOp::kForward: w.executor->forward_discard(c->batch); break;
       case RankOp::kSwapOut: w.executor->swap_out(c->copies); break;
       case RankOp::kSwapIn: w.executor->swap_in(c->copies); break;
       case RankOp::kSetGraphs: w.executor->set_graphs_enabled(c->flag); break;

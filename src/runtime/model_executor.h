@@ -79,6 +79,10 @@ class ModelExecutor {
   virtual ~ModelExecutor() = default;
   virtual std::string device_name() const = 0;
   virtual const Tensor& forward(const ForwardBatch& batch) = 0;
+  // forward() for a caller that does not read the logits (a tensor-parallel worker: it runs its
+  // part of the step's collectives, rank 0 samples): a device executor leaves them on the device.
+  // Complete on return, as forward().
+  virtual void forward_discard(const ForwardBatch& batch) { forward(batch); }
   // Copies whole blocks between the KV cache and the host blocks (swap preemption, the host tier
   // of the KV cache). A device executor may run them asynchronously, ordered before the next
   // forward pass and before later host-block reads and writes.

@@ -718,6 +718,14 @@ const Tensor& CudaExecutor::forward(const ForwardBatch& batch) {
   return logits_tensor_;
 }
 
+void CudaExecutor::forward_discard(const ForwardBatch& batch) {
+  PAGODA_CHECK(!partial(), "forward_discard() on the CUDA part of a layer split");
+  run_step(batch);
+  profiler_.end();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the step's pinned inputs are reused by the next one
+  step_timer_.end_step();
+  finish_capture(batch.num_tokens());
+}
 
 void CudaExecutor::swap(const std::vector<BlockCopy>& copies, bool out) {
   PAGODA_CHECK(host_kv_.get() != nullptr, "swap without host swap space");

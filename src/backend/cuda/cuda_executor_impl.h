@@ -147,6 +147,7 @@ class CudaExecutor final : public ModelExecutor {
     return {streamer_.plan().streamed_bytes, streamer_.bandwidth(), streamer_.plan().num_streamed()};
   }
   const Tensor& forward(const ForwardBatch& batch) override;
+  void forward_discard(const ForwardBatch& batch) override;
   // A layer split's first part (CudaExecutorOptions::layers): the step of its layers, then the
   // residual rows [T, D] f32 copied into pinned host memory.
   const Tensor& forward_part(const ForwardBatch& batch, const Tensor* residual_in) override;
