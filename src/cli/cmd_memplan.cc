@@ -40,6 +40,7 @@ struct MemplanOptions {
   int32_t block_size = 16;
   KvTierOptions tiers;
   std::string cpu_offload;     // --cpu-offload-gb G|auto (options.h)
+  std::string sparsity = "off";  // --cuda-sparsity (TuningConfig::sparsity): auto counts a declared checkpoint's 2:4 layouts
   int64_t n_gpu_layers = -1;   // --n-gpu-layers N (options.h): a CPU + GPU layer split
   double h2d_gb_s = 25;        // host -> device bandwidth the offload prediction assumes
   int tensor_parallel_size = 1;  // > 1: each rank's plan (model/tensor_parallel_plan.h)
@@ -121,12 +122,12 @@ int64_t cuda_expert_expansion(const ModelFacts& f, std::string* formats = nullpt
   return std::max<int64_t>(0, 2 * elements - stored);
 }
 
-// Bytes the CUDA executor adds for a checkpoint that declares 2:4 sparsity (--cuda-sparsity auto):
+// Bytes the CUDA executor adds for a checkpoint that declares 2:4 sparsity with --cuda-sparsity auto or 2:4:
 // each 16-bit decoder linear of a dense model held in two 2:4 layouts (ours, 9/16 of the bf16
 // bytes, and cuSPARSELt's, at most 10/16) instead of bf16, 3/16 of its bytes more
 // (backend/cuda sparse_2of4_candidates; an upper bound: a linear without the pattern stays bf16).
-int64_t cuda_sparse_copies(const ModelFacts& f) {
-  if (!f.config.sparsity_2of4 || f.config.is_moe()) return 0;
+int64_t cuda_sparse_copies(const ModelFacts& f, const std::string& sparsity) {
+  if (sparsity == "off" || !f.config.sparsity_2of4 || f.config.is_moe()) return 0;
   int64_t bytes = 0;
   for (const TensorDecl& d : family_of(f.config).tensor_table(f.config)) {
     if (!d.linear || d.layer < 0 || d.experts != 0) continue;
@@ -427,7 +428,7 @@ int run_memplan(const MemplanOptions& o) {
     j["weights_from"] = facts->weight_source;
     j["parameters"] = facts->footprint.total_parameters;
     j["active_parameters"] = facts->footprint.active_parameters;
-    j["cuda_weight_bytes"] = facts->weight_bytes + cuda_expert_expansion(*facts) + cuda_sparse_copies(*facts);
+    j["cuda_weight_bytes"] = facts->weight_bytes + cuda_expert_expansion(*facts) + cuda_sparse_copies(*facts, o.sparsity);
     j["bytes_per_token"] = facts->footprint.bytes_per_token;
     j["fits"] = plan.ok();
     if (plan.ok()) j["plan"] = plan->to_json();
@@ -446,11 +447,13 @@ int run_memplan(const MemplanOptions& o) {
                              "blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): {:.2f} GiB more weights there, "
                              "{:.2f} GiB in all\n",
                              expanded, extra / 1073741824.0, (facts->weight_bytes + extra) / 1073741824.0);
-  if (const int64_t extra = cuda_sparse_copies(*facts); extra > 0)
-    std::cout << fmt::format("note: the checkpoint declares 2:4 sparsity: on CUDA its linears that hold the pattern "
-                             "are held in two 2:4 layouts (our GEMV's and cuSPARSELt's) instead of bf16, up to {:.2f} "
-                             "GiB more weights there (--cuda-sparsity off: none)\n",
-                             extra / 1073741824.0);
+  if (const int64_t extra = cuda_sparse_copies(*facts, o.sparsity); extra > 0)
+    std::cout << fmt::format("note: the checkpoint declares 2:4 sparsity: with --cuda-sparsity {} its linears that hold "
+                             "the pattern are held in two 2:4 layouts (our GEMV's and cuSPARSELt's) instead of bf16 on "
+                             "CUDA, up to {:.2f} GiB more weights there\n",
+                             o.sparsity, extra / 1073741824.0);
+  else if (facts->config.sparsity_2of4)
+    std::cout << "note: the checkpoint declares 2:4 sparsity; it runs dense (--cuda-sparsity auto runs its 2:4 layouts)\n";
   if (!plan.ok()) {
     std::cout << "does not fit: " << plan.status().message() << "\n";
     return 3;
@@ -488,6 +491,8 @@ const CommandRegistration kMemplan("memplan", "Print the memory plan for a model
       ->check(CLI::Range(1, 1024));
   app->add_option("--h2d-gb-s", o->h2d_gb_s, "Host -> device bandwidth for the offload prediction, GB/s (PCIe 4.0 x16 "
                   "about 25, 5.0 x16 about 50; pagoda bench --cpu-offload-gb measures it)")->check(CLI::Range(0.1, 10000.0));
+  app->add_option("--cuda-sparsity", o->sparsity, "Plan a 2:4 checkpoint's CUDA layouts: off (dense, the default), auto, 2:4")
+      ->check(CLI::IsMember({"off", "auto", "2:4"}));
   app->add_flag("--json", o->json, "Print JSON");
   return [o] { return run_memplan(*o); };
 });

@@ -113,8 +113,8 @@ inline void add_tuning_options(CLI::App* app, TuningFlags& f) {
                   "CUDA: rows up to which quantized layers over bf16 activations use the tensor-core matmul beyond "
                   "the int8 GEMV's rows (0-64; 0, the default: off; more rows dequantize for cuBLASLt)");
   app->add_option("--cuda-sparsity", f.sparsity,
-                  "CUDA: 2:4 sparse linears on cuSPARSELt: auto (when the checkpoint declares 2:4 sparsity), 2:4 (every "
-                  "linear that holds the pattern) or off");
+                  "CUDA: 2:4 sparse linears (our GEMV, cuSPARSELt's GEMM): off (the default: dense), auto (when the "
+                  "checkpoint declares 2:4 sparsity) or 2:4 (every linear that holds the pattern)");
   app->add_option("--cuda-sparse-min-rows", f.sparse_min_rows,
                   "CUDA: rows from which 2:4 sparse linears run cuSPARSELt's GEMM (fewer: our 2:4 GEMV; 1-9, default 2)");
   app->add_flag("--cuda-profile", f.cuda_profile, "CUDA: every step eager, GPU time per op reported by bench");

@@ -64,11 +64,13 @@ struct TuningConfig {
   // its warm-up and cuBLASLt autotuning; start-up and the first token do not wait) or "start"
   // (every bucket during start-up). Env PAGODA_GRAPH_CAPTURE, flag --cuda-graph-capture.
   std::string graph_capture = "lazy";
-  // 2:4 structured sparsity on the CUDA backend (backend/cuda/sparse_2of4.h): "auto" (the linears
-  // of a checkpoint that declares 2:4 sparsity and holds the pattern run on cuSPARSELt's sparse
-  // tensor cores), "2:4" (every decoder linear that holds the pattern, declared or not) or "off".
-  // Env PAGODA_SPARSITY, flag --cuda-sparsity.
-  std::string sparsity = "auto";
+  // 2:4 structured sparsity on the CUDA backend (backend/cuda/sparse_2of4.h): "off" (dense; the
+  // default: on an H100 the 2:4 path decodes a Llama-3-8B shape 1.25x faster at batch 1 but 0.37x
+  // at batch 8, 0.43x at 64 and prefills at 0.74x, decisions.md D88), "auto" (the linears of a
+  // checkpoint that declares 2:4 sparsity and holds the pattern run on our 2:4 GEMV and
+  // cuSPARSELt's sparse tensor cores) or "2:4" (every decoder linear that holds the pattern,
+  // declared or not). Env PAGODA_SPARSITY, flag --cuda-sparsity.
+  std::string sparsity = "off";
   // Rows from which a 2:4 linear runs cuSPARSELt's sparse GEMM; fewer rows run our 2:4 GEMV,
   // 1..kTuningMaxSparseMinRows. Env PAGODA_SPARSE_MIN_ROWS, flag --cuda-sparse-min-rows.
   int sparse_min_rows = 2;
@@ -76,7 +78,7 @@ struct TuningConfig {
   // An invalid-argument status naming the first field out of range.
   Status validate() const;
   // One line: "row attention auto | prefill attention auto | simt heads 0 | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) |
-  // sparsity auto (from 2 rows) | profile off | block trace off | graph capture lazy".
+  // sparsity off (from 2 rows) | profile off | block trace off | graph capture lazy".
   std::string to_string() const;
 };
 

@@ -216,8 +216,13 @@ def test_memplan_counts_the_2of4_layouts(tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     rc, out, err = run("memplan", d, "--memory", "80GB")
     assert rc == 0, out + err
-    assert "declares 2:4 sparsity" in out and "2:4 sparse" in out, out
+    assert "declares 2:4 sparsity; it runs dense" in out and "2:4 sparse" in out, out  # the default: dense
     rc, out, err = run("memplan", d, "--memory", "80GB", "--json")
+    j = json.loads(out)
+    assert j["cuda_weight_bytes"] == j["plan"]["weights"], "--cuda-sparsity off (the default) holds bf16"
+    rc, out, err = run("memplan", d, "--memory", "80GB", "--cuda-sparsity", "auto")
+    assert rc == 0 and "with --cuda-sparsity auto its linears" in out, out + err
+    rc, out, err = run("memplan", d, "--memory", "80GB", "--json", "--cuda-sparsity", "auto")
     j = json.loads(out)
     H, I, kv = 8192, 28672, 8 * 128
     linears = 2 * (H * (H + 2 * kv) + H * H + 3 * H * I)  # q/k/v, o, gate/up/down of 2 layers
@@ -225,7 +230,7 @@ def test_memplan_counts_the_2of4_layouts(tmp_path):
     assert j["cuda_weight_bytes"] - j["plan"]["weights"] == linears * 2 * 3 // 16, j
     cfg["quantization_config"]["sparsity_config"]["sparsity_structure"] = "unstructured"
     (d / "config.json").write_text(json.dumps(cfg))
-    rc, out, err = run("memplan", d, "--memory", "80GB", "--json")
+    rc, out, err = run("memplan", d, "--memory", "80GB", "--json", "--cuda-sparsity", "auto")
     j = json.loads(out)
     assert j["cuda_weight_bytes"] == j["plan"]["weights"], "unstructured sparsity: a dense checkpoint"
     cfg["quantization_config"]["sparsity_config"]["format"] = "sparse-24-bitmask"

@@ -306,6 +306,7 @@ TEST(CudaSparse, PrunedModelMatchesItsDenseForward) {
     CudaExecutorOptions sparse_opts, dense_opts;
     sparse_opts.dtype = dense_opts.dtype = "bf16";
     sparse_opts.tuning.sparse_min_rows = min_rows;
+    sparse_opts.tuning.sparsity = "auto";
     dense_opts.tuning.sparsity = "off";
     auto sparse = test::run_batch(*m, B, len, 6, sparse_opts);
     ASSERT_TRUE(sparse.ok()) << sparse.status().to_string();

@@ -24,7 +24,7 @@ TEST(TuningConfig, DefaultsAreValidAndPrintOnOneLine) {
   const TuningConfig t;
   EXPECT_TRUE(t.validate().ok());
   EXPECT_EQ(t.to_string(),
-            "row attention auto | prefill attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | sparsity auto "
+            "row attention auto | prefill attention auto | simt heads auto | gemv rows 1 | quant weights native (gemv rows 8, mma rows 0) | sparsity off "
             "(from 2 rows) | profile off | block trace off | graph capture lazy");
 }
 
