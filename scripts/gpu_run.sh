@@ -798,7 +798,7 @@ for s in "$@"; do
     fp8) stage_fp8 ;;
     fp8rows) stage_fp8rows ;;
     sparse) stage_sparse ;;
-    tptests) TAILN=14 step tptests 150 $TESTS --gtest_filter='CudaTensorParallel.*' ;;
+    tptests) TAILN=14 step tptests 150 $TESTS --gtest_filter='CudaTensorParallel.*' --gtest_also_run_disabled_tests ;;
     tpe2e) stage_tp_e2e ;;
     sparsecheck) TAILN=14 step sparsecheck 200 $TESTS --gtest_filter='CudaSparse.*:CudaFp8.*:CudaQuant.*'
                  PAGODA_KBENCH_ONLY=sparse TAILN=60 step sparsekbench 120 $KBENCH ;;

@@ -308,6 +308,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     in.device_memory = info.total;
     in.device_reserved = info.total - info.free;
     if (in.kv_cache_memory <= 0 && in.memory_utilization <= 0) in.memory_utilization = 0.9;
+    // The staged communicator's ranks share this GPU: each plans its share of the fraction.
+    if (tp_group != nullptr && tp_group->setup().comm == "staged") {
+      in.memory_utilization /= part.size;
+      in.kv_cache_memory /= part.size;
+    }
     set_layer_split(in, split_device_layers(config, mc));
     if (config.cpu_offload_bytes == EngineConfig::kAutoOffload && in.kv_cache_memory <= 0 && gpu_layers == 0 &&
         tp_group == nullptr) {

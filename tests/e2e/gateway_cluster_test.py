@@ -255,14 +255,21 @@ async def stream_one(session, url, body, rid, timeout, started=None, ended=None)
     return ("other", 200, events[-3:], worker)
 
 
-def gateway_lines(gw):
-    """The gateway's request lines (one per request answered), by request id."""
-    by_id = collections.defaultdict(list)
-    for line in gw.output().splitlines():
-        m = re.search(r"\[gateway\] (\S+) \S+ \"POST ", line)
-        if m:
-            by_id[m.group(1)].append(line)
-    return by_id
+def gateway_lines(gw, prefix=None, expect=0, timeout=10):
+    """The gateway's request lines (one per request answered), by request id. A line is written
+    after the response's last byte reaches the client, so a client that has every answer may still
+    be ahead of the log: with `expect`, waits (up to `timeout` s) until that many ids starting with
+    `prefix` have their line."""
+    deadline = time.time() + timeout
+    while True:
+        by_id = collections.defaultdict(list)
+        for line in gw.output().splitlines():
+            m = re.search(r"\[gateway\] (\S+) \S+ \"POST ", line)
+            if m:
+                by_id[m.group(1)].append(line)
+        if sum(1 for k in by_id if prefix is None or k.startswith(prefix)) >= expect or time.time() > deadline:
+            return by_id
+        time.sleep(0.05)
 
 
 def test_many_streams_through_the_gateway_equal_direct(cluster, dump_logs):
@@ -300,7 +307,7 @@ def test_many_streams_through_the_gateway_equal_direct(cluster, dump_logs):
     assert all(r[3] == labels["w3"] for i, r in enumerate(results) if i % 2 == 0)  # "small" on its worker
     on = collections.Counter(r[3] for i, r in enumerate(results) if i % 2)
     assert set(on) == {labels["w1"], labels["w2"]}, on  # both workers of the big model took streams
-    lines = gateway_lines(gw)
+    lines = gateway_lines(gw, "many-", STREAMS)
     assert all(len(lines[f"many-{i}"]) == 1 for i in range(STREAMS))  # each answered once
     print(f"{STREAMS} streams through the gateway in {elapsed:.1f} s, all equal to direct; big model: {dict(on)}")
 
@@ -347,7 +354,8 @@ def test_prefix_affinity_hit_rate_within_load_bound(cluster, dump_logs):
     assert set(reasons) <= {"prefix", "prefix-overflow"}, reasons
     through_gateway = (h1 - h0) / (q1 - q0)
     # Every keyed choice within its bound: load=N/B with N (in flight on the worker, this one included) <= B.
-    loads = [re.search(r" load=(\d+)/(\d+) ", l) for ls in gateway_lines(gw).values() for l in ls if "pfx-" in l]
+    loads = [re.search(r" load=(\d+)/(\d+) ", l) for ls in gateway_lines(gw, "pfx-", len(bodies)).values()
+             for l in ls if "pfx-" in l]
     assert len(loads) == len(bodies) and all(m and int(m.group(1)) <= int(m.group(2)) for m in loads)
     max_load = max(int(m.group(1)) for m in loads)
     hits = gw.metric("pagoda_gateway_prefix_affinity_hits_total")
@@ -408,7 +416,7 @@ def _fault_run(cluster, gw, fault, recover, victim, n_streams=160, max_tokens=25
     assert not bad_cut, bad_cut[:3]
     assert outcomes["hang"] == 0 and outcomes["other"] == 0, [r for r in results if r[0] in ("hang", "other")][:5]
     assert all(r[1] in (502, 503) for r in results if r[0] == "error"), [r for r in results if r[0] == "error"][:5]
-    lines = gateway_lines(gw)
+    lines = gateway_lines(gw, f"{tag}-", n_streams)
     assert all(len(lines[f"{tag}-{i}"]) == 1 for i in range(n_streams)), "a request answered twice or not logged"
     retried = sum(1 for i in range(n_streams) if "reason=retry" in lines[f"{tag}-{i}"][0])
     # Ejected (it may be back already where recovery came first; checked by the caller then).
