@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
+#include "common/thread_pool.h"
 #include "model/family.h"
 #include "model/random_weights.h"
 #include "model/tensor_parallel_source.h"
@@ -202,6 +203,17 @@ void expect_ranks_equal_the_whole_model(const nlohmann::json& j, int size, const
   auto whole = make_cuda_executor(*whole_model, kv_spec(), options(dtype));
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
   const std::vector<float> want = run(**whole, steps);
+  {  // the one-GPU executor against the CPU's on the same model: separates a sharding fault from one of the model
+    ThreadPool pool(2);
+    const std::vector<float> cpu = run(*make_cpu_executor(*whole_model, kv_spec(), pool), steps);
+    float d = 0, m = 0;
+    for (size_t i = 0; i < cpu.size() && i < want.size(); ++i) {
+      d = std::max(d, std::abs(cpu[i] - want[i]));
+      m = std::max(m, std::abs(cpu[i]));
+    }
+    std::printf("[cuda-tp] %s whole model %s: CUDA vs CPU max |logit diff| %.3g of %.3g\n", c->arch_name.c_str(),
+                dtype.c_str(), d, m);
+  }
   const std::vector<float> got = staged_run(*c, full, size, dtype, steps);
   ASSERT_EQ(got.size(), want.size());
   const int64_t V = c->vocab_size, rows = static_cast<int64_t>(want.size()) / V;
