@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/shm_segment.h"
 #include "common/spin_wait.h"
 
 namespace pagoda {
@@ -54,27 +55,13 @@ struct ShmBroadcast::Header {
 };
 
 Result<ShmBroadcast> ShmBroadcast::create(const std::string& name, const Options& o) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
-    return invalid_argument("shared-memory channel name '{}' must be '/' and a name without '/'", name);
+  PAGODA_RETURN_IF_ERROR(check_shm_name(name, "shared-memory channel"));
   if (o.readers < 1 || o.readers > kMaxReaders || o.slots < 1 || o.slot_bytes < 1 || o.slot_bytes > (int64_t{1} << 30))
     return invalid_argument("shared-memory channel: readers 1..{}, slots >= 1, slot bytes 1..1 GiB (got {}, {}, {})",
                             kMaxReaders, o.readers, o.slots, o.slot_bytes);
   const size_t bytes = Header::total_bytes(o.readers, o.slots, o.slot_bytes);
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return io_error("cannot create shared memory '{}': {}", name, std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    return io_error("cannot size shared memory '{}' to {} bytes: {}", name, bytes, std::strerror(e));
-  }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    ::shm_unlink(name.c_str());
-    return io_error("cannot map shared memory '{}': {}", name, std::strerror(e));
-  }
+  PAGODA_ASSIGN_OR_RETURN(const ShmMapping m, create_shm_segment(name, bytes));
+  void* p = m.base;
   auto* h = static_cast<Header*>(p);  // ftruncate zero-filled it: every seq and ack is 0
   new (&h->magic) std::atomic<uint64_t>(0);
   h->slots = static_cast<uint64_t>(o.slots);
@@ -93,18 +80,9 @@ Result<ShmBroadcast> ShmBroadcast::create(const std::string& name, const Options
 }
 
 Result<ShmBroadcast> ShmBroadcast::open(const std::string& name, int reader, std::chrono::milliseconds timeout) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) return io_error("cannot open shared memory '{}': {}", name, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < 64) {
-    ::close(fd);
-    return data_loss("shared memory '{}' is not a broadcast channel (size {})", name, static_cast<int64_t>(st.st_size));
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return io_error("cannot map shared memory '{}': {}", name, std::strerror(e));
+  PAGODA_ASSIGN_OR_RETURN(const ShmMapping m, open_shm_segment(name, 64, "broadcast channel"));
+  void* p = m.base;
+  const size_t bytes = m.bytes;
   ShmBroadcast b;  // unmaps on every error below
   b.name_ = name;
   b.base_ = p;

@@ -1,8 +1,6 @@
 #include "runtime/shm_tensor_parallel_comm.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/process_alive.h"
+#include "common/shm_segment.h"
 
 namespace pagoda {
 namespace {
@@ -39,27 +38,13 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int64_t>
 
 Result<std::unique_ptr<ShmTensorParallelComm>> ShmTensorParallelComm::create(const std::string& name, int size,
                                                                              int64_t slot_floats) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
-    return invalid_argument("shared-memory communicator name '{}' must be '/' and a name without '/'", name);
+  PAGODA_RETURN_IF_ERROR(check_shm_name(name, "shared-memory communicator"));
   if (size < 1 || size > kMaxRanks || slot_floats < 1 || slot_floats > (int64_t{1} << 28))
     return invalid_argument("shared-memory communicator: 1..{} ranks and 1..2^28 floats a slot (got {}, {})", kMaxRanks,
                             size, slot_floats);
   const size_t bytes = Header::slots_offset() + static_cast<size_t>(size) * static_cast<size_t>(slot_floats) * 4;
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return io_error("cannot create shared memory '{}': {}", name, std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    return io_error("cannot size shared memory '{}' to {} bytes: {}", name, bytes, std::strerror(e));
-  }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    ::shm_unlink(name.c_str());
-    return io_error("cannot map shared memory '{}': {}", name, std::strerror(e));
-  }
+  PAGODA_ASSIGN_OR_RETURN(const ShmMapping m, create_shm_segment(name, bytes));
+  void* p = m.base;
   auto* h = static_cast<Header*>(p);  // zero-filled by ftruncate
   new (&h->magic) std::atomic<uint64_t>(0);
   h->size = static_cast<uint64_t>(size);
@@ -81,18 +66,9 @@ Result<std::unique_ptr<ShmTensorParallelComm>> ShmTensorParallelComm::create(con
 }
 
 Result<std::unique_ptr<ShmTensorParallelComm>> ShmTensorParallelComm::open(const std::string& name, int rank) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) return io_error("cannot open shared memory '{}': {}", name, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(Header::slots_offset())) {
-    ::close(fd);
-    return data_loss("shared memory '{}' is not a communicator (size {})", name, static_cast<int64_t>(st.st_size));
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return io_error("cannot map shared memory '{}': {}", name, std::strerror(e));
+  PAGODA_ASSIGN_OR_RETURN(const ShmMapping m, open_shm_segment(name, Header::slots_offset(), "communicator"));
+  void* p = m.base;
+  const size_t bytes = m.bytes;
   auto c = std::unique_ptr<ShmTensorParallelComm>(new ShmTensorParallelComm());  // unmaps on the errors below
   c->name_ = name;
   c->base_ = p;

@@ -37,19 +37,13 @@
 #include "runtime/cuda_comm.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/tensor_parallel_comm.h"
+#include "hf_source_model.h"
 #include "tiny_hf_configs.h"
 
 namespace pagoda {
 namespace {
 
-std::unique_ptr<Model> load(const ModelConfig& c, const WeightSource& src) {
-  TensorLookup lookup = [&src](const std::string& name) { return src.get(name); };
-  ModelLoadParams params;
-  params.max_positions = 256;
-  auto m = family_of(c).load(c, WeightNaming::kHuggingFace, lookup, params);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
+using test::load_hf_model;
 
 // The steps every run takes: two prompts in one prefill (every position's logits), then `decode`
 // steps of one token each.
@@ -129,8 +123,8 @@ TEST(CudaTensorParallel, NcclOneRankRunsTheShardedPathBitForBit) {
   auto source = tensor_parallel_weight_source(full, *plan, 0);
   auto rc = rank_model_config(*c, *plan, 0);
   ASSERT_TRUE(source.ok() && rc.ok());
-  auto whole_model = load(*c, *full);
-  auto rank_model = load(*rc, **source);
+  auto whole_model = load_hf_model(*c, *full);
+  auto rank_model = load_hf_model(*rc, **source);
   ASSERT_TRUE(whole_model && rank_model);
   const auto steps = test_steps(c->vocab_size, 4);  // decode steps replay graphs
   auto whole = make_cuda_executor(*whole_model, kv_spec(), options("bf16"));
@@ -166,7 +160,7 @@ std::vector<float> staged_run(const ModelConfig& c, const std::shared_ptr<const 
     Rank& k = ranks[static_cast<size_t>(r)];
     k.config = *rank_model_config(c, *plan, r);
     k.source = std::move(tensor_parallel_weight_source(full, *plan, r)).value();
-    k.model = load(k.config, *k.source);
+    k.model = load_hf_model(k.config, *k.source);
     if (!k.model) return {};
     auto comm = make_staged_comm(*host[static_cast<size_t>(r)], 0);
     EXPECT_TRUE(comm.ok()) << comm.status().to_string();
@@ -198,7 +192,7 @@ void expect_ranks_equal_the_whole_model(const nlohmann::json& j, int size, const
   ASSERT_TRUE(made.ok());
   const std::shared_ptr<const WeightSource> full = std::move(made).value();
   const auto steps = test_steps(c->vocab_size, 3);
-  auto whole_model = load(*c, *full);
+  auto whole_model = load_hf_model(*c, *full);
   ASSERT_TRUE(whole_model);
   auto whole = make_cuda_executor(*whole_model, kv_spec(), options(dtype));
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
@@ -273,7 +267,7 @@ TEST(CudaTensorParallel, ARankWhoseVocabularyDoesNotMatchThePlanIsRefused) {
   ASSERT_TRUE(c.ok());
   auto made = make_random_weight_source(*c, "cfg", DType::kBF16, /*seed=*/3, 2);
   ASSERT_TRUE(made.ok());
-  auto whole_model = load(*c, **made);
+  auto whole_model = load_hf_model(*c, **made);
   ASSERT_TRUE(whole_model);
   auto host = make_thread_comms(2);
   auto comm = make_staged_comm(*host[1], 0);

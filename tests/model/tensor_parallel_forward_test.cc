@@ -21,20 +21,13 @@
 #include "model/tensor_parallel_source.h"
 #include "runtime/cpu_layer_ops.h"
 #include "runtime/tensor_parallel_comm.h"
+#include "hf_source_model.h"
 #include "tiny_hf_configs.h"
 
 namespace pagoda {
 namespace {
 
-
-std::unique_ptr<Model> load(const ModelConfig& c, const WeightSource& src) {
-  TensorLookup lookup = [&src](const std::string& name) { return src.get(name); };
-  ModelLoadParams params;
-  params.max_positions = 256;
-  auto m = family_of(c).load(c, WeightNaming::kHuggingFace, lookup, params);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  return std::move(m).value();
-}
+using test::load_hf_model;
 
 // The prompt's logits [T, V] and `steps` greedy tokens, the ranks stepping together on threads.
 test::GreedyRun tensor_parallel_run(const ModelConfig& c, const std::shared_ptr<const WeightSource>& full, int size,
@@ -57,7 +50,7 @@ test::GreedyRun tensor_parallel_run(const ModelConfig& c, const std::shared_ptr<
     Rank& k = ranks[static_cast<size_t>(r)];
     k.config = *rank_model_config(c, *plan, r);
     k.source = std::move(tensor_parallel_weight_source(full, *plan, r)).value();
-    k.model = load(k.config, *k.source);
+    k.model = load_hf_model(k.config, *k.source);
     k.kv = std::make_unique<KvCacheStorage>(k.config, nblocks + 3, bs, DType::kF32);
     k.tp = {comms[static_cast<size_t>(r)].get(), plan->ranks[static_cast<size_t>(r)].vocab_begin, c.vocab_size};
   }
@@ -104,7 +97,7 @@ void expect_tensor_parallel_equals_whole(const nlohmann::json& j, int size) {
   const std::shared_ptr<const WeightSource> full = std::move(made).value();
   const std::vector<int32_t> prompt = {1, 7, 42, 300, 5, 511, 2, 99, 256, 17};
   ThreadPool pool(2);
-  const auto whole_model = load(*c, *full);
+  const auto whole_model = load_hf_model(*c, *full);
   const test::GreedyRun whole = test::cpu_greedy_run(*c, *whole_model, prompt, 6, pool);
   const test::GreedyRun tp = tensor_parallel_run(*c, full, size, prompt, 6);
   ASSERT_EQ(tp.logits.size(), whole.logits.size());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/shm_broadcast.h"
+#include "forked_child.h"
 #include "runtime/rank_command.h"
 
 namespace pagoda {
@@ -32,19 +33,8 @@ std::vector<uint8_t> message(int i, int64_t slot) {
   return m;
 }
 
-// Runs `child` in a forked process; returns its pid. The child's exit code is child()'s.
-template <class F>
-pid_t fork_child(F child) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(child());
-  return pid;
-}
-
-int exit_code(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using test::exit_code;
+using test::fork_child;
 
 TEST(ShmBroadcast, ForkedReadersGetEveryMessageInOrder) {
   const std::string name = unique_name("order");

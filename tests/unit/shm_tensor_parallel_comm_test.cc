@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "forked_child.h"
 #include "runtime/shm_tensor_parallel_comm.h"
 
 namespace pagoda {
@@ -21,18 +22,8 @@ namespace {
 
 std::string unique_name(const char* what) { return "/pagoda-test-tp-" + std::string(what) + "-" + std::to_string(::getpid()); }
 
-template <class F>
-pid_t fork_child(F child) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(child());
-  return pid;
-}
-
-int exit_code(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using test::exit_code;
+using test::fork_child;
 
 // Rank r's input to the all-reduce: n values that do not sum exactly in float.
 std::vector<float> reduce_input(int r, int64_t n) {
