@@ -109,6 +109,9 @@ std::string default_plan_cache_dir() {
   return "off";
 }
 
+std::optional<std::string> tensor_parallel_binary_env() { return getenv_value("PAGODA_BINARY"); }
+bool tensor_parallel_staged_env() { return getenv_value("PAGODA_TP_COMM") == std::optional<std::string>("staged"); }
+
 Status apply_tuning_env(TuningConfig& t) {
   const auto& env = snapshot();
   return apply_tuning_vars(t, [&env](const char* name) -> std::optional<std::string> {

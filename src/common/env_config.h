@@ -41,4 +41,10 @@ Status apply_tuning_env(TuningConfig& t);
 // else "off" (the cache is opt-in: docs/startup.md).
 std::string default_plan_cache_dir();
 
+// Tensor parallelism (engine/tensor_parallel_group.h): PAGODA_BINARY, the pagoda binary whose
+// `tp-worker` subcommand runs the other ranks when this process is not it (the Python package);
+// PAGODA_TP_COMM=staged, CUDA ranks through host memory on one GPU (tests). nullopt: unset.
+std::optional<std::string> tensor_parallel_binary_env();
+bool tensor_parallel_staged_env();
+
 }  // namespace pagoda

@@ -1,11 +1,9 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <limits>
-#include <optional>
 
 #include <xxhash.h>
 
@@ -221,8 +219,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   if (part.size != config.tensor_parallel_size)
     return invalid_argument("the model was loaded for {} tensor-parallel ranks but the engine runs {} "
                             "(ModelLoadOptions::tensor_parallel_size)", part.size, config.tensor_parallel_size);
-  std::unique_ptr<TensorParallelGroup> tp_group;
-  std::optional<TensorParallelSetup> tp_setup;
   if (part.size > 1) {
     if (gpu_layers > 0) return unimplemented("--tensor-parallel-size with --n-gpu-layers: a CPU + GPU layer split is one GPU's");
     if (config.speculative.enabled() && config.speculative.method != "ngram")
@@ -231,13 +227,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     if (!config.kv_tiers.disk_dir.empty())
       return unimplemented("--tensor-parallel-size: the KV disk tier (--kv-disk-dir) stores one process's blocks");
     if (config.cpu_offload_bytes > 0) return unimplemented("--tensor-parallel-size with weight offload (--cpu-offload-gb)");
-    TensorParallelSetup ts;
-    ts.device_index = dev.index;
-    ts.model = config.model;
-    ts.load_format = config.load_format;
-    ts.quantization = config.quantization;
-    ts.threads = config.threads;
-    tp_setup = ts;
   }
   // The planner's KV bytes a token are a rank's (its KV heads) under tensor parallelism.
   const ModelConfig& plan_mc = part.size > 1 ? model.model->config() : mc;
@@ -252,10 +241,17 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   co.cuda_graphs = config.cuda_graphs;
   co.batch_invariant = config.batch_invariant;
   co.tuning = config.tuning;
-  if (tp_setup) {
+  std::unique_ptr<TensorParallelGroup> tp_group;
+  if (part.size > 1) {
     // The other ranks start loading their shards; CUDA: co gets rank 0's communicator (NCCL: once
     // every rank has loaded and joined).
-    PAGODA_ASSIGN_OR_RETURN(tp_group, start_tensor_parallel(*tp_setup, model, cuda ? &co : nullptr));
+    TensorParallelSetup ts;
+    ts.device_index = dev.index;
+    ts.model = config.model;
+    ts.load_format = config.load_format;
+    ts.quantization = config.quantization;
+    ts.threads = config.threads;
+    PAGODA_ASSIGN_OR_RETURN(tp_group, start_tensor_parallel(ts, model, cuda ? &co : nullptr));
   }
 
   int64_t weight_bytes = 0;

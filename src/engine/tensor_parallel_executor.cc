@@ -1,8 +1,6 @@
 #include "engine/tensor_parallel_executor.h"
 
-#include <cstdlib>
-#include <string_view>
-
+#include "common/env_config.h"
 #include "runtime/draft_head_forward.h"
 
 namespace pagoda {
@@ -63,12 +61,7 @@ class TensorParallelExecutor final : public ModelExecutor {
   }
 
  private:
-  void send_forward(const ForwardBatch& batch) {
-    RankCommand c;
-    c.op = RankOp::kForward;
-    c.batch = batch;
-    group_->send(c);
-  }
+  void send_forward(const ForwardBatch& batch) { group_->send_encoded(encode_forward_command(batch)); }
   void send_copies(RankOp op, const std::vector<BlockCopy>& copies) {
     RankCommand c;
     c.op = op;
@@ -95,8 +88,7 @@ Result<std::unique_ptr<TensorParallelGroup>> start_tensor_parallel(TensorParalle
                          "runs tensor parallelism", part.size);
   setup.size = part.size;
   setup.device = co != nullptr ? "cuda" : "cpu";
-  const char* comm = std::getenv("PAGODA_TP_COMM");
-  setup.comm = co == nullptr ? "shm" : (comm != nullptr && std::string_view(comm) == "staged" ? "staged" : "nccl");
+  setup.comm = co == nullptr ? "shm" : (tensor_parallel_staged_env() ? "staged" : "nccl");
   setup.max_model_len = model.max_model_len;
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelGroup> group, TensorParallelGroup::start(setup));
   if (co != nullptr) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/check.h"
+#include "common/env_config.h"
 #include "common/log.h"
 #include "runtime/cuda_comm.h"
 #include "runtime/cuda_executor.h"
@@ -32,7 +33,7 @@ Result<std::string> worker_executable(std::string exe) {
     if (!ec && self.filename().string().rfind("pagoda", 0) == 0 && self.filename() != "pagoda-gateway") exe = self.string();
   }
   if (exe.empty())
-    if (const char* env = std::getenv("PAGODA_BINARY")) exe = env;
+    if (auto env = tensor_parallel_binary_env()) exe = *env;
   if (exe.empty())
     return invalid_argument("tensor parallelism runs its other ranks as `pagoda tp-worker` processes: this process is not "
                             "the pagoda binary, so set PAGODA_BINARY to it");
@@ -162,9 +163,10 @@ Status TensorParallelGroup::start_executors(const TensorParallelExecutorSetup& s
   return send_bytes("the executor setup", std::span(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
 }
 
-void TensorParallelGroup::send(const RankCommand& c) {
-  const std::vector<uint8_t> bytes = encode_rank_command(c);
-  const Status s = channel_->send(bytes);
+void TensorParallelGroup::send(const RankCommand& c) { send_encoded(encode_rank_command(c)); }
+
+void TensorParallelGroup::send_encoded(std::span<const uint8_t> command) {
+  const Status s = channel_->send(command);
   PAGODA_CHECK(s.ok(), "tensor parallelism: {}", s.message());
 }
 

@@ -49,8 +49,10 @@ class TensorParallelGroup {
   Result<DeviceComm*> device_comm();
   Result<TensorParallelComm*> host_comm();
   Status start_executors(const TensorParallelExecutorSetup& s);
-  // Every worker runs `c` next. A worker that cannot take it within a minute aborts the process.
+  // Every worker runs `c` next (encoded: runtime/rank_command.h). A worker that cannot take it
+  // within a minute aborts the process.
   void send(const RankCommand& c);
+  void send_encoded(std::span<const uint8_t> command);
 
  private:
   TensorParallelGroup() = default;

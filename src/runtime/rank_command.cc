@@ -4,28 +4,43 @@
 
 namespace pagoda {
 
-std::vector<uint8_t> encode_rank_command(const RankCommand& c) {
-  wire::Writer w;
+namespace {
+
+void write_head(wire::Writer& w, RankOp op) {
   w.num(kRankCommandMagic);
   w.num(kRankCommandVersion);
-  w.num(static_cast<uint8_t>(c.op));
+  w.num(static_cast<uint8_t>(op));
+}
+
+void write_batch(wire::Writer& w, const ForwardBatch& b) {
+  w.ints(b.token_ids);
+  w.ints(b.positions);
+  w.count(b.slots.size());
+  for (int64_t s : b.slots) w.num(s);
+  w.count(b.seqs.size());
+  for (const ForwardSeq& s : b.seqs) {
+    w.num(s.token_begin);
+    w.num(s.num_tokens);
+    w.num(s.context_len);
+    w.ints(s.block_table);
+  }
+  w.ints(b.logits_rows);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_forward_command(const ForwardBatch& batch) {
+  wire::Writer w;
+  write_head(w, RankOp::kForward);
+  write_batch(w, batch);
+  return w.take();
+}
+
+std::vector<uint8_t> encode_rank_command(const RankCommand& c) {
+  if (c.op == RankOp::kForward) return encode_forward_command(c.batch);
+  wire::Writer w;
+  write_head(w, c.op);
   switch (c.op) {
-    case RankOp::kForward: {
-      const ForwardBatch& b = c.batch;
-      w.ints(b.token_ids);
-      w.ints(b.positions);
-      w.count(b.slots.size());
-      for (int64_t s : b.slots) w.num(s);
-      w.count(b.seqs.size());
-      for (const ForwardSeq& s : b.seqs) {
-        w.num(s.token_begin);
-        w.num(s.num_tokens);
-        w.num(s.context_len);
-        w.ints(s.block_table);
-      }
-      w.ints(b.logits_rows);
-      break;
-    }
     case RankOp::kSwapOut:
     case RankOp::kSwapIn:
       w.count(c.copies.size());
@@ -35,6 +50,7 @@ std::vector<uint8_t> encode_rank_command(const RankCommand& c) {
       }
       break;
     case RankOp::kSetGraphs: w.flag(c.flag); break;
+    case RankOp::kForward:
     case RankOp::kShutdown: break;
   }
   return w.take();

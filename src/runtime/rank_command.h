@@ -45,6 +45,8 @@ struct RankCommand {
 };
 
 std::vector<uint8_t> encode_rank_command(const RankCommand& c);
+// encode_rank_command of a kForward command of `batch`, without copying the batch into one.
+std::vector<uint8_t> encode_forward_command(const ForwardBatch& batch);
 Result<RankCommand> decode_rank_command(std::span<const uint8_t> bytes);
 
 }  // namespace pagoda
